@@ -1,0 +1,379 @@
+//! Protocol tests of [`ClusterCore`] on an in-memory network with virtual time.
+
+use super::*;
+use crate::address::Address;
+
+/// In-memory network of cores: instant delivery, virtual clock, crash and partitions.
+struct Net {
+    nodes: BTreeMap<Address, ClusterCore>,
+    crashed: BTreeSet<Address>,
+    cut: BTreeSet<(Address, Address)>,
+    now: u64,
+    events: BTreeMap<Address, Vec<ClusterEvent>>,
+}
+
+fn addr(i: u16) -> Address {
+    Address::new("sys", "127.0.0.1", 2550 + i)
+}
+
+impl Net {
+    fn new() -> Self {
+        Net { nodes: BTreeMap::new(), crashed: BTreeSet::new(), cut: BTreeSet::new(), now: 1_000_000, events: BTreeMap::new() }
+    }
+
+    fn start(&mut self, i: u16, uid: u64, settings: ClusterSettings) -> Address {
+        let a = addr(i);
+        let core = ClusterCore::new(UniqueAddress::new(a.clone(), uid), BTreeSet::new(), "1.0.0", settings, self.now, uid);
+        self.nodes.insert(a.clone(), core);
+        self.crashed.remove(&a);
+        a
+    }
+
+    fn core(&mut self, a: &Address) -> &mut ClusterCore {
+        self.nodes.get_mut(a).unwrap()
+    }
+
+    fn partition(&mut self, a: &[Address], b: &[Address]) {
+        for x in a {
+            for y in b {
+                self.cut.insert((x.clone(), y.clone()));
+                self.cut.insert((y.clone(), x.clone()));
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    fn deliver(&mut self) {
+        for _ in 0..100 {
+            let mut batch = Vec::new();
+            for (a, c) in self.nodes.iter_mut() {
+                while let Some(t) = c.poll_transmit() {
+                    batch.push((c.self_unique_address().clone(), a.clone(), t));
+                }
+                while let Some(e) = c.poll_event() {
+                    self.events.entry(a.clone()).or_default().push(e);
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            for (from, from_addr, t) in batch {
+                if self.crashed.contains(&from_addr) || self.crashed.contains(&t.to) || self.cut.contains(&(from_addr.clone(), t.to.clone())) {
+                    continue;
+                }
+                let now = self.now;
+                if let Some(dst) = self.nodes.get_mut(&t.to) {
+                    if t.to_uid.is_some_and(|u| u != dst.self_unique_address().uid) {
+                        continue;
+                    }
+                    dst.handle_message(now, &from, t.message);
+                }
+            }
+        }
+    }
+
+    fn run_for(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += 10;
+            let now = self.now;
+            for (a, c) in self.nodes.iter_mut() {
+                if !self.crashed.contains(a) && c.poll_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+            }
+            self.deliver();
+        }
+    }
+
+    fn run_until(&mut self, max_ms: u64, mut cond: impl FnMut(&Net) -> bool) -> bool {
+        let end = self.now + max_ms;
+        while self.now < end {
+            if cond(self) {
+                return true;
+            }
+            self.run_for(10);
+        }
+        cond(self)
+    }
+
+    fn live(&self) -> impl Iterator<Item = (&Address, &ClusterCore)> {
+        self.nodes.iter().filter(|(a, c)| !self.crashed.contains(*a) && c.shutdown_reason().is_none())
+    }
+
+    fn all_up(&self, n: usize) -> bool {
+        self.live().count() == n
+            && self.live().all(|(_, c)| {
+                let g = c.latest_gossip();
+                g.members.len() == n && g.members.values().all(|m| m.status == MemberStatus::Up) && c.state().convergence()
+            })
+    }
+
+    fn status_everywhere(&self, of: &Address) -> Vec<Option<MemberStatus>> {
+        self.live()
+            .filter(|(a, _)| *a != of)
+            .map(|(_, c)| c.latest_gossip().members.values().find(|m| m.address() == of).map(|m| m.status))
+            .collect()
+    }
+}
+
+fn form(n: u16) -> (Net, Vec<Address>) {
+    let mut net = Net::new();
+    let addrs: Vec<Address> = (1..=n).map(|i| net.start(i, u64::from(i) * 1000 + 7, ClusterSettings::fast())).collect();
+    let seeds = vec![addrs[0].clone(), addrs[1.min(addrs.len() - 1)].clone()];
+    let now = net.now;
+    for a in &addrs {
+        net.core(a).join_seed_nodes(now, &seeds).unwrap();
+    }
+    assert!(net.run_until(20_000, |n2| n2.all_up(n as usize)), "cluster of {n} did not form");
+    (net, addrs)
+}
+
+#[test]
+fn seed_nodes_form_one_cluster_with_one_leader() {
+    let (net, addrs) = form(5);
+    let leaders: BTreeSet<_> = net.live().map(|(_, c)| c.state().leader().cloned()).collect();
+    assert_eq!(leaders.len(), 1);
+    assert_eq!(leaders.into_iter().next().unwrap().unwrap().address, addrs[0], "leader is the lowest address");
+    // Every node got MemberUp for every member.
+    for a in &addrs {
+        let ups = net.events[a].iter().filter(|e| matches!(e, ClusterEvent::MemberUp(_))).count();
+        assert!(ups >= 5, "{a} saw {ups} MemberUp");
+    }
+    // Up-numbers are distinct; the first seed is the oldest.
+    let c = &net.nodes[&addrs[2]];
+    let ups: BTreeSet<u32> = c.latest_gossip().members.values().map(|m| m.up_number).collect();
+    assert_eq!(ups.len(), 5);
+    assert_eq!(c.state().oldest().unwrap().address(), &addrs[0]);
+}
+
+#[test]
+fn first_seed_forms_the_cluster_alone_after_seed_node_timeout() {
+    let mut net = Net::new();
+    let a = net.start(1, 11, ClusterSettings::fast());
+    let now = net.now;
+    // The second seed never starts: no answer at all.
+    net.core(&a).join_seed_nodes(now, &[a.clone(), addr(9)]).unwrap();
+    net.run_for(500);
+    assert!(!net.nodes[&a].is_initialized(), "waits for seed-node-timeout");
+    assert!(net.run_until(3000, |n| n.all_up(1)));
+}
+
+#[test]
+fn non_first_seed_never_forms_its_own_cluster() {
+    let mut net = Net::new();
+    let b = net.start(2, 22, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&b).join_seed_nodes(now, &[addr(1), b.clone()]).unwrap();
+    net.run_for(10_000);
+    assert!(!net.nodes[&b].is_initialized());
+}
+
+#[test]
+fn explicit_join_is_retried_until_welcomed() {
+    let mut net = Net::new();
+    let b = net.start(2, 22, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&b).join(now, &addr(1)).unwrap();
+    net.run_for(3000);
+    let a = net.start(1, 11, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&a).join(now, &a).unwrap();
+    assert!(net.run_until(10_000, |n| n.all_up(2)), "retry-unsuccessful-join-after resends Join");
+}
+
+#[test]
+fn graceful_leave_ends_with_removed_everywhere_and_shutdown() {
+    let (mut net, addrs) = form(4);
+    let leaver = addrs[3].clone();
+    let now = net.now;
+    net.core(&addrs[0]).leave(now, &leaver).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].shutdown_reason().is_some()));
+    assert_eq!(net.nodes[&leaver].shutdown_reason(), Some(ShutdownReason::Removed));
+    assert!(net.run_until(10_000, |n| n.status_everywhere(&leaver).iter().all(|s| s.is_none())));
+    let seen: Vec<&str> = net.events[&addrs[1]].iter().filter(|e| e.member().is_some_and(|m| m.address() == &leaver)).map(|e| e.type_name()).collect();
+    assert!(seen.ends_with(&["MemberLeft", "MemberExited", "MemberRemoved"]), "{seen:?}");
+    assert!(net.run_until(5000, |n| n.all_up(3)));
+}
+
+#[test]
+fn the_leader_itself_can_leave() {
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    net.core(&addrs[0]).leave(now, &addrs[0]).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]].shutdown_reason() == Some(ShutdownReason::Removed)));
+    assert!(net.run_until(10_000, |n| n.all_up(2)));
+    assert_eq!(net.nodes[&addrs[1]].state().leader().unwrap().address, addrs[1]);
+}
+
+#[test]
+fn crash_is_detected_then_down_removes_it() {
+    let (mut net, addrs) = form(5);
+    let victim = addrs[4].clone();
+    net.crashed.insert(victim.clone());
+    assert!(
+        net.run_until(10_000, |n| n.live().all(|(_, c)| c.state().unreachable_members().iter().any(|m| m.address() == &victim))),
+        "all others see the crashed node unreachable"
+    );
+    // No convergence, so a joining node cannot become Up...
+    assert!(net.live().all(|(_, c)| !c.state().convergence()));
+    let now = net.now;
+    net.core(&addrs[1]).down(now, &victim).unwrap();
+    assert!(net.run_until(10_000, |n| n.status_everywhere(&victim).iter().all(|s| s.is_none())));
+    assert!(net.run_until(5000, |n| n.all_up(4)));
+    for a in &addrs[..4] {
+        assert!(net.events[a].iter().any(|e| matches!(e, ClusterEvent::UnreachableMember(m) if m.address() == &victim)));
+        assert!(net.events[a].iter().any(|e| matches!(e, ClusterEvent::MemberRemoved { member, previous_status: MemberStatus::Down } if member.address() == &victim)));
+    }
+}
+
+#[test]
+fn unreachable_node_that_comes_back_is_reachable_again() {
+    let (mut net, addrs) = form(3);
+    let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
+    net.partition(&[c.clone()], &[a.clone(), b.clone()]);
+    assert!(net.run_until(10_000, |n| n.nodes[&a].state().unreachable_members().iter().any(|m| m.address() == &c)));
+    net.heal();
+    assert!(net.run_until(10_000, |n| n.all_up(3) && n.live().all(|(_, x)| x.state().unreachable_members().is_empty())));
+    assert!(net.events[&a].iter().any(|e| matches!(e, ClusterEvent::ReachableMember(m) if m.address() == &c)));
+}
+
+#[test]
+fn restart_with_new_uid_downs_the_old_incarnation_and_joins() {
+    let (mut net, addrs) = form(3);
+    let c = addrs[2].clone();
+    let old_uid = net.nodes[&c].self_unique_address().uid;
+    net.crashed.insert(c.clone());
+    net.run_for(300);
+    net.start(3, 999, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&c).join_seed_nodes(now, &[addrs[0].clone(), addrs[1].clone()]).unwrap();
+    assert!(net.run_until(20_000, |n| n.all_up(3)), "new incarnation joins without manual down");
+    let g = net.nodes[&addrs[0]].latest_gossip();
+    assert!(g.members.keys().any(|u| u.address == c && u.uid == 999));
+    assert!(!g.members.keys().any(|u| u.uid == old_uid));
+    assert!(g.tombstones.keys().any(|u| u.uid == old_uid));
+}
+
+#[test]
+fn downed_node_shuts_itself_down() {
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    net.core(&addrs[0]).down(now, &addrs[2]).unwrap();
+    assert!(net.run_until(5000, |n| n.nodes[&addrs[2]].shutdown_reason().is_some()));
+    assert!(matches!(net.nodes[&addrs[2]].shutdown_reason(), Some(ShutdownReason::Downed | ShutdownReason::Removed)));
+}
+
+#[test]
+fn joining_node_becomes_weakly_up_during_a_partition_and_up_after() {
+    let (mut net, addrs) = form(3);
+    let c = addrs[2].clone();
+    net.partition(&[c.clone()], &[addrs[0].clone(), addrs[1].clone()]);
+    assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]].state().unreachable_members().is_empty()));
+    let d = net.start(4, 44, ClusterSettings::fast());
+    net.partition(&[c.clone()], &[d.clone()]);
+    let now = net.now;
+    net.core(&d).join(now, &addrs[0]).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]].latest_gossip().members.values().any(|m| m.address() == &d && m.status == MemberStatus::WeaklyUp)));
+    net.heal();
+    assert!(net.run_until(10_000, |n| n.all_up(4)));
+}
+
+#[test]
+fn weakly_up_can_be_turned_off() {
+    let mut s = ClusterSettings::fast();
+    s.weakly_up_after_ms = None;
+    let mut net = Net::new();
+    let addrs: Vec<_> = (1..=3).map(|i| net.start(i, u64::from(i), s.clone())).collect();
+    let now = net.now;
+    for a in &addrs {
+        net.core(a).join_seed_nodes(now, &addrs[..1]).unwrap();
+    }
+    assert!(net.run_until(10_000, |n| n.all_up(3)));
+    net.partition(&[addrs[2].clone()], &addrs[..2]);
+    net.run_for(3000);
+    let d = net.start(4, 44, s.clone());
+    let now = net.now;
+    net.core(&d).join(now, &addrs[0]).unwrap();
+    net.run_for(5000);
+    assert!(net.nodes[&addrs[0]].latest_gossip().members.values().any(|m| m.address() == &d && m.status == MemberStatus::Joining));
+}
+
+#[test]
+fn min_nr_of_members_delays_up() {
+    let mut s = ClusterSettings::fast();
+    s.min_nr_of_members = 3;
+    let mut net = Net::new();
+    let a = net.start(1, 1, s.clone());
+    let b = net.start(2, 2, s.clone());
+    let now = net.now;
+    net.core(&a).join(now, &a).unwrap();
+    net.core(&b).join(now, &a).unwrap();
+    net.run_for(3000);
+    assert!(net.nodes[&a].latest_gossip().members.values().all(|m| m.status == MemberStatus::Joining));
+    let c = net.start(3, 3, s);
+    let now = net.now;
+    net.core(&c).join(now, &a).unwrap();
+    assert!(net.run_until(5000, |n| n.all_up(3)));
+}
+
+#[test]
+fn full_cluster_shutdown_reaches_ready_for_shutdown() {
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    net.core(&addrs[1]).prepare_for_full_cluster_shutdown(now).unwrap();
+    assert!(net.run_until(5000, |n| n.live().all(|(_, c)| c.latest_gossip().members.values().all(|m| m.status == MemberStatus::ReadyForShutdown))));
+    assert!(net.events[&addrs[0]].iter().any(|e| e.type_name() == "MemberPreparingForShutdown"));
+    assert!(net.events[&addrs[0]].iter().any(|e| e.type_name() == "MemberReadyForShutdown"));
+}
+
+#[test]
+fn converged_cluster_sends_only_gossip_status() {
+    let (mut net, addrs) = form(4);
+    net.run_for(1000);
+    let before = net.nodes[&addrs[0]].stats();
+    net.run_for(2000);
+    let after = net.nodes[&addrs[0]].stats();
+    assert!(after.gossip_status_sent > before.gossip_status_sent);
+    assert_eq!(after.gossip_sent, before.gossip_sent, "no full gossip while converged");
+}
+
+#[test]
+fn commands_on_unknown_members_fail_and_change_nothing() {
+    let (mut net, addrs) = form(2);
+    let now = net.now;
+    let before = net.nodes[&addrs[0]].latest_gossip().clone();
+    assert_eq!(net.core(&addrs[0]).down(now, &addr(77)), Err(CommandError::UnknownMember(addr(77))));
+    assert_eq!(net.core(&addrs[0]).leave(now, &addr(77)), Err(CommandError::UnknownMember(addr(77))));
+    let other = Address::new("other", "127.0.0.1", 1);
+    assert!(matches!(net.core(&addrs[0]).join(now, &other), Err(CommandError::OtherCluster(..))));
+    assert_eq!(net.nodes[&addrs[0]].latest_gossip(), &before);
+}
+
+#[test]
+fn gossip_for_another_incarnation_is_ignored() {
+    let (mut net, addrs) = form(2);
+    let now = net.now;
+    let from = net.nodes[&addrs[1]].self_unique_address().clone();
+    let stale = UniqueAddress::new(addrs[0].clone(), 123_456);
+    let before = net.nodes[&addrs[0]].latest_gossip().clone();
+    let mut g = before.clone();
+    g.members.clear();
+    net.core(&addrs[0]).handle_message(now, &from, ClusterMessage::GossipEnvelope { to: stale, gossip: g });
+    assert_eq!(net.nodes[&addrs[0]].latest_gossip(), &before);
+}
+
+#[test]
+fn shutdown_after_unsuccessful_join_seed_nodes() {
+    let mut s = ClusterSettings::fast();
+    s.shutdown_after_unsuccessful_join_seed_nodes_ms = Some(2000);
+    let mut net = Net::new();
+    let b = net.start(2, 2, s);
+    let now = net.now;
+    net.core(&b).join_seed_nodes(now, &[addr(1)]).unwrap();
+    net.run_for(2500);
+    assert_eq!(net.nodes[&b].shutdown_reason(), Some(ShutdownReason::JoinSeedNodesTimeout));
+}

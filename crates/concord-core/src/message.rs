@@ -1,0 +1,92 @@
+//! The cluster protocol messages exchanged between nodes, and [`Transmit`], the core's
+//! request to the runtime to send one.
+//!
+//! The sender of every message is the [`UniqueAddress`] the transport authenticated in its
+//! handshake, so messages do not repeat it. Spec: cluster-specification.md, "Seed Nodes"
+//! (InitJoin / Join / Welcome), "Gossip Protocol" (envelope and status), "Failure Detector"
+//! (request/reply heartbeats).
+
+use std::collections::BTreeSet;
+
+use crate::address::{Address, UniqueAddress};
+use crate::gossip::Gossip;
+use crate::vector_clock::VectorClock;
+
+/// A message of the cluster membership protocol.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterMessage {
+    /// "Are you in a cluster I can join?" — sent to seed nodes.
+    InitJoin,
+    /// "Yes, join me." Reply to [`ClusterMessage::InitJoin`] from a member.
+    InitJoinAck,
+    /// "No." Reply to [`ClusterMessage::InitJoin`] from a node that is not (or no longer) a member.
+    InitJoinNack,
+    /// Request to join the receiver's cluster.
+    Join {
+        /// Roles of the joining node.
+        roles: BTreeSet<String>,
+        /// Application version of the joining node.
+        app_version: String,
+    },
+    /// Reply to [`ClusterMessage::Join`]: the joining node is now a Joining member; here is the state.
+    Welcome {
+        /// The receiver's latest gossip, containing the joining node.
+        gossip: Gossip,
+    },
+    /// Full gossip state, addressed to one incarnation.
+    GossipEnvelope {
+        /// Intended receiver; an old incarnation at the same address ignores it.
+        to: UniqueAddress,
+        /// The state.
+        gossip: Gossip,
+    },
+    /// Small gossip digest sent instead of the state when the peer has seen it.
+    GossipStatus {
+        /// Sender's gossip version.
+        version: VectorClock,
+        /// Digest of the sender's seen set.
+        seen_digest: u64,
+    },
+    /// Heartbeat request.
+    Heartbeat {
+        /// Sequence number of the request.
+        sequence_nr: u64,
+        /// Sender's clock at sending, ms.
+        creation_time_ms: u64,
+    },
+    /// Heartbeat reply; feeds the sender's failure detector.
+    HeartbeatRsp {
+        /// Sequence number of the request.
+        sequence_nr: u64,
+        /// `creation_time_ms` of the request, echoed.
+        creation_time_ms: u64,
+    },
+}
+
+impl ClusterMessage {
+    /// Message kind, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClusterMessage::InitJoin => "InitJoin",
+            ClusterMessage::InitJoinAck => "InitJoinAck",
+            ClusterMessage::InitJoinNack => "InitJoinNack",
+            ClusterMessage::Join { .. } => "Join",
+            ClusterMessage::Welcome { .. } => "Welcome",
+            ClusterMessage::GossipEnvelope { .. } => "GossipEnvelope",
+            ClusterMessage::GossipStatus { .. } => "GossipStatus",
+            ClusterMessage::Heartbeat { .. } => "Heartbeat",
+            ClusterMessage::HeartbeatRsp { .. } => "HeartbeatRsp",
+        }
+    }
+}
+
+/// A message the core wants sent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transmit {
+    /// Destination address.
+    pub to: Address,
+    /// Destination incarnation, when known: a peer at `to` with another uid must not get it.
+    pub to_uid: Option<u64>,
+    /// The message.
+    pub message: ClusterMessage,
+}
