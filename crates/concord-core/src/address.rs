@@ -30,7 +30,11 @@ pub struct Address {
 impl Address {
     /// Builds an address from its parts.
     pub fn new(system: impl Into<String>, host: impl Into<String>, port: u16) -> Self {
-        Address { system: system.into(), host: host.into(), port }
+        Address {
+            system: system.into(),
+            host: host.into(),
+            port,
+        }
     }
 
     /// `host:port`, the part a socket connects to.
@@ -92,7 +96,11 @@ impl FromStr for Address {
         let (system, host_port) = rest
             .split_once('@')
             .ok_or_else(|| AddressParseError::System(s.to_string()))?;
-        if system.is_empty() || !system.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if system.is_empty()
+            || !system
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             return Err(AddressParseError::System(s.to_string()));
         }
         let (host, port) = parse_host_port(host_port).map_err(|e| match e {
@@ -199,7 +207,10 @@ mod tests {
     fn address_round_trips_through_its_string_form() {
         let a = Address::new("sys", "127.0.0.1", 25520);
         assert_eq!(a.to_string(), "concord://sys@127.0.0.1:25520");
-        assert_eq!("concord://sys@127.0.0.1:25520".parse::<Address>().unwrap(), a);
+        assert_eq!(
+            "concord://sys@127.0.0.1:25520".parse::<Address>().unwrap(),
+            a
+        );
         let v6 = Address::new("sys", "::1", 25520);
         assert_eq!(v6.to_string(), "concord://sys@[::1]:25520");
         assert_eq!(v6.to_string().parse::<Address>().unwrap(), v6);
@@ -207,12 +218,30 @@ mod tests {
 
     #[test]
     fn malformed_addresses_are_rejected_with_the_reason() {
-        assert!(matches!("akka://s@h:1".parse::<Address>(), Err(AddressParseError::Scheme(_))));
-        assert!(matches!("concord://h:1".parse::<Address>(), Err(AddressParseError::System(_))));
-        assert!(matches!("concord://s@h".parse::<Address>(), Err(AddressParseError::HostPort(_))));
-        assert!(matches!("concord://s@h:99999".parse::<Address>(), Err(AddressParseError::Port(_))));
-        assert!(matches!("concord://s@h:0".parse::<Address>(), Err(AddressParseError::Port(_))));
-        assert!(matches!("concord://s@:1".parse::<Address>(), Err(AddressParseError::HostPort(_))));
+        assert!(matches!(
+            "akka://s@h:1".parse::<Address>(),
+            Err(AddressParseError::Scheme(_))
+        ));
+        assert!(matches!(
+            "concord://h:1".parse::<Address>(),
+            Err(AddressParseError::System(_))
+        ));
+        assert!(matches!(
+            "concord://s@h".parse::<Address>(),
+            Err(AddressParseError::HostPort(_))
+        ));
+        assert!(matches!(
+            "concord://s@h:99999".parse::<Address>(),
+            Err(AddressParseError::Port(_))
+        ));
+        assert!(matches!(
+            "concord://s@h:0".parse::<Address>(),
+            Err(AddressParseError::Port(_))
+        ));
+        assert!(matches!(
+            "concord://s@:1".parse::<Address>(),
+            Err(AddressParseError::HostPort(_))
+        ));
     }
 
     #[test]
@@ -231,6 +260,9 @@ mod tests {
     fn stable_hash_is_fixed() {
         let u = UniqueAddress::new(Address::new("s", "h", 1), 42);
         assert_eq!(u.stable_hash(), u.clone().stable_hash());
-        assert_ne!(u.stable_hash(), UniqueAddress::new(Address::new("s", "h", 1), 43).stable_hash());
+        assert_ne!(
+            u.stable_hash(),
+            UniqueAddress::new(Address::new("s", "h", 1), 43).stable_hash()
+        );
     }
 }

@@ -22,7 +22,9 @@ use crate::events::{diff, ClusterEvent, CurrentClusterState};
 use crate::failure_detector::PhiAccrualFailureDetector;
 use crate::gossip::Gossip;
 use crate::heartbeat_ring::HeartbeatNodeRing;
-use crate::leader::{leader_actions_on_convergence, move_joining_to_weakly_up, track_joining, LeaderActionsResult};
+use crate::leader::{
+    leader_actions_on_convergence, move_joining_to_weakly_up, track_joining, LeaderActionsResult,
+};
 use crate::member::{Member, MemberStatus};
 use crate::membership_state::{adjusted_gossip_different_view_probability, MembershipState};
 use crate::message::{ClusterMessage, Transmit};
@@ -44,6 +46,8 @@ pub enum ShutdownReason {
     JoinSeedNodesTimeout,
     /// `leave` was called before the node was in a cluster.
     LeftBeforeJoining,
+    /// Stopped by its owner without leaving (the runtime's abrupt stop).
+    Stopped,
 }
 
 /// Errors of user commands. None of them changes the node's state.
@@ -127,6 +131,7 @@ pub struct ClusterCore {
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
     stats: CoreStats,
+    state_changes: u64,
 }
 
 impl ClusterCore {
@@ -166,6 +171,7 @@ impl ClusterCore {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: CoreStats::default(),
+            state_changes: 0,
         }
     }
 
@@ -205,7 +211,9 @@ impl ClusterCore {
     pub fn self_member(&self) -> Member {
         match self.state.self_member() {
             Some(m) => m.clone(),
-            None if self.shutdown == Some(ShutdownReason::Removed) => self.self_member.with_status(MemberStatus::Removed),
+            None if self.shutdown == Some(ShutdownReason::Removed) => {
+                self.self_member.with_status(MemberStatus::Removed)
+            }
             None => self.self_member.clone(),
         }
     }
@@ -213,6 +221,12 @@ impl ClusterCore {
     /// True once the node is a member of a cluster.
     pub fn is_initialized(&self) -> bool {
         self.initialized
+    }
+
+    /// Increases every time the membership state (latest gossip or shutdown) changes;
+    /// lets a driver refresh derived views only when needed.
+    pub fn state_changes(&self) -> u64 {
+        self.state_changes
     }
 
     /// Protocol counters.
@@ -259,13 +273,23 @@ impl ClusterCore {
         if let Some(s) = self.speedup_ticks_ms.iter().min() {
             t = t.min(*s);
         }
-        if let JoinProcess::SeedNodes { next_init_join_ms, self_join_deadline_ms, first_seed, .. } = &self.join {
+        if let JoinProcess::SeedNodes {
+            next_init_join_ms,
+            self_join_deadline_ms,
+            first_seed,
+            ..
+        } = &self.join
+        {
             t = t.min(*next_init_join_ms);
             if *first_seed {
                 t = t.min(*self_join_deadline_ms);
             }
         }
-        if let JoinProcess::TryingToJoin { retry_at_ms: Some(r), .. } = &self.join {
+        if let JoinProcess::TryingToJoin {
+            retry_at_ms: Some(r),
+            ..
+        } = &self.join
+        {
             t = t.min(*r);
         }
         if let Some(d) = self.join_seed_nodes_deadline_ms {
@@ -278,11 +302,19 @@ impl ClusterCore {
     }
 
     fn send(&mut self, to: &UniqueAddress, message: ClusterMessage) {
-        self.transmits.push_back(Transmit { to: to.address.clone(), to_uid: Some(to.uid), message });
+        self.transmits.push_back(Transmit {
+            to: to.address.clone(),
+            to_uid: Some(to.uid),
+            message,
+        });
     }
 
     fn send_to_address(&mut self, to: &Address, message: ClusterMessage) {
-        self.transmits.push_back(Transmit { to: to.clone(), to_uid: None, message });
+        self.transmits.push_back(Transmit {
+            to: to.clone(),
+            to_uid: None,
+            message,
+        });
     }
 
     // ------------------------------------------------------------------ user commands
@@ -291,7 +323,10 @@ impl ClusterCore {
     /// cluster. Retries after `retry-unsuccessful-join-after`.
     pub fn join(&mut self, now_ms: u64, address: &Address) -> Result<(), CommandError> {
         if address.system != self.self_address().system {
-            return Err(CommandError::OtherCluster(address.clone(), self.self_address().system.clone()));
+            return Err(CommandError::OtherCluster(
+                address.clone(),
+                self.self_address().system.clone(),
+            ));
         }
         if self.initialized {
             info!(target = %address, "already a member of a cluster; ignoring join");
@@ -312,8 +347,14 @@ impl ClusterCore {
         if seeds.is_empty() {
             return Err(CommandError::NoSeedNodes);
         }
-        if let Some(other) = seeds.iter().find(|s| s.system != self.self_address().system) {
-            return Err(CommandError::OtherCluster(other.clone(), self.self_address().system.clone()));
+        if let Some(other) = seeds
+            .iter()
+            .find(|s| s.system != self.self_address().system)
+        {
+            return Err(CommandError::OtherCluster(
+                other.clone(),
+                self.self_address().system.clone(),
+            ));
         }
         if self.initialized {
             return Ok(());
@@ -349,11 +390,18 @@ impl ClusterCore {
     fn seed_node_tick(&mut self, now_ms: u64) {
         let me = self.self_address().clone();
         let (targets, first_seed, deadline) = match &mut self.join {
-            JoinProcess::SeedNodes { seeds, first_seed, next_init_join_ms, self_join_deadline_ms, remaining } => {
+            JoinProcess::SeedNodes {
+                seeds,
+                first_seed,
+                next_init_join_ms,
+                self_join_deadline_ms,
+                remaining,
+            } => {
                 if *first_seed && now_ms >= *self_join_deadline_ms {
                     (Vec::new(), true, true)
                 } else if now_ms >= *next_init_join_ms {
-                    *next_init_join_ms = now_ms + 1000.min(self.settings.seed_node_timeout_ms.max(100));
+                    *next_init_join_ms =
+                        now_ms + 1000.min(self.settings.seed_node_timeout_ms.max(100));
                     let targets: Vec<Address> = if *first_seed {
                         remaining.iter().cloned().collect()
                     } else {
@@ -378,10 +426,20 @@ impl ClusterCore {
 
     fn send_join(&mut self, now_ms: u64, target: Address, seeds: Option<Vec<Address>>) {
         info!(%target, "sending Join");
-        let msg = ClusterMessage::Join { roles: self.self_member.roles.clone(), app_version: self.self_member.app_version.clone() };
+        let msg = ClusterMessage::Join {
+            roles: self.self_member.roles.clone(),
+            app_version: self.self_member.app_version.clone(),
+        };
         self.send_to_address(&target, msg);
-        let retry_at_ms = self.settings.retry_unsuccessful_join_after_ms.map(|r| now_ms + r);
-        self.join = JoinProcess::TryingToJoin { target, seeds, retry_at_ms };
+        let retry_at_ms = self
+            .settings
+            .retry_unsuccessful_join_after_ms
+            .map(|r| now_ms + r);
+        self.join = JoinProcess::TryingToJoin {
+            target,
+            seeds,
+            retry_at_ms,
+        };
     }
 
     fn join_self(&mut self, now_ms: u64) {
@@ -406,11 +464,18 @@ impl ClusterCore {
         let m = self.member_by_address(address)?;
         if matches!(
             m.status,
-            MemberStatus::Joining | MemberStatus::WeaklyUp | MemberStatus::Up | MemberStatus::PreparingForShutdown | MemberStatus::ReadyForShutdown
+            MemberStatus::Joining
+                | MemberStatus::WeaklyUp
+                | MemberStatus::Up
+                | MemberStatus::PreparingForShutdown
+                | MemberStatus::ReadyForShutdown
         ) {
             info!(member = %m.unique_address, "marking member Leaving");
             let mut g = self.state.latest_gossip.clone();
-            g.members.insert(m.unique_address.clone(), m.with_status(MemberStatus::Leaving));
+            g.members.insert(
+                m.unique_address.clone(),
+                m.with_status(MemberStatus::Leaving),
+            );
             self.update_versioned(now_ms, g);
         }
         Ok(())
@@ -431,7 +496,8 @@ impl ClusterCore {
         if m.status.can_transition_to(MemberStatus::Down) {
             info!(member = %m.unique_address, "marking member Down");
             let mut g = self.state.latest_gossip.clone();
-            g.members.insert(m.unique_address.clone(), m.with_status(MemberStatus::Down));
+            g.members
+                .insert(m.unique_address.clone(), m.with_status(MemberStatus::Down));
             self.update_versioned(now_ms, g);
         }
     }
@@ -475,12 +541,17 @@ impl ClusterCore {
     }
 
     fn update_latest_gossip(&mut self, now_ms: u64, g: Gossip) {
+        self.state_changes += 1;
         let old = std::mem::replace(&mut self.state.latest_gossip, g);
         let old_state = MembershipState::new(old, self.state.self_unique_address.clone());
         for e in diff(&old_state, &self.state) {
             match &e {
-                ClusterEvent::UnreachableMember(m) => warn!(member = %m.unique_address, "member is unreachable"),
-                ClusterEvent::ReachableMember(m) => info!(member = %m.unique_address, "member is reachable again"),
+                ClusterEvent::UnreachableMember(m) => {
+                    warn!(member = %m.unique_address, "member is unreachable")
+                }
+                ClusterEvent::ReachableMember(m) => {
+                    info!(member = %m.unique_address, "member is reachable again")
+                }
                 ClusterEvent::LeaderChanged(l) => {
                     info!(leader = %l.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "none".into()), "leader changed")
                 }
@@ -493,8 +564,13 @@ impl ClusterCore {
             }
             self.events.push_back(e);
         }
-        if old_state.latest_gossip.members.keys().ne(self.state.latest_gossip.members.keys())
-            || old_state.latest_gossip.overview.reachability != self.state.latest_gossip.overview.reachability
+        if old_state
+            .latest_gossip
+            .members
+            .keys()
+            .ne(self.state.latest_gossip.members.keys())
+            || old_state.latest_gossip.overview.reachability
+                != self.state.latest_gossip.overview.reachability
         {
             self.ring_dirty = true;
         }
@@ -510,7 +586,8 @@ impl ClusterCore {
             None => self.self_removed(),
             Some(MemberStatus::Down) if self.settings.run_coordinated_shutdown_when_down => {
                 // Keep gossiping for two rounds so the cluster learns, then stop.
-                self.down_at_ms.get_or_insert(now_ms + 2 * self.settings.gossip_interval_ms);
+                self.down_at_ms
+                    .get_or_insert(now_ms + 2 * self.settings.gossip_interval_ms);
             }
             Some(MemberStatus::Exiting) => {
                 self.exiting_since_ms.get_or_insert(now_ms);
@@ -524,9 +601,13 @@ impl ClusterCore {
             info!("this node has been removed from the cluster; shutting down");
             let me = self.state.self_unique_address.clone();
             if let Some(m) = self.state.latest_gossip.member(&me).cloned() {
-                self.events.push_back(ClusterEvent::MemberRemoved { member: m.with_status(MemberStatus::Removed), previous_status: m.status });
+                self.events.push_back(ClusterEvent::MemberRemoved {
+                    member: m.with_status(MemberStatus::Removed),
+                    previous_status: m.status,
+                });
             }
             self.shutdown = Some(ShutdownReason::Removed);
+            self.state_changes += 1;
         }
     }
 
@@ -541,17 +622,34 @@ impl ClusterCore {
             ClusterMessage::InitJoin => self.receive_init_join(from),
             ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
             ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
-            ClusterMessage::Join { roles, app_version } => self.receive_join(now_ms, from, roles, app_version),
-            ClusterMessage::Welcome { gossip } => self.receive_welcome(now_ms, from, gossip),
-            ClusterMessage::GossipEnvelope { to, gossip } => self.receive_gossip(now_ms, from, &to, gossip),
-            ClusterMessage::GossipStatus { version, seen_digest } => self.receive_gossip_status(from, version, seen_digest),
-            ClusterMessage::Heartbeat { sequence_nr, creation_time_ms } => {
-                self.send(from, ClusterMessage::HeartbeatRsp { sequence_nr, creation_time_ms })
+            ClusterMessage::Join { roles, app_version } => {
+                self.receive_join(now_ms, from, roles, app_version)
             }
+            ClusterMessage::Welcome { gossip } => self.receive_welcome(now_ms, from, gossip),
+            ClusterMessage::GossipEnvelope { to, gossip } => {
+                self.receive_gossip(now_ms, from, &to, gossip)
+            }
+            ClusterMessage::GossipStatus {
+                version,
+                seen_digest,
+            } => self.receive_gossip_status(from, version, seen_digest),
+            ClusterMessage::Heartbeat {
+                sequence_nr,
+                creation_time_ms,
+            } => self.send(
+                from,
+                ClusterMessage::HeartbeatRsp {
+                    sequence_nr,
+                    creation_time_ms,
+                },
+            ),
             ClusterMessage::HeartbeatRsp { .. } => {
                 if self.active_receivers.contains(from) {
                     let phi = self.settings.failure_detector.phi_settings();
-                    self.failure_detectors.entry(from.clone()).or_insert_with(|| PhiAccrualFailureDetector::new(phi)).heartbeat(now_ms);
+                    self.failure_detectors
+                        .entry(from.clone())
+                        .or_insert_with(|| PhiAccrualFailureDetector::new(phi))
+                        .heartbeat(now_ms);
                     self.expected_first_heartbeat_ms.remove(from);
                 }
             }
@@ -560,11 +658,17 @@ impl ClusterCore {
 
     fn receive_init_join(&mut self, from: &UniqueAddress) {
         let ok = self.initialized
-            && self
-                .state
-                .self_member()
-                .is_some_and(|m| !matches!(m.status, MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Leaving));
-        let reply = if ok { ClusterMessage::InitJoinAck } else { ClusterMessage::InitJoinNack };
+            && self.state.self_member().is_some_and(|m| {
+                !matches!(
+                    m.status,
+                    MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Leaving
+                )
+            });
+        let reply = if ok {
+            ClusterMessage::InitJoinAck
+        } else {
+            ClusterMessage::InitJoinNack
+        };
         self.send(from, reply);
     }
 
@@ -577,7 +681,11 @@ impl ClusterCore {
 
     fn receive_init_join_nack(&mut self, now_ms: u64, from: &UniqueAddress) {
         let form = match &mut self.join {
-            JoinProcess::SeedNodes { first_seed: true, remaining, .. } => {
+            JoinProcess::SeedNodes {
+                first_seed: true,
+                remaining,
+                ..
+            } => {
                 remaining.remove(&from.address);
                 remaining.is_empty()
             }
@@ -589,18 +697,28 @@ impl ClusterCore {
         }
     }
 
-    fn receive_join(&mut self, now_ms: u64, from: &UniqueAddress, roles: BTreeSet<String>, app_version: String) {
+    fn receive_join(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        roles: BTreeSet<String>,
+        app_version: String,
+    ) {
         if !self.initialized {
             debug!(node = %from, "ignoring Join: not in a cluster yet");
             self.stats.ignored += 1;
             return;
         }
         let self_status = self.state.self_member().map(|m| m.status);
-        if matches!(self_status, Some(MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Leaving) | None) {
+        if matches!(
+            self_status,
+            Some(MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Leaving) | None
+        ) {
             self.stats.ignored += 1;
             return;
         }
-        if from.address == *self.self_address() || from.address.system != self.self_address().system {
+        if from.address == *self.self_address() || from.address.system != self.self_address().system
+        {
             self.stats.ignored += 1;
             return;
         }
@@ -609,7 +727,13 @@ impl ClusterCore {
             self.stats.ignored += 1;
             return;
         }
-        let existing = self.state.latest_gossip.members.values().find(|m| m.address() == &from.address).cloned();
+        let existing = self
+            .state
+            .latest_gossip
+            .members
+            .values()
+            .find(|m| m.address() == &from.address)
+            .cloned();
         match existing {
             Some(m) if m.unique_address == *from => {
                 // Retried Join (lost Welcome): send the state again.
@@ -624,8 +748,12 @@ impl ClusterCore {
                     );
                     let me = self.state.self_unique_address.clone();
                     let mut g = self.state.latest_gossip.clone();
-                    g.overview.reachability = g.overview.reachability.terminated(&me, &old.unique_address);
-                    g.members.insert(old.unique_address.clone(), old.with_status(MemberStatus::Down));
+                    g.overview.reachability =
+                        g.overview.reachability.terminated(&me, &old.unique_address);
+                    g.members.insert(
+                        old.unique_address.clone(),
+                        old.with_status(MemberStatus::Down),
+                    );
                     self.update_versioned(now_ms, g);
                 }
             }
@@ -661,7 +789,13 @@ impl ClusterCore {
         self.update_latest_gossip(now_ms, gossip.seen(&me));
     }
 
-    fn receive_gossip(&mut self, now_ms: u64, from: &UniqueAddress, to: &UniqueAddress, remote: Gossip) {
+    fn receive_gossip(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        to: &UniqueAddress,
+        remote: Gossip,
+    ) {
         self.stats.gossip_received += 1;
         let me = self.state.self_unique_address.clone();
         if *to != me {
@@ -678,7 +812,8 @@ impl ClusterCore {
             return;
         }
         let local = &self.state.latest_gossip;
-        if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from) {
+        if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from)
+        {
             debug!(%from, "ignoring gossip from a node that is not a member or does not know this node");
             self.stats.ignored += 1;
             return;
@@ -703,11 +838,19 @@ impl ClusterCore {
         }
     }
 
-    fn receive_gossip_status(&mut self, from: &UniqueAddress, version: crate::vector_clock::VectorClock, seen_digest: u64) {
+    fn receive_gossip_status(
+        &mut self,
+        from: &UniqueAddress,
+        version: crate::vector_clock::VectorClock,
+        seen_digest: u64,
+    ) {
         self.stats.gossip_status_received += 1;
         let me = self.state.self_unique_address.clone();
         let local = &self.state.latest_gossip;
-        if !self.initialized || !local.has_member(from) || !local.overview.reachability.is_reachable_from(&me, from) {
+        if !self.initialized
+            || !local.has_member(from)
+            || !local.overview.reachability.is_reachable_from(&me, from)
+        {
             self.stats.ignored += 1;
             return;
         }
@@ -725,13 +868,22 @@ impl ClusterCore {
     fn send_gossip_to(&mut self, to: &UniqueAddress) {
         self.stats.gossip_sent += 1;
         let gossip = self.state.latest_gossip.clone();
-        self.send(to, ClusterMessage::GossipEnvelope { to: to.clone(), gossip });
+        self.send(
+            to,
+            ClusterMessage::GossipEnvelope {
+                to: to.clone(),
+                gossip,
+            },
+        );
     }
 
     fn send_gossip_status_to(&mut self, to: &UniqueAddress) {
         self.stats.gossip_status_sent += 1;
         let g = &self.state.latest_gossip;
-        let msg = ClusterMessage::GossipStatus { version: g.version.clone(), seen_digest: g.seen_digest() };
+        let msg = ClusterMessage::GossipStatus {
+            version: g.version.clone(),
+            seen_digest: g.seen_digest(),
+        };
         self.send(to, msg);
     }
 
@@ -743,7 +895,12 @@ impl ClusterCore {
             return;
         }
         self.seed_node_tick(now_ms);
-        if let JoinProcess::TryingToJoin { target, seeds, retry_at_ms: Some(r) } = &self.join {
+        if let JoinProcess::TryingToJoin {
+            target,
+            seeds,
+            retry_at_ms: Some(r),
+        } = &self.join
+        {
             if now_ms >= *r {
                 let (target, seeds) = (target.clone(), seeds.clone());
                 match seeds {
@@ -765,12 +922,19 @@ impl ClusterCore {
                 return;
             }
         }
-        let due_first: Vec<UniqueAddress> =
-            self.expected_first_heartbeat_ms.iter().filter(|(_, d)| **d <= now_ms).map(|(k, _)| k.clone()).collect();
+        let due_first: Vec<UniqueAddress> = self
+            .expected_first_heartbeat_ms
+            .iter()
+            .filter(|(_, d)| **d <= now_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
         for n in due_first {
             self.expected_first_heartbeat_ms.remove(&n);
             let phi = self.settings.failure_detector.phi_settings();
-            let fd = self.failure_detectors.entry(n).or_insert_with(|| PhiAccrualFailureDetector::new(phi));
+            let fd = self
+                .failure_detectors
+                .entry(n)
+                .or_insert_with(|| PhiAccrualFailureDetector::new(phi));
             if !fd.is_monitoring() {
                 // No reply yet: start the clock as if a heartbeat had arrived, so a node
                 // that never answers is detected.
@@ -804,7 +968,9 @@ impl ClusterCore {
             }
         }
         if let Some(since) = self.exiting_since_ms {
-            if now_ms >= since + self.settings.exiting_shutdown_timeout_ms && self.shutdown.is_none() {
+            if now_ms >= since + self.settings.exiting_shutdown_timeout_ms
+                && self.shutdown.is_none()
+            {
                 warn!("Exiting, but removal was not observed in time; shutting down");
                 self.shutdown = Some(ShutdownReason::ExitingTimeout);
             }
@@ -816,7 +982,13 @@ impl ClusterCore {
             return;
         }
         let prune_before = now_ms.saturating_sub(self.settings.prune_gossip_tombstones_after_ms);
-        if self.state.latest_gossip.tombstones.values().any(|t| *t < prune_before) {
+        if self
+            .state
+            .latest_gossip
+            .tombstones
+            .values()
+            .any(|t| *t < prune_before)
+        {
             let g = self.state.latest_gossip.prune_tombstones(prune_before);
             self.state.latest_gossip = g;
         }
@@ -863,10 +1035,13 @@ impl ClusterCore {
             );
             let receivers = ring.my_receivers();
             self.failure_detectors.retain(|k, _| receivers.contains(k));
-            self.expected_first_heartbeat_ms.retain(|k, _| receivers.contains(k));
+            self.expected_first_heartbeat_ms
+                .retain(|k, _| receivers.contains(k));
             for r in receivers.difference(&self.active_receivers) {
-                self.expected_first_heartbeat_ms
-                    .insert(r.clone(), now_ms + self.settings.failure_detector.expected_response_after_ms);
+                self.expected_first_heartbeat_ms.insert(
+                    r.clone(),
+                    now_ms + self.settings.failure_detector.expected_response_after_ms,
+                );
             }
             self.active_receivers = receivers;
         }
@@ -874,7 +1049,13 @@ impl ClusterCore {
         let receivers: Vec<UniqueAddress> = self.active_receivers.iter().cloned().collect();
         for r in receivers {
             self.stats.heartbeats_sent += 1;
-            self.send(&r, ClusterMessage::Heartbeat { sequence_nr: self.heartbeat_seq, creation_time_ms: now_ms });
+            self.send(
+                &r,
+                ClusterMessage::Heartbeat {
+                    sequence_nr: self.heartbeat_seq,
+                    creation_time_ms: now_ms,
+                },
+            );
         }
     }
 
@@ -891,7 +1072,10 @@ impl ClusterCore {
             if !g.has_member(node) {
                 continue;
             }
-            let available = self.failure_detectors.get(node).is_none_or(|fd| fd.is_available(now_ms));
+            let available = self
+                .failure_detectors
+                .get(node)
+                .is_none_or(|fd| fd.is_available(now_ms));
             match reach.status_from(&me, node) {
                 ReachabilityStatus::Reachable if !available => {
                     warn!(node = %node, phi = self.failure_detectors.get(node).map(|f| f.phi(now_ms)).unwrap_or(0.0), "marking node as UNREACHABLE");
@@ -924,7 +1108,11 @@ impl ClusterCore {
         if !self.initialized {
             return;
         }
-        track_joining(&mut self.joining_since_ms, &self.state.latest_gossip, now_ms);
+        track_joining(
+            &mut self.joining_since_ms,
+            &self.state.latest_gossip,
+            now_ms,
+        );
         let me = self.state.self_unique_address.clone();
         if !self.state.is_leader(&me) {
             return;
@@ -933,11 +1121,22 @@ impl ClusterCore {
         let result = if self.state.convergence() {
             leader_actions_on_convergence(&self.state, &settings, now_ms)
         } else if let Some(after) = self.settings.weakly_up_after_ms {
-            move_joining_to_weakly_up(&self.state, &settings, &self.joining_since_ms, after, now_ms)
+            move_joining_to_weakly_up(
+                &self.state,
+                &settings,
+                &self.joining_since_ms,
+                after,
+                now_ms,
+            )
         } else {
             None
         };
-        if let Some(LeaderActionsResult { gossip, changed, removed }) = result {
+        if let Some(LeaderActionsResult {
+            gossip,
+            changed,
+            removed,
+        }) = result
+        {
             for m in &changed {
                 info!(member = %m.unique_address, status = %m.status, "leader is moving member");
             }
@@ -949,7 +1148,13 @@ impl ClusterCore {
             for m in &removed {
                 if m.unique_address != me {
                     let gossip = self.state.latest_gossip.clone();
-                    self.send(&m.unique_address, ClusterMessage::GossipEnvelope { to: m.unique_address.clone(), gossip });
+                    self.send(
+                        &m.unique_address,
+                        ClusterMessage::GossipEnvelope {
+                            to: m.unique_address.clone(),
+                            gossip,
+                        },
+                    );
                 }
             }
             self.gossip_round(now_ms);

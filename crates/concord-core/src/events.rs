@@ -112,7 +112,9 @@ impl CurrentClusterState {
     /// Snapshot of `state`.
     pub fn of(state: &MembershipState) -> Self {
         let g = &state.latest_gossip;
-        let observers = state.reachability_excluding_downed_observers().observers_by_unreachable_subject();
+        let observers = state
+            .reachability_excluding_downed_observers()
+            .observers_by_unreachable_subject();
         CurrentClusterState {
             members: g.members.values().cloned().collect(),
             unreachable: observers
@@ -176,10 +178,16 @@ pub fn diff(old: &MembershipState, new: &MembershipState) -> Vec<ClusterEvent> {
             });
         }
     }
-    let old_unreachable: BTreeSet<UniqueAddress> =
-        old.unreachable_members().into_iter().map(|m| m.unique_address.clone()).collect();
-    let new_unreachable: BTreeSet<UniqueAddress> =
-        new.unreachable_members().into_iter().map(|m| m.unique_address.clone()).collect();
+    let old_unreachable: BTreeSet<UniqueAddress> = old
+        .unreachable_members()
+        .into_iter()
+        .map(|m| m.unique_address.clone())
+        .collect();
+    let new_unreachable: BTreeSet<UniqueAddress> = new
+        .unreachable_members()
+        .into_iter()
+        .map(|m| m.unique_address.clone())
+        .collect();
     for n in new_unreachable.difference(&old_unreachable) {
         if let Some(m) = ng.member(n) {
             out.push(ClusterEvent::UnreachableMember(m.clone()));
@@ -217,7 +225,13 @@ mod tests {
     }
 
     fn m(i: u16, st: MemberStatus) -> Member {
-        Member { unique_address: n(i), status: st, roles: ["r".to_string()].into(), up_number: UP_NUMBER_UNSET, app_version: "0".into() }
+        Member {
+            unique_address: n(i),
+            status: st,
+            roles: ["r".to_string()].into(),
+            up_number: UP_NUMBER_UNSET,
+            app_version: "0".into(),
+        }
     }
 
     fn st(ms: &[(u16, MemberStatus)]) -> MembershipState {
@@ -253,7 +267,10 @@ mod tests {
         let ev = diff(&st(&[(1, Up), (2, Exiting)]), &st(&[(1, Up)]));
         assert_eq!(
             ev,
-            vec![ClusterEvent::MemberRemoved { member: m(2, Removed), previous_status: Exiting }]
+            vec![ClusterEvent::MemberRemoved {
+                member: m(2, Removed),
+                previous_status: Exiting
+            }]
         );
     }
 
@@ -261,11 +278,19 @@ mod tests {
     fn unreachable_and_reachable_again() {
         let a = st(&[(1, Up), (2, Up)]);
         let mut b = a.clone();
-        b.latest_gossip.overview.reachability = b.latest_gossip.overview.reachability.unreachable(&n(1), &n(2));
+        b.latest_gossip.overview.reachability = b
+            .latest_gossip
+            .overview
+            .reachability
+            .unreachable(&n(1), &n(2));
         let ev = diff(&a, &b);
         assert!(matches!(&ev[0], ClusterEvent::UnreachableMember(x) if x.unique_address == n(2)));
         let mut c = b.clone();
-        c.latest_gossip.overview.reachability = c.latest_gossip.overview.reachability.reachable(&n(1), &n(2));
+        c.latest_gossip.overview.reachability = c
+            .latest_gossip
+            .overview
+            .reachability
+            .reachable(&n(1), &n(2));
         let ev = diff(&b, &c);
         assert!(matches!(&ev[0], ClusterEvent::ReachableMember(x) if x.unique_address == n(2)));
     }
@@ -274,13 +299,21 @@ mod tests {
     fn leader_and_role_leader_changes() {
         let ev = diff(&st(&[]), &st(&[(1, Up)]));
         assert!(ev.contains(&ClusterEvent::LeaderChanged(Some(n(1).address))));
-        assert!(ev.contains(&ClusterEvent::RoleLeaderChanged { role: "r".into(), leader: Some(n(1).address) }));
+        assert!(ev.contains(&ClusterEvent::RoleLeaderChanged {
+            role: "r".into(),
+            leader: Some(n(1).address)
+        }));
     }
 
     #[test]
     fn snapshot_lists_unreachable_with_observers() {
         let mut s = st(&[(1, Up), (2, Up), (3, Up)]);
-        s.latest_gossip.overview.reachability = s.latest_gossip.overview.reachability.unreachable(&n(1), &n(3)).unreachable(&n(2), &n(3));
+        s.latest_gossip.overview.reachability = s
+            .latest_gossip
+            .overview
+            .reachability
+            .unreachable(&n(1), &n(3))
+            .unreachable(&n(2), &n(3));
         let snap = CurrentClusterState::of(&s);
         assert_eq!(snap.unreachable.len(), 1);
         assert_eq!(snap.unreachable[0].1.len(), 2);

@@ -52,7 +52,12 @@ struct HeartbeatHistory {
 
 impl HeartbeatHistory {
     fn new(max_sample_size: usize) -> Self {
-        HeartbeatHistory { max_sample_size: max_sample_size.max(1), intervals: VecDeque::new(), sum: 0.0, squared_sum: 0.0 }
+        HeartbeatHistory {
+            max_sample_size: max_sample_size.max(1),
+            intervals: VecDeque::new(),
+            sum: 0.0,
+            squared_sum: 0.0,
+        }
     }
 
     fn push(&mut self, interval: f64) {
@@ -105,7 +110,11 @@ impl PhiAccrualFailureDetector {
     /// A detector that has not received any heartbeat yet (φ = 0, available).
     pub fn new(settings: PhiAccrualSettings) -> Self {
         let history = HeartbeatHistory::new(settings.max_sample_size);
-        PhiAccrualFailureDetector { settings, history, last_heartbeat_ms: None }
+        PhiAccrualFailureDetector {
+            settings,
+            history,
+            last_heartbeat_ms: None,
+        }
     }
 
     /// The settings.
@@ -146,7 +155,10 @@ impl PhiAccrualFailureDetector {
             Some(last) => {
                 let diff = now_ms.saturating_sub(last) as f64;
                 let mean = self.history.mean() + self.settings.acceptable_heartbeat_pause_ms;
-                let std = self.history.std_deviation().max(self.settings.min_std_deviation_ms);
+                let std = self
+                    .history
+                    .std_deviation()
+                    .max(self.settings.min_std_deviation_ms);
                 phi(diff, mean, std)
             }
         }
@@ -190,10 +202,19 @@ mod tests {
 
     #[test]
     fn phi_matches_the_formula_for_known_inputs() {
-        for (t, mean, std) in [(0.0, 10.0, 100.0), (1000.0, 1000.0, 100.0), (1100.0, 1000.0, 100.0), (1500.0, 1000.0, 200.0), (3000.0, 1000.0, 500.0)] {
+        for (t, mean, std) in [
+            (0.0, 10.0, 100.0),
+            (1000.0, 1000.0, 100.0),
+            (1100.0, 1000.0, 100.0),
+            (1500.0, 1000.0, 200.0),
+            (3000.0, 1000.0, 500.0),
+        ] {
             let got = phi(t, mean, std);
             let want = expected_phi(t, mean, std);
-            assert!((got - want).abs() < 1e-6, "phi({t},{mean},{std}) = {got}, want {want}");
+            assert!(
+                (got - want).abs() < 1e-6,
+                "phi({t},{mean},{std}) = {got}, want {want}"
+            );
         }
         // Values from Akka's AccrualFailureDetectorSpec: phi(0.0, 10.0, 100.0) small,
         // mean → ~0.3, mean+1σ ≈ 0.8, mean+2σ ≈ 1.6, mean+3σ ≈ 2.9.
@@ -259,10 +280,19 @@ mod tests {
             }
         }
         let crossing = hi.ceil() as u64;
-        assert!(d.is_available(last + crossing - 2), "still available just before {crossing} ms");
-        assert!(!d.is_available(last + crossing + 1), "unavailable just after {crossing} ms");
+        assert!(
+            d.is_available(last + crossing - 2),
+            "still available just before {crossing} ms"
+        );
+        assert!(
+            !d.is_available(last + crossing + 1),
+            "unavailable just after {crossing} ms"
+        );
         // With default settings that is about heartbeat + pause + ~0.4-0.5 s.
-        assert!((4300..4700).contains(&crossing), "crossing at {crossing} ms");
+        assert!(
+            (4300..4700).contains(&crossing),
+            "crossing at {crossing} ms"
+        );
     }
 
     #[test]
@@ -278,7 +308,10 @@ mod tests {
 
     #[test]
     fn history_is_bounded() {
-        let mut d = PhiAccrualFailureDetector::new(PhiAccrualSettings { max_sample_size: 3, ..Default::default() });
+        let mut d = PhiAccrualFailureDetector::new(PhiAccrualSettings {
+            max_sample_size: 3,
+            ..Default::default()
+        });
         for i in 0..100 {
             d.heartbeat(i * 1000);
         }

@@ -85,7 +85,9 @@ impl Gossip {
 
     /// A copy with the seen sets of both (for two gossips with the same version).
     pub fn merge_seen(mut self, other: &Gossip) -> Gossip {
-        self.overview.seen.extend(other.overview.seen.iter().cloned());
+        self.overview
+            .seen
+            .extend(other.overview.seen.iter().cloned());
         self
     }
 
@@ -119,7 +121,10 @@ impl Gossip {
             self.version = self.version.prune(node);
         }
         self.overview.seen.retain(|k| !t.contains_key(k));
-        self.overview.reachability = self.overview.reachability.merge(&Reachability::new(), |n| !t.contains_key(n));
+        self.overview.reachability = self
+            .overview
+            .reachability
+            .merge(&Reachability::new(), |n| !t.contains_key(n));
         self
     }
 
@@ -138,7 +143,8 @@ impl Gossip {
             version = version.prune(node);
         }
         let mut members = BTreeMap::new();
-        let keys: BTreeSet<&UniqueAddress> = self.members.keys().chain(other.members.keys()).collect();
+        let keys: BTreeSet<&UniqueAddress> =
+            self.members.keys().chain(other.members.keys()).collect();
         for k in keys {
             if tombstones.contains_key(k) {
                 continue;
@@ -150,11 +156,18 @@ impl Gossip {
             };
             members.insert(k.clone(), m);
         }
-        let reachability =
-            self.overview.reachability.merge(&other.overview.reachability, |n| !tombstones.contains_key(n));
+        let reachability = self
+            .overview
+            .reachability
+            .merge(&other.overview.reachability, |n| {
+                !tombstones.contains_key(n)
+            });
         Gossip {
             members,
-            overview: GossipOverview { seen: BTreeSet::new(), reachability },
+            overview: GossipOverview {
+                seen: BTreeSet::new(),
+                reachability,
+            },
             version,
             tombstones,
         }
@@ -176,8 +189,13 @@ impl Gossip {
     }
 
     /// Members in the given statuses.
-    pub fn members_with_status<'a>(&'a self, statuses: &'a [MemberStatus]) -> impl Iterator<Item = &'a Member> + 'a {
-        self.members.values().filter(move |m| statuses.contains(&m.status))
+    pub fn members_with_status<'a>(
+        &'a self,
+        statuses: &'a [MemberStatus],
+    ) -> impl Iterator<Item = &'a Member> + 'a {
+        self.members
+            .values()
+            .filter(move |m| statuses.contains(&m.status))
     }
 
     /// The youngest member by up-number among members that have been Up (for the next
@@ -222,7 +240,11 @@ mod tests {
         let mut r = Reachability::new();
         for (o, s, unreach) in history.iter().take(prefix) {
             if o != s {
-                r = if *unreach { r.unreachable(&n(*o), &n(*s)) } else { r.reachable(&n(*o), &n(*s)) };
+                r = if *unreach {
+                    r.unreachable(&n(*o), &n(*s))
+                } else {
+                    r.reachable(&n(*o), &n(*s))
+                };
             }
         }
         r
@@ -230,7 +252,11 @@ mod tests {
 
     fn arb_one(history: Vec<(u16, u16, bool)>) -> impl Strategy<Value = Gossip> {
         (
-            proptest::collection::btree_map(0u16..6, (arb_status(), prop_oneof![Just(UP_NUMBER_UNSET), 1u32..4]), 0..6),
+            proptest::collection::btree_map(
+                0u16..6,
+                (arb_status(), prop_oneof![Just(UP_NUMBER_UNSET), 1u32..4]),
+                0..6,
+            ),
             proptest::collection::btree_map(0u16..6, 1u64..5, 0..6),
             proptest::collection::btree_map(0u16..6, 0u64..100, 0..2),
             0..=history.len(),
@@ -271,12 +297,17 @@ mod tests {
         let m = a.merge(&removed);
         assert!(!m.has_member(&n(1)), "a tombstone beats every status");
         assert!(m.tombstones.contains_key(&n(1)));
-        assert!(m.overview.seen.is_empty(), "nobody has seen a merged gossip");
+        assert!(
+            m.overview.seen.is_empty(),
+            "nobody has seen a merged gossip"
+        );
     }
 
     #[test]
     fn prune_tombstones_drops_only_old_ones() {
-        let g = Gossip::single(member(0, MemberStatus::Up, 1)).remove(&n(1), 10).remove(&n(2), 50);
+        let g = Gossip::single(member(0, MemberStatus::Up, 1))
+            .remove(&n(1), 10)
+            .remove(&n(2), 50);
         let p = g.prune_tombstones(20);
         assert!(!p.tombstones.contains_key(&n(1)));
         assert!(p.tombstones.contains_key(&n(2)));

@@ -31,9 +31,15 @@ impl HeartbeatNodeRing {
     ) -> Self {
         let mut set: BTreeSet<UniqueAddress> = nodes.into_iter().collect();
         set.insert(self_address.clone());
-        let mut ring: Vec<(u64, UniqueAddress)> = set.into_iter().map(|n| (n.stable_hash(), n)).collect();
+        let mut ring: Vec<(u64, UniqueAddress)> =
+            set.into_iter().map(|n| (n.stable_hash(), n)).collect();
         ring.sort();
-        HeartbeatNodeRing { self_address, ring, unreachable, monitored_by_nr_of_members: monitored_by_nr_of_members.max(1) }
+        HeartbeatNodeRing {
+            self_address,
+            ring,
+            unreachable,
+            monitored_by_nr_of_members: monitored_by_nr_of_members.max(1),
+        }
     }
 
     /// Number of nodes in the ring (self included).
@@ -56,11 +62,19 @@ impl HeartbeatNodeRing {
             return out;
         }
         if n - 1 <= self.monitored_by_nr_of_members {
-            return self.ring.iter().filter(|(_, a)| a != sender).map(|(_, a)| a.clone()).collect();
+            return self
+                .ring
+                .iter()
+                .filter(|(_, a)| a != sender)
+                .map(|(_, a)| a.clone())
+                .collect();
         }
         let start = match self.ring.iter().position(|(_, a)| a == sender) {
             Some(i) => i,
-            None => self.ring.partition_point(|(h, _)| *h < sender.stable_hash()).wrapping_sub(1),
+            None => self
+                .ring
+                .partition_point(|(h, _)| *h < sender.stable_hash())
+                .wrapping_sub(1),
         };
         let mut reachable_taken = 0;
         for step in 1..n {
@@ -117,7 +131,11 @@ mod tests {
         for me in &nodes {
             let ring = HeartbeatNodeRing::new(me.clone(), nodes.clone(), BTreeSet::new(), k);
             let other_view = HeartbeatNodeRing::new(n(7), nodes.clone(), BTreeSet::new(), k);
-            assert_eq!(ring.receivers(me), other_view.receivers(me), "same on all nodes");
+            assert_eq!(
+                ring.receivers(me),
+                other_view.receivers(me),
+                "same on all nodes"
+            );
             let r = ring.my_receivers();
             assert_eq!(r.len(), k);
             for x in r {

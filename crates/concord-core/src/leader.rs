@@ -46,22 +46,30 @@ pub fn is_min_nr_of_members_fulfilled(gossip: &Gossip, settings: &LeaderSettings
 
 /// Leader actions on convergence. `None` if nothing changes. The caller must have checked
 /// that self is the leader and the state has converged.
-pub fn leader_actions_on_convergence(state: &MembershipState, settings: &LeaderSettings, now_ms: u64) -> Option<LeaderActionsResult> {
+pub fn leader_actions_on_convergence(
+    state: &MembershipState,
+    settings: &LeaderSettings,
+    now_ms: u64,
+) -> Option<LeaderActionsResult> {
     let g = &state.latest_gossip;
     let me = &state.self_unique_address;
     let reach = state.reachability_excluding_downed_observers();
     let enough = is_min_nr_of_members_fulfilled(g, settings);
-    let preparing_for_shutdown = g
-        .members
-        .values()
-        .any(|m| matches!(m.status, MemberStatus::PreparingForShutdown | MemberStatus::ReadyForShutdown));
+    let preparing_for_shutdown = g.members.values().any(|m| {
+        matches!(
+            m.status,
+            MemberStatus::PreparingForShutdown | MemberStatus::ReadyForShutdown
+        )
+    });
 
     let removed: Vec<Member> = g
         .members
         .values()
         .filter(|m| match m.status {
             MemberStatus::Down => true,
-            MemberStatus::Exiting => g.seen_by_node(&m.unique_address) || !reach.is_reachable(&m.unique_address),
+            MemberStatus::Exiting => {
+                g.seen_by_node(&m.unique_address) || !reach.is_reachable(&m.unique_address)
+            }
             _ => false,
         })
         .cloned()
@@ -82,7 +90,9 @@ pub fn leader_actions_on_convergence(state: &MembershipState, settings: &LeaderS
                 Some(m.with_up(up))
             }
             MemberStatus::Leaving => Some(m.with_status(MemberStatus::Exiting)),
-            MemberStatus::PreparingForShutdown => Some(m.with_status(MemberStatus::ReadyForShutdown)),
+            MemberStatus::PreparingForShutdown => {
+                Some(m.with_status(MemberStatus::ReadyForShutdown))
+            }
             _ => None,
         };
         if let Some(u) = updated {
@@ -99,7 +109,11 @@ pub fn leader_actions_on_convergence(state: &MembershipState, settings: &LeaderS
     for m in &removed {
         next = next.remove(&m.unique_address, now_ms);
     }
-    Some(LeaderActionsResult { gossip: next.bump(me), changed, removed })
+    Some(LeaderActionsResult {
+        gossip: next.bump(me),
+        changed,
+        removed,
+    })
 }
 
 /// Joining → WeaklyUp without convergence, for members that are reachable and have been
@@ -135,12 +149,20 @@ pub fn move_joining_to_weakly_up(
     for m in &changed {
         next.members.insert(m.unique_address.clone(), m.clone());
     }
-    Some(LeaderActionsResult { gossip: next.bump(&state.self_unique_address), changed, removed: Vec::new() })
+    Some(LeaderActionsResult {
+        gossip: next.bump(&state.self_unique_address),
+        changed,
+        removed: Vec::new(),
+    })
 }
 
 /// Keeps `joining_since_ms` in step with the gossip: records `now_ms` for newly seen
 /// Joining members and forgets the others.
-pub fn track_joining(joining_since_ms: &mut BTreeMap<UniqueAddress, u64>, gossip: &Gossip, now_ms: u64) {
+pub fn track_joining(
+    joining_since_ms: &mut BTreeMap<UniqueAddress, u64>,
+    gossip: &Gossip,
+    now_ms: u64,
+) {
     let joining: BTreeSet<&UniqueAddress> = gossip
         .members
         .values()
@@ -182,32 +204,57 @@ mod tests {
     }
 
     fn settings(min: usize) -> LeaderSettings {
-        LeaderSettings { min_nr_of_members: min, ..Default::default() }
+        LeaderSettings {
+            min_nr_of_members: min,
+            ..Default::default()
+        }
     }
 
     use MemberStatus::*;
 
     #[test]
     fn joining_moves_up_with_increasing_up_numbers() {
-        let s = state(vec![m(1, Up, 1, &[]), m(2, Joining, UP_NUMBER_UNSET, &[]), m(3, Joining, UP_NUMBER_UNSET, &[])], &[1]);
+        let s = state(
+            vec![
+                m(1, Up, 1, &[]),
+                m(2, Joining, UP_NUMBER_UNSET, &[]),
+                m(3, Joining, UP_NUMBER_UNSET, &[]),
+            ],
+            &[1],
+        );
         let r = leader_actions_on_convergence(&s, &settings(1), 0).unwrap();
         assert_eq!(r.gossip.members[&n(2)].status, Up);
         assert_eq!(r.gossip.members[&n(2)].up_number, 2);
         assert_eq!(r.gossip.members[&n(3)].up_number, 3);
         assert_eq!(r.gossip.overview.seen, [n(1)].into_iter().collect());
-        assert!(s.latest_gossip.version.compare(&r.gossip.version) == crate::vector_clock::ClockOrdering::Before);
+        assert!(
+            s.latest_gossip.version.compare(&r.gossip.version)
+                == crate::vector_clock::ClockOrdering::Before
+        );
     }
 
     #[test]
     fn min_nr_of_members_holds_joining_members_back() {
-        let s = state(vec![m(1, Joining, UP_NUMBER_UNSET, &[]), m(2, Joining, UP_NUMBER_UNSET, &[])], &[]);
+        let s = state(
+            vec![
+                m(1, Joining, UP_NUMBER_UNSET, &[]),
+                m(2, Joining, UP_NUMBER_UNSET, &[]),
+            ],
+            &[],
+        );
         assert!(leader_actions_on_convergence(&s, &settings(3), 0).is_none());
         assert!(leader_actions_on_convergence(&s, &settings(2), 0).is_some());
     }
 
     #[test]
     fn min_nr_of_members_per_role() {
-        let s = state(vec![m(1, Joining, UP_NUMBER_UNSET, &["backend"]), m(2, Joining, UP_NUMBER_UNSET, &["frontend"])], &[]);
+        let s = state(
+            vec![
+                m(1, Joining, UP_NUMBER_UNSET, &["backend"]),
+                m(2, Joining, UP_NUMBER_UNSET, &["frontend"]),
+            ],
+            &[],
+        );
         let mut st = settings(1);
         st.min_nr_of_members_of_role.insert("backend".into(), 2);
         assert!(leader_actions_on_convergence(&s, &st, 0).is_none());
@@ -240,7 +287,13 @@ mod tests {
 
     #[test]
     fn full_shutdown_moves_preparing_to_ready_and_holds_joiners() {
-        let s = state(vec![m(1, PreparingForShutdown, 1, &[]), m(2, Joining, UP_NUMBER_UNSET, &[])], &[1]);
+        let s = state(
+            vec![
+                m(1, PreparingForShutdown, 1, &[]),
+                m(2, Joining, UP_NUMBER_UNSET, &[]),
+            ],
+            &[1],
+        );
         let r = leader_actions_on_convergence(&s, &settings(1), 0).unwrap();
         assert_eq!(r.gossip.members[&n(1)].status, ReadyForShutdown);
         assert_eq!(r.gossip.members[&n(2)].status, Joining);
@@ -248,14 +301,29 @@ mod tests {
 
     #[test]
     fn weakly_up_after_the_configured_delay_and_only_if_reachable() {
-        let mut s = state(vec![m(1, Up, 1, &[]), m(2, Joining, UP_NUMBER_UNSET, &[]), m(3, Joining, UP_NUMBER_UNSET, &[])], &[1]);
-        s.latest_gossip.overview.reachability = s.latest_gossip.overview.reachability.unreachable(&n(1), &n(3));
+        let mut s = state(
+            vec![
+                m(1, Up, 1, &[]),
+                m(2, Joining, UP_NUMBER_UNSET, &[]),
+                m(3, Joining, UP_NUMBER_UNSET, &[]),
+            ],
+            &[1],
+        );
+        s.latest_gossip.overview.reachability = s
+            .latest_gossip
+            .overview
+            .reachability
+            .unreachable(&n(1), &n(3));
         let mut since = BTreeMap::new();
         track_joining(&mut since, &s.latest_gossip, 1000);
         assert!(move_joining_to_weakly_up(&s, &settings(1), &since, 7000, 7999).is_none());
         let r = move_joining_to_weakly_up(&s, &settings(1), &since, 7000, 8000).unwrap();
         assert_eq!(r.gossip.members[&n(2)].status, WeaklyUp);
-        assert_eq!(r.gossip.members[&n(3)].status, Joining, "unreachable joiners stay Joining");
+        assert_eq!(
+            r.gossip.members[&n(3)].status,
+            Joining,
+            "unreachable joiners stay Joining"
+        );
         // On convergence WeaklyUp → Up.
         let s2 = MembershipState::new(r.gossip, n(1));
         let r2 = leader_actions_on_convergence(&s2, &settings(1), 0).unwrap();

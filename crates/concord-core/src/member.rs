@@ -63,7 +63,10 @@ impl MemberStatus {
             (Joining, WeaklyUp | Up | Leaving | Down | Removed)
                 | (WeaklyUp, Up | Leaving | Down | Removed)
                 | (Up, Leaving | Down | Removed | PreparingForShutdown)
-                | (PreparingForShutdown, ReadyForShutdown | Removed | Leaving | Down)
+                | (
+                    PreparingForShutdown,
+                    ReadyForShutdown | Removed | Leaving | Down
+                )
                 | (ReadyForShutdown, Removed | Leaving | Down)
                 | (Leaving, Exiting | Down | Removed)
                 | (Exiting, Removed | Down)
@@ -133,7 +136,11 @@ pub struct Member {
 
 impl Member {
     /// A new member in status `Joining`.
-    pub fn joining(unique_address: UniqueAddress, roles: BTreeSet<String>, app_version: impl Into<String>) -> Self {
+    pub fn joining(
+        unique_address: UniqueAddress,
+        roles: BTreeSet<String>,
+        app_version: impl Into<String>,
+    ) -> Self {
         Member {
             unique_address,
             status: MemberStatus::Joining,
@@ -155,12 +162,19 @@ impl Member {
 
     /// A copy with `status`. Callers check [`MemberStatus::can_transition_to`].
     pub fn with_status(&self, status: MemberStatus) -> Member {
-        Member { status, ..self.clone() }
+        Member {
+            status,
+            ..self.clone()
+        }
     }
 
     /// A copy moved to Up with the given up-number.
     pub fn with_up(&self, up_number: u32) -> Member {
-        Member { status: MemberStatus::Up, up_number, ..self.clone() }
+        Member {
+            status: MemberStatus::Up,
+            up_number,
+            ..self.clone()
+        }
     }
 
     /// True if `self` is older than `other`: smaller up-number, ties by address order.
@@ -182,7 +196,8 @@ impl Member {
             Ordering::Greater => a,
             Ordering::Less => b,
             Ordering::Equal => {
-                if (b.up_number, &b.app_version, &b.roles) < (a.up_number, &a.app_version, &a.roles) {
+                if (b.up_number, &b.app_version, &b.roles) < (a.up_number, &a.app_version, &a.roles)
+                {
                     b
                 } else {
                     a
@@ -243,15 +258,27 @@ mod tests {
 
     #[test]
     fn oldest_has_smallest_up_number_ties_by_address() {
-        let a = Member::joining(UniqueAddress::new(Address::new("s", "a", 1), 1), BTreeSet::new(), "0.0.0");
-        let b = Member::joining(UniqueAddress::new(Address::new("s", "b", 1), 1), BTreeSet::new(), "0.0.0");
+        let a = Member::joining(
+            UniqueAddress::new(Address::new("s", "a", 1), 1),
+            BTreeSet::new(),
+            "0.0.0",
+        );
+        let b = Member::joining(
+            UniqueAddress::new(Address::new("s", "b", 1), 1),
+            BTreeSet::new(),
+            "0.0.0",
+        );
         assert!(b.with_up(1).is_older_than(&a.with_up(2)));
         assert!(a.with_up(3).is_older_than(&b.with_up(3)));
     }
 
     #[test]
     fn merge_keeps_higher_precedence() {
-        let a = Member::joining(UniqueAddress::new(Address::new("s", "a", 1), 1), BTreeSet::new(), "0.0.0");
+        let a = Member::joining(
+            UniqueAddress::new(Address::new("s", "a", 1), 1),
+            BTreeSet::new(),
+            "0.0.0",
+        );
         let up = a.with_up(1);
         let down = a.with_status(Down);
         assert_eq!(Member::highest_priority_of(&up, &down), &down);

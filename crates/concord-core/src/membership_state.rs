@@ -46,7 +46,10 @@ pub struct MembershipState {
 impl MembershipState {
     /// A view of `gossip` from `self_unique_address`.
     pub fn new(latest_gossip: Gossip, self_unique_address: UniqueAddress) -> Self {
-        MembershipState { latest_gossip, self_unique_address }
+        MembershipState {
+            latest_gossip,
+            self_unique_address,
+        }
     }
 
     /// This node's member entry, if it is a member.
@@ -64,7 +67,10 @@ impl MembershipState {
             .filter(|m| m.status == MemberStatus::Down)
             .map(|m| m.unique_address.clone())
             .collect();
-        self.latest_gossip.overview.reachability.remove_observers(&downed)
+        self.latest_gossip
+            .overview
+            .reachability
+            .remove_observers(&downed)
     }
 
     /// Gossip convergence: no member is unreachable (by a non-downed observer) unless it
@@ -80,17 +86,24 @@ impl MembershipState {
                     .unwrap_or(true)
         });
         unreachable_ok
-            && g.members
-                .values()
-                .all(|m| !CONVERGENCE_MEMBER_STATUS.contains(&m.status) || g.seen_by_node(&m.unique_address))
+            && g.members.values().all(|m| {
+                !CONVERGENCE_MEMBER_STATUS.contains(&m.status) || g.seen_by_node(&m.unique_address)
+            })
     }
 
-    fn leader_of<'a>(&'a self, members: impl Iterator<Item = &'a Member>) -> Option<&'a UniqueAddress> {
+    fn leader_of<'a>(
+        &'a self,
+        members: impl Iterator<Item = &'a Member>,
+    ) -> Option<&'a UniqueAddress> {
         let reach = self.reachability_excluding_downed_observers();
         let all_reachable = reach.is_all_reachable();
         let candidates: Vec<&Member> = members
             .filter(|m| m.status != MemberStatus::Down)
-            .filter(|m| all_reachable || m.unique_address == self.self_unique_address || reach.is_reachable(&m.unique_address))
+            .filter(|m| {
+                all_reachable
+                    || m.unique_address == self.self_unique_address
+                    || reach.is_reachable(&m.unique_address)
+            })
             .collect();
         // Members iterate in address order, so `find` gives the first in the total order.
         candidates
@@ -115,7 +128,12 @@ impl MembershipState {
 
     /// The leader among members with `role`.
     pub fn role_leader(&self, role: &str) -> Option<&UniqueAddress> {
-        self.leader_of(self.latest_gossip.members.values().filter(|m| m.has_role(role)))
+        self.leader_of(
+            self.latest_gossip
+                .members
+                .values()
+                .filter(|m| m.has_role(role)),
+        )
     }
 
     /// True if `node` is the leader in this view.
@@ -125,7 +143,11 @@ impl MembershipState {
 
     /// All roles of all members.
     pub fn all_roles(&self) -> BTreeSet<String> {
-        self.latest_gossip.members.values().flat_map(|m| m.roles.iter().cloned()).collect()
+        self.latest_gossip
+            .members
+            .values()
+            .flat_map(|m| m.roles.iter().cloned())
+            .collect()
     }
 
     /// The oldest Up (or later, not Down/Removed) member: smallest up-number, ties by address.
@@ -133,7 +155,12 @@ impl MembershipState {
         self.latest_gossip
             .members
             .values()
-            .filter(|m| m.status == MemberStatus::Up || m.status == MemberStatus::Leaving || m.status == MemberStatus::PreparingForShutdown || m.status == MemberStatus::ReadyForShutdown)
+            .filter(|m| {
+                m.status == MemberStatus::Up
+                    || m.status == MemberStatus::Leaving
+                    || m.status == MemberStatus::PreparingForShutdown
+                    || m.status == MemberStatus::ReadyForShutdown
+            })
             .min_by(|a, b| a.age_cmp(b))
     }
 
@@ -164,16 +191,23 @@ impl MembershipState {
     pub fn is_gossip_speedup_needed(&self) -> bool {
         let g = &self.latest_gossip;
         g.overview.seen.len() < g.members.len() / 2
-            || g.members
-                .values()
-                .any(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Leaving | MemberStatus::Exiting))
+            || g.members.values().any(|m| {
+                matches!(
+                    m.status,
+                    MemberStatus::Down | MemberStatus::Leaving | MemberStatus::Exiting
+                )
+            })
     }
 
     /// Picks the gossip peer: with probability `different_view_probability` (already
     /// adjusted for cluster size, see [`adjusted_gossip_different_view_probability`]) a
     /// random valid node that has not seen this version, else (or when all have seen) any
     /// random valid node. `None` when there is nobody to gossip to.
-    pub fn select_gossip_target<R: Rng + ?Sized>(&self, different_view_probability: f64, rng: &mut R) -> Option<UniqueAddress> {
+    pub fn select_gossip_target<R: Rng + ?Sized>(
+        &self,
+        different_view_probability: f64,
+        rng: &mut R,
+    ) -> Option<UniqueAddress> {
         let g = &self.latest_gossip;
         if rng.random::<f64>() < different_view_probability {
             let preferred: Vec<&UniqueAddress> = g
@@ -185,7 +219,11 @@ impl MembershipState {
                 return Some(preferred[rng.random_range(0..preferred.len())].clone());
             }
         }
-        let all: Vec<&UniqueAddress> = g.members.keys().filter(|n| self.valid_node_for_gossip(n)).collect();
+        let all: Vec<&UniqueAddress> = g
+            .members
+            .keys()
+            .filter(|n| self.valid_node_for_gossip(n))
+            .collect();
         if all.is_empty() {
             None
         } else {
@@ -198,7 +236,11 @@ impl MembershipState {
 /// `reduce_above` members, then linearly down to a tenth of it at three times
 /// `reduce_above` members (0.8 at 400 → 0.08 at 1200 with defaults), so a straggler is
 /// not swamped by concurrent gossip (cluster-specification.md, "Gossip Protocol").
-pub fn adjusted_gossip_different_view_probability(probability: f64, reduce_above: usize, cluster_size: usize) -> f64 {
+pub fn adjusted_gossip_different_view_probability(
+    probability: f64,
+    reduce_above: usize,
+    cluster_size: usize,
+) -> f64 {
     let low = reduce_above as f64;
     let high = low * 3.0;
     let size = cluster_size as f64;
@@ -229,7 +271,13 @@ mod tests {
     }
 
     fn member(i: u16, status: MemberStatus) -> Member {
-        Member { unique_address: n(i), status, roles: BTreeSet::new(), up_number: u32::from(i) + 1, app_version: "0".into() }
+        Member {
+            unique_address: n(i),
+            status,
+            roles: BTreeSet::new(),
+            up_number: u32::from(i) + 1,
+            app_version: "0".into(),
+        }
     }
 
     fn gossip(ms: &[(u16, MemberStatus)], seen: &[u16]) -> Gossip {
@@ -245,7 +293,10 @@ mod tests {
     fn convergence_needs_every_up_member_in_the_seen_set() {
         use MemberStatus::*;
         let g = gossip(&[(1, Up), (2, Up), (3, Joining)], &[1, 2]);
-        assert!(MembershipState::new(g.clone(), n(1)).convergence(), "joining members need not have seen");
+        assert!(
+            MembershipState::new(g.clone(), n(1)).convergence(),
+            "joining members need not have seen"
+        );
         let g2 = gossip(&[(1, Up), (2, Up), (3, Up)], &[1, 2]);
         assert!(!MembershipState::new(g2, n(1)).convergence());
     }
@@ -276,7 +327,11 @@ mod tests {
         let g = gossip(&[(1, Joining), (2, Up), (3, Up)], &[]);
         assert_eq!(MembershipState::new(g, n(3)).leader(), Some(&n(2)));
         let g = gossip(&[(1, Joining), (2, Joining)], &[]);
-        assert_eq!(MembershipState::new(g, n(2)).leader(), Some(&n(1)), "falls back to any member");
+        assert_eq!(
+            MembershipState::new(g, n(2)).leader(),
+            Some(&n(1)),
+            "falls back to any member"
+        );
         let g = gossip(&[(1, Down), (2, Exiting), (3, Up)], &[]);
         assert_eq!(MembershipState::new(g, n(2)).leader(), Some(&n(3)));
     }
@@ -287,14 +342,22 @@ mod tests {
         let mut g = gossip(&[(1, Up), (2, Up), (3, Up)], &[]);
         g.overview.reachability = g.overview.reachability.unreachable(&n(2), &n(1));
         assert_eq!(MembershipState::new(g.clone(), n(2)).leader(), Some(&n(2)));
-        assert_eq!(MembershipState::new(g, n(1)).leader(), Some(&n(1)), "self counts as reachable");
+        assert_eq!(
+            MembershipState::new(g, n(1)).leader(),
+            Some(&n(1)),
+            "self counts as reachable"
+        );
     }
 
     #[test]
     fn role_leader_considers_only_members_with_the_role() {
         use MemberStatus::*;
         let mut g = gossip(&[(1, Up), (2, Up)], &[]);
-        g.members.get_mut(&n(2)).unwrap().roles.insert("backend".into());
+        g.members
+            .get_mut(&n(2))
+            .unwrap()
+            .roles
+            .insert("backend".into());
         let s = MembershipState::new(g, n(1));
         assert_eq!(s.role_leader("backend"), Some(&n(2)));
         assert_eq!(s.role_leader("frontend"), None);
@@ -306,7 +369,12 @@ mod tests {
         let mut g = gossip(&[(1, Up), (2, Up), (3, Joining)], &[]);
         g.members.get_mut(&n(1)).unwrap().up_number = 5;
         g.members.get_mut(&n(3)).unwrap().up_number = UP_NUMBER_UNSET;
-        assert_eq!(MembershipState::new(g, n(1)).oldest().map(|m| m.unique_address.clone()), Some(n(2)));
+        assert_eq!(
+            MembershipState::new(g, n(1))
+                .oldest()
+                .map(|m| m.unique_address.clone()),
+            Some(n(2))
+        );
     }
 
     #[test]
@@ -322,7 +390,11 @@ mod tests {
         for _ in 0..200 {
             others.insert(s.select_gossip_target(0.0, &mut rng).unwrap());
         }
-        assert_eq!(others.len(), 3, "without bias any other member is chosen; never self");
+        assert_eq!(
+            others.len(),
+            3,
+            "without bias any other member is chosen; never self"
+        );
     }
 
     #[test]
@@ -331,20 +403,33 @@ mod tests {
         let mut g = gossip(&[(1, Up), (2, Up)], &[1]);
         g.overview.reachability = g.overview.reachability.unreachable(&n(1), &n(2));
         let mut rng = SmallRng::seed_from_u64(1);
-        assert_eq!(MembershipState::new(g, n(1)).select_gossip_target(0.8, &mut rng), None);
+        assert_eq!(
+            MembershipState::new(g, n(1)).select_gossip_target(0.8, &mut rng),
+            None
+        );
     }
 
     #[test]
     fn different_view_probability_is_reduced_above_the_limit() {
-        assert_eq!(adjusted_gossip_different_view_probability(0.8, 400, 100), 0.8);
-        assert_eq!(adjusted_gossip_different_view_probability(0.8, 400, 400), 0.8);
+        assert_eq!(
+            adjusted_gossip_different_view_probability(0.8, 400, 100),
+            0.8
+        );
+        assert_eq!(
+            adjusted_gossip_different_view_probability(0.8, 400, 400),
+            0.8
+        );
         assert!((adjusted_gossip_different_view_probability(0.8, 400, 800) - 0.44).abs() < 1e-9);
         assert!((adjusted_gossip_different_view_probability(0.8, 400, 5000) - 0.08).abs() < 1e-9);
     }
 
     fn arb_view() -> impl Strategy<Value = Gossip> {
         (
-            proptest::collection::btree_map(0u16..6, (0usize..8).prop_map(|i| MemberStatus::ALL[i]), 1..6),
+            proptest::collection::btree_map(
+                0u16..6,
+                (0usize..8).prop_map(|i| MemberStatus::ALL[i]),
+                1..6,
+            ),
             proptest::collection::btree_set(0u16..6, 0..6),
             proptest::collection::vec((0u16..6, 0u16..6), 0..3),
         )

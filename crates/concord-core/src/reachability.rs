@@ -43,16 +43,24 @@ impl Reachability {
         records: impl IntoIterator<Item = (UniqueAddress, UniqueAddress, ReachabilityStatus)>,
         versions: impl IntoIterator<Item = (UniqueAddress, u64)>,
     ) -> Self {
-        let mut rows: BTreeMap<UniqueAddress, BTreeMap<UniqueAddress, ReachabilityStatus>> = BTreeMap::new();
+        let mut rows: BTreeMap<UniqueAddress, BTreeMap<UniqueAddress, ReachabilityStatus>> =
+            BTreeMap::new();
         for (o, s, st) in records {
             rows.entry(o).or_default().insert(s, st);
         }
-        Reachability { rows, versions: versions.into_iter().collect() }
+        Reachability {
+            rows,
+            versions: versions.into_iter().collect(),
+        }
     }
 
     /// All `(observer, subject, status)` records.
-    pub fn records(&self) -> impl Iterator<Item = (&UniqueAddress, &UniqueAddress, ReachabilityStatus)> {
-        self.rows.iter().flat_map(|(o, r)| r.iter().map(move |(s, st)| (o, s, *st)))
+    pub fn records(
+        &self,
+    ) -> impl Iterator<Item = (&UniqueAddress, &UniqueAddress, ReachabilityStatus)> {
+        self.rows
+            .iter()
+            .flat_map(|(o, r)| r.iter().map(move |(s, st)| (o, s, *st)))
     }
 
     /// Observer versions.
@@ -60,7 +68,12 @@ impl Reachability {
         self.versions.iter().map(|(k, v)| (k, *v))
     }
 
-    fn change(&self, observer: &UniqueAddress, subject: &UniqueAddress, status: ReachabilityStatus) -> Reachability {
+    fn change(
+        &self,
+        observer: &UniqueAddress,
+        subject: &UniqueAddress,
+        status: ReachabilityStatus,
+    ) -> Reachability {
         let old_rows = self.rows.get(observer);
         let old = old_rows.and_then(|r| r.get(subject)).copied();
         match old {
@@ -99,8 +112,13 @@ impl Reachability {
     /// Merges two tables: per observer the rows with the higher version win (ties broken
     /// deterministically). Rows whose observer or subject is not `allowed` are dropped.
     /// Commutative, associative and idempotent for a fixed `allowed`.
-    pub fn merge(&self, other: &Reachability, allowed: impl Fn(&UniqueAddress) -> bool) -> Reachability {
-        let observers: BTreeSet<&UniqueAddress> = self.versions.keys().chain(other.versions.keys()).collect();
+    pub fn merge(
+        &self,
+        other: &Reachability,
+        allowed: impl Fn(&UniqueAddress) -> bool,
+    ) -> Reachability {
+        let observers: BTreeSet<&UniqueAddress> =
+            self.versions.keys().chain(other.versions.keys()).collect();
         let mut out = Reachability::new();
         let empty = BTreeMap::new();
         for o in observers {
@@ -116,7 +134,11 @@ impl Reachability {
                 std::cmp::Ordering::Less => r2,
                 std::cmp::Ordering::Equal => r1.max(r2),
             };
-            let filtered: BTreeMap<_, _> = rows.iter().filter(|(s, _)| allowed(s)).map(|(s, st)| (s.clone(), *st)).collect();
+            let filtered: BTreeMap<_, _> = rows
+                .iter()
+                .filter(|(s, _)| allowed(s))
+                .map(|(s, st)| (s.clone(), *st))
+                .collect();
             if !filtered.is_empty() {
                 out.rows.insert(o.clone(), filtered);
             }
@@ -134,7 +156,8 @@ impl Reachability {
         for r in next.rows.values_mut() {
             r.retain(|s, _| !nodes.contains(s));
         }
-        next.rows.retain(|_, r| r.values().any(|s| *s != ReachabilityStatus::Reachable));
+        next.rows
+            .retain(|_, r| r.values().any(|s| *s != ReachabilityStatus::Reachable));
         next
     }
 
@@ -163,7 +186,11 @@ impl Reachability {
     }
 
     /// What `observer` says of `subject`.
-    pub fn status_from(&self, observer: &UniqueAddress, subject: &UniqueAddress) -> ReachabilityStatus {
+    pub fn status_from(
+        &self,
+        observer: &UniqueAddress,
+        subject: &UniqueAddress,
+    ) -> ReachabilityStatus {
         self.rows
             .get(observer)
             .and_then(|r| r.get(subject))
@@ -190,7 +217,11 @@ impl Reachability {
     pub fn all_unreachable_or_terminated(&self) -> BTreeSet<UniqueAddress> {
         self.rows
             .values()
-            .flat_map(|r| r.iter().filter(|(_, s)| **s != ReachabilityStatus::Reachable).map(|(k, _)| k.clone()))
+            .flat_map(|r| {
+                r.iter()
+                    .filter(|(_, s)| **s != ReachabilityStatus::Reachable)
+                    .map(|(k, _)| k.clone())
+            })
             .collect()
     }
 
@@ -198,12 +229,19 @@ impl Reachability {
     pub fn all_unreachable_from(&self, observer: &UniqueAddress) -> BTreeSet<UniqueAddress> {
         self.rows
             .get(observer)
-            .map(|r| r.iter().filter(|(_, s)| **s != ReachabilityStatus::Reachable).map(|(k, _)| k.clone()).collect())
+            .map(|r| {
+                r.iter()
+                    .filter(|(_, s)| **s != ReachabilityStatus::Reachable)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     /// subject → observers that see it as Unreachable/Terminated (for `observedBy`).
-    pub fn observers_by_unreachable_subject(&self) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
+    pub fn observers_by_unreachable_subject(
+        &self,
+    ) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
         let mut out: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> = BTreeMap::new();
         for (o, s, st) in self.records() {
             if st != ReachabilityStatus::Reachable {
@@ -234,7 +272,9 @@ mod tests {
 
     #[test]
     fn reachable_again_only_when_every_observer_says_so() {
-        let r = Reachability::new().unreachable(&n(1), &n(3)).unreachable(&n(2), &n(3));
+        let r = Reachability::new()
+            .unreachable(&n(1), &n(3))
+            .unreachable(&n(2), &n(3));
         let r = r.reachable(&n(1), &n(3));
         assert!(!r.is_reachable(&n(3)), "observer 2 still says unreachable");
         let r = r.reachable(&n(2), &n(3));
@@ -245,7 +285,9 @@ mod tests {
 
     #[test]
     fn terminated_is_final() {
-        let r = Reachability::new().terminated(&n(1), &n(3)).reachable(&n(1), &n(3));
+        let r = Reachability::new()
+            .terminated(&n(1), &n(3))
+            .reachable(&n(1), &n(3));
         assert_eq!(r.status(&n(3)), ReachabilityStatus::Terminated);
     }
 
@@ -261,14 +303,18 @@ mod tests {
 
     #[test]
     fn merge_drops_rows_of_disallowed_nodes() {
-        let r = Reachability::new().unreachable(&n(1), &n(3)).unreachable(&n(2), &n(4));
+        let r = Reachability::new()
+            .unreachable(&n(1), &n(3))
+            .unreachable(&n(2), &n(4));
         let m = r.merge(&r, |x| *x != n(3) && *x != n(2));
         assert!(m.is_all_reachable());
     }
 
     #[test]
     fn remove_forgets_nodes_as_observers_and_subjects() {
-        let r = Reachability::new().unreachable(&n(1), &n(3)).unreachable(&n(3), &n(2));
+        let r = Reachability::new()
+            .unreachable(&n(1), &n(3))
+            .unreachable(&n(3), &n(2));
         let r = r.remove([&n(3)]);
         assert!(r.is_all_reachable());
     }

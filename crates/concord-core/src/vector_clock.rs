@@ -36,7 +36,9 @@ impl VectorClock {
 
     /// Builds a clock from entries (zero counters are dropped).
     pub fn from_entries(entries: impl IntoIterator<Item = (UniqueAddress, u64)>) -> Self {
-        VectorClock { versions: entries.into_iter().filter(|(_, v)| *v > 0).collect() }
+        VectorClock {
+            versions: entries.into_iter().filter(|(_, v)| *v > 0).collect(),
+        }
     }
 
     /// The entries, in node order.
@@ -112,7 +114,10 @@ impl VectorClock {
 
     /// True if `self` is before or the same as `other`.
     pub fn is_before_or_same(&self, other: &VectorClock) -> bool {
-        matches!(self.compare(other), ClockOrdering::Before | ClockOrdering::Same)
+        matches!(
+            self.compare(other),
+            ClockOrdering::Before | ClockOrdering::Same
+        )
     }
 }
 

@@ -1,1 +1,250 @@
-fn main(){}
+//! The `concord` command: run a node, talk to a node's management API, run the demo.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use concord::client::{members_table, ManagementClient};
+use concord::config::{env_overrides, Config};
+use concord::Cluster;
+use tracing::{info, warn};
+
+#[derive(Parser)]
+#[command(
+    name = "concord",
+    version,
+    about = "Concord: Akka-style cluster membership for Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(clap::Args)]
+struct ManagementArg {
+    /// Base URL of a node's management API.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:8558",
+        env = "CONCORD_MANAGEMENT"
+    )]
+    management: String,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run a cluster node in the foreground (SIGTERM/SIGINT: leave gracefully, then exit).
+    Node {
+        /// TOML configuration file (see docs/CONFIGURATION.md).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Cluster name (`system`).
+        #[arg(long)]
+        system: Option<String>,
+        /// Host name or IP other nodes reach this node at (`remote.hostname`).
+        #[arg(long)]
+        host: Option<String>,
+        /// Remoting port (`remote.port`, default 25520).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Management HTTP port (`management.port`, default 8558).
+        #[arg(long)]
+        management_port: Option<u16>,
+        /// Seed nodes, comma-separated `host:port` or `concord://system@host:port`.
+        #[arg(long, value_delimiter = ',')]
+        seed_nodes: Option<Vec<String>>,
+        /// Roles, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        roles: Option<Vec<String>>,
+    },
+    /// Show the members as one node sees them.
+    Members {
+        #[command(flatten)]
+        m: ManagementArg,
+        /// Print the JSON of GET /cluster/members.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tell the node behind --management to join the cluster of ADDRESS.
+    Join {
+        /// `concord://system@host:port` or `host:port`.
+        address: String,
+        #[command(flatten)]
+        m: ManagementArg,
+    },
+    /// Ask the member at ADDRESS to leave gracefully.
+    Leave {
+        /// Member address.
+        address: String,
+        #[command(flatten)]
+        m: ManagementArg,
+    },
+    /// Mark the member at ADDRESS as Down.
+    Down {
+        /// Member address.
+        address: String,
+        #[command(flatten)]
+        m: ManagementArg,
+    },
+    /// Start a local cluster of real node processes and show join, leave, crash and restart.
+    Demo {
+        /// Number of nodes.
+        #[arg(long, default_value_t = 5)]
+        nodes: usize,
+    },
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Commands::Node {
+            config,
+            system,
+            host,
+            port,
+            management_port,
+            seed_nodes,
+            roles,
+        } => {
+            init_logging("info");
+            run_node(
+                config,
+                system,
+                host,
+                port,
+                management_port,
+                seed_nodes,
+                roles,
+            )
+            .await
+        }
+        Commands::Members { m, json } => members(&m.management, json).await,
+        Commands::Join { address, m } => {
+            print_result(ManagementClient::new(&m.management).join(&address).await)
+        }
+        Commands::Leave { address, m } => print_result(
+            ManagementClient::new(&m.management)
+                .operation(&address, "Leave")
+                .await,
+        ),
+        Commands::Down { address, m } => print_result(
+            ManagementClient::new(&m.management)
+                .operation(&address, "Down")
+                .await,
+        ),
+        Commands::Demo { nodes } => {
+            init_logging("warn");
+            concord::demo::run(nodes).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_result(r: Result<String, concord::client::ClientError>) -> anyhow::Result<()> {
+    let msg = r?;
+    println!("{msg}");
+    Ok(())
+}
+
+async fn members(url: &str, json: bool) -> anyhow::Result<()> {
+    let m = ManagementClient::new(url).members().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&m)?);
+    } else {
+        print!("{}", members_table(&m));
+        if let Some(l) = &m.leader {
+            println!("leader: {l}");
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_node(
+    config: Option<PathBuf>,
+    system: Option<String>,
+    host: Option<String>,
+    port: Option<u16>,
+    management_port: Option<u16>,
+    seed_nodes: Option<Vec<String>>,
+    roles: Option<Vec<String>>,
+) -> anyhow::Result<()> {
+    let mut overrides = env_overrides(std::env::vars());
+    let quote = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let list = |v: &[String]| {
+        format!(
+            "[{}]",
+            v.iter()
+                .map(|s| quote(s.trim()))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    if let Some(s) = system {
+        overrides.push(("system".into(), quote(&s)));
+    }
+    if let Some(h) = host {
+        overrides.push(("remote.hostname".into(), quote(&h)));
+    }
+    if let Some(p) = port {
+        overrides.push(("remote.port".into(), p.to_string()));
+    }
+    if let Some(p) = management_port {
+        overrides.push(("management.port".into(), p.to_string()));
+    }
+    if let Some(s) = seed_nodes {
+        overrides.push(("cluster.seed-nodes".into(), list(&s)));
+    }
+    if let Some(r) = roles {
+        overrides.push(("cluster.roles".into(), list(&r)));
+    }
+    let config = Config::load(config.as_deref(), &overrides)?;
+    let cluster = Cluster::start(config)
+        .await
+        .context("cannot start the node")?;
+    info!(address = %cluster.self_address(), management = ?cluster.management_addr(), "node running");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot install SIGTERM handler")?;
+    let mut leaving = false;
+    loop {
+        tokio::select! {
+            reason = cluster.terminated() => {
+                info!(?reason, "node stopped; exiting");
+                return Ok(());
+            }
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        if leaving {
+            warn!("second signal: exiting without waiting for removal");
+            cluster.stop().await;
+            return Ok(());
+        }
+        leaving = true;
+        info!("signal received: leaving the cluster gracefully");
+        let me = cluster.self_address().clone();
+        if let Err(e) = cluster.leave(me).await {
+            warn!(error = %e, "leave failed; stopping");
+            cluster.stop().await;
+            return Ok(());
+        }
+    }
+}

@@ -18,12 +18,25 @@ fn addr(i: u16) -> Address {
 
 impl Net {
     fn new() -> Self {
-        Net { nodes: BTreeMap::new(), crashed: BTreeSet::new(), cut: BTreeSet::new(), now: 1_000_000, events: BTreeMap::new() }
+        Net {
+            nodes: BTreeMap::new(),
+            crashed: BTreeSet::new(),
+            cut: BTreeSet::new(),
+            now: 1_000_000,
+            events: BTreeMap::new(),
+        }
     }
 
     fn start(&mut self, i: u16, uid: u64, settings: ClusterSettings) -> Address {
         let a = addr(i);
-        let core = ClusterCore::new(UniqueAddress::new(a.clone(), uid), BTreeSet::new(), "1.0.0", settings, self.now, uid);
+        let core = ClusterCore::new(
+            UniqueAddress::new(a.clone(), uid),
+            BTreeSet::new(),
+            "1.0.0",
+            settings,
+            self.now,
+            uid,
+        );
         self.nodes.insert(a.clone(), core);
         self.crashed.remove(&a);
         a
@@ -61,7 +74,10 @@ impl Net {
                 return;
             }
             for (from, from_addr, t) in batch {
-                if self.crashed.contains(&from_addr) || self.crashed.contains(&t.to) || self.cut.contains(&(from_addr.clone(), t.to.clone())) {
+                if self.crashed.contains(&from_addr)
+                    || self.crashed.contains(&t.to)
+                    || self.cut.contains(&(from_addr.clone(), t.to.clone()))
+                {
                     continue;
                 }
                 let now = self.now;
@@ -101,51 +117,81 @@ impl Net {
     }
 
     fn live(&self) -> impl Iterator<Item = (&Address, &ClusterCore)> {
-        self.nodes.iter().filter(|(a, c)| !self.crashed.contains(*a) && c.shutdown_reason().is_none())
+        self.nodes
+            .iter()
+            .filter(|(a, c)| !self.crashed.contains(*a) && c.shutdown_reason().is_none())
     }
 
     fn all_up(&self, n: usize) -> bool {
         self.live().count() == n
             && self.live().all(|(_, c)| {
                 let g = c.latest_gossip();
-                g.members.len() == n && g.members.values().all(|m| m.status == MemberStatus::Up) && c.state().convergence()
+                g.members.len() == n
+                    && g.members.values().all(|m| m.status == MemberStatus::Up)
+                    && c.state().convergence()
             })
     }
 
     fn status_everywhere(&self, of: &Address) -> Vec<Option<MemberStatus>> {
         self.live()
             .filter(|(a, _)| *a != of)
-            .map(|(_, c)| c.latest_gossip().members.values().find(|m| m.address() == of).map(|m| m.status))
+            .map(|(_, c)| {
+                c.latest_gossip()
+                    .members
+                    .values()
+                    .find(|m| m.address() == of)
+                    .map(|m| m.status)
+            })
             .collect()
     }
 }
 
 fn form(n: u16) -> (Net, Vec<Address>) {
     let mut net = Net::new();
-    let addrs: Vec<Address> = (1..=n).map(|i| net.start(i, u64::from(i) * 1000 + 7, ClusterSettings::fast())).collect();
+    let addrs: Vec<Address> = (1..=n)
+        .map(|i| net.start(i, u64::from(i) * 1000 + 7, ClusterSettings::fast()))
+        .collect();
     let seeds = vec![addrs[0].clone(), addrs[1.min(addrs.len() - 1)].clone()];
     let now = net.now;
     for a in &addrs {
         net.core(a).join_seed_nodes(now, &seeds).unwrap();
     }
-    assert!(net.run_until(20_000, |n2| n2.all_up(n as usize)), "cluster of {n} did not form");
+    assert!(
+        net.run_until(20_000, |n2| n2.all_up(n as usize)),
+        "cluster of {n} did not form"
+    );
     (net, addrs)
 }
 
 #[test]
 fn seed_nodes_form_one_cluster_with_one_leader() {
     let (net, addrs) = form(5);
-    let leaders: BTreeSet<_> = net.live().map(|(_, c)| c.state().leader().cloned()).collect();
+    let leaders: BTreeSet<_> = net
+        .live()
+        .map(|(_, c)| c.state().leader().cloned())
+        .collect();
     assert_eq!(leaders.len(), 1);
-    assert_eq!(leaders.into_iter().next().unwrap().unwrap().address, addrs[0], "leader is the lowest address");
+    assert_eq!(
+        leaders.into_iter().next().unwrap().unwrap().address,
+        addrs[0],
+        "leader is the lowest address"
+    );
     // Every node got MemberUp for every member.
     for a in &addrs {
-        let ups = net.events[a].iter().filter(|e| matches!(e, ClusterEvent::MemberUp(_))).count();
+        let ups = net.events[a]
+            .iter()
+            .filter(|e| matches!(e, ClusterEvent::MemberUp(_)))
+            .count();
         assert!(ups >= 5, "{a} saw {ups} MemberUp");
     }
     // Up-numbers are distinct; the first seed is the oldest.
     let c = &net.nodes[&addrs[2]];
-    let ups: BTreeSet<u32> = c.latest_gossip().members.values().map(|m| m.up_number).collect();
+    let ups: BTreeSet<u32> = c
+        .latest_gossip()
+        .members
+        .values()
+        .map(|m| m.up_number)
+        .collect();
     assert_eq!(ups.len(), 5);
     assert_eq!(c.state().oldest().unwrap().address(), &addrs[0]);
 }
@@ -156,9 +202,14 @@ fn first_seed_forms_the_cluster_alone_after_seed_node_timeout() {
     let a = net.start(1, 11, ClusterSettings::fast());
     let now = net.now;
     // The second seed never starts: no answer at all.
-    net.core(&a).join_seed_nodes(now, &[a.clone(), addr(9)]).unwrap();
+    net.core(&a)
+        .join_seed_nodes(now, &[a.clone(), addr(9)])
+        .unwrap();
     net.run_for(500);
-    assert!(!net.nodes[&a].is_initialized(), "waits for seed-node-timeout");
+    assert!(
+        !net.nodes[&a].is_initialized(),
+        "waits for seed-node-timeout"
+    );
     assert!(net.run_until(3000, |n| n.all_up(1)));
 }
 
@@ -167,7 +218,9 @@ fn non_first_seed_never_forms_its_own_cluster() {
     let mut net = Net::new();
     let b = net.start(2, 22, ClusterSettings::fast());
     let now = net.now;
-    net.core(&b).join_seed_nodes(now, &[addr(1), b.clone()]).unwrap();
+    net.core(&b)
+        .join_seed_nodes(now, &[addr(1), b.clone()])
+        .unwrap();
     net.run_for(10_000);
     assert!(!net.nodes[&b].is_initialized());
 }
@@ -182,7 +235,10 @@ fn explicit_join_is_retried_until_welcomed() {
     let a = net.start(1, 11, ClusterSettings::fast());
     let now = net.now;
     net.core(&a).join(now, &a).unwrap();
-    assert!(net.run_until(10_000, |n| n.all_up(2)), "retry-unsuccessful-join-after resends Join");
+    assert!(
+        net.run_until(10_000, |n| n.all_up(2)),
+        "retry-unsuccessful-join-after resends Join"
+    );
 }
 
 #[test]
@@ -192,10 +248,23 @@ fn graceful_leave_ends_with_removed_everywhere_and_shutdown() {
     let now = net.now;
     net.core(&addrs[0]).leave(now, &leaver).unwrap();
     assert!(net.run_until(10_000, |n| n.nodes[&leaver].shutdown_reason().is_some()));
-    assert_eq!(net.nodes[&leaver].shutdown_reason(), Some(ShutdownReason::Removed));
-    assert!(net.run_until(10_000, |n| n.status_everywhere(&leaver).iter().all(|s| s.is_none())));
-    let seen: Vec<&str> = net.events[&addrs[1]].iter().filter(|e| e.member().is_some_and(|m| m.address() == &leaver)).map(|e| e.type_name()).collect();
-    assert!(seen.ends_with(&["MemberLeft", "MemberExited", "MemberRemoved"]), "{seen:?}");
+    assert_eq!(
+        net.nodes[&leaver].shutdown_reason(),
+        Some(ShutdownReason::Removed)
+    );
+    assert!(net.run_until(10_000, |n| n
+        .status_everywhere(&leaver)
+        .iter()
+        .all(|s| s.is_none())));
+    let seen: Vec<&str> = net.events[&addrs[1]]
+        .iter()
+        .filter(|e| e.member().is_some_and(|m| m.address() == &leaver))
+        .map(|e| e.type_name())
+        .collect();
+    assert!(
+        seen.ends_with(&["MemberLeft", "MemberExited", "MemberRemoved"]),
+        "{seen:?}"
+    );
     assert!(net.run_until(5000, |n| n.all_up(3)));
 }
 
@@ -204,9 +273,15 @@ fn the_leader_itself_can_leave() {
     let (mut net, addrs) = form(3);
     let now = net.now;
     net.core(&addrs[0]).leave(now, &addrs[0]).unwrap();
-    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]].shutdown_reason() == Some(ShutdownReason::Removed)));
+    assert!(
+        net.run_until(10_000, |n| n.nodes[&addrs[0]].shutdown_reason()
+            == Some(ShutdownReason::Removed))
+    );
     assert!(net.run_until(10_000, |n| n.all_up(2)));
-    assert_eq!(net.nodes[&addrs[1]].state().leader().unwrap().address, addrs[1]);
+    assert_eq!(
+        net.nodes[&addrs[1]].state().leader().unwrap().address,
+        addrs[1]
+    );
 }
 
 #[test]
@@ -215,17 +290,26 @@ fn crash_is_detected_then_down_removes_it() {
     let victim = addrs[4].clone();
     net.crashed.insert(victim.clone());
     assert!(
-        net.run_until(10_000, |n| n.live().all(|(_, c)| c.state().unreachable_members().iter().any(|m| m.address() == &victim))),
+        net.run_until(10_000, |n| n.live().all(|(_, c)| c
+            .state()
+            .unreachable_members()
+            .iter()
+            .any(|m| m.address() == &victim))),
         "all others see the crashed node unreachable"
     );
     // No convergence, so a joining node cannot become Up...
     assert!(net.live().all(|(_, c)| !c.state().convergence()));
     let now = net.now;
     net.core(&addrs[1]).down(now, &victim).unwrap();
-    assert!(net.run_until(10_000, |n| n.status_everywhere(&victim).iter().all(|s| s.is_none())));
+    assert!(net.run_until(10_000, |n| n
+        .status_everywhere(&victim)
+        .iter()
+        .all(|s| s.is_none())));
     assert!(net.run_until(5000, |n| n.all_up(4)));
     for a in &addrs[..4] {
-        assert!(net.events[a].iter().any(|e| matches!(e, ClusterEvent::UnreachableMember(m) if m.address() == &victim)));
+        assert!(net.events[a]
+            .iter()
+            .any(|e| matches!(e, ClusterEvent::UnreachableMember(m) if m.address() == &victim)));
         assert!(net.events[a].iter().any(|e| matches!(e, ClusterEvent::MemberRemoved { member, previous_status: MemberStatus::Down } if member.address() == &victim)));
     }
 }
@@ -235,10 +319,18 @@ fn unreachable_node_that_comes_back_is_reachable_again() {
     let (mut net, addrs) = form(3);
     let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
     net.partition(&[c.clone()], &[a.clone(), b.clone()]);
-    assert!(net.run_until(10_000, |n| n.nodes[&a].state().unreachable_members().iter().any(|m| m.address() == &c)));
+    assert!(net.run_until(10_000, |n| n.nodes[&a]
+        .state()
+        .unreachable_members()
+        .iter()
+        .any(|m| m.address() == &c)));
     net.heal();
-    assert!(net.run_until(10_000, |n| n.all_up(3) && n.live().all(|(_, x)| x.state().unreachable_members().is_empty())));
-    assert!(net.events[&a].iter().any(|e| matches!(e, ClusterEvent::ReachableMember(m) if m.address() == &c)));
+    assert!(net.run_until(10_000, |n| n.all_up(3)
+        && n.live()
+            .all(|(_, x)| x.state().unreachable_members().is_empty())));
+    assert!(net.events[&a]
+        .iter()
+        .any(|e| matches!(e, ClusterEvent::ReachableMember(m) if m.address() == &c)));
 }
 
 #[test]
@@ -250,8 +342,13 @@ fn restart_with_new_uid_downs_the_old_incarnation_and_joins() {
     net.run_for(300);
     net.start(3, 999, ClusterSettings::fast());
     let now = net.now;
-    net.core(&c).join_seed_nodes(now, &[addrs[0].clone(), addrs[1].clone()]).unwrap();
-    assert!(net.run_until(20_000, |n| n.all_up(3)), "new incarnation joins without manual down");
+    net.core(&c)
+        .join_seed_nodes(now, &[addrs[0].clone(), addrs[1].clone()])
+        .unwrap();
+    assert!(
+        net.run_until(20_000, |n| n.all_up(3)),
+        "new incarnation joins without manual down"
+    );
     let g = net.nodes[&addrs[0]].latest_gossip();
     assert!(g.members.keys().any(|u| u.address == c && u.uid == 999));
     assert!(!g.members.keys().any(|u| u.uid == old_uid));
@@ -264,7 +361,10 @@ fn downed_node_shuts_itself_down() {
     let now = net.now;
     net.core(&addrs[0]).down(now, &addrs[2]).unwrap();
     assert!(net.run_until(5000, |n| n.nodes[&addrs[2]].shutdown_reason().is_some()));
-    assert!(matches!(net.nodes[&addrs[2]].shutdown_reason(), Some(ShutdownReason::Downed | ShutdownReason::Removed)));
+    assert!(matches!(
+        net.nodes[&addrs[2]].shutdown_reason(),
+        Some(ShutdownReason::Downed | ShutdownReason::Removed)
+    ));
 }
 
 #[test]
@@ -272,12 +372,19 @@ fn joining_node_becomes_weakly_up_during_a_partition_and_up_after() {
     let (mut net, addrs) = form(3);
     let c = addrs[2].clone();
     net.partition(&[c.clone()], &[addrs[0].clone(), addrs[1].clone()]);
-    assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]].state().unreachable_members().is_empty()));
+    assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]]
+        .state()
+        .unreachable_members()
+        .is_empty()));
     let d = net.start(4, 44, ClusterSettings::fast());
     net.partition(&[c.clone()], &[d.clone()]);
     let now = net.now;
     net.core(&d).join(now, &addrs[0]).unwrap();
-    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]].latest_gossip().members.values().any(|m| m.address() == &d && m.status == MemberStatus::WeaklyUp)));
+    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]]
+        .latest_gossip()
+        .members
+        .values()
+        .any(|m| m.address() == &d && m.status == MemberStatus::WeaklyUp)));
     net.heal();
     assert!(net.run_until(10_000, |n| n.all_up(4)));
 }
@@ -287,7 +394,9 @@ fn weakly_up_can_be_turned_off() {
     let mut s = ClusterSettings::fast();
     s.weakly_up_after_ms = None;
     let mut net = Net::new();
-    let addrs: Vec<_> = (1..=3).map(|i| net.start(i, u64::from(i), s.clone())).collect();
+    let addrs: Vec<_> = (1..=3)
+        .map(|i| net.start(i, u64::from(i), s.clone()))
+        .collect();
     let now = net.now;
     for a in &addrs {
         net.core(a).join_seed_nodes(now, &addrs[..1]).unwrap();
@@ -299,7 +408,11 @@ fn weakly_up_can_be_turned_off() {
     let now = net.now;
     net.core(&d).join(now, &addrs[0]).unwrap();
     net.run_for(5000);
-    assert!(net.nodes[&addrs[0]].latest_gossip().members.values().any(|m| m.address() == &d && m.status == MemberStatus::Joining));
+    assert!(net.nodes[&addrs[0]]
+        .latest_gossip()
+        .members
+        .values()
+        .any(|m| m.address() == &d && m.status == MemberStatus::Joining));
 }
 
 #[test]
@@ -313,7 +426,11 @@ fn min_nr_of_members_delays_up() {
     net.core(&a).join(now, &a).unwrap();
     net.core(&b).join(now, &a).unwrap();
     net.run_for(3000);
-    assert!(net.nodes[&a].latest_gossip().members.values().all(|m| m.status == MemberStatus::Joining));
+    assert!(net.nodes[&a]
+        .latest_gossip()
+        .members
+        .values()
+        .all(|m| m.status == MemberStatus::Joining));
     let c = net.start(3, 3, s);
     let now = net.now;
     net.core(&c).join(now, &a).unwrap();
@@ -324,10 +441,20 @@ fn min_nr_of_members_delays_up() {
 fn full_cluster_shutdown_reaches_ready_for_shutdown() {
     let (mut net, addrs) = form(3);
     let now = net.now;
-    net.core(&addrs[1]).prepare_for_full_cluster_shutdown(now).unwrap();
-    assert!(net.run_until(5000, |n| n.live().all(|(_, c)| c.latest_gossip().members.values().all(|m| m.status == MemberStatus::ReadyForShutdown))));
-    assert!(net.events[&addrs[0]].iter().any(|e| e.type_name() == "MemberPreparingForShutdown"));
-    assert!(net.events[&addrs[0]].iter().any(|e| e.type_name() == "MemberReadyForShutdown"));
+    net.core(&addrs[1])
+        .prepare_for_full_cluster_shutdown(now)
+        .unwrap();
+    assert!(net.run_until(5000, |n| n.live().all(|(_, c)| c
+        .latest_gossip()
+        .members
+        .values()
+        .all(|m| m.status == MemberStatus::ReadyForShutdown))));
+    assert!(net.events[&addrs[0]]
+        .iter()
+        .any(|e| e.type_name() == "MemberPreparingForShutdown"));
+    assert!(net.events[&addrs[0]]
+        .iter()
+        .any(|e| e.type_name() == "MemberReadyForShutdown"));
 }
 
 #[test]
@@ -338,7 +465,10 @@ fn converged_cluster_sends_only_gossip_status() {
     net.run_for(2000);
     let after = net.nodes[&addrs[0]].stats();
     assert!(after.gossip_status_sent > before.gossip_status_sent);
-    assert_eq!(after.gossip_sent, before.gossip_sent, "no full gossip while converged");
+    assert_eq!(
+        after.gossip_sent, before.gossip_sent,
+        "no full gossip while converged"
+    );
 }
 
 #[test]
@@ -346,10 +476,19 @@ fn commands_on_unknown_members_fail_and_change_nothing() {
     let (mut net, addrs) = form(2);
     let now = net.now;
     let before = net.nodes[&addrs[0]].latest_gossip().clone();
-    assert_eq!(net.core(&addrs[0]).down(now, &addr(77)), Err(CommandError::UnknownMember(addr(77))));
-    assert_eq!(net.core(&addrs[0]).leave(now, &addr(77)), Err(CommandError::UnknownMember(addr(77))));
+    assert_eq!(
+        net.core(&addrs[0]).down(now, &addr(77)),
+        Err(CommandError::UnknownMember(addr(77)))
+    );
+    assert_eq!(
+        net.core(&addrs[0]).leave(now, &addr(77)),
+        Err(CommandError::UnknownMember(addr(77)))
+    );
     let other = Address::new("other", "127.0.0.1", 1);
-    assert!(matches!(net.core(&addrs[0]).join(now, &other), Err(CommandError::OtherCluster(..))));
+    assert!(matches!(
+        net.core(&addrs[0]).join(now, &other),
+        Err(CommandError::OtherCluster(..))
+    ));
     assert_eq!(net.nodes[&addrs[0]].latest_gossip(), &before);
 }
 
@@ -362,7 +501,14 @@ fn gossip_for_another_incarnation_is_ignored() {
     let before = net.nodes[&addrs[0]].latest_gossip().clone();
     let mut g = before.clone();
     g.members.clear();
-    net.core(&addrs[0]).handle_message(now, &from, ClusterMessage::GossipEnvelope { to: stale, gossip: g });
+    net.core(&addrs[0]).handle_message(
+        now,
+        &from,
+        ClusterMessage::GossipEnvelope {
+            to: stale,
+            gossip: g,
+        },
+    );
     assert_eq!(net.nodes[&addrs[0]].latest_gossip(), &before);
 }
 
@@ -375,5 +521,8 @@ fn shutdown_after_unsuccessful_join_seed_nodes() {
     let now = net.now;
     net.core(&b).join_seed_nodes(now, &[addr(1)]).unwrap();
     net.run_for(2500);
-    assert_eq!(net.nodes[&b].shutdown_reason(), Some(ShutdownReason::JoinSeedNodesTimeout));
+    assert_eq!(
+        net.nodes[&b].shutdown_reason(),
+        Some(ShutdownReason::JoinSeedNodesTimeout)
+    );
 }

@@ -1,0 +1,197 @@
+//! A small client of the management HTTP API, used by `concord members|join|leave|down`
+//! and by `concord demo`.
+
+use std::time::Duration;
+
+use crate::management::{ClusterMembersJson, MessageJson};
+
+/// Errors talking to a node's management API.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The node could not be reached.
+    #[error("cannot reach the management API at {url}: {source}")]
+    Unreachable {
+        /// Base URL.
+        url: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The node answered with an error.
+    #[error("{status}: {message}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The node's message.
+        message: String,
+    },
+    /// The answer was not the expected JSON.
+    #[error("unexpected answer from {url}: {message}")]
+    BadAnswer {
+        /// Base URL.
+        url: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// Client of one node's management API.
+#[derive(Clone)]
+pub struct ManagementClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ManagementClient {
+    /// A client for `base` (e.g. `http://127.0.0.1:8558`), with a 3 s timeout per request.
+    pub fn new(base: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        ManagementClient {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn unreachable(&self, source: reqwest::Error) -> ClientError {
+        ClientError::Unreachable {
+            url: self.base.clone(),
+            source,
+        }
+    }
+
+    async fn message(&self, resp: reqwest::Response) -> Result<String, ClientError> {
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| self.unreachable(e))?;
+        let message = serde_json::from_str::<MessageJson>(&text)
+            .map(|m| m.message)
+            .unwrap_or(text);
+        if status.is_success() {
+            Ok(message)
+        } else {
+            Err(ClientError::Refused {
+                status: status.as_u16(),
+                message,
+            })
+        }
+    }
+
+    /// `GET /cluster/members`.
+    pub async fn members(&self) -> Result<ClusterMembersJson, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/cluster/members", self.base))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        if !resp.status().is_success() {
+            let status = resp.status().as_u16();
+            return Err(ClientError::Refused {
+                status,
+                message: resp.text().await.unwrap_or_default(),
+            });
+        }
+        resp.json().await.map_err(|e| ClientError::BadAnswer {
+            url: self.base.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    /// `PUT /cluster/members/{address}` with `operation`.
+    pub async fn operation(&self, address: &str, operation: &str) -> Result<String, ClientError> {
+        let url = format!("{}/cluster/members/{}", self.base, address);
+        let resp = self
+            .http
+            .put(url)
+            .form(&[("operation", operation)])
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.message(resp).await
+    }
+
+    /// `POST /cluster/members` with `address`: the node joins `address`.
+    pub async fn join(&self, address: &str) -> Result<String, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/cluster/members", self.base))
+            .form(&[("address", address)])
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.message(resp).await
+    }
+
+    /// `GET /ready`: `Ok(true)` when ready.
+    pub async fn ready(&self) -> Result<bool, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/ready", self.base))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        Ok(resp.status().is_success())
+    }
+}
+
+/// Renders members as a table (NODE, UID, STATUS, ROLES, flags for leader/oldest/unreachable).
+pub fn members_table(m: &ClusterMembersJson) -> String {
+    let unreachable: std::collections::BTreeSet<&str> =
+        m.unreachable.iter().map(|u| u.node.as_str()).collect();
+    let rows: Vec<[String; 5]> = m
+        .members
+        .iter()
+        .map(|x| {
+            let mut flags = Vec::new();
+            if m.leader.as_deref() == Some(x.node.as_str()) {
+                flags.push("leader");
+            }
+            if m.oldest.as_deref() == Some(x.node.as_str()) {
+                flags.push("oldest");
+            }
+            if unreachable.contains(x.node.as_str()) {
+                flags.push("UNREACHABLE");
+            }
+            if x.node == m.self_node {
+                flags.push("self");
+            }
+            [
+                x.node.clone(),
+                x.node_uid.clone(),
+                x.status.clone(),
+                x.roles.join(","),
+                flags.join(" "),
+            ]
+        })
+        .collect();
+    let header = ["NODE", "UID", "STATUS", "ROLES", ""];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{:w$}", c, w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(header);
+    out.push('\n');
+    for r in &rows {
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,324 @@
+//! Management HTTP API (axum), in Akka Management's routes and JSON shapes:
+//!
+//! - `GET /cluster/members` → `{"selfNode", "leader"?, "oldest"?, "unreachable": [{"node",
+//!   "observedBy"}], "members": [{"node", "nodeUid" (string), "status", "roles"}]}`
+//! - `POST /cluster/members` (form `address`) → join that address
+//! - `GET /cluster/members/{address}` → one member, 404 if unknown
+//! - `PUT /cluster/members/{address}` (form `operation=Down|Leave`, case-insensitive);
+//!   `DELETE /cluster/members/{address}` → leave
+//! - `GET /ready` (200 `OK` when this node is Up or WeaklyUp, else 500 with the reason),
+//!   `GET /alive`, `GET /metrics` (Prometheus text)
+//!
+//! `{address}` may be the full `concord://system@host:port`, `system@host:port` or
+//! `host:port`, percent-encoded or not. Errors are `{"message": "..."}` with 400/404.
+
+use std::net::SocketAddr;
+
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use concord_core::{Address, Member, MemberStatus};
+use serde::{Deserialize, Serialize};
+use tracing::{info, Instrument};
+
+use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
+
+/// `ClusterMember` JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMemberJson {
+    /// Full address.
+    pub node: String,
+    /// Uid, as a string (Akka Management's shape).
+    pub node_uid: String,
+    /// Status name.
+    pub status: String,
+    /// Roles, sorted.
+    pub roles: Vec<String>,
+}
+
+/// `ClusterUnreachableMember` JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUnreachableMemberJson {
+    /// Full address.
+    pub node: String,
+    /// Observers that see it unreachable, sorted.
+    pub observed_by: Vec<String>,
+}
+
+/// `ClusterMembers` JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMembersJson {
+    /// This node.
+    pub self_node: String,
+    /// Members sorted by `node`.
+    pub members: Vec<ClusterMemberJson>,
+    /// Unreachable members.
+    pub unreachable: Vec<ClusterUnreachableMemberJson>,
+    /// Leader, omitted when none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub leader: Option<String>,
+    /// Oldest Up member, omitted when none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub oldest: Option<String>,
+}
+
+/// `{"message": ...}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MessageJson {
+    /// Human-readable outcome.
+    pub message: String,
+}
+
+fn member_json(m: &Member) -> ClusterMemberJson {
+    ClusterMemberJson {
+        node: m.address().to_string(),
+        node_uid: m.unique_address.uid.to_string(),
+        status: m.status.to_string(),
+        roles: m.roles.iter().cloned().collect(),
+    }
+}
+
+/// The `GET /cluster/members` body for a snapshot.
+pub fn members_json(self_node: &Address, s: &ClusterSnapshot) -> ClusterMembersJson {
+    let mut members: Vec<ClusterMemberJson> = s.state.members.iter().map(member_json).collect();
+    members.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut unreachable: Vec<ClusterUnreachableMemberJson> = s
+        .state
+        .unreachable
+        .iter()
+        .map(|(m, obs)| {
+            let mut observed_by: Vec<String> = obs.iter().map(|o| o.address.to_string()).collect();
+            observed_by.sort();
+            ClusterUnreachableMemberJson {
+                node: m.address().to_string(),
+                observed_by,
+            }
+        })
+        .collect();
+    unreachable.sort_by(|a, b| a.node.cmp(&b.node));
+    ClusterMembersJson {
+        self_node: self_node.to_string(),
+        members,
+        unreachable,
+        leader: s.state.leader.as_ref().map(|a| a.to_string()),
+        oldest: s.state.oldest.as_ref().map(|a| a.to_string()),
+    }
+}
+
+fn message(status: StatusCode, msg: impl Into<String>) -> Response {
+    (
+        status,
+        Json(MessageJson {
+            message: msg.into(),
+        }),
+    )
+        .into_response()
+}
+
+fn matches_address(m: &Member, given: &str) -> bool {
+    let a = m.address();
+    let full = a.to_string();
+    let no_scheme = full.trim_start_matches("concord://");
+    given == full || given == no_scheme || given == a.host_port()
+}
+
+fn find_member(s: &ClusterSnapshot, given: &str) -> Option<Member> {
+    s.state
+        .members
+        .iter()
+        .find(|m| matches_address(m, given))
+        .cloned()
+}
+
+/// The `{address}` path parameter (already percent-decoded by axum).
+fn decode_path(raw: &str) -> String {
+    raw.trim_start_matches('/').to_string()
+}
+
+async fn get_members(State(c): State<Cluster>) -> Json<ClusterMembersJson> {
+    Json(members_json(c.self_address(), &c.state()))
+}
+
+async fn get_member(State(c): State<Cluster>, Path(address): Path<String>) -> Response {
+    let address = decode_path(&address);
+    match find_member(&c.state(), &address) {
+        Some(m) => Json(member_json(&m)).into_response(),
+        None => message(
+            StatusCode::NOT_FOUND,
+            format!("Member [{address}] not found"),
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct OperationForm {
+    operation: Option<String>,
+}
+
+fn command_error(e: ClusterError) -> Response {
+    match e {
+        ClusterError::Command(concord_core::CommandError::UnknownMember(a)) => {
+            message(StatusCode::NOT_FOUND, format!("Member [{a}] not found"))
+        }
+        ClusterError::Command(e) => message(StatusCode::BAD_REQUEST, e.to_string()),
+        other => message(StatusCode::SERVICE_UNAVAILABLE, other.to_string()),
+    }
+}
+
+async fn put_member(
+    State(c): State<Cluster>,
+    Path(address): Path<String>,
+    form: Result<Form<OperationForm>, FormRejection>,
+) -> Response {
+    let address = decode_path(&address);
+    let Some(m) = find_member(&c.state(), &address) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            format!("Member [{address}] not found"),
+        );
+    };
+    let op = form.ok().and_then(|f| f.0.operation).unwrap_or_default();
+    let target = m.address().clone();
+    match op.to_ascii_lowercase().as_str() {
+        "down" => match c.down(target.clone()).await {
+            Ok(()) => {
+                info!(member = %target, "down requested through the management API");
+                message(StatusCode::OK, format!("Downing {target}"))
+            }
+            Err(e) => command_error(e),
+        },
+        "leave" => match c.leave(target.clone()).await {
+            Ok(()) => {
+                info!(member = %target, "leave requested through the management API");
+                message(StatusCode::OK, format!("Leaving {target}"))
+            }
+            Err(e) => command_error(e),
+        },
+        _ => message(StatusCode::BAD_REQUEST, "Operation not supported"),
+    }
+}
+
+async fn delete_member(State(c): State<Cluster>, Path(address): Path<String>) -> Response {
+    let address = decode_path(&address);
+    let Some(m) = find_member(&c.state(), &address) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            format!("Member [{address}] not found"),
+        );
+    };
+    let target = m.address().clone();
+    match c.leave(target.clone()).await {
+        Ok(()) => message(StatusCode::OK, format!("Leaving {target}")),
+        Err(e) => command_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct JoinForm {
+    address: Option<String>,
+}
+
+async fn post_members(
+    State(c): State<Cluster>,
+    form: Result<Form<JoinForm>, FormRejection>,
+) -> Response {
+    let Some(raw) = form.ok().and_then(|f| f.0.address) else {
+        return message(StatusCode::BAD_REQUEST, "missing form field `address`");
+    };
+    let address = match crate::config::parse_node_address(&raw, &c.self_address().system) {
+        Ok(a) => a,
+        Err(e) => return message(StatusCode::BAD_REQUEST, e),
+    };
+    match c.join(address.clone()).await {
+        Ok(()) => message(StatusCode::OK, format!("Joining {address}")),
+        Err(e) => command_error(e),
+    }
+}
+
+async fn ready(State(c): State<Cluster>) -> Response {
+    let s = c.state();
+    match s.self_member.as_ref().map(|m| m.status) {
+        Some(MemberStatus::Up | MemberStatus::WeaklyUp) if c.shutdown_reason().is_none() => {
+            (StatusCode::OK, "OK").into_response()
+        }
+        Some(st) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Not Healthy: member status is {st}, not Up or WeaklyUp"),
+        )
+            .into_response(),
+        None => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Not Healthy: not a member of a cluster yet",
+        )
+            .into_response(),
+    }
+}
+
+async fn alive() -> &'static str {
+    "OK"
+}
+
+async fn metrics_text() -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        crate::metrics::render(),
+    )
+        .into_response()
+}
+
+/// The management routes for `cluster`.
+pub fn router(cluster: Cluster) -> Router {
+    Router::new()
+        .route("/cluster/members", get(get_members).post(post_members))
+        .route("/cluster/members/", get(get_members).post(post_members))
+        .route(
+            "/cluster/members/{*address}",
+            get(get_member).put(put_member).delete(delete_member),
+        )
+        .route("/ready", get(ready))
+        .route("/alive", get(alive))
+        .route("/metrics", get(metrics_text))
+        .with_state(cluster)
+}
+
+/// Binds `host:port` and serves the API until the process ends. Returns the bound address.
+pub async fn serve(cluster: Cluster, host: &str, port: u16) -> Result<SocketAddr, ClusterError> {
+    let bind = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .map_err(|source| ClusterError::Management {
+            addr: bind.clone(),
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ClusterError::Management { addr: bind, source })?;
+    let app = router(cluster.clone());
+    let span = tracing::Span::current();
+    tokio::spawn(
+        async move {
+            let shutdown = async move {
+                cluster.terminated().await;
+            };
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        }
+        .instrument(span),
+    );
+    info!(%addr, "management HTTP API listening");
+    Ok(addr)
+}

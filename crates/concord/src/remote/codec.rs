@@ -1,0 +1,553 @@
+//! Conversion between `concord-core` messages and the protobuf wire format.
+//!
+//! Full gossip (in `Welcome` and `GossipEnvelope`) is serialized with an address table
+//! (members, vector clock, seen set and reachability refer to addresses by index, as
+//! Akka's serializer does) and gzip-compressed. Decoding never panics: every malformed
+//! input gives a [`DecodeError`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+
+use concord_core::gossip::{Gossip, GossipOverview};
+use concord_core::member::{Member, MemberStatus};
+use concord_core::reachability::{Reachability, ReachabilityStatus};
+use concord_core::vector_clock::VectorClock;
+use concord_core::{Address, ClusterMessage, UniqueAddress};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use super::wire;
+
+/// Largest decompressed gossip accepted, bytes (protects against gzip bombs).
+pub const MAX_DECOMPRESSED_GOSSIP_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Why bytes from the network could not be turned into a message.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not a valid protobuf message.
+    #[error("malformed protobuf: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+    /// A required field is missing.
+    #[error("missing field `{0}`")]
+    MissingField(&'static str),
+    /// An address index points outside the address table.
+    #[error("address index {0} out of range")]
+    BadIndex(u32),
+    /// A port outside 1..=65535.
+    #[error("invalid port {0}")]
+    BadPort(u32),
+    /// Unknown enum value.
+    #[error("unknown {0} value {1}")]
+    BadEnum(&'static str, i32),
+    /// The gzip payload is corrupt or too large.
+    #[error("bad gzip payload: {0}")]
+    Gzip(String),
+}
+
+/// Encoded sizes of a gossip state, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GossipSize {
+    /// Protobuf bytes before compression.
+    pub raw: usize,
+    /// Bytes after gzip.
+    pub compressed: usize,
+}
+
+pub(crate) fn address_to_wire(a: &Address) -> wire::Address {
+    wire::Address {
+        system: a.system.clone(),
+        host: a.host.clone(),
+        port: u32::from(a.port),
+    }
+}
+
+pub(crate) fn address_from_wire(a: &wire::Address) -> Result<Address, DecodeError> {
+    let port = u16::try_from(a.port)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or(DecodeError::BadPort(a.port))?;
+    if a.system.is_empty() {
+        return Err(DecodeError::MissingField("address.system"));
+    }
+    if a.host.is_empty() {
+        return Err(DecodeError::MissingField("address.host"));
+    }
+    Ok(Address::new(a.system.clone(), a.host.clone(), port))
+}
+
+pub(crate) fn unique_to_wire(u: &UniqueAddress) -> wire::UniqueAddress {
+    wire::UniqueAddress {
+        address: Some(address_to_wire(&u.address)),
+        uid: u.uid,
+    }
+}
+
+pub(crate) fn unique_from_wire(u: &wire::UniqueAddress) -> Result<UniqueAddress, DecodeError> {
+    let a = u
+        .address
+        .as_ref()
+        .ok_or(DecodeError::MissingField("unique_address.address"))?;
+    Ok(UniqueAddress::new(address_from_wire(a)?, u.uid))
+}
+
+fn status_to_wire(s: MemberStatus) -> wire::MemberStatus {
+    use wire::MemberStatus as W;
+    match s {
+        MemberStatus::Joining => W::Joining,
+        MemberStatus::WeaklyUp => W::WeaklyUp,
+        MemberStatus::Up => W::Up,
+        MemberStatus::PreparingForShutdown => W::PreparingForShutdown,
+        MemberStatus::ReadyForShutdown => W::ReadyForShutdown,
+        MemberStatus::Leaving => W::Leaving,
+        MemberStatus::Exiting => W::Exiting,
+        MemberStatus::Down => W::Down,
+        MemberStatus::Removed => W::Removed,
+    }
+}
+
+fn status_from_wire(v: i32) -> Result<MemberStatus, DecodeError> {
+    use wire::MemberStatus as W;
+    Ok(
+        match W::try_from(v).map_err(|_| DecodeError::BadEnum("MemberStatus", v))? {
+            W::Joining => MemberStatus::Joining,
+            W::WeaklyUp => MemberStatus::WeaklyUp,
+            W::Up => MemberStatus::Up,
+            W::PreparingForShutdown => MemberStatus::PreparingForShutdown,
+            W::ReadyForShutdown => MemberStatus::ReadyForShutdown,
+            W::Leaving => MemberStatus::Leaving,
+            W::Exiting => MemberStatus::Exiting,
+            W::Down => MemberStatus::Down,
+            W::Removed => MemberStatus::Removed,
+        },
+    )
+}
+
+fn reach_to_wire(s: ReachabilityStatus) -> wire::ReachabilityStatus {
+    match s {
+        ReachabilityStatus::Reachable => wire::ReachabilityStatus::Reachable,
+        ReachabilityStatus::Unreachable => wire::ReachabilityStatus::Unreachable,
+        ReachabilityStatus::Terminated => wire::ReachabilityStatus::Terminated,
+    }
+}
+
+fn reach_from_wire(v: i32) -> Result<ReachabilityStatus, DecodeError> {
+    Ok(
+        match wire::ReachabilityStatus::try_from(v)
+            .map_err(|_| DecodeError::BadEnum("ReachabilityStatus", v))?
+        {
+            wire::ReachabilityStatus::Reachable => ReachabilityStatus::Reachable,
+            wire::ReachabilityStatus::Unreachable => ReachabilityStatus::Unreachable,
+            wire::ReachabilityStatus::Terminated => ReachabilityStatus::Terminated,
+        },
+    )
+}
+
+struct AddressTable {
+    index: BTreeMap<UniqueAddress, u32>,
+    list: Vec<wire::UniqueAddress>,
+}
+
+impl AddressTable {
+    fn new() -> Self {
+        AddressTable {
+            index: BTreeMap::new(),
+            list: Vec::new(),
+        }
+    }
+    fn idx(&mut self, u: &UniqueAddress) -> u32 {
+        if let Some(i) = self.index.get(u) {
+            return *i;
+        }
+        let i = self.list.len() as u32;
+        self.index.insert(u.clone(), i);
+        self.list.push(unique_to_wire(u));
+        i
+    }
+}
+
+/// Gossip → protobuf (not compressed).
+pub fn gossip_to_wire(g: &Gossip) -> wire::Gossip {
+    let mut t = AddressTable::new();
+    let members = g
+        .members
+        .values()
+        .map(|m| wire::Member {
+            address_index: t.idx(&m.unique_address),
+            status: status_to_wire(m.status) as i32,
+            roles: m.roles.iter().cloned().collect(),
+            up_number: m.up_number,
+            app_version: m.app_version.clone(),
+        })
+        .collect();
+    let seen = g.overview.seen.iter().map(|u| t.idx(u)).collect();
+    let mut reach: BTreeMap<u32, wire::ObserverReachability> = BTreeMap::new();
+    for (o, v) in g.overview.reachability.versions() {
+        let oi = t.idx(o);
+        reach.insert(
+            oi,
+            wire::ObserverReachability {
+                observer_index: oi,
+                version: v,
+                subjects: Vec::new(),
+            },
+        );
+    }
+    for (o, s, st) in g.overview.reachability.records() {
+        let oi = t.idx(o);
+        let si = t.idx(s);
+        reach
+            .entry(oi)
+            .or_insert_with(|| wire::ObserverReachability {
+                observer_index: oi,
+                version: 0,
+                subjects: Vec::new(),
+            })
+            .subjects
+            .push(wire::SubjectReachability {
+                subject_index: si,
+                status: reach_to_wire(st) as i32,
+            });
+    }
+    let version = g
+        .version
+        .entries()
+        .map(|(n, c)| wire::VectorClockEntry {
+            node_index: t.idx(n),
+            counter: c,
+        })
+        .collect();
+    let tombstones = g
+        .tombstones
+        .iter()
+        .map(|(n, at)| wire::Tombstone {
+            address_index: t.idx(n),
+            removed_at_ms: *at,
+        })
+        .collect();
+    wire::Gossip {
+        all_addresses: t.list,
+        members,
+        seen,
+        reachability: reach.into_values().collect(),
+        version,
+        tombstones,
+    }
+}
+
+/// Protobuf → Gossip, validating every index and enum.
+pub fn gossip_from_wire(w: &wire::Gossip) -> Result<Gossip, DecodeError> {
+    let table: Vec<UniqueAddress> = w
+        .all_addresses
+        .iter()
+        .map(unique_from_wire)
+        .collect::<Result<_, _>>()?;
+    let at = |i: u32| {
+        table
+            .get(i as usize)
+            .cloned()
+            .ok_or(DecodeError::BadIndex(i))
+    };
+    let mut members = BTreeMap::new();
+    for m in &w.members {
+        let ua = at(m.address_index)?;
+        let status = status_from_wire(m.status)?;
+        members.insert(
+            ua.clone(),
+            Member {
+                unique_address: ua,
+                status,
+                roles: m.roles.iter().cloned().collect::<BTreeSet<_>>(),
+                up_number: m.up_number,
+                app_version: m.app_version.clone(),
+            },
+        );
+    }
+    let seen = w
+        .seen
+        .iter()
+        .map(|i| at(*i))
+        .collect::<Result<BTreeSet<_>, _>>()?;
+    let mut records = Vec::new();
+    let mut versions = Vec::new();
+    for o in &w.reachability {
+        let obs = at(o.observer_index)?;
+        versions.push((obs.clone(), o.version));
+        for s in &o.subjects {
+            records.push((
+                obs.clone(),
+                at(s.subject_index)?,
+                reach_from_wire(s.status)?,
+            ));
+        }
+    }
+    let version = VectorClock::from_entries(
+        w.version
+            .iter()
+            .map(|e| Ok((at(e.node_index)?, e.counter)))
+            .collect::<Result<Vec<_>, DecodeError>>()?,
+    );
+    let tombstones = w
+        .tombstones
+        .iter()
+        .map(|t| Ok((at(t.address_index)?, t.removed_at_ms)))
+        .collect::<Result<BTreeMap<_, _>, DecodeError>>()?;
+    Ok(Gossip {
+        members,
+        overview: GossipOverview {
+            seen,
+            reachability: Reachability::from_parts(records, versions),
+        },
+        version,
+        tombstones,
+    }
+    .normalize())
+}
+
+/// Gossip → gzip(protobuf), with the sizes before and after compression.
+pub fn compress_gossip(g: &Gossip) -> (Vec<u8>, GossipSize) {
+    let raw = gossip_to_wire(g).encode_to_vec();
+    let mut enc = GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), Compression::fast());
+    // Writing into a Vec cannot fail.
+    let _ = enc.write_all(&raw);
+    let out = enc.finish().unwrap_or_default();
+    let size = GossipSize {
+        raw: raw.len(),
+        compressed: out.len(),
+    };
+    (out, size)
+}
+
+/// gzip(protobuf) → Gossip. Refuses payloads that decompress beyond
+/// [`MAX_DECOMPRESSED_GOSSIP_BYTES`].
+pub fn decompress_gossip(bytes: &[u8]) -> Result<Gossip, DecodeError> {
+    let mut raw = Vec::new();
+    GzDecoder::new(bytes)
+        .take(MAX_DECOMPRESSED_GOSSIP_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| DecodeError::Gzip(e.to_string()))?;
+    if raw.len() as u64 > MAX_DECOMPRESSED_GOSSIP_BYTES {
+        return Err(DecodeError::Gzip("decompressed gossip too large".into()));
+    }
+    gossip_from_wire(&wire::Gossip::decode(raw.as_slice())?)
+}
+
+/// A cluster message → protobuf bytes.
+pub fn encode_message(msg: &ClusterMessage) -> Vec<u8> {
+    use wire::cluster_message::Message as M;
+    let m = match msg {
+        ClusterMessage::InitJoin => M::InitJoin(wire::Empty {}),
+        ClusterMessage::InitJoinAck => M::InitJoinAck(wire::Empty {}),
+        ClusterMessage::InitJoinNack => M::InitJoinNack(wire::Empty {}),
+        ClusterMessage::Join { roles, app_version } => M::Join(wire::Join {
+            roles: roles.iter().cloned().collect(),
+            app_version: app_version.clone(),
+        }),
+        ClusterMessage::Welcome { gossip } => M::Welcome(wire::Welcome {
+            gossip: compress_gossip(gossip).0,
+        }),
+        ClusterMessage::GossipEnvelope { to, gossip } => M::GossipEnvelope(wire::GossipEnvelope {
+            to: Some(unique_to_wire(to)),
+            gossip: compress_gossip(gossip).0,
+        }),
+        ClusterMessage::GossipStatus {
+            version,
+            seen_digest,
+        } => M::GossipStatus(wire::GossipStatus {
+            version: version
+                .entries()
+                .map(|(n, c)| wire::VersionEntry {
+                    node: Some(unique_to_wire(n)),
+                    counter: c,
+                })
+                .collect(),
+            seen_digest: *seen_digest,
+        }),
+        ClusterMessage::Heartbeat {
+            sequence_nr,
+            creation_time_ms,
+        } => M::Heartbeat(wire::Heartbeat {
+            sequence_nr: *sequence_nr,
+            creation_time_ms: *creation_time_ms,
+        }),
+        ClusterMessage::HeartbeatRsp {
+            sequence_nr,
+            creation_time_ms,
+        } => M::HeartbeatRsp(wire::Heartbeat {
+            sequence_nr: *sequence_nr,
+            creation_time_ms: *creation_time_ms,
+        }),
+    };
+    wire::ClusterMessage { message: Some(m) }.encode_to_vec()
+}
+
+/// Protobuf bytes → a cluster message.
+pub fn decode_message(bytes: &[u8]) -> Result<ClusterMessage, DecodeError> {
+    use wire::cluster_message::Message as M;
+    let w = wire::ClusterMessage::decode(bytes)?;
+    Ok(
+        match w.message.ok_or(DecodeError::MissingField("message"))? {
+            M::InitJoin(_) => ClusterMessage::InitJoin,
+            M::InitJoinAck(_) => ClusterMessage::InitJoinAck,
+            M::InitJoinNack(_) => ClusterMessage::InitJoinNack,
+            M::Join(j) => ClusterMessage::Join {
+                roles: j.roles.into_iter().collect(),
+                app_version: j.app_version,
+            },
+            M::Welcome(w) => ClusterMessage::Welcome {
+                gossip: decompress_gossip(&w.gossip)?,
+            },
+            M::GossipEnvelope(e) => ClusterMessage::GossipEnvelope {
+                to: unique_from_wire(
+                    e.to.as_ref()
+                        .ok_or(DecodeError::MissingField("gossip_envelope.to"))?,
+                )?,
+                gossip: decompress_gossip(&e.gossip)?,
+            },
+            M::GossipStatus(s) => ClusterMessage::GossipStatus {
+                version: VectorClock::from_entries(
+                    s.version
+                        .iter()
+                        .map(|e| {
+                            Ok((
+                                unique_from_wire(
+                                    e.node
+                                        .as_ref()
+                                        .ok_or(DecodeError::MissingField("version.node"))?,
+                                )?,
+                                e.counter,
+                            ))
+                        })
+                        .collect::<Result<Vec<_>, DecodeError>>()?,
+                ),
+                seen_digest: s.seen_digest,
+            },
+            M::Heartbeat(h) => ClusterMessage::Heartbeat {
+                sequence_nr: h.sequence_nr,
+                creation_time_ms: h.creation_time_ms,
+            },
+            M::HeartbeatRsp(h) => ClusterMessage::HeartbeatRsp {
+                sequence_nr: h.sequence_nr,
+                creation_time_ms: h.creation_time_ms,
+            },
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ua(i: u16) -> UniqueAddress {
+        UniqueAddress::new(
+            Address::new("sys", "127.0.0.1", 2550 + i),
+            u64::from(i) * 977 + 1,
+        )
+    }
+
+    fn sample_gossip(n: u16) -> Gossip {
+        let mut g = Gossip::empty();
+        for i in 0..n {
+            let mut m = Member::joining(ua(i), ["dc-default".to_string()].into(), "1.2.3");
+            m = m.with_up(u32::from(i) + 1);
+            g.members.insert(ua(i), m);
+            g.version = g.version.increment(&ua(i));
+            g.overview.seen.insert(ua(i));
+        }
+        g.overview.reachability = g
+            .overview
+            .reachability
+            .unreachable(&ua(0), &ua(1))
+            .terminated(&ua(2), &ua(1));
+        g.tombstones.insert(ua(100), 12345);
+        g
+    }
+
+    #[test]
+    fn gossip_round_trips_through_gzip_protobuf() {
+        let g = sample_gossip(10);
+        let (bytes, size) = compress_gossip(&g);
+        assert!(size.compressed < size.raw);
+        assert_eq!(decompress_gossip(&bytes).unwrap(), g);
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let g = sample_gossip(3);
+        let msgs = vec![
+            ClusterMessage::InitJoin,
+            ClusterMessage::InitJoinAck,
+            ClusterMessage::InitJoinNack,
+            ClusterMessage::Join {
+                roles: ["a".to_string()].into(),
+                app_version: "1".into(),
+            },
+            ClusterMessage::Welcome { gossip: g.clone() },
+            ClusterMessage::GossipEnvelope {
+                to: ua(1),
+                gossip: g.clone(),
+            },
+            ClusterMessage::GossipStatus {
+                version: g.version.clone(),
+                seen_digest: 42,
+            },
+            ClusterMessage::Heartbeat {
+                sequence_nr: 7,
+                creation_time_ms: 9,
+            },
+            ClusterMessage::HeartbeatRsp {
+                sequence_nr: 7,
+                creation_time_ms: 9,
+            },
+        ];
+        for m in msgs {
+            assert_eq!(decode_message(&encode_message(&m)).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn bad_indexes_and_enums_are_errors() {
+        let mut w = gossip_to_wire(&sample_gossip(2));
+        w.members[0].address_index = 99;
+        assert!(matches!(
+            gossip_from_wire(&w),
+            Err(DecodeError::BadIndex(99))
+        ));
+        let mut w = gossip_to_wire(&sample_gossip(2));
+        w.members[0].status = 42;
+        assert!(matches!(
+            gossip_from_wire(&w),
+            Err(DecodeError::BadEnum(..))
+        ));
+        let mut w = gossip_to_wire(&sample_gossip(2));
+        w.all_addresses[0].address.as_mut().unwrap().port = 70000;
+        assert!(matches!(
+            gossip_from_wire(&w),
+            Err(DecodeError::BadPort(70000))
+        ));
+        assert!(decode_message(&[]).is_err());
+        assert!(decompress_gossip(b"not gzip").is_err());
+    }
+
+    #[test]
+    fn gzip_bomb_is_refused() {
+        let zeros = vec![0u8; (MAX_DECOMPRESSED_GOSSIP_BYTES + 10) as usize];
+        let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+        enc.write_all(&zeros).unwrap();
+        let bomb = enc.finish().unwrap();
+        assert!(matches!(
+            decompress_gossip(&bomb),
+            Err(DecodeError::Gzip(_))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_message(&bytes);
+            let _ = decompress_gossip(&bytes);
+        }
+    }
+}
