@@ -1,0 +1,158 @@
+//! Helpers for tests that run real `concord node` processes on loopback.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use concord::client::ManagementClient;
+use concord::management::ClusterMembersJson;
+
+/// Tests that start processes run one at a time (2-core CI machines).
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Fast timings for tests: gossip 100 ms, heartbeat 200 ms, pause 1.5 s.
+pub const FAST_ENV: [(&str, &str); 10] = [
+    ("CONCORD__CLUSTER__GOSSIP_INTERVAL", "100ms"),
+    ("CONCORD__CLUSTER__LEADER_ACTIONS_INTERVAL", "100ms"),
+    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "100ms"),
+    ("CONCORD__CLUSTER__PERIODIC_TASKS_INITIAL_DELAY", "100ms"),
+    ("CONCORD__CLUSTER__SEED_NODE_TIMEOUT", "1s"),
+    ("CONCORD__CLUSTER__RETRY_UNSUCCESSFUL_JOIN_AFTER", "2s"),
+    ("CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL", "200ms"),
+    ("CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE", "1500ms"),
+    ("CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER", "500ms"),
+    ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "5s"),
+];
+
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// A `concord node` child process; killed when dropped.
+pub struct Node {
+    pub port: u16,
+    pub management_port: u16,
+    pub system: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Node {
+    pub fn start(system: &str, port: u16, management_port: u16, seeds: &[u16], extra_env: &[(&str, &str)]) -> Node {
+        let dir = std::env::temp_dir().join(format!("concord-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("node-{port}-{}.log", rand_suffix()));
+        let file = std::fs::File::create(&log).unwrap();
+        let seeds = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_concord"));
+        cmd.args(["node", "--system", system, "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--management-port", &management_port.to_string()])
+            .envs(FAST_ENV)
+            .envs(extra_env.iter().copied())
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file));
+        if !seeds.is_empty() {
+            cmd.args(["--seed-nodes", &seeds]);
+        }
+        let child = cmd.spawn().expect("start concord node");
+        Node { port, management_port, system: system.to_string(), child, log }
+    }
+
+    pub fn address(&self) -> String {
+        format!("concord://{}@127.0.0.1:{}", self.system, self.port)
+    }
+
+    pub fn management_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.management_port)
+    }
+
+    pub fn client(&self) -> ManagementClient {
+        ManagementClient::new(&self.management_url())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 % 1_000_000
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// GET /cluster/members of a node (None if it does not answer).
+pub fn members(rt: &tokio::runtime::Runtime, n: &Node) -> Option<ClusterMembersJson> {
+    rt.block_on(n.client().members()).ok()
+}
+
+/// Polls until `cond` or panics after `timeout`, naming `what` and dumping logs.
+pub fn wait_until(what: &str, timeout: Duration, nodes: &[&Node], mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for n in nodes {
+        eprintln!("---- log of {} ----\n{}", n.address(), n.log_text());
+    }
+    panic!("timed out after {timeout:?} waiting for: {what}");
+}
+
+/// True if every node in `views` sees exactly `expected` members, all Up, none unreachable.
+pub fn all_up(rt: &tokio::runtime::Runtime, views: &[&Node], expected: &[String]) -> bool {
+    views.iter().all(|n| match members(rt, n) {
+        Some(m) => {
+            m.members.len() == expected.len()
+                && expected.iter().all(|a| m.members.iter().any(|x| &x.node == a && x.status == "Up"))
+                && m.unreachable.is_empty()
+        }
+        None => false,
+    })
+}
