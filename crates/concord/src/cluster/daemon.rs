@@ -173,7 +173,7 @@ impl Daemon {
             self.published_changes = Some(version);
             let snap = ClusterSnapshot {
                 state: self.core.current_cluster_state(),
-                self_member: Some(self.core.self_member()),
+                self_member: self.core.is_initialized().then(|| self.core.self_member()),
                 stats: self.core.stats(),
             };
             metrics::record_state(&snap, self.core.self_unique_address());
