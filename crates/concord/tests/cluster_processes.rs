@@ -15,7 +15,9 @@ const T: Duration = Duration::from_secs(30);
 fn start_cluster(system: &str, n: usize) -> Vec<Node> {
     let ports = free_ports(2 * n);
     let seeds = [ports[0], ports[2]];
-    (0..n).map(|i| Node::start(system, ports[2 * i], ports[2 * i + 1], &seeds, &[])).collect()
+    (0..n)
+        .map(|i| Node::start(system, ports[2 * i], ports[2 * i + 1], &seeds, &[]))
+        .collect()
 }
 
 #[test]
@@ -25,21 +27,45 @@ fn five_nodes_form_leave_crash_down() {
     let mut nodes = start_cluster("five", 5);
     let all: Vec<String> = nodes.iter().map(Node::address).collect();
     let refs: Vec<&Node> = nodes.iter().collect();
-    wait_until("5 members Up on every node", T, &refs, || all_up(&rt, &refs, &all));
-    let leaders: std::collections::BTreeSet<Option<String>> = refs.iter().map(|n| members(&rt, n).unwrap().leader).collect();
+    wait_until("5 members Up on every node", T, &refs, || {
+        all_up(&rt, &refs, &all)
+    });
+    let leaders: std::collections::BTreeSet<Option<String>> = refs
+        .iter()
+        .map(|n| members(&rt, n).unwrap().leader)
+        .collect();
     assert_eq!(leaders.len(), 1, "one leader: {leaders:?}");
-    assert_eq!(leaders.into_iter().next().unwrap().as_deref(), Some(all.iter().min().unwrap().as_str()), "leader is the lowest address");
+    assert_eq!(
+        leaders.into_iter().next().unwrap().as_deref(),
+        Some(all.iter().min().unwrap().as_str()),
+        "leader is the lowest address"
+    );
 
     // Graceful leave through the CLI; the process exits by itself.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(["leave", &nodes[4].address(), "--management", &nodes[0].management_url()])
+        .args([
+            "leave",
+            &nodes[4].address(),
+            "--management",
+            &nodes[0].management_url(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "concord leave: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(nodes[4].wait_exit(T), Some(0), "leaving node exits 0 by itself");
+    assert!(
+        out.status.success(),
+        "concord leave: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        nodes[4].wait_exit(T),
+        Some(0),
+        "leaving node exits 0 by itself"
+    );
     let four: Vec<String> = all[..4].to_vec();
     let refs4: Vec<&Node> = nodes[..4].iter().collect();
-    wait_until("left node Removed everywhere", T, &refs4, || all_up(&rt, &refs4, &four));
+    wait_until("left node Removed everywhere", T, &refs4, || {
+        all_up(&rt, &refs4, &four)
+    });
     assert!(nodes[4].log_text().contains("removed from the cluster"));
 
     // Crash: SIGKILL → unreachable on all others → Down via the API → removed.
@@ -47,12 +73,22 @@ fn five_nodes_form_leave_crash_down() {
     let victim = all[3].clone();
     let refs3: Vec<&Node> = nodes[..3].iter().collect();
     wait_until("crashed node unreachable on all others", T, &refs3, || {
-        refs3.iter().all(|n| members(&rt, n).is_some_and(|m| m.unreachable.iter().any(|u| u.node == victim && !u.observed_by.is_empty())))
+        refs3.iter().all(|n| {
+            members(&rt, n).is_some_and(|m| {
+                m.unreachable
+                    .iter()
+                    .any(|u| u.node == victim && !u.observed_by.is_empty())
+            })
+        })
     });
-    let msg = rt.block_on(nodes[1].client().operation(&victim, "Down")).unwrap();
+    let msg = rt
+        .block_on(nodes[1].client().operation(&victim, "Down"))
+        .unwrap();
     assert_eq!(msg, format!("Downing {victim}"));
     let three: Vec<String> = all[..3].to_vec();
-    wait_until("downed node removed everywhere", T, &refs3, || all_up(&rt, &refs3, &three));
+    wait_until("downed node removed everywhere", T, &refs3, || {
+        all_up(&rt, &refs3, &three)
+    });
 }
 
 #[test]
@@ -65,19 +101,36 @@ fn restart_on_the_same_port_replaces_the_old_incarnation() {
         let refs: Vec<&Node> = nodes.iter().collect();
         wait_until("3 Up", T, &refs, || all_up(&rt, &refs, &all));
     }
-    let old_uid = members(&rt, &nodes[0]).unwrap().members.iter().find(|m| m.node == all[2]).unwrap().node_uid.clone();
+    let old_uid = members(&rt, &nodes[0])
+        .unwrap()
+        .members
+        .iter()
+        .find(|m| m.node == all[2])
+        .unwrap()
+        .node_uid
+        .clone();
     nodes[2].kill9();
     let (port, mport) = (nodes[2].port, nodes[2].management_port);
     let seeds = [nodes[0].port, nodes[1].port];
     nodes[2] = Node::start("restart", port, mport, &seeds, &[]);
     let refs: Vec<&Node> = nodes.iter().collect();
     // No manual down: the new incarnation's Join downs the old one.
-    wait_until("new incarnation Up everywhere, old uid gone", T, &refs, || {
-        all_up(&rt, &refs, &all)
-            && refs.iter().all(|n| members(&rt, n).is_some_and(|m| m.members.iter().all(|x| x.node_uid != old_uid)))
-    });
+    wait_until(
+        "new incarnation Up everywhere, old uid gone",
+        T,
+        &refs,
+        || {
+            all_up(&rt, &refs, &all)
+                && refs.iter().all(|n| {
+                    members(&rt, n).is_some_and(|m| m.members.iter().all(|x| x.node_uid != old_uid))
+                })
+        },
+    );
     let log0 = nodes[0].log_text() + &nodes[1].log_text();
-    assert!(log0.contains("new incarnation of an existing member"), "the seed logs why the old one is downed");
+    assert!(
+        log0.contains("new incarnation of an existing member"),
+        "the seed logs why the old one is downed"
+    );
 }
 
 #[test]
@@ -94,8 +147,15 @@ fn sigterm_leaves_gracefully_and_exits() {
     assert_eq!(nodes[1].wait_exit(T), Some(0));
     let rest = vec![all[0].clone(), all[2].clone()];
     let refs = vec![&nodes[0], &nodes[2]];
-    wait_until("SIGTERM'd node removed (not unreachable) everywhere", T, &refs, || all_up(&rt, &refs, &rest));
-    assert!(nodes[1].log_text().contains("leaving the cluster gracefully"));
+    wait_until(
+        "SIGTERM'd node removed (not unreachable) everywhere",
+        T,
+        &refs,
+        || all_up(&rt, &refs, &rest),
+    );
+    assert!(nodes[1]
+        .log_text()
+        .contains("leaving the cluster gracefully"));
 }
 
 #[test]
@@ -104,13 +164,19 @@ fn a_node_with_another_cluster_name_is_refused_and_the_log_says_why() {
     let rt = runtime();
     let p = free_ports(4);
     let alpha = Node::start("alpha", p[0], p[1], &[p[0]], &[]);
-    wait_until("alpha Up", T, &[&alpha], || all_up(&rt, &[&alpha], &[alpha.address()]));
+    wait_until("alpha Up", T, &[&alpha], || {
+        all_up(&rt, &[&alpha], &[alpha.address()])
+    });
     // beta's seed is alpha's host:port, so it asks concord://beta@...:alpha-port.
     let beta = Node::start("beta", p[2], p[3], &[p[0]], &[]);
     wait_until("alpha logs the refusal", T, &[&alpha, &beta], || {
-        alpha.log_text().contains("cluster name `beta` does not match this node's cluster name `alpha`")
+        alpha
+            .log_text()
+            .contains("cluster name `beta` does not match this node's cluster name `alpha`")
     });
-    wait_until("beta logs the refusal", T, &[&alpha, &beta], || beta.log_text().contains("handshake refused by peer"));
+    wait_until("beta logs the refusal", T, &[&alpha, &beta], || {
+        beta.log_text().contains("handshake refused by peer")
+    });
     let a = members(&rt, &alpha).unwrap();
     assert_eq!(a.members.len(), 1, "beta did not join alpha");
     let b = members(&rt, &beta).unwrap();
@@ -126,9 +192,9 @@ fn garbage_on_the_remoting_port_closes_only_that_connection() {
     let refs: Vec<&Node> = nodes.iter().collect();
     wait_until("2 Up", T, &refs, || all_up(&rt, &refs, &all));
     let payloads: Vec<Vec<u8>> = vec![
-        vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3],                 // length beyond maximum-frame-size
+        vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3], // length beyond maximum-frame-size
         [vec![0, 0, 0, 8], b"\x0a\xffgarbage".to_vec()].concat(), // malformed handshake protobuf
-        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),         // wrong protocol
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), // wrong protocol
     ];
     for p in payloads {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", nodes[0].port)).unwrap();
@@ -149,7 +215,10 @@ fn bad_configuration_fails_at_start_naming_the_key() {
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("bad.toml");
     std::fs::write(&f, "[cluster.failure-detector]\nthreshold = \"high\"\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_concord")).args(["node", "--config", f.to_str().unwrap()]).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["node", "--config", f.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cluster.failure-detector.threshold"), "{err}");

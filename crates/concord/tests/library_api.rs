@@ -11,7 +11,12 @@ fn fast_config(system: &str, port: u16, seeds: &[u16]) -> Config {
     let overrides: Vec<(String, String)> = common::FAST_ENV
         .iter()
         .map(|(k, v)| {
-            let key = k.trim_start_matches("CONCORD__").split("__").map(|p| p.to_ascii_lowercase().replace('_', "-")).collect::<Vec<_>>().join(".");
+            let key = k
+                .trim_start_matches("CONCORD__")
+                .split("__")
+                .map(|p| p.to_ascii_lowercase().replace('_', "-"))
+                .collect::<Vec<_>>()
+                .join(".");
             (key, format!("\"{v}\""))
         })
         .collect();
@@ -35,14 +40,25 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events() {
-    let _s = common::serial();
     let p = common::free_ports(3);
-    let a = Cluster::start(fast_config("lib", p[0], &[p[0]])).await.unwrap();
-    wait_for("a Up", || a.state().self_member.as_ref().is_some_and(|m| m.status == MemberStatus::Up)).await;
+    let a = Cluster::start(fast_config("lib", p[0], &[p[0]]))
+        .await
+        .unwrap();
+    wait_for("a Up", || {
+        a.state()
+            .self_member
+            .as_ref()
+            .is_some_and(|m| m.status == MemberStatus::Up)
+    })
+    .await;
     let mut sub = a.subscribe().await.unwrap();
     assert_eq!(sub.snapshot.members.len(), 1, "the snapshot comes first");
-    let b = Cluster::start(fast_config("lib", p[1], &[p[0]])).await.unwrap();
-    let c = Cluster::start(fast_config("lib", p[2], &[p[0]])).await.unwrap();
+    let b = Cluster::start(fast_config("lib", p[1], &[p[0]]))
+        .await
+        .unwrap();
+    let c = Cluster::start(fast_config("lib", p[2], &[p[0]]))
+        .await
+        .unwrap();
     let mut up = std::collections::BTreeSet::new();
     tokio::time::timeout(Duration::from_secs(20), async {
         while up.len() < 2 {
@@ -57,9 +73,14 @@ async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events(
 
     // Leave through the library: c is removed and terminates by itself.
     c.leave(c.self_address().clone()).await.unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(20), c.terminated()).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(20), c.terminated())
+        .await
+        .unwrap();
     assert_eq!(reason, concord_core::ShutdownReason::Removed);
-    wait_for("c gone from a's view", || a.state().state.members.len() == 2).await;
+    wait_for("c gone from a's view", || {
+        a.state().state.members.len() == 2
+    })
+    .await;
 
     // Commands on unknown members are refused and change nothing.
     let unknown = concord_core::Address::new("lib", "127.0.0.1", 1);
@@ -71,10 +92,13 @@ async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn management_api_routes_answer_in_akka_shapes() {
-    let _s = common::serial();
     let p = common::free_ports(2);
-    let a = Cluster::start(fast_config("mgmt", p[0], &[p[0]])).await.unwrap();
-    let b = Cluster::start(fast_config("mgmt", p[1], &[])).await.unwrap();
+    let a = Cluster::start(fast_config("mgmt", p[0], &[p[0]]))
+        .await
+        .unwrap();
+    let b = Cluster::start(fast_config("mgmt", p[1], &[]))
+        .await
+        .unwrap();
     let base = format!("http://{}", a.management_addr().unwrap());
     let base_b = format!("http://{}", b.management_addr().unwrap());
     let http = reqwest::Client::new();
@@ -83,20 +107,57 @@ async fn management_api_routes_answer_in_akka_shapes() {
     let r = http.get(format!("{base_b}/ready")).send().await.unwrap();
     assert_eq!(r.status(), 500);
     assert!(r.text().await.unwrap().contains("not a member"));
-    assert_eq!(http.get(format!("{base_b}/alive")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        http.get(format!("{base_b}/alive"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 
-    wait_for("a Up", || a.state().self_member.as_ref().is_some_and(|m| m.status == MemberStatus::Up)).await;
+    wait_for("a Up", || {
+        a.state()
+            .self_member
+            .as_ref()
+            .is_some_and(|m| m.status == MemberStatus::Up)
+    })
+    .await;
     let r = http.get(format!("{base}/ready")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "OK");
 
     // POST /cluster/members joins b (told through b's API) to a.
-    let r = http.post(format!("{base_b}/cluster/members")).form(&[("address", a.self_address().to_string())]).send().await.unwrap();
+    let r = http
+        .post(format!("{base_b}/cluster/members"))
+        .form(&[("address", a.self_address().to_string())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["message"], format!("Joining {}", a.self_address()));
-    wait_for("b Up on a", || a.state().state.members.iter().filter(|m| m.status == MemberStatus::Up).count() == 2).await;
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["message"],
+        format!("Joining {}", a.self_address())
+    );
+    wait_for("b Up on a", || {
+        a.state()
+            .state
+            .members
+            .iter()
+            .filter(|m| m.status == MemberStatus::Up)
+            .count()
+            == 2
+    })
+    .await;
 
-    let v: serde_json::Value = http.get(format!("{base}/cluster/members")).send().await.unwrap().json().await.unwrap();
+    let v: serde_json::Value = http
+        .get(format!("{base}/cluster/members"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["selfNode"], a.self_address().to_string());
     let lowest = a.self_address().min(b.self_address()).to_string();
     assert_eq!(v["leader"], lowest, "leader is the lowest address");
@@ -104,40 +165,103 @@ async fn management_api_routes_answer_in_akka_shapes() {
     assert!(v["unreachable"].as_array().unwrap().is_empty());
     let members = v["members"].as_array().unwrap();
     assert_eq!(members.len(), 2);
-    assert!(members[0]["node"].as_str().unwrap() < members[1]["node"].as_str().unwrap(), "sorted by node");
+    assert!(
+        members[0]["node"].as_str().unwrap() < members[1]["node"].as_str().unwrap(),
+        "sorted by node"
+    );
     assert!(members[0]["nodeUid"].is_string(), "nodeUid is a string");
     assert_eq!(members[0]["status"], "Up");
 
     // GET one member: full address, host:port, unknown.
-    let one = http.get(format!("{base}/cluster/members/{}", b.self_address())).send().await.unwrap();
+    let one = http
+        .get(format!("{base}/cluster/members/{}", b.self_address()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(one.status(), 200);
-    assert_eq!(one.json::<serde_json::Value>().await.unwrap()["node"], b.self_address().to_string());
-    let hp = http.get(format!("{base}/cluster/members/127.0.0.1:{}", p[1])).send().await.unwrap();
+    assert_eq!(
+        one.json::<serde_json::Value>().await.unwrap()["node"],
+        b.self_address().to_string()
+    );
+    let hp = http
+        .get(format!("{base}/cluster/members/127.0.0.1:{}", p[1]))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(hp.status(), 200);
-    let missing = http.get(format!("{base}/cluster/members/127.0.0.1:1")).send().await.unwrap();
+    let missing = http
+        .get(format!("{base}/cluster/members/127.0.0.1:1"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(missing.status(), 404);
-    assert!(missing.json::<serde_json::Value>().await.unwrap()["message"].as_str().unwrap().contains("not found"));
+    assert!(
+        missing.json::<serde_json::Value>().await.unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("not found")
+    );
 
     // PUT: bad operation → 400, unknown member → 404, changes nothing.
-    let bad = http.put(format!("{base}/cluster/members/{}", b.self_address())).form(&[("operation", "Explode")]).send().await.unwrap();
+    let bad = http
+        .put(format!("{base}/cluster/members/{}", b.self_address()))
+        .form(&[("operation", "Explode")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
-    assert_eq!(bad.json::<serde_json::Value>().await.unwrap()["message"], "Operation not supported");
-    let join_op = http.put(format!("{base}/cluster/members/{}", b.self_address())).form(&[("operation", "Join")]).send().await.unwrap();
+    assert_eq!(
+        bad.json::<serde_json::Value>().await.unwrap()["message"],
+        "Operation not supported"
+    );
+    let join_op = http
+        .put(format!("{base}/cluster/members/{}", b.self_address()))
+        .form(&[("operation", "Join")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(join_op.status(), 400);
-    let unknown = http.put(format!("{base}/cluster/members/127.0.0.1:1")).form(&[("operation", "Down")]).send().await.unwrap();
+    let unknown = http
+        .put(format!("{base}/cluster/members/127.0.0.1:1"))
+        .form(&[("operation", "Down")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unknown.status(), 404);
     assert_eq!(a.state().state.members.len(), 2);
-    let bad_join = http.post(format!("{base}/cluster/members")).form(&[("address", "not an address")]).send().await.unwrap();
+    let bad_join = http
+        .post(format!("{base}/cluster/members"))
+        .form(&[("address", "not an address")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad_join.status(), 400);
 
     // Metrics are exported.
-    let m = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(m.contains("concord_cluster_members"), "{m}");
 
     // PUT operation=leave (case-insensitive) → b is removed and stops.
-    let r = http.put(format!("{base}/cluster/members/{}", b.self_address())).form(&[("operation", "leave")]).send().await.unwrap();
+    let r = http
+        .put(format!("{base}/cluster/members/{}", b.self_address()))
+        .form(&[("operation", "leave")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["message"], format!("Leaving {}", b.self_address()));
-    tokio::time::timeout(Duration::from_secs(20), b.terminated()).await.unwrap();
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["message"],
+        format!("Leaving {}", b.self_address())
+    );
+    tokio::time::timeout(Duration::from_secs(20), b.terminated())
+        .await
+        .unwrap();
     a.stop().await;
 }

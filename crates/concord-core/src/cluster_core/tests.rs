@@ -318,7 +318,7 @@ fn crash_is_detected_then_down_removes_it() {
 fn unreachable_node_that_comes_back_is_reachable_again() {
     let (mut net, addrs) = form(3);
     let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
-    net.partition(&[c.clone()], &[a.clone(), b.clone()]);
+    net.partition(std::slice::from_ref(&c), &[a.clone(), b.clone()]);
     assert!(net.run_until(10_000, |n| n.nodes[&a]
         .state()
         .unreachable_members()
@@ -371,13 +371,13 @@ fn downed_node_shuts_itself_down() {
 fn joining_node_becomes_weakly_up_during_a_partition_and_up_after() {
     let (mut net, addrs) = form(3);
     let c = addrs[2].clone();
-    net.partition(&[c.clone()], &[addrs[0].clone(), addrs[1].clone()]);
+    net.partition(std::slice::from_ref(&c), &[addrs[0].clone(), addrs[1].clone()]);
     assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]]
         .state()
         .unreachable_members()
         .is_empty()));
     let d = net.start(4, 44, ClusterSettings::fast());
-    net.partition(&[c.clone()], &[d.clone()]);
+    net.partition(std::slice::from_ref(&c), std::slice::from_ref(&d));
     let now = net.now;
     net.core(&d).join(now, &addrs[0]).unwrap();
     assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]]

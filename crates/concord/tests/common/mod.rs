@@ -20,18 +20,32 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 pub const FAST_ENV: [(&str, &str); 10] = [
     ("CONCORD__CLUSTER__GOSSIP_INTERVAL", "100ms"),
     ("CONCORD__CLUSTER__LEADER_ACTIONS_INTERVAL", "100ms"),
-    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "100ms"),
+    (
+        "CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL",
+        "100ms",
+    ),
     ("CONCORD__CLUSTER__PERIODIC_TASKS_INITIAL_DELAY", "100ms"),
     ("CONCORD__CLUSTER__SEED_NODE_TIMEOUT", "1s"),
     ("CONCORD__CLUSTER__RETRY_UNSUCCESSFUL_JOIN_AFTER", "2s"),
-    ("CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL", "200ms"),
-    ("CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE", "1500ms"),
-    ("CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER", "500ms"),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL",
+        "200ms",
+    ),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE",
+        "1500ms",
+    ),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER",
+        "500ms",
+    ),
     ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "5s"),
 ];
 
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let ls: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
     ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
@@ -45,27 +59,51 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn start(system: &str, port: u16, management_port: u16, seeds: &[u16], extra_env: &[(&str, &str)]) -> Node {
+    pub fn start(
+        system: &str,
+        port: u16,
+        management_port: u16,
+        seeds: &[u16],
+        extra_env: &[(&str, &str)],
+    ) -> Node {
         let dir = std::env::temp_dir().join(format!("concord-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("node-{port}-{}.log", rand_suffix()));
         let file = std::fs::File::create(&log).unwrap();
-        let seeds = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let seeds = seeds
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_concord"));
-        cmd.args(["node", "--system", system, "--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--management-port", &management_port.to_string()])
-            .envs(FAST_ENV)
-            .envs(extra_env.iter().copied())
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file));
+        cmd.args([
+            "node",
+            "--system",
+            system,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args(["--management-port", &management_port.to_string()])
+        .envs(FAST_ENV)
+        .envs(extra_env.iter().copied())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file));
         if !seeds.is_empty() {
             cmd.args(["--seed-nodes", &seeds]);
         }
         let child = cmd.spawn().expect("start concord node");
-        Node { port, management_port, system: system.to_string(), child, log }
+        Node {
+            port,
+            management_port,
+            system: system.to_string(),
+            child,
+            log,
+        }
     }
 
     pub fn address(&self) -> String {
@@ -118,11 +156,18 @@ impl Drop for Node {
 }
 
 fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 % 1_000_000
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        % 1_000_000
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// GET /cluster/members of a node (None if it does not answer).
@@ -150,7 +195,9 @@ pub fn all_up(rt: &tokio::runtime::Runtime, views: &[&Node], expected: &[String]
     views.iter().all(|n| match members(rt, n) {
         Some(m) => {
             m.members.len() == expected.len()
-                && expected.iter().all(|a| m.members.iter().any(|x| &x.node == a && x.status == "Up"))
+                && expected
+                    .iter()
+                    .all(|a| m.members.iter().any(|x| &x.node == a && x.status == "Up"))
                 && m.unreachable.is_empty()
         }
         None => false,
