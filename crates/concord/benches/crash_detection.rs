@@ -13,32 +13,21 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const DEFAULTS: [(&str, &str); 7] = [
-    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__LEADER_ACTIONS_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__GOSSIP_INTERVAL", "1s"),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL",
-        "1s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE",
-        "3s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER",
-        "1s",
-    ),
-    ("CONCORD__CLUSTER__SEED_NODE_TIMEOUT", "5s"),
-];
-
 fn run() -> Option<f64> {
     let rt = runtime();
     let n = 5;
     let ports = free_ports(2 * n);
     let seeds = [ports[0], ports[2]];
     let mut nodes: Vec<Node> = (0..n)
-        .map(|i| Node::start("crash", ports[2 * i], ports[2 * i + 1], &seeds, &DEFAULTS))
+        .map(|i| {
+            Node::start(
+                "crash",
+                ports[2 * i],
+                ports[2 * i + 1],
+                &seeds,
+                &bench_util::AKKA_DEFAULT_ENV,
+            )
+        })
         .collect();
     let all: Vec<String> = nodes.iter().map(Node::address).collect();
     {

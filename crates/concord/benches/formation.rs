@@ -30,29 +30,6 @@ fn run(n: usize, env: &[(&str, &str)]) -> Option<f64> {
     None
 }
 
-/// Default timings: undo the fast test settings.
-const DEFAULTS: [(&str, &str); 10] = [
-    ("CONCORD__CLUSTER__GOSSIP_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__LEADER_ACTIONS_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__PERIODIC_TASKS_INITIAL_DELAY", "1s"),
-    ("CONCORD__CLUSTER__SEED_NODE_TIMEOUT", "5s"),
-    ("CONCORD__CLUSTER__RETRY_UNSUCCESSFUL_JOIN_AFTER", "10s"),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL",
-        "1s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE",
-        "3s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER",
-        "1s",
-    ),
-    ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "10s"),
-];
-
 fn main() {
     println!("formation on {}", bench_util::machine());
     let mut rows = Vec::new();
@@ -61,7 +38,7 @@ fn main() {
             ("default timings (gossip 1s)", "1s"),
             ("gossip-interval 100ms", "100ms"),
         ] {
-            let mut env: Vec<(&str, &str)> = DEFAULTS.to_vec();
+            let mut env: Vec<(&str, &str)> = bench_util::AKKA_DEFAULT_ENV.to_vec();
             env[0].1 = interval;
             if interval == "100ms" {
                 env[1].1 = "100ms";

@@ -8,18 +8,11 @@ use concord::{Cluster, Config};
 use concord_core::{ClusterEvent, MemberStatus};
 
 fn fast_config(system: &str, port: u16, seeds: &[u16]) -> Config {
-    let overrides: Vec<(String, String)> = common::FAST_ENV
-        .iter()
-        .map(|(k, v)| {
-            let key = k
-                .trim_start_matches("CONCORD__")
-                .split("__")
-                .map(|p| p.to_ascii_lowercase().replace('_', "-"))
-                .collect::<Vec<_>>()
-                .join(".");
-            (key, format!("\"{v}\""))
-        })
-        .collect();
+    let overrides = concord::config::env_overrides(
+        common::FAST_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let mut c = Config::load(None, &overrides).unwrap();
     c.system = system.into();
     c.remote.port = port;

@@ -371,7 +371,10 @@ fn downed_node_shuts_itself_down() {
 fn joining_node_becomes_weakly_up_during_a_partition_and_up_after() {
     let (mut net, addrs) = form(3);
     let c = addrs[2].clone();
-    net.partition(std::slice::from_ref(&c), &[addrs[0].clone(), addrs[1].clone()]);
+    net.partition(
+        std::slice::from_ref(&c),
+        &[addrs[0].clone(), addrs[1].clone()],
+    );
     assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]]
         .state()
         .unreachable_members()
