@@ -172,6 +172,17 @@ impl Demo {
         }
     }
 
+    /// The uid of the member at `address` as node 1 sees it (empty if absent).
+    async fn uid_of(&self, address: &str) -> anyhow::Result<String> {
+        let view = self.nodes[0].client.members().await?;
+        Ok(view
+            .members
+            .into_iter()
+            .find(|m| m.node == address)
+            .map(|m| m.node_uid)
+            .unwrap_or_default())
+    }
+
     async fn stop_all(&mut self) {
         for i in 0..self.nodes.len() {
             if self.nodes[i].running() {
@@ -301,15 +312,7 @@ async fn tour(demo: &mut Demo) -> anyhow::Result<()> {
 
     let victim = n - 2;
     let victim_addr = demo.nodes[victim].address();
-    let old_uid = demo.nodes[0]
-        .client
-        .members()
-        .await?
-        .members
-        .iter()
-        .find(|m| m.node == victim_addr)
-        .map(|m| m.node_uid.clone())
-        .unwrap_or_default();
+    let old_uid = demo.uid_of(&victim_addr).await?;
     println!(
         "Step 3/4: crash node {} ({victim_addr}, uid {old_uid}) with SIGKILL",
         victim + 1
@@ -359,15 +362,7 @@ async fn tour(demo: &mut Demo) -> anyhow::Result<()> {
                 })
         })
         .await?;
-    let new_uid = demo.nodes[0]
-        .client
-        .members()
-        .await?
-        .members
-        .iter()
-        .find(|m| m.node == victim_addr)
-        .map(|m| m.node_uid.clone())
-        .unwrap_or_default();
+    let new_uid = demo.uid_of(&victim_addr).await?;
     println!(
         "  ✓ joined again with new uid {new_uid} (old uid {old_uid} gone) after {:.1}s",
         t.as_secs_f64()

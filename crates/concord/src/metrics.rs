@@ -9,6 +9,9 @@
 //! - `concord_cluster_messages_sent_total{node,kind}` / `..._received_total{node,kind}`
 //! - `concord_cluster_gossip_rounds_total{node}`
 //! - `concord_remote_bytes_received_total{node}` — inbound frame bytes
+//! - `concord_remote_{frames,bytes}_{in,out}_total{node}`, `concord_remote_malformed_frames_total`,
+//!   `concord_remote_handshakes_refused_total`, `concord_remote_dropped_outbound_total` — transport
+//!   counters, read when `/metrics` is scraped
 
 use std::sync::OnceLock;
 
@@ -16,7 +19,7 @@ use concord_core::{MemberStatus, Transmit, UniqueAddress};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::cluster::ClusterSnapshot;
-use crate::remote::transport::Inbound;
+use crate::remote::transport::{Inbound, TransportStats};
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -65,4 +68,26 @@ pub(crate) fn record_state(s: &ClusterSnapshot, me: &UniqueAddress) {
         .set(if s.state.convergence { 1.0 } else { 0.0 });
     metrics::counter!("concord_cluster_gossip_rounds_total", "node" => node)
         .absolute(s.stats.gossip_rounds);
+}
+
+/// Copies the transport's counters into the registry (called when `/metrics` is scraped).
+pub(crate) fn record_transport(node: &concord_core::Address, t: &TransportStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _ = handle();
+    let node = node.to_string();
+    let pairs = [
+        ("concord_remote_frames_out_total", &t.frames_out),
+        ("concord_remote_bytes_out_total", &t.bytes_out),
+        ("concord_remote_frames_in_total", &t.frames_in),
+        ("concord_remote_bytes_in_total", &t.bytes_in),
+        ("concord_remote_malformed_frames_total", &t.malformed_frames),
+        (
+            "concord_remote_handshakes_refused_total",
+            &t.handshakes_refused,
+        ),
+        ("concord_remote_dropped_outbound_total", &t.dropped_outbound),
+    ];
+    for (name, v) in pairs {
+        metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));
+    }
 }

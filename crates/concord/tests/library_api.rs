@@ -240,6 +240,7 @@ async fn management_api_routes_answer_in_akka_shapes() {
         .await
         .unwrap();
     assert!(m.contains("concord_cluster_members"), "{m}");
+    assert!(m.contains("concord_remote_bytes_out_total"), "{m}");
 
     // PUT operation=leave (case-insensitive) → b is removed and stops.
     let r = http

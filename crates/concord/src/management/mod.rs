@@ -264,7 +264,8 @@ async fn alive() -> &'static str {
     "OK"
 }
 
-async fn metrics_text() -> Response {
+async fn metrics_text(State(c): State<Cluster>) -> Response {
+    crate::metrics::record_transport(c.self_address(), c.transport().stats());
     (
         [(
             axum::http::header::CONTENT_TYPE,
