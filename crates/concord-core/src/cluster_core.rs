@@ -30,6 +30,7 @@ use crate::membership_state::{adjusted_gossip_different_view_probability, Member
 use crate::message::{ClusterMessage, Transmit};
 use crate::reachability::ReachabilityStatus;
 use crate::settings::ClusterSettings;
+use crate::split_brain_resolver::{SbrAction, SplitBrainResolver};
 use crate::vector_clock::ClockOrdering;
 
 /// Why the node asks the runtime to shut it down.
@@ -48,6 +49,9 @@ pub enum ShutdownReason {
     LeftBeforeJoining,
     /// Stopped by its owner without leaving (the runtime's abrupt stop).
     Stopped,
+    /// A peer refused this incarnation as quarantined: it was removed from the cluster
+    /// (e.g. downed while paused or partitioned).
+    Quarantined,
 }
 
 /// Errors of user commands. None of them changes the node's state.
@@ -132,6 +136,8 @@ pub struct ClusterCore {
     events: VecDeque<ClusterEvent>,
     stats: CoreStats,
     state_changes: u64,
+    sbr: Option<SplitBrainResolver>,
+    lease_requests: VecDeque<u64>,
 }
 
 impl ClusterCore {
@@ -145,6 +151,7 @@ impl ClusterCore {
         rng_seed: u64,
     ) -> Self {
         let first = now_ms + settings.periodic_tasks_initial_delay_ms;
+        let settings_sbr = settings.downing.clone().map(SplitBrainResolver::new);
         let self_member = Member::joining(self_unique_address.clone(), roles, app_version);
         ClusterCore {
             next_gossip_ms: first,
@@ -172,6 +179,8 @@ impl ClusterCore {
             events: VecDeque::new(),
             stats: CoreStats::default(),
             state_changes: 0,
+            sbr: settings_sbr,
+            lease_requests: VecDeque::new(),
         }
     }
 
@@ -255,6 +264,30 @@ impl ClusterCore {
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
+    }
+
+    /// Next lease acquisition the Split Brain Resolver asks for (lease-majority): try
+    /// after the returned delay (ms), then call [`ClusterCore::handle_lease_result`].
+    #[must_use]
+    pub fn poll_lease_request(&mut self) -> Option<u64> {
+        self.lease_requests.pop_front()
+    }
+
+    /// The outcome of a requested lease acquisition.
+    pub fn handle_lease_result(&mut self, granted: bool) {
+        if let Some(sbr) = &mut self.sbr {
+            sbr.on_lease_result(granted);
+        }
+    }
+
+    /// A peer refused this incarnation because it is quarantined: this node was removed
+    /// from the cluster while it could not hear about it. It shuts down.
+    pub fn handle_quarantined_by_peer(&mut self, peer: &Address) {
+        if self.initialized && self.shutdown.is_none() {
+            warn!(%peer, "a peer refused this node as quarantined: it was removed from the cluster; shutting down");
+            self.shutdown = Some(ShutdownReason::Quarantined);
+            self.state_changes += 1;
+        }
     }
 
     /// Next domain event.
@@ -1104,6 +1137,36 @@ impl ClusterCore {
         }
     }
 
+    fn split_brain_resolver_tick(&mut self, now_ms: u64) {
+        let Some(sbr) = &mut self.sbr else { return };
+        match sbr.tick(now_ms, &self.state) {
+            Some(SbrAction::Down { decision, nodes }) => {
+                warn!(
+                    strategy = sbr.settings().strategy.name(),
+                    ?decision,
+                    nodes = ?nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+                    "split brain resolver decision: downing members"
+                );
+                let mut g = self.state.latest_gossip.clone();
+                for n in &nodes {
+                    if let Some(m) = g.members.get(n).cloned() {
+                        if m.status.can_transition_to(MemberStatus::Down) {
+                            g.members
+                                .insert(n.clone(), m.with_status(MemberStatus::Down));
+                        }
+                    }
+                }
+                self.update_versioned(now_ms, g);
+                self.gossip_round(now_ms);
+            }
+            Some(SbrAction::AcquireLease { delay_ms }) => {
+                info!(delay_ms, "split brain resolver: acquiring the lease");
+                self.lease_requests.push_back(delay_ms);
+            }
+            None => {}
+        }
+    }
+
     fn leader_actions(&mut self, now_ms: u64) {
         if !self.initialized {
             return;
@@ -1113,6 +1176,7 @@ impl ClusterCore {
             &self.state.latest_gossip,
             now_ms,
         );
+        self.split_brain_resolver_tick(now_ms);
         let me = self.state.self_unique_address.clone();
         if !self.state.is_leader(&me) {
             return;

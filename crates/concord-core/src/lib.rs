@@ -26,6 +26,7 @@ pub mod membership_state;
 pub mod message;
 pub mod reachability;
 pub mod settings;
+pub mod split_brain_resolver;
 pub mod vector_clock;
 
 pub use address::{Address, UniqueAddress};

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::failure_detector::PhiAccrualSettings;
 use crate::leader::LeaderSettings;
+use crate::split_brain_resolver::SbrSettings;
 
 /// Failure detector settings (`cluster.failure-detector`).
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +89,9 @@ pub struct ClusterSettings {
     pub exiting_shutdown_timeout_ms: u64,
     /// Failure detector.
     pub failure_detector: FailureDetectorSettings,
+    /// Downing provider: the Split Brain Resolver (on by default, keep-majority) or `None`
+    /// (`downing-provider = "none"`: only manual downing).
+    pub downing: Option<SbrSettings>,
 }
 
 impl Default for ClusterSettings {
@@ -109,6 +113,7 @@ impl Default for ClusterSettings {
             run_coordinated_shutdown_when_down: true,
             exiting_shutdown_timeout_ms: 10_000,
             failure_detector: FailureDetectorSettings::default(),
+            downing: Some(SbrSettings::default()),
         }
     }
 }
