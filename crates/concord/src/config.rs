@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use concord_core::address::parse_host_port;
 use concord_core::settings::{ClusterSettings, FailureDetectorSettings};
+use concord_core::split_brain_resolver::{DowningStrategy, SbrSettings};
 use concord_core::Address;
 use serde::{Deserialize, Deserializer};
 
@@ -83,6 +84,16 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// Management HTTP API (`akka.management.http`).
     pub management: ManagementConfig,
+    /// Test and chaos tooling (`[testkit]`).
+    pub testkit: TestkitConfig,
+}
+
+/// `[testkit]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct TestkitConfig {
+    /// Allow injecting link faults over the management API (off).
+    pub fault_injection: bool,
 }
 
 impl Default for Config {
@@ -92,6 +103,7 @@ impl Default for Config {
             remote: RemoteConfig::default(),
             cluster: ClusterConfig::default(),
             management: ManagementConfig::default(),
+            testkit: TestkitConfig::default(),
         }
     }
 }
@@ -227,6 +239,115 @@ pub struct ClusterConfig {
     pub exiting_shutdown_timeout: Duration,
     /// `[cluster.failure-detector]`.
     pub failure_detector: FailureDetectorConfig,
+    /// `"split-brain-resolver"` (default) or `"none"` (manual downing only).
+    pub downing_provider: String,
+    /// `[cluster.split-brain-resolver]`.
+    pub split_brain_resolver: SplitBrainResolverConfig,
+}
+
+/// `[cluster.split-brain-resolver.<strategy>]` with only a role.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RoleOnlyConfig {
+    /// Only members with this role count ("" = all).
+    pub role: String,
+}
+
+/// `[cluster.split-brain-resolver.static-quorum]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct StaticQuorumConfig {
+    /// Minimum members for a side to survive; required for static-quorum.
+    pub quorum_size: Option<usize>,
+    /// Only members with this role count ("" = all).
+    pub role: String,
+}
+
+/// `[cluster.split-brain-resolver.keep-oldest]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct KeepOldestConfig {
+    /// The oldest, cut off from all others, downs itself (true).
+    pub down_if_alone: bool,
+    /// Only members with this role count ("" = all).
+    pub role: String,
+}
+
+impl Default for KeepOldestConfig {
+    fn default() -> Self {
+        KeepOldestConfig {
+            down_if_alone: true,
+            role: String::new(),
+        }
+    }
+}
+
+/// `[cluster.split-brain-resolver.lease-majority]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct LeaseMajorityConfig {
+    /// Lease implementation: `"file"` (a lock file shared by processes on one host).
+    pub lease_implementation: String,
+    /// Lease name (default `<system>-concord-sbr`).
+    pub lease_name: String,
+    /// Directory of the file lease (default: the system temp directory).
+    pub lease_directory: String,
+    /// The minority waits this long before trying ("2s").
+    #[serde(deserialize_with = "duration::de")]
+    pub acquire_lease_delay_for_minority: Duration,
+    /// A held lease expires after this unless renewed ("40s").
+    #[serde(deserialize_with = "duration::de")]
+    pub release_after: Duration,
+    /// Only members with this role count ("" = all).
+    pub role: String,
+}
+
+impl Default for LeaseMajorityConfig {
+    fn default() -> Self {
+        LeaseMajorityConfig {
+            lease_implementation: "file".into(),
+            lease_name: String::new(),
+            lease_directory: String::new(),
+            acquire_lease_delay_for_minority: Duration::from_secs(2),
+            release_after: Duration::from_secs(40),
+            role: String::new(),
+        }
+    }
+}
+
+/// `[cluster.split-brain-resolver]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct SplitBrainResolverConfig {
+    /// keep-majority (default), static-quorum, keep-oldest, down-all, lease-majority.
+    pub active_strategy: String,
+    /// Unreachability must be stable this long before a decision ("20s").
+    #[serde(deserialize_with = "duration::de")]
+    pub stable_after: Duration,
+    /// `"on"` (3/4 of stable-after, at least 4 s), `"off"`, or a duration.
+    pub down_all_when_unstable: String,
+    /// `[..keep-majority]`.
+    pub keep_majority: RoleOnlyConfig,
+    /// `[..static-quorum]`.
+    pub static_quorum: StaticQuorumConfig,
+    /// `[..keep-oldest]`.
+    pub keep_oldest: KeepOldestConfig,
+    /// `[..lease-majority]`.
+    pub lease_majority: LeaseMajorityConfig,
+}
+
+impl Default for SplitBrainResolverConfig {
+    fn default() -> Self {
+        SplitBrainResolverConfig {
+            active_strategy: "keep-majority".into(),
+            stable_after: Duration::from_secs(20),
+            down_all_when_unstable: "on".into(),
+            keep_majority: RoleOnlyConfig::default(),
+            static_quorum: StaticQuorumConfig::default(),
+            keep_oldest: KeepOldestConfig::default(),
+            lease_majority: LeaseMajorityConfig::default(),
+        }
+    }
 }
 
 impl Default for ClusterConfig {
@@ -253,6 +374,8 @@ impl Default for ClusterConfig {
             run_coordinated_shutdown_when_down: d.run_coordinated_shutdown_when_down,
             exiting_shutdown_timeout: ms(d.exiting_shutdown_timeout_ms),
             failure_detector: FailureDetectorConfig::default(),
+            downing_provider: "split-brain-resolver".into(),
+            split_brain_resolver: SplitBrainResolverConfig::default(),
         }
     }
 }
@@ -459,7 +582,93 @@ impl Config {
             ));
         }
         self.seed_node_addresses()?;
+        self.downing()?;
         Ok(())
+    }
+
+    /// The downing provider: `None` for `downing-provider = "none"`.
+    pub fn downing(&self) -> Result<Option<SbrSettings>, ConfigError> {
+        match self.cluster.downing_provider.as_str() {
+            "none" | "" => return Ok(None),
+            "split-brain-resolver" => {}
+            other => {
+                return Err(ConfigError::new(
+                    "cluster.downing-provider",
+                    format!("`{other}` is not one of \"split-brain-resolver\", \"none\""),
+                ))
+            }
+        }
+        let c = &self.cluster.split_brain_resolver;
+        let role = |r: &str| {
+            if r.is_empty() {
+                None
+            } else {
+                Some(r.to_string())
+            }
+        };
+        let strategy = match c.active_strategy.as_str() {
+            "keep-majority" => DowningStrategy::KeepMajority { role: role(&c.keep_majority.role) },
+            "static-quorum" => {
+                let q = c.static_quorum.quorum_size.filter(|q| *q > 0).ok_or_else(|| {
+                    ConfigError::new("cluster.split-brain-resolver.static-quorum.quorum-size", "must be set to at least 1 for static-quorum")
+                })?;
+                DowningStrategy::StaticQuorum { quorum_size: q, role: role(&c.static_quorum.role) }
+            }
+            "keep-oldest" => DowningStrategy::KeepOldest { down_if_alone: c.keep_oldest.down_if_alone, role: role(&c.keep_oldest.role) },
+            "down-all" => DowningStrategy::DownAll,
+            "lease-majority" => {
+                if c.lease_majority.lease_implementation != "file" {
+                    return Err(ConfigError::new(
+                        "cluster.split-brain-resolver.lease-majority.lease-implementation",
+                        format!("`{}` is not a known lease implementation (\"file\")", c.lease_majority.lease_implementation),
+                    ));
+                }
+                DowningStrategy::LeaseMajority {
+                    role: role(&c.lease_majority.role),
+                    acquire_lease_delay_for_minority_ms: ms(c.lease_majority.acquire_lease_delay_for_minority),
+                }
+            }
+            other => {
+                return Err(ConfigError::new(
+                    "cluster.split-brain-resolver.active-strategy",
+                    format!("`{other}` is not one of keep-majority, static-quorum, keep-oldest, down-all, lease-majority"),
+                ))
+            }
+        };
+        if c.stable_after.is_zero() {
+            return Err(ConfigError::new(
+                "cluster.split-brain-resolver.stable-after",
+                "must be greater than zero",
+            ));
+        }
+        let stable_after_ms = ms(c.stable_after);
+        let down_all_when_unstable_ms = match c.down_all_when_unstable.trim() {
+            "on" | "true" => Some(SbrSettings::derived_down_all_when_unstable_ms(
+                stable_after_ms,
+            )),
+            "off" | "false" => None,
+            d => Some(ms(humantime::parse_duration(d).map_err(|e| {
+                ConfigError::new(
+                    "cluster.split-brain-resolver.down-all-when-unstable",
+                    format!("`{d}` is not \"on\", \"off\" or a duration: {e}"),
+                )
+            })?)),
+        };
+        Ok(Some(SbrSettings {
+            strategy,
+            stable_after_ms,
+            down_all_when_unstable_ms,
+        }))
+    }
+
+    /// The lease name for lease-majority.
+    pub fn lease_name(&self) -> String {
+        let n = &self.cluster.split_brain_resolver.lease_majority.lease_name;
+        if n.is_empty() {
+            format!("{}-concord-sbr", self.system)
+        } else {
+            n.clone()
+        }
     }
 
     /// This node's remoting address.
@@ -518,6 +727,8 @@ impl Config {
                 monitored_by_nr_of_members: fd.monitored_by_nr_of_members,
                 expected_response_after_ms: ms(fd.expected_response_after),
             },
+            // Validated in `validate`; an invalid provider never reaches here.
+            downing: self.downing().unwrap_or(None),
         }
     }
 
@@ -599,6 +810,40 @@ mod tests {
         assert_eq!(e.key, "cluster.seed-nodes");
         let e = Config::from_toml("[remote]\nport = 70000").unwrap_err();
         assert_eq!(e.key, "remote.port");
+        let e =
+            Config::from_toml("[cluster.split-brain-resolver]\nactive-strategy = \"keep-newest\"")
+                .unwrap_err();
+        assert_eq!(e.key, "cluster.split-brain-resolver.active-strategy");
+        let e = Config::from_toml(
+            "[cluster.split-brain-resolver]\nactive-strategy = \"static-quorum\"",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.key,
+            "cluster.split-brain-resolver.static-quorum.quorum-size"
+        );
+        let e = Config::from_toml("[cluster]\ndowning-provider = \"auto\"").unwrap_err();
+        assert_eq!(e.key, "cluster.downing-provider");
+    }
+
+    #[test]
+    fn split_brain_resolver_is_on_by_default_and_can_be_turned_off() {
+        let d = Config::default().cluster_settings().downing.unwrap();
+        assert_eq!(d.strategy, DowningStrategy::KeepMajority { role: None });
+        assert_eq!(d.stable_after_ms, 20_000);
+        assert_eq!(d.down_all_when_unstable_ms, Some(15_000));
+        let off = Config::from_toml("[cluster]\ndowning-provider = \"none\"").unwrap();
+        assert_eq!(off.cluster_settings().downing, None);
+        let q = Config::from_toml("[cluster.split-brain-resolver]\nactive-strategy = \"static-quorum\"\nstable-after = \"4s\"\ndown-all-when-unstable = \"off\"\n[cluster.split-brain-resolver.static-quorum]\nquorum-size = 3").unwrap();
+        let s = q.cluster_settings().downing.unwrap();
+        assert_eq!(
+            s.strategy,
+            DowningStrategy::StaticQuorum {
+                quorum_size: 3,
+                role: None
+            }
+        );
+        assert_eq!(s.down_all_when_unstable_ms, None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod lease;
 pub mod management;
 pub mod metrics;
 pub mod remote;

@@ -15,8 +15,9 @@ use tracing::{info, warn};
 use super::ClusterSnapshot;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::lease::Lease;
 use crate::metrics;
-use crate::remote::transport::{Inbound, Transport};
+use crate::remote::transport::{Inbound, Transport, TransportEvent};
 
 /// Delay between a member's removal and its quarantine (Akka `quarantine-removed-node-after`).
 const QUARANTINE_REMOVED_NODE_AFTER: Duration = Duration::from_secs(5);
@@ -43,6 +44,8 @@ pub(crate) struct Daemon {
     terminated: watch::Sender<Option<ShutdownReason>>,
     published_changes: Option<u64>,
     node_label: String,
+    lease: Option<Arc<dyn Lease>>,
+    lease_results: (mpsc::UnboundedSender<bool>, mpsc::UnboundedReceiver<bool>),
 }
 
 impl Daemon {
@@ -52,6 +55,7 @@ impl Daemon {
         transport: Transport,
         snapshot: watch::Sender<Arc<ClusterSnapshot>>,
         terminated: watch::Sender<Option<ShutdownReason>>,
+        lease: Option<Arc<dyn Lease>>,
     ) -> Self {
         let clock = Clock::new();
         let roles = config.cluster.roles.iter().cloned().collect();
@@ -75,6 +79,8 @@ impl Daemon {
             terminated,
             published_changes: None,
             node_label,
+            lease,
+            lease_results: mpsc::unbounded_channel(),
         }
     }
 
@@ -82,6 +88,7 @@ impl Daemon {
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut inbound: mpsc::Receiver<Inbound>,
+        mut transport_events: mpsc::UnboundedReceiver<TransportEvent>,
     ) {
         info!(
             uid = self.core.self_unique_address().uid,
@@ -110,6 +117,13 @@ impl Daemon {
                         return;
                     }
                 },
+                Some(TransportEvent::QuarantinedBy(peer)) = transport_events.recv() => {
+                    self.core.handle_quarantined_by_peer(&peer);
+                }
+                Some(granted) = self.lease_results.1.recv() => {
+                    info!(granted, "lease acquisition result");
+                    self.core.handle_lease_result(granted);
+                }
                 _ = sleep_until(deadline) => {
                     let now = self.clock.now_ms();
                     self.core.handle_timeout(now);
@@ -150,6 +164,27 @@ impl Daemon {
         while let Some(t) = self.core.poll_transmit() {
             metrics::message_sent(&self.node_label, &t);
             self.transport.send(t);
+        }
+        while let Some(delay_ms) = self.core.poll_lease_request() {
+            let tx = self.lease_results.0.clone();
+            match self.lease.clone() {
+                Some(lease) => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                        let granted = match lease.acquire().await {
+                            Ok(g) => g,
+                            Err(e) => {
+                                warn!(error = %e, "lease acquisition failed");
+                                false
+                            }
+                        };
+                        let _ = tx.send(granted);
+                    });
+                }
+                None => {
+                    let _ = tx.send(false);
+                }
+            }
         }
         let mut changed = false;
         while let Some(e) = self.core.poll_event() {

@@ -35,7 +35,9 @@ use concord_core::{
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::config::{Config, ConfigError};
+use crate::lease::{FileLease, Lease};
 use crate::remote::transport::{Transport, TransportError};
+use concord_core::split_brain_resolver::DowningStrategy;
 
 pub(crate) use daemon::Command;
 
@@ -90,6 +92,7 @@ struct Inner {
     terminated: watch::Receiver<Option<ShutdownReason>>,
     transport: Transport,
     management_addr: std::sync::OnceLock<SocketAddr>,
+    fault_injection: bool,
 }
 
 /// Handle to a running cluster node. Cheap to clone.
@@ -114,6 +117,7 @@ impl Cluster {
         let self_unique_address = UniqueAddress::new(self_address.clone(), uid);
         let span = tracing::info_span!("node", address = %self_address);
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);
+        let (transport_events_tx, transport_events_rx) = mpsc::unbounded_channel();
         let bind_host = config
             .remote
             .bind_hostname
@@ -131,21 +135,41 @@ impl Cluster {
                 &bind,
                 config.transport_settings(),
                 inbound_tx,
+                transport_events_tx,
             )
             .await?
         };
         let (commands, command_rx) = mpsc::channel(256);
         let (snapshot_tx, snapshot) = watch::channel(Arc::new(ClusterSnapshot::default()));
         let (terminated_tx, terminated) = watch::channel(None);
+        let lease: Option<Arc<dyn Lease>> =
+            match config.cluster_settings().downing.map(|d| d.strategy) {
+                Some(DowningStrategy::LeaseMajority { .. }) => {
+                    let lm = &config.cluster.split_brain_resolver.lease_majority;
+                    let dir = if lm.lease_directory.is_empty() {
+                        std::env::temp_dir().join("concord-leases")
+                    } else {
+                        lm.lease_directory.clone().into()
+                    };
+                    Some(Arc::new(FileLease::new(
+                        dir,
+                        &config.lease_name(),
+                        self_unique_address.to_string(),
+                        lm.release_after,
+                    )))
+                }
+                _ => None,
+            };
         let daemon = daemon::Daemon::new(
             &config,
             self_unique_address.clone(),
             transport.clone(),
             snapshot_tx,
             terminated_tx,
+            lease,
         );
         tokio::spawn(tracing::Instrument::instrument(
-            daemon.run(command_rx, inbound_rx),
+            daemon.run(command_rx, inbound_rx, transport_events_rx),
             span.clone(),
         ));
         let cluster = Cluster {
@@ -156,6 +180,7 @@ impl Cluster {
                 terminated,
                 transport,
                 management_addr: std::sync::OnceLock::new(),
+                fault_injection: config.testkit.fault_injection,
             }),
         };
         if config.management.enabled {
@@ -194,6 +219,11 @@ impl Cluster {
     /// The bound management HTTP socket, when enabled.
     pub fn management_addr(&self) -> Option<SocketAddr> {
         self.inner.management_addr.get().copied()
+    }
+
+    /// True when `testkit.fault-injection = on`.
+    pub fn fault_injection_enabled(&self) -> bool {
+        self.inner.fault_injection
     }
 
     /// The transport (counters for metrics).

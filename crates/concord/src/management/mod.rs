@@ -8,6 +8,8 @@
 //!   `DELETE /cluster/members/{address}` → leave
 //! - `GET /ready` (200 `OK` when this node is Up or WeaklyUp, else 500 with the reason),
 //!   `GET /alive`, `GET /metrics` (Prometheus text)
+//! - `GET|DELETE /testkit/faults`, `PUT /testkit/faults/{address}` (link fault injection;
+//!   403 unless `testkit.fault-injection = true`)
 //!
 //! `{address}` may be the full `concord://system@host:port`, `system@host:port` or
 //! `host:port`, percent-encoded or not. Errors are `{"message": "..."}` with 400/404.
@@ -25,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, Instrument};
 
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
+use crate::remote::transport::LinkFaults;
 
 /// `ClusterMember` JSON.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -276,6 +279,114 @@ async fn metrics_text(State(c): State<Cluster>) -> Response {
         .into_response()
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FaultForm {
+    /// `both`, `out`, `in` or `none`.
+    blackhole: Option<String>,
+    drop_probability: Option<f64>,
+    delay: Option<String>,
+}
+
+#[derive(Serialize)]
+struct FaultJson {
+    peer: String,
+    #[serde(flatten)]
+    faults: LinkFaults,
+}
+
+fn fault_injection_disabled() -> Response {
+    message(
+        StatusCode::FORBIDDEN,
+        "fault injection is disabled; set `testkit.fault-injection = true` to use /testkit routes",
+    )
+}
+
+async fn get_faults(State(c): State<Cluster>) -> Response {
+    if !c.fault_injection_enabled() {
+        return fault_injection_disabled();
+    }
+    let list: Vec<FaultJson> = c
+        .transport()
+        .all_faults()
+        .into_iter()
+        .map(|(a, f)| FaultJson {
+            peer: a.to_string(),
+            faults: f,
+        })
+        .collect();
+    Json(list).into_response()
+}
+
+async fn clear_faults(State(c): State<Cluster>) -> Response {
+    if !c.fault_injection_enabled() {
+        return fault_injection_disabled();
+    }
+    c.transport().clear_faults();
+    message(StatusCode::OK, "All injected faults cleared")
+}
+
+/// `PUT /testkit/faults/{address}` with form fields `blackhole=both|out|in|none`,
+/// `drop-probability=0..1`, `delay=100ms`. Only with `testkit.fault-injection = true`.
+async fn put_fault(
+    State(c): State<Cluster>,
+    Path(address): Path<String>,
+    form: Result<Form<FaultForm>, FormRejection>,
+) -> Response {
+    if !c.fault_injection_enabled() {
+        return fault_injection_disabled();
+    }
+    let peer =
+        match crate::config::parse_node_address(&decode_path(&address), &c.self_address().system) {
+            Ok(a) => a,
+            Err(e) => return message(StatusCode::BAD_REQUEST, e),
+        };
+    let Ok(Form(f)) = form else {
+        return message(
+            StatusCode::BAD_REQUEST,
+            "expected form fields blackhole, drop-probability, delay",
+        );
+    };
+    let mut faults = LinkFaults::default();
+    match f
+        .blackhole
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("none") => {}
+        Some("both") => {
+            faults.blackhole_inbound = true;
+            faults.blackhole_outbound = true;
+        }
+        Some("out") => faults.blackhole_outbound = true,
+        Some("in") => faults.blackhole_inbound = true,
+        Some(other) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                format!("blackhole must be both, out, in or none, not `{other}`"),
+            )
+        }
+    }
+    if let Some(p) = f.drop_probability {
+        if !(0.0..=1.0).contains(&p) {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "drop-probability must be between 0 and 1",
+            );
+        }
+        faults.drop_probability = p;
+    }
+    if let Some(d) = f.delay {
+        match humantime::parse_duration(&d) {
+            Ok(d) => faults.delay_ms = d.as_millis() as u64,
+            Err(e) => return message(StatusCode::BAD_REQUEST, format!("delay `{d}`: {e}")),
+        }
+    }
+    c.transport().set_faults(peer.clone(), faults);
+    message(StatusCode::OK, format!("Faults set for {peer}"))
+}
+
 /// The management routes for `cluster`.
 pub fn router(cluster: Cluster) -> Router {
     Router::new()
@@ -288,6 +399,8 @@ pub fn router(cluster: Cluster) -> Router {
         .route("/ready", get(ready))
         .route("/alive", get(alive))
         .route("/metrics", get(metrics_text))
+        .route("/testkit/faults", get(get_faults).delete(clear_faults))
+        .route("/testkit/faults/{*address}", axum::routing::put(put_fault))
         .with_state(cluster)
 }
 

@@ -93,8 +93,39 @@ pub struct TransportStats {
     pub dropped_outbound: AtomicU64,
 }
 
+/// Injected faults on the link to one peer (transport level, like Akka's multi-node
+/// testkit `blackhole`/`throttle`). Only reachable over the management API when
+/// `testkit.fault-injection = on`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LinkFaults {
+    /// Drop everything this node sends to the peer.
+    pub blackhole_outbound: bool,
+    /// Drop everything this node receives from the peer.
+    pub blackhole_inbound: bool,
+    /// Probability (0..=1) to drop each outbound message.
+    pub drop_probability: f64,
+    /// Delay added to each outbound message, ms.
+    pub delay_ms: u64,
+}
+
+impl LinkFaults {
+    /// True if nothing is injected.
+    pub fn is_clear(&self) -> bool {
+        *self == LinkFaults::default()
+    }
+}
+
+/// Something the transport tells the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportEvent {
+    /// A peer refused our handshake because this incarnation is quarantined.
+    QuarantinedBy(Address),
+}
+
 struct Inner {
     self_address: UniqueAddress,
+    faults: RwLock<HashMap<Address, LinkFaults>>,
+    events: mpsc::UnboundedSender<TransportEvent>,
     settings: TransportSettings,
     associations: Mutex<HashMap<Address, mpsc::Sender<Transmit>>>,
     quarantined: RwLock<HashSet<UniqueAddress>>,
@@ -135,6 +166,7 @@ impl Transport {
         bind_addr: &str,
         settings: TransportSettings,
         inbound: mpsc::Sender<Inbound>,
+        events: mpsc::UnboundedSender<TransportEvent>,
     ) -> Result<Transport, TransportError> {
         let listener =
             TcpListener::bind(bind_addr)
@@ -152,6 +184,8 @@ impl Transport {
         let (shutdown, _) = watch::channel(false);
         let inner = Arc::new(Inner {
             self_address,
+            faults: RwLock::new(HashMap::new()),
+            events,
             settings,
             associations: Mutex::new(HashMap::new()),
             quarantined: RwLock::new(HashSet::new()),
@@ -176,6 +210,70 @@ impl Transport {
     /// Queues a message for its destination; never blocks. Dropped (and counted) when
     /// the peer's queue is full or the destination incarnation is quarantined.
     pub fn send(&self, t: Transmit) {
+        let faults = self.faults_for(&t.to);
+        if !faults.is_clear() {
+            if faults.blackhole_outbound
+                || (faults.drop_probability > 0.0
+                    && rand::random::<f64>() < faults.drop_probability)
+            {
+                self.inner
+                    .stats
+                    .dropped_outbound
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if faults.delay_ms > 0 {
+                let this = self.clone();
+                let delay = Duration::from_millis(faults.delay_ms);
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    this.enqueue(t);
+                });
+                return;
+            }
+        }
+        self.enqueue(t);
+    }
+
+    /// Faults injected on the link to `peer`.
+    pub fn faults_for(&self, peer: &Address) -> LinkFaults {
+        self.inner.faults_for(peer)
+    }
+
+    /// Injects `faults` on the link to `peer` (clear faults remove the entry).
+    pub fn set_faults(&self, peer: Address, faults: LinkFaults) {
+        let mut f = match self.inner.faults.write() {
+            Ok(f) => f,
+            Err(p) => p.into_inner(),
+        };
+        if faults.is_clear() {
+            f.remove(&peer);
+        } else {
+            warn!(%peer, ?faults, "fault injection on link");
+            f.insert(peer, faults);
+        }
+    }
+
+    /// All injected faults.
+    pub fn all_faults(&self) -> Vec<(Address, LinkFaults)> {
+        match self.inner.faults.read() {
+            Ok(f) => f.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(p) => p
+                .into_inner()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&self) {
+        if let Ok(mut f) = self.inner.faults.write() {
+            f.clear();
+        }
+    }
+
+    fn enqueue(&self, t: Transmit) {
         if let Some(uid) = t.to_uid {
             if self.is_quarantined(&UniqueAddress::new(t.to.clone(), uid)) {
                 self.inner
@@ -237,6 +335,13 @@ impl Transport {
 }
 
 impl Inner {
+    fn faults_for(&self, peer: &Address) -> LinkFaults {
+        match self.faults.read() {
+            Ok(f) => f.get(peer).cloned().unwrap_or_default(),
+            Err(p) => p.into_inner().get(peer).cloned().unwrap_or_default(),
+        }
+    }
+
     fn is_quarantined(&self, node: &UniqueAddress) -> bool {
         match self.quarantined.read() {
             Ok(q) => q.contains(node),
@@ -265,7 +370,17 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, inbound: mpsc::Se
     }
 }
 
-fn refuse_reason(inner: &Inner, hs: &wire::Handshake) -> Result<UniqueAddress, String> {
+fn refuse_reason(inner: &Inner, hs: &wire::Handshake) -> Result<UniqueAddress, (String, bool)> {
+    check_handshake(inner, hs).map_err(|r| (r, false)).and_then(|from| {
+        if inner.is_quarantined(&from) {
+            Err((format!("incarnation {from} is quarantined (it was removed from the cluster); restart it to join again"), true))
+        } else {
+            Ok(from)
+        }
+    })
+}
+
+fn check_handshake(inner: &Inner, hs: &wire::Handshake) -> Result<UniqueAddress, String> {
     if hs.protocol_version != PROTOCOL_VERSION {
         return Err(format!(
             "unsupported protocol version {} (this node speaks {PROTOCOL_VERSION})",
@@ -292,9 +407,6 @@ fn refuse_reason(inner: &Inner, hs: &wire::Handshake) -> Result<UniqueAddress, S
             Ok(_) => {}
             Err(e) => return Err(format!("bad target address: {e}")),
         }
-    }
-    if inner.is_quarantined(&from) {
-        return Err(format!("incarnation {from} is quarantined (it was removed from the cluster); restart it to join again"));
     }
     Ok(from)
 }
@@ -330,7 +442,7 @@ async fn handle_inbound(
     };
     let from = match refuse_reason(&inner, &hs) {
         Ok(from) => from,
-        Err(reason) => {
+        Err((reason, quarantined)) => {
             inner
                 .stats
                 .handshakes_refused
@@ -338,6 +450,7 @@ async fn handle_inbound(
             warn!(%peer, %reason, "refused inbound connection");
             let reply = wire::HandshakeReply {
                 result: Some(wire::handshake_reply::Result::Rejected(reason)),
+                quarantined,
             };
             let _ = framed.send(Bytes::from(reply.encode_to_vec())).await;
             return;
@@ -347,6 +460,7 @@ async fn handle_inbound(
         result: Some(wire::handshake_reply::Result::Accepted(unique_to_wire(
             &inner.self_address,
         ))),
+        quarantined: false,
     };
     if framed
         .send(Bytes::from(reply.encode_to_vec()))
@@ -379,6 +493,9 @@ async fn handle_inbound(
             debug!(%from, "closing inbound connection from a quarantined incarnation");
             return;
         }
+        if inner.faults_for(&from.address).blackhole_inbound {
+            continue;
+        }
         match decode_message(&frame) {
             Ok(message) => {
                 if inbound
@@ -405,6 +522,7 @@ async fn handle_inbound(
 enum ConnectError {
     Io(std::io::Error),
     Refused(String),
+    Quarantined(String),
     Protocol(String),
 }
 
@@ -468,6 +586,9 @@ async fn connect(
             }
             Ok((framed, peer))
         }
+        Some(wire::handshake_reply::Result::Rejected(reason)) if reply.quarantined => {
+            Err(ConnectError::Quarantined(reason))
+        }
         Some(wire::handshake_reply::Result::Rejected(reason)) => Err(ConnectError::Refused(reason)),
         None => Err(ConnectError::Protocol("empty handshake reply".into())),
     }
@@ -515,6 +636,14 @@ async fn run_association(inner: Arc<Inner>, to: Address, mut rx: mpsc::Receiver<
                             .handshakes_refused
                             .fetch_add(1, Ordering::Relaxed);
                         warn!(%to, %reason, "handshake refused by peer");
+                    }
+                    ConnectError::Quarantined(reason) => {
+                        inner
+                            .stats
+                            .handshakes_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                        warn!(%to, %reason, "handshake refused by peer: this incarnation is quarantined");
+                        let _ = inner.events.send(TransportEvent::QuarantinedBy(to.clone()));
                     }
                     ConnectError::Protocol(reason) => warn!(%to, %reason, "handshake failed"),
                     ConnectError::Io(err) => {
