@@ -257,7 +257,8 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Option<Decision> {
 }
 
 /// Members that are reported unreachable but are still in touch with the cluster: they
-/// report others as unreachable themselves, or they have seen the current gossip.
+/// report others as unreachable themselves, or they have seen the current gossip — and
+/// this node does not see them as unreachable itself.
 pub fn indirectly_connected(state: &MembershipState) -> BTreeSet<UniqueAddress> {
     let reach = state.reachability_excluding_downed_observers();
     let g = &state.latest_gossip;
@@ -275,7 +276,11 @@ pub fn indirectly_connected(state: &MembershipState) -> BTreeSet<UniqueAddress> 
         }
     }
     out.extend(observers.intersection(&subjects).cloned());
-    out.retain(|n| g.member(n).is_some_and(|m| m.status != MemberStatus::Down));
+    // A node this node itself sees as unreachable is not "indirectly connected" from here:
+    // its reports may be stale records that crossed before the partition, and treating it
+    // as connected would let both sides keep running.
+    let own = reach.all_unreachable_from(&state.self_unique_address);
+    out.retain(|n| !own.contains(n) && g.member(n).is_some_and(|m| m.status != MemberStatus::Down));
     out
 }
 

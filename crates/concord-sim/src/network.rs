@@ -1,0 +1,76 @@
+//! The simulated network: per-message delay (with jitter, so messages reorder), loss,
+//! duplication, and partitions into groups. Deterministic given the simulation's RNG.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use concord_core::Address;
+use rand::Rng;
+
+/// Link behaviour for every message (units: ms, probabilities 0..=1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkConfig {
+    /// Minimum one-way delay, ms.
+    pub min_delay_ms: u64,
+    /// Maximum one-way delay, ms; messages with different delays arrive reordered.
+    pub max_delay_ms: u64,
+    /// Probability a message is lost.
+    pub loss: f64,
+    /// Probability a message is delivered twice.
+    pub duplication: f64,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            min_delay_ms: 1,
+            max_delay_ms: 5,
+            loss: 0.0,
+            duplication: 0.0,
+        }
+    }
+}
+
+/// Partitions: each address is in a group; messages between different groups are dropped.
+/// No partition: everyone is in group 0.
+#[derive(Clone, Debug, Default)]
+pub struct Partitions {
+    group: BTreeMap<Address, u32>,
+}
+
+impl Partitions {
+    /// Splits into `groups` (addresses not listed stay in group 0).
+    pub fn split(groups: &[BTreeSet<Address>]) -> Self {
+        let mut group = BTreeMap::new();
+        for (i, g) in groups.iter().enumerate() {
+            for a in g {
+                group.insert(a.clone(), i as u32);
+            }
+        }
+        Partitions { group }
+    }
+
+    /// True if `a` and `b` can talk.
+    pub fn connected(&self, a: &Address, b: &Address) -> bool {
+        self.group.get(a).copied().unwrap_or(0) == self.group.get(b).copied().unwrap_or(0)
+    }
+
+    /// True when there is no partition.
+    pub fn is_healed(&self) -> bool {
+        self.group.values().all(|g| *g == 0)
+    }
+}
+
+impl NetworkConfig {
+    /// Delivery delays for one message: empty if lost, two entries if duplicated.
+    pub fn delays<R: Rng>(&self, rng: &mut R) -> Vec<u64> {
+        if self.loss > 0.0 && rng.random::<f64>() < self.loss {
+            return Vec::new();
+        }
+        let mut d =
+            vec![rng.random_range(self.min_delay_ms..=self.max_delay_ms.max(self.min_delay_ms))];
+        if self.duplication > 0.0 && rng.random::<f64>() < self.duplication {
+            d.push(rng.random_range(self.min_delay_ms..=self.max_delay_ms.max(self.min_delay_ms)));
+        }
+        d
+    }
+}

@@ -1,0 +1,394 @@
+//! [`Simulation`]: many [`ClusterCore`] nodes in one process, a virtual clock, a seeded RNG
+//! and the simulated network. Event-driven: the next event is the earliest message delivery
+//! or node timer, so thousands of nodes run in virtual time.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use concord_core::settings::ClusterSettings;
+use concord_core::{Address, ClusterCore, ClusterEvent, ClusterMessage, UniqueAddress};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::network::{NetworkConfig, Partitions};
+
+/// One simulated node (the current incarnation at its address).
+pub struct SimNode {
+    /// The state machine.
+    pub core: ClusterCore,
+    /// False once crashed (messages to it are lost, its timers stop).
+    pub alive: bool,
+    /// Paused (like SIGSTOP) until this time, ms.
+    pub paused_until: Option<u64>,
+}
+
+impl SimNode {
+    /// Alive and not shut down by the protocol.
+    pub fn is_running(&self) -> bool {
+        self.alive && self.core.shutdown_reason().is_none()
+    }
+}
+
+struct InFlight {
+    from: UniqueAddress,
+    to: Address,
+    to_uid: Option<u64>,
+    message: ClusterMessage,
+}
+
+/// Counters of one run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimStats {
+    /// Messages handed to the network.
+    pub sent: u64,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Full gossip envelopes delivered.
+    pub gossip_envelopes: u64,
+    /// Gossip status messages delivered.
+    pub gossip_status: u64,
+}
+
+/// The simulation.
+pub struct Simulation {
+    /// Virtual time, ms.
+    pub now: u64,
+    /// Seeded RNG for everything random in the run.
+    pub rng: SmallRng,
+    /// Nodes by address.
+    pub nodes: BTreeMap<Address, SimNode>,
+    /// Network behaviour.
+    pub network: NetworkConfig,
+    /// Current partitions.
+    pub partitions: Partitions,
+    /// Settings for new nodes.
+    pub settings: ClusterSettings,
+    /// Counters.
+    pub stats: SimStats,
+    /// Events per node, if recording.
+    pub events: BTreeMap<Address, Vec<ClusterEvent>>,
+    /// Record events (off for large runs).
+    pub record_events: bool,
+    messages: BTreeMap<u64, InFlight>,
+    queue: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
+    seq: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    Deliver(u64),
+    Timer(Address, u64),
+}
+
+/// The address of simulated node `i` (10.x.y.z:25520, so host order is node order).
+pub fn node_address(i: u32) -> Address {
+    Address::new(
+        "sim",
+        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+        25520,
+    )
+}
+
+impl Simulation {
+    /// An empty simulation.
+    pub fn new(seed: u64, settings: ClusterSettings, network: NetworkConfig) -> Self {
+        Simulation {
+            now: 1_000_000,
+            rng: SmallRng::seed_from_u64(seed),
+            nodes: BTreeMap::new(),
+            network,
+            partitions: Partitions::default(),
+            settings,
+            stats: SimStats::default(),
+            events: BTreeMap::new(),
+            record_events: true,
+            messages: BTreeMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+
+    fn push(&mut self, at: u64, kind: EventKind) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, kind)));
+    }
+
+    fn schedule_timer(&mut self, a: &Address) {
+        let Some(n) = self.nodes.get(a) else { return };
+        if !n.is_running() {
+            return;
+        }
+        let uid = n.core.self_unique_address().uid;
+        if let Some(t) = n.core.poll_timeout() {
+            let t = t.max(self.now);
+            self.push(t, EventKind::Timer(a.clone(), uid));
+        }
+    }
+
+    /// Starts a node at `address` with a fresh uid (a restart if one existed).
+    pub fn start_node(&mut self, address: Address) -> UniqueAddress {
+        let uid = self.rng.random::<u64>() | 1;
+        let seed = self.rng.random::<u64>();
+        let ua = UniqueAddress::new(address.clone(), uid);
+        let core = ClusterCore::new(
+            ua.clone(),
+            BTreeSet::new(),
+            "1.0.0",
+            self.settings.clone(),
+            self.now,
+            seed,
+        );
+        self.nodes.insert(
+            address.clone(),
+            SimNode {
+                core,
+                alive: true,
+                paused_until: None,
+            },
+        );
+        self.schedule_timer(&address);
+        ua
+    }
+
+    /// Node at `a`.
+    pub fn node(&self, a: &Address) -> &SimNode {
+        &self.nodes[a]
+    }
+
+    /// Runs a command on a node, then carries its outputs.
+    pub fn with_node<T>(&mut self, a: &Address, f: impl FnOnce(&mut ClusterCore, u64) -> T) -> T {
+        let now = self.now;
+        let node = self.nodes.get_mut(a).expect("node exists");
+        let r = f(&mut node.core, now);
+        self.flush(a);
+        self.schedule_timer(a);
+        r
+    }
+
+    /// Crashes the node at `a` (like SIGKILL).
+    pub fn crash(&mut self, a: &Address) {
+        if let Some(n) = self.nodes.get_mut(a) {
+            n.alive = false;
+        }
+    }
+
+    /// Pauses the node at `a` for `ms` (like SIGSTOP/SIGCONT).
+    pub fn pause(&mut self, a: &Address, ms: u64) {
+        let now = self.now;
+        if let Some(n) = self.nodes.get_mut(a) {
+            n.paused_until = Some(now + ms);
+        }
+    }
+
+    fn flush(&mut self, a: &Address) {
+        let Some(node) = self.nodes.get_mut(a) else {
+            return;
+        };
+        let from = node.core.self_unique_address().clone();
+        let mut out = Vec::new();
+        while let Some(t) = node.core.poll_transmit() {
+            out.push(t);
+        }
+        while node.core.poll_lease_request().is_some() {
+            // No lease in the simulator: lease-majority sides never get it.
+            node.core.handle_lease_result(false);
+        }
+        let record = self.record_events;
+        let mut evs = Vec::new();
+        while let Some(e) = node.core.poll_event() {
+            if record {
+                evs.push(e);
+            }
+        }
+        if record && !evs.is_empty() {
+            self.events.entry(a.clone()).or_default().extend(evs);
+        }
+        for t in out {
+            self.stats.sent += 1;
+            if !self.partitions.connected(a, &t.to) {
+                continue;
+            }
+            let delays = self.network.delays(&mut self.rng);
+            for d in delays {
+                self.seq += 1;
+                let id = self.seq;
+                self.messages.insert(
+                    id,
+                    InFlight {
+                        from: from.clone(),
+                        to: t.to.clone(),
+                        to_uid: t.to_uid,
+                        message: t.message.clone(),
+                    },
+                );
+                let at = self.now + d;
+                self.push(at, EventKind::Deliver(id));
+            }
+        }
+    }
+
+    /// Processes events until virtual time `until` (ms).
+    pub fn run_until(&mut self, until: u64) {
+        while let Some(Reverse((at, _, _))) = self.queue.peek() {
+            if *at > until {
+                break;
+            }
+            let Some(Reverse((at, _, kind))) = self.queue.pop() else {
+                break;
+            };
+            self.now = self.now.max(at);
+            match kind {
+                EventKind::Timer(a, uid) => {
+                    let now = self.now;
+                    let Some(n) = self.nodes.get_mut(&a) else {
+                        continue;
+                    };
+                    if !n.is_running() || n.core.self_unique_address().uid != uid {
+                        continue;
+                    }
+                    if let Some(p) = n.paused_until {
+                        if p > now {
+                            self.push(p, EventKind::Timer(a, uid));
+                            continue;
+                        }
+                        n.paused_until = None;
+                    }
+                    if n.core.poll_timeout().is_some_and(|t| t <= now) {
+                        n.core.handle_timeout(now);
+                        self.flush(&a);
+                    }
+                    self.schedule_timer(&a);
+                }
+                EventKind::Deliver(id) => {
+                    let Some(m) = self.messages.remove(&id) else {
+                        continue;
+                    };
+                    self.deliver(id, m);
+                }
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn deliver(&mut self, id: u64, m: InFlight) {
+        let now = self.now;
+        if !self.partitions.connected(&m.from.address, &m.to) {
+            return;
+        }
+        let sender_alive = self
+            .nodes
+            .get(&m.from.address)
+            .is_some_and(|n| n.alive && n.core.self_unique_address() == &m.from);
+        let Some(n) = self.nodes.get_mut(&m.to) else {
+            return;
+        };
+        if !n.is_running()
+            || m.to_uid
+                .is_some_and(|u| u != n.core.self_unique_address().uid)
+        {
+            return;
+        }
+        if let Some(p) = n.paused_until {
+            if p > now {
+                // TCP buffers while the process is stopped.
+                self.messages.insert(id, m);
+                self.push(p, EventKind::Deliver(id));
+                return;
+            }
+        }
+        let _ = sender_alive;
+        // Like the transport: a removed (tombstoned) incarnation is refused as quarantined.
+        if n.core.latest_gossip().tombstones.contains_key(&m.from) {
+            let from_addr = m.from.address.clone();
+            let to = m.to.clone();
+            if let Some(sender) = self.nodes.get_mut(&from_addr) {
+                if sender.core.self_unique_address() == &m.from && sender.is_running() {
+                    sender.core.handle_quarantined_by_peer(&to);
+                }
+            }
+            return;
+        }
+        match &m.message {
+            ClusterMessage::GossipEnvelope { .. } => self.stats.gossip_envelopes += 1,
+            ClusterMessage::GossipStatus { .. } => self.stats.gossip_status += 1,
+            _ => {}
+        }
+        self.stats.delivered += 1;
+        let to = m.to.clone();
+        if let Some(n) = self.nodes.get_mut(&to) {
+            n.core.handle_message(now, &m.from, m.message);
+        }
+        self.flush(&to);
+        self.schedule_timer(&to);
+    }
+
+    /// Runs for `ms` of virtual time.
+    pub fn run_for(&mut self, ms: u64) {
+        let until = self.now + ms;
+        self.run_until(until);
+    }
+
+    /// Runs in steps of `step_ms` until `cond` holds or `max_ms` passed; returns the
+    /// virtual time it took, or `None`.
+    pub fn run_until_cond(
+        &mut self,
+        max_ms: u64,
+        step_ms: u64,
+        mut cond: impl FnMut(&Simulation) -> bool,
+    ) -> Option<u64> {
+        let start = self.now;
+        while self.now - start <= max_ms {
+            if cond(self) {
+                return Some(self.now - start);
+            }
+            self.run_for(step_ms);
+        }
+        None
+    }
+
+    /// Running nodes (alive, not shut down).
+    pub fn running(&self) -> impl Iterator<Item = (&Address, &SimNode)> {
+        self.nodes.iter().filter(|(_, n)| n.is_running())
+    }
+
+    /// True if every running, initialized node sees exactly the running initialized nodes,
+    /// all Up, converged.
+    pub fn all_up_converged(&self) -> bool {
+        let members: BTreeSet<UniqueAddress> = self
+            .running()
+            .filter(|(_, n)| n.core.is_initialized())
+            .map(|(_, n)| n.core.self_unique_address().clone())
+            .collect();
+        !members.is_empty()
+            && self
+                .running()
+                .filter(|(_, n)| n.core.is_initialized())
+                .all(|(_, n)| {
+                    let g = n.core.latest_gossip();
+                    g.members.len() == members.len()
+                        && g.members.values().all(|m| {
+                            m.status == concord_core::MemberStatus::Up
+                                && members.contains(&m.unique_address)
+                        })
+                        && n.core.state().convergence()
+                        && n.core.state().unreachable_members().is_empty()
+                })
+    }
+
+    /// Forms a cluster of `n` nodes: node 0 joins itself, the others join node 0 in a
+    /// staggered way; returns their addresses once all are Up and converged.
+    pub fn form_cluster(&mut self, n: u32, max_ms: u64) -> Option<Vec<Address>> {
+        let addrs: Vec<Address> = (0..n).map(node_address).collect();
+        for a in &addrs {
+            self.start_node(a.clone());
+        }
+        let first = addrs[0].clone();
+        self.with_node(&first, |c, now| c.join(now, &first).map(|_| ()).ok());
+        for a in &addrs[1..] {
+            let f = first.clone();
+            self.with_node(a, |c, now| c.join(now, &f).ok());
+        }
+        self.run_until_cond(max_ms, 100, |s| s.all_up_converged())
+            .map(|_| addrs)
+    }
+}

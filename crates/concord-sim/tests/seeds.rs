@@ -1,0 +1,78 @@
+//! Randomized fault schedules and scenarios in the deterministic simulator.
+
+use std::collections::BTreeSet;
+
+use concord_core::MemberStatus;
+use concord_sim::network::{NetworkConfig, Partitions};
+use concord_sim::schedule::{run_seed, run_seed_with, sim_settings, RunConfig};
+use concord_sim::Simulation;
+
+#[test]
+fn a_set_of_random_fault_schedules_keeps_every_invariant() {
+    let cfg = RunConfig::default();
+    // 8 and 21 once found a split brain (stale indirect-connection records); kept as regressions.
+    for seed in (0..12).chain([8, 21]) {
+        if let Err(e) = run_seed(seed, &cfg) {
+            panic!("{e}");
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_replays_the_same_run() {
+    let cfg = RunConfig::default();
+    let (a, sa) = run_seed_with(5, &cfg, true);
+    let (b, sb) = run_seed_with(5, &cfg, true);
+    assert_eq!(a.unwrap().faults, b.unwrap().faults);
+    assert_eq!(sa.events, sb.events, "identical event histories");
+    assert_eq!(sa.now, sb.now);
+}
+
+#[test]
+fn scenario_3_2_partition_minority_downed_then_heal_converges() {
+    let mut sim = Simulation::new(1, sim_settings(), NetworkConfig::default());
+    let addrs = sim.form_cluster(5, 30_000).expect("forms");
+    let majority: BTreeSet<_> = addrs[..3].iter().cloned().collect();
+    let minority: BTreeSet<_> = addrs[3..].iter().cloned().collect();
+    sim.partitions = Partitions::split(&[majority.clone(), minority.clone()]);
+    let t = sim
+        .run_until_cond(30_000, 100, |s| {
+            minority.iter().all(|a| !s.node(a).is_running())
+        })
+        .expect("minority downs itself");
+    assert!(
+        t < 15_000,
+        "detection + stable-after (2 s) + shutdown, took {t} ms"
+    );
+    assert!(majority.iter().all(|a| sim.node(a).is_running()));
+    sim.partitions = Partitions::default();
+    sim.run_until_cond(30_000, 100, |s| s.all_up_converged())
+        .expect("majority converges");
+    let g = sim.node(&addrs[0]).core.latest_gossip();
+    assert_eq!(g.members.len(), 3);
+    assert!(g.members.values().all(|m| m.status == MemberStatus::Up));
+}
+
+#[test]
+fn network_faults_loss_duplication_reordering_still_converge() {
+    let net = NetworkConfig {
+        min_delay_ms: 1,
+        max_delay_ms: 200,
+        loss: 0.2,
+        duplication: 0.2,
+    };
+    let mut sim = Simulation::new(3, sim_settings(), net);
+    assert!(
+        sim.form_cluster(8, 60_000).is_some(),
+        "8 nodes form a cluster over a lossy, duplicating, reordering network"
+    );
+}
+
+#[test]
+fn hundreds_of_nodes_converge_in_one_process() {
+    let mut settings = sim_settings();
+    settings.gossip_interval_ms = 200;
+    let mut sim = Simulation::new(7, settings, NetworkConfig::default());
+    sim.record_events = false;
+    assert!(sim.form_cluster(200, 120_000).is_some());
+}
