@@ -484,6 +484,20 @@ impl ClusterCore {
         self.update_latest_gossip(now_ms, g);
     }
 
+    /// Starts as a member of an existing cluster state (for simulators and tests that begin
+    /// from a formed cluster instead of replaying thousands of joins). `gossip` must contain
+    /// this node; returns false (and changes nothing) otherwise.
+    pub fn adopt_initial_state(&mut self, now_ms: u64, gossip: Gossip) -> bool {
+        let me = self.state.self_unique_address.clone();
+        if self.initialized || !gossip.has_member(&me) {
+            return false;
+        }
+        self.join = JoinProcess::Idle;
+        self.initialized = true;
+        self.update_latest_gossip(now_ms, gossip.seen(&me));
+        true
+    }
+
     /// Marks the member at `address` Leaving (graceful removal: Leaving → Exiting →
     /// Removed by the leader). Leaving oneself before joining shuts the node down.
     pub fn leave(&mut self, now_ms: u64, address: &Address) -> Result<(), CommandError> {

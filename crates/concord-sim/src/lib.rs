@@ -11,6 +11,7 @@
 
 pub mod invariants;
 pub mod network;
+pub mod scale;
 pub mod schedule;
 pub mod sim;
 
