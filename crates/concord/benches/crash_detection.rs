@@ -25,7 +25,7 @@ fn run() -> Option<f64> {
                 ports[2 * i],
                 ports[2 * i + 1],
                 &seeds,
-                &bench_util::AKKA_DEFAULT_ENV,
+                &AKKA_DEFAULT_ENV,
             )
         })
         .collect();

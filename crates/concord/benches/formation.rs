@@ -38,7 +38,7 @@ fn main() {
             ("default timings (gossip 1s)", "1s"),
             ("gossip-interval 100ms", "100ms"),
         ] {
-            let mut env: Vec<(&str, &str)> = bench_util::AKKA_DEFAULT_ENV.to_vec();
+            let mut env: Vec<(&str, &str)> = AKKA_DEFAULT_ENV.to_vec();
             env[0].1 = interval;
             if interval == "100ms" {
                 env[1].1 = "100ms";

@@ -244,29 +244,18 @@ fn fault_injection_is_refused_unless_enabled() {
     );
 }
 
-/// Akka's default failure-detector settings, with a short stable-after.
-const DEFAULT_FD: [(&str, &str); 5] = [
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL",
-        "1s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE",
-        "3s",
-    ),
-    (
-        "CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER",
-        "1s",
-    ),
-    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "1s"),
-    ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "4s"),
-];
-
 #[test]
 fn a_1s_pause_is_not_unreachable_a_15s_pause_is_downed_and_exits_after_resume() {
     let _s = serial();
     let rt = runtime();
-    let mut nodes = start("pause", 3, &DEFAULT_FD);
+    // Akka's default failure-detector settings (fast gossip keeps the rest of the test quick).
+    let mut env: Vec<(&str, &str)> = AKKA_DEFAULT_ENV
+        .iter()
+        .copied()
+        .filter(|(k, _)| k.contains("FAILURE_DETECTOR") || k.contains("REAPER"))
+        .collect();
+    env.push(("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "4s"));
+    let mut nodes = start("pause", 3, &env);
     // Let the failure detectors learn the 1 s heartbeat rhythm.
     std::thread::sleep(Duration::from_secs(5));
     let victim = nodes[2].address();

@@ -203,3 +203,26 @@ pub fn all_up(rt: &tokio::runtime::Runtime, views: &[&Node], expected: &[String]
         None => false,
     })
 }
+
+/// Akka's default timings, overriding the fast settings the test helpers start nodes with.
+pub const AKKA_DEFAULT_ENV: [(&str, &str); 10] = [
+    ("CONCORD__CLUSTER__GOSSIP_INTERVAL", "1s"),
+    ("CONCORD__CLUSTER__LEADER_ACTIONS_INTERVAL", "1s"),
+    ("CONCORD__CLUSTER__UNREACHABLE_NODES_REAPER_INTERVAL", "1s"),
+    ("CONCORD__CLUSTER__PERIODIC_TASKS_INITIAL_DELAY", "1s"),
+    ("CONCORD__CLUSTER__SEED_NODE_TIMEOUT", "5s"),
+    ("CONCORD__CLUSTER__RETRY_UNSUCCESSFUL_JOIN_AFTER", "10s"),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__HEARTBEAT_INTERVAL",
+        "1s",
+    ),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__ACCEPTABLE_HEARTBEAT_PAUSE",
+        "3s",
+    ),
+    (
+        "CONCORD__CLUSTER__FAILURE_DETECTOR__EXPECTED_RESPONSE_AFTER",
+        "1s",
+    ),
+    ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "10s"),
+];
