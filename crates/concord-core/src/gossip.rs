@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::{Fnv1a, UniqueAddress};
-use crate::member::{Member, MemberStatus};
+use crate::member::Member;
 use crate::reachability::Reachability;
 use crate::vector_clock::VectorClock;
 
@@ -188,16 +188,6 @@ impl Gossip {
         g
     }
 
-    /// Members in the given statuses.
-    pub fn members_with_status<'a>(
-        &'a self,
-        statuses: &'a [MemberStatus],
-    ) -> impl Iterator<Item = &'a Member> + 'a {
-        self.members
-            .values()
-            .filter(move |m| statuses.contains(&m.status))
-    }
-
     /// The youngest member by up-number among members that have been Up (for the next
     /// up-number); `None` when nobody has been Up yet.
     pub fn youngest_up_number(&self) -> Option<u32> {
@@ -213,7 +203,7 @@ impl Gossip {
 mod tests {
     use super::*;
     use crate::address::Address;
-    use crate::member::UP_NUMBER_UNSET;
+    use crate::member::{MemberStatus, UP_NUMBER_UNSET};
     use proptest::prelude::*;
 
     fn n(i: u16) -> UniqueAddress {

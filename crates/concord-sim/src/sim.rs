@@ -156,6 +156,8 @@ impl Simulation {
     }
 
     /// Runs a command on a node, then carries its outputs.
+    ///
+    /// Panics if no node was started at `a` (a mistake in the scenario, not input).
     pub fn with_node<T>(&mut self, a: &Address, f: impl FnOnce(&mut ClusterCore, u64) -> T) -> T {
         let now = self.now;
         let node = self.nodes.get_mut(a).expect("node exists");
@@ -275,10 +277,6 @@ impl Simulation {
         if !self.partitions.connected(&m.from.address, &m.to) {
             return;
         }
-        let sender_alive = self
-            .nodes
-            .get(&m.from.address)
-            .is_some_and(|n| n.alive && n.core.self_unique_address() == &m.from);
         let Some(n) = self.nodes.get_mut(&m.to) else {
             return;
         };
@@ -296,7 +294,6 @@ impl Simulation {
                 return;
             }
         }
-        let _ = sender_alive;
         // Like the transport: a removed (tombstoned) incarnation is refused as quarantined.
         if n.core.latest_gossip().tombstones.contains_key(&m.from) {
             let from_addr = m.from.address.clone();

@@ -51,15 +51,13 @@ fn partition(rt: &tokio::runtime::Runtime, a: &[&Node], b: &[&Node]) {
 /// on the `a` side only.
 fn cut(rt: &tokio::runtime::Runtime, a: &[&Node], b: &[&Node]) {
     let http = reqwest::Client::new();
-    for (x, ys) in [(a, b)] {
-        for n in x {
-            for y in ys {
-                let url = format!("{}/testkit/faults/{}", n.management_url(), y.address());
-                let r = rt
-                    .block_on(http.put(url).form(&[("blackhole", "both")]).send())
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-            }
+    for n in a {
+        for y in b {
+            let url = format!("{}/testkit/faults/{}", n.management_url(), y.address());
+            let r = rt
+                .block_on(http.put(url).form(&[("blackhole", "both")]).send())
+                .unwrap();
+            assert_eq!(r.status(), 200);
         }
     }
 }
