@@ -1,6 +1,8 @@
 //! Helpers for tests that run real `concord node` processes on loopback.
 #![allow(dead_code)]
 
+pub mod docker;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
