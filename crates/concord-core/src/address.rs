@@ -158,8 +158,7 @@ impl UniqueAddress {
     /// every platform (used to order the heartbeat ring).
     pub fn stable_hash(&self) -> u64 {
         let mut h = Fnv1a::new();
-        h.write(self.address.to_string().as_bytes());
-        h.write(&self.uid.to_le_bytes());
+        h.write_unique_address(self);
         h.finish()
     }
 }
@@ -186,6 +185,16 @@ impl Fnv1a {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
         }
+    }
+    /// Feeds a node identity field by field (system, host, port, uid; strings end with a
+    /// 0 byte so that field boundaries cannot shift), without formatting it.
+    pub fn write_unique_address(&mut self, node: &UniqueAddress) {
+        self.write(node.address.system.as_bytes());
+        self.write(&[0]);
+        self.write(node.address.host.as_bytes());
+        self.write(&[0]);
+        self.write(&node.address.port.to_le_bytes());
+        self.write(&node.uid.to_le_bytes());
     }
     /// The hash so far.
     pub fn finish(&self) -> u64 {

@@ -870,10 +870,11 @@ impl ClusterCore {
             self.stats.ignored += 1;
             return;
         }
+        let remote_seen_by_me = remote.seen_by_node(&me);
         let (winner, talkback) = match remote.version.compare(&local.version) {
-            ClockOrdering::Same => (remote.clone().merge_seen(local), !remote.seen_by_node(&me)),
+            ClockOrdering::Same => (remote.merge_seen(local), !remote_seen_by_me),
             ClockOrdering::Before => (local.clone(), true),
-            ClockOrdering::After => (remote.clone(), !remote.seen_by_node(&me)),
+            ClockOrdering::After => (remote, !remote_seen_by_me),
             ClockOrdering::Concurrent => (remote.merge(local), true),
         };
         let new = winner.normalize().seen(&me);

@@ -102,9 +102,7 @@ impl Gossip {
     pub fn seen_digest(&self) -> u64 {
         let mut h = Fnv1a::new();
         for n in &self.overview.seen {
-            h.write(n.address.to_string().as_bytes());
-            h.write(&n.uid.to_le_bytes());
-            h.write(b";");
+            h.write_unique_address(n);
         }
         h.finish()
     }

@@ -20,6 +20,9 @@ pub struct SimNode {
     pub alive: bool,
     /// Paused (like SIGSTOP) until this time, ms.
     pub paused_until: Option<u64>,
+    /// The time of this node's timer event in the queue, ms: one pending timer per node, so
+    /// the queue does not fill with stale timers (one per delivered message otherwise).
+    timer_at: Option<u64>,
 }
 
 impl SimNode {
@@ -119,10 +122,18 @@ impl Simulation {
             return;
         }
         let uid = n.core.self_unique_address().uid;
-        if let Some(t) = n.core.poll_timeout() {
-            let t = t.max(self.now);
-            self.push(t, EventKind::Timer(a.clone(), uid));
+        let Some(t) = n.core.poll_timeout() else {
+            return;
+        };
+        let t = t.max(self.now);
+        // An already queued earlier (or equal) timer event re-arms itself when it fires.
+        if n.timer_at.is_some_and(|q| q <= t) {
+            return;
         }
+        if let Some(n) = self.nodes.get_mut(a) {
+            n.timer_at = Some(t);
+        }
+        self.push(t, EventKind::Timer(a.clone(), uid));
     }
 
     /// Starts a node at `address` with a fresh uid (a restart if one existed).
@@ -144,6 +155,7 @@ impl Simulation {
                 core,
                 alive: true,
                 paused_until: None,
+                timer_at: None,
             },
         );
         self.schedule_timer(&address);
@@ -211,7 +223,18 @@ impl Simulation {
                 continue;
             }
             let delays = self.network.delays(&mut self.rng);
-            for d in delays {
+            let copies = delays.len();
+            let mut message = Some(t.message);
+            for (i, d) in delays.into_iter().enumerate() {
+                // One copy per delivery (duplication delivers it more than once); the last
+                // delivery takes the original.
+                let Some(m) = (if i + 1 == copies {
+                    message.take()
+                } else {
+                    message.clone()
+                }) else {
+                    break;
+                };
                 self.seq += 1;
                 let id = self.seq;
                 self.messages.insert(
@@ -220,7 +243,7 @@ impl Simulation {
                         from: from.clone(),
                         to: t.to.clone(),
                         to_uid: t.to_uid,
-                        message: t.message.clone(),
+                        message: m,
                     },
                 );
                 let at = self.now + d;
@@ -248,8 +271,14 @@ impl Simulation {
                     if !n.is_running() || n.core.self_unique_address().uid != uid {
                         continue;
                     }
+                    if n.timer_at != Some(at) {
+                        // Superseded by an earlier timer event for this node.
+                        continue;
+                    }
+                    n.timer_at = None;
                     if let Some(p) = n.paused_until {
                         if p > now {
+                            n.timer_at = Some(p);
                             self.push(p, EventKind::Timer(a, uid));
                             continue;
                         }
