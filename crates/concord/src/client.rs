@@ -39,6 +39,7 @@ pub enum ClientError {
 pub struct ManagementClient {
     base: String,
     http: reqwest::Client,
+    token: Option<String>,
 }
 
 impl ManagementClient {
@@ -51,6 +52,20 @@ impl ManagementClient {
         ManagementClient {
             base: base.trim_end_matches('/').to_string(),
             http,
+            token: None,
+        }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with write requests (`management.bearer-token`).
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
         }
     }
 
@@ -107,8 +122,7 @@ impl ManagementClient {
     pub async fn operation(&self, address: &str, operation: &str) -> Result<String, ClientError> {
         let url = format!("{}/cluster/members/{}", self.base, address);
         let resp = self
-            .http
-            .put(url)
+            .authorized(self.http.put(url))
             .form(&[("operation", operation)])
             .send()
             .await
@@ -119,8 +133,7 @@ impl ManagementClient {
     /// `POST /cluster/members` with `address`: the node joins `address`.
     pub async fn join(&self, address: &str) -> Result<String, ClientError> {
         let resp = self
-            .http
-            .post(format!("{}/cluster/members", self.base))
+            .authorized(self.http.post(format!("{}/cluster/members", self.base)))
             .form(&[("address", address)])
             .send()
             .await

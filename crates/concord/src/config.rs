@@ -32,7 +32,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
             key: key.into(),
             message: message.into(),
@@ -72,6 +72,19 @@ mod duration {
     }
 }
 
+/// `remote.hostname` placeholder for "this host's IP address" (Akka's `<getHostAddress>`).
+pub const HOST_ADDRESS_PLACEHOLDER: &str = "<getHostAddress>";
+
+/// The local address the kernel picks for the default route (a UDP `connect` sends nothing).
+fn default_route_address() -> std::io::Result<std::net::IpAddr> {
+    let probe = |bind: &str, to: &str| -> std::io::Result<std::net::IpAddr> {
+        let s = std::net::UdpSocket::bind(bind)?;
+        s.connect(to)?;
+        Ok(s.local_addr()?.ip())
+    };
+    probe("0.0.0.0:0", "192.0.2.1:9").or_else(|_| probe("[::]:0", "[2001:db8::1]:9"))
+}
+
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -84,6 +97,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// Management HTTP API (`akka.management.http`).
     pub management: ManagementConfig,
+    /// Cluster Bootstrap (`akka.management.cluster.bootstrap`).
+    pub bootstrap: BootstrapConfig,
+    /// Service discovery methods (`akka.discovery`).
+    pub discovery: DiscoveryConfig,
     /// Test and chaos tooling (`[testkit]`).
     pub testkit: TestkitConfig,
 }
@@ -103,6 +120,8 @@ impl Default for Config {
             remote: RemoteConfig::default(),
             cluster: ClusterConfig::default(),
             management: ManagementConfig::default(),
+            bootstrap: BootstrapConfig::default(),
+            discovery: DiscoveryConfig::default(),
             testkit: TestkitConfig::default(),
         }
     }
@@ -390,6 +409,12 @@ pub struct ManagementConfig {
     pub hostname: String,
     /// Port (8558; 0 picks a free port).
     pub port: u16,
+    /// Refuse the write routes (join, leave, down, prepare-for-full-shutdown, fault
+    /// injection) with 403. Unset (the default): read-only unless the API is bound to a
+    /// loopback interface or a `bearer-token` is set.
+    pub read_only: Option<bool>,
+    /// When set, write routes require `Authorization: Bearer <token>` (401 otherwise).
+    pub bearer_token: Option<String>,
 }
 
 impl Default for ManagementConfig {
@@ -398,6 +423,182 @@ impl Default for ManagementConfig {
             enabled: true,
             hostname: "127.0.0.1".into(),
             port: 8558,
+            read_only: None,
+            bearer_token: None,
+        }
+    }
+}
+
+impl ManagementConfig {
+    /// Whether write routes are refused: `read-only` if set, else true unless the API binds
+    /// a loopback interface or a bearer token protects it.
+    pub fn effective_read_only(&self) -> bool {
+        self.read_only.unwrap_or_else(|| {
+            let loopback = self.hostname == "localhost"
+                || self
+                    .hostname
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            !(loopback || self.bearer_token.as_deref().is_some_and(|t| !t.is_empty()))
+        })
+    }
+}
+
+/// `[bootstrap]` (Akka `akka.management.cluster.bootstrap`). Bootstrap runs when
+/// `cluster.seed-nodes` is empty and `contact-point-discovery.service-name` is set.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct BootstrapConfig {
+    /// Allow the lowest-addressed node to form a new cluster (true). Off: only join
+    /// existing clusters (Akka `new-cluster-enabled`).
+    pub new_cluster_enabled: bool,
+    /// Discovery of contact points.
+    pub contact_point_discovery: ContactPointDiscoveryConfig,
+    /// Probing of contact points.
+    pub contact_point: ContactPointConfig,
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        BootstrapConfig {
+            new_cluster_enabled: true,
+            contact_point_discovery: ContactPointDiscoveryConfig::default(),
+            contact_point: ContactPointConfig::default(),
+        }
+    }
+}
+
+/// `[bootstrap.contact-point-discovery]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ContactPointDiscoveryConfig {
+    /// Service to look up (empty: no bootstrap).
+    pub service_name: String,
+    /// Appended as `<service-name>.<service-namespace>` when set.
+    pub service_namespace: String,
+    /// Port name for SRV lookups (with `protocol`); empty: A/AAAA lookups.
+    pub port_name: String,
+    /// Protocol for SRV lookups ("tcp").
+    pub protocol: String,
+    /// `config`, `dns` or `aggregate` ("config").
+    pub discovery_method: String,
+    /// Time between lookups ("1s"), backed off exponentially up to
+    /// `exponential-backoff-max` while too few contact points are found.
+    #[serde(deserialize_with = "duration::de")]
+    pub interval: Duration,
+    /// Random factor of the backoff (0.2).
+    pub exponential_backoff_random_factor: f64,
+    /// Longest time between lookups ("15s").
+    #[serde(deserialize_with = "duration::de")]
+    pub exponential_backoff_max: Duration,
+    /// Discovery must not have changed for this long before a new cluster is formed ("5s").
+    #[serde(deserialize_with = "duration::de")]
+    pub stable_margin: Duration,
+    /// At least this many contact points before a new cluster is formed (2). Set it to the
+    /// initial number of nodes.
+    pub required_contact_point_nr: usize,
+    /// Form a new cluster only after every discovered contact point answered (true).
+    pub contact_with_all_contact_points: bool,
+    /// Timeout of one lookup ("3s").
+    #[serde(deserialize_with = "duration::de")]
+    pub resolve_timeout: Duration,
+}
+
+impl Default for ContactPointDiscoveryConfig {
+    fn default() -> Self {
+        ContactPointDiscoveryConfig {
+            service_name: String::new(),
+            service_namespace: String::new(),
+            port_name: String::new(),
+            protocol: "tcp".into(),
+            discovery_method: "config".into(),
+            interval: Duration::from_secs(1),
+            exponential_backoff_random_factor: 0.2,
+            exponential_backoff_max: Duration::from_secs(15),
+            stable_margin: Duration::from_secs(5),
+            required_contact_point_nr: 2,
+            contact_with_all_contact_points: true,
+            resolve_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// `[bootstrap.contact-point]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ContactPointConfig {
+    /// Port of a contact point whose target has none (0: this node's `management.port`).
+    pub fallback_port: u16,
+    /// Time between probes of one contact point ("1s").
+    #[serde(deserialize_with = "duration::de")]
+    pub probe_interval: Duration,
+    /// Random jitter of the probe interval, as a fraction (0.2).
+    pub probe_interval_jitter: f64,
+    /// A probe without an answer for this long failed ("3s"); the contact point then no
+    /// longer counts as answered.
+    #[serde(deserialize_with = "duration::de")]
+    pub probing_failure_timeout: Duration,
+}
+
+impl Default for ContactPointConfig {
+    fn default() -> Self {
+        ContactPointConfig {
+            fallback_port: 0,
+            probe_interval: Duration::from_secs(1),
+            probe_interval_jitter: 0.2,
+            probing_failure_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// `[discovery]` (Akka `akka.discovery`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// `[discovery.config]`: static endpoints.
+    pub config: ConfigDiscoveryConfig,
+    /// `[discovery.dns]`.
+    pub dns: DnsDiscoveryConfig,
+    /// `[discovery.aggregate]`.
+    pub aggregate: AggregateDiscoveryConfig,
+}
+
+/// `[discovery.config]`: `[discovery.config.services.<name>] endpoints = [...]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ConfigDiscoveryConfig {
+    /// Endpoints per service name.
+    pub services: BTreeMap<String, ServiceEndpoints>,
+}
+
+/// The endpoints of one configured service.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ServiceEndpoints {
+    /// `[{ host = "10.0.0.1", port = 8558 }, ...]`.
+    pub endpoints: Vec<crate::discovery::ServiceEndpoint>,
+}
+
+/// `[discovery.dns]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct DnsDiscoveryConfig {
+    /// DNS servers (`"IP"` or `"IP:port"`); empty: the system's (`/etc/resolv.conf`).
+    pub name_servers: Vec<String>,
+}
+
+/// `[discovery.aggregate]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct AggregateDiscoveryConfig {
+    /// Methods tried in order (["config", "dns"]).
+    pub discovery_methods: Vec<String>,
+}
+
+impl Default for AggregateDiscoveryConfig {
+    fn default() -> Self {
+        AggregateDiscoveryConfig {
+            discovery_methods: vec!["config".into(), "dns".into()],
         }
     }
 }
@@ -583,6 +784,116 @@ impl Config {
         }
         self.seed_node_addresses()?;
         self.downing()?;
+        self.validate_bootstrap()?;
+        if self.management.bearer_token.as_deref() == Some("") {
+            return Err(ConfigError::new(
+                "management.bearer-token",
+                "must not be empty (leave it unset for no token)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_bootstrap(&self) -> Result<(), ConfigError> {
+        let d = &self.bootstrap.contact_point_discovery;
+        let p = &self.bootstrap.contact_point;
+        for (k, v) in [
+            ("bootstrap.contact-point-discovery.interval", d.interval),
+            (
+                "bootstrap.contact-point-discovery.exponential-backoff-max",
+                d.exponential_backoff_max,
+            ),
+            (
+                "bootstrap.contact-point-discovery.resolve-timeout",
+                d.resolve_timeout,
+            ),
+            ("bootstrap.contact-point.probe-interval", p.probe_interval),
+            (
+                "bootstrap.contact-point.probing-failure-timeout",
+                p.probing_failure_timeout,
+            ),
+        ] {
+            if v.is_zero() {
+                return Err(ConfigError::new(k, "must be greater than zero"));
+            }
+        }
+        for (k, v) in [
+            (
+                "bootstrap.contact-point-discovery.exponential-backoff-random-factor",
+                d.exponential_backoff_random_factor,
+            ),
+            (
+                "bootstrap.contact-point.probe-interval-jitter",
+                p.probe_interval_jitter,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(ConfigError::new(k, "must be between 0.0 and 1.0"));
+            }
+        }
+        if d.required_contact_point_nr == 0 {
+            return Err(ConfigError::new(
+                "bootstrap.contact-point-discovery.required-contact-point-nr",
+                "must be at least 1",
+            ));
+        }
+        let known = ["config", "dns", "aggregate"];
+        if !known.contains(&d.discovery_method.as_str()) {
+            return Err(ConfigError::new(
+                "bootstrap.contact-point-discovery.discovery-method",
+                format!(
+                    "`{}` is not one of \"config\", \"dns\", \"aggregate\"",
+                    d.discovery_method
+                ),
+            ));
+        }
+        for m in &self.discovery.aggregate.discovery_methods {
+            if !["config", "dns"].contains(&m.as_str()) {
+                return Err(ConfigError::new(
+                    "discovery.aggregate.discovery-methods",
+                    format!("`{m}` is not one of \"config\", \"dns\""),
+                ));
+            }
+        }
+        for s in &self.discovery.dns.name_servers {
+            let ok =
+                s.parse::<std::net::SocketAddr>().is_ok() || s.parse::<std::net::IpAddr>().is_ok();
+            if !ok {
+                return Err(ConfigError::new(
+                    "discovery.dns.name-servers",
+                    format!("`{s}` is not an IP address or IP:port"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this node runs Cluster Bootstrap: no seed nodes configured and a
+    /// contact-point service name set.
+    pub fn bootstrap_enabled(&self) -> bool {
+        self.cluster.seed_nodes.is_empty()
+            && !self
+                .bootstrap
+                .contact_point_discovery
+                .service_name
+                .is_empty()
+    }
+
+    /// Replaces `remote.hostname = "<getHostAddress>"` (Akka's placeholder) by this host's
+    /// IP address: the source address of the default route.
+    ///
+    /// Errors when the host has no route to find an address from.
+    pub fn resolve_host_address(&mut self) -> Result<(), ConfigError> {
+        if self.remote.hostname != HOST_ADDRESS_PLACEHOLDER {
+            return Ok(());
+        }
+        let ip = default_route_address().map_err(|e| {
+            ConfigError::new(
+                "remote.hostname",
+                format!("cannot determine this host's address for {HOST_ADDRESS_PLACEHOLDER}: {e}; set it explicitly"),
+            )
+        })?;
+        self.remote.hostname = ip.to_string();
         Ok(())
     }
 

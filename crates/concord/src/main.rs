@@ -30,6 +30,15 @@ struct ManagementArg {
         env = "CONCORD_MANAGEMENT"
     )]
     management: String,
+    /// Bearer token for write routes (`management.bearer-token` of the node).
+    #[arg(long, env = "CONCORD_MANAGEMENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl ManagementArg {
+    fn client(&self) -> ManagementClient {
+        ManagementClient::new(&self.management).with_token(self.token.clone())
+    }
 }
 
 #[derive(Subcommand)]
@@ -73,10 +82,10 @@ enum Commands {
         #[command(flatten)]
         m: ManagementArg,
     },
-    /// Ask the member at ADDRESS to leave gracefully.
+    /// Ask the member at ADDRESS (default: the node behind --management) to leave gracefully.
     Leave {
-        /// Member address.
-        address: String,
+        /// Member address; omitted: the node behind --management itself (a preStop hook).
+        address: Option<String>,
         #[command(flatten)]
         m: ManagementArg,
     },
@@ -131,19 +140,9 @@ async fn main() -> ExitCode {
             .await
         }
         Commands::Members { m, json } => members(&m.management, json).await,
-        Commands::Join { address, m } => {
-            print_result(ManagementClient::new(&m.management).join(&address).await)
-        }
-        Commands::Leave { address, m } => print_result(
-            ManagementClient::new(&m.management)
-                .operation(&address, "Leave")
-                .await,
-        ),
-        Commands::Down { address, m } => print_result(
-            ManagementClient::new(&m.management)
-                .operation(&address, "Down")
-                .await,
-        ),
+        Commands::Join { address, m } => print_result(m.client().join(&address).await),
+        Commands::Leave { address, m } => leave(&m, address).await,
+        Commands::Down { address, m } => print_result(m.client().operation(&address, "Down").await),
         Commands::Demo { nodes } => {
             init_logging("warn");
             concord::demo::run(nodes).await
@@ -162,6 +161,15 @@ fn print_result(r: Result<String, concord::client::ClientError>) -> anyhow::Resu
     let msg = r?;
     println!("{msg}");
     Ok(())
+}
+
+async fn leave(m: &ManagementArg, address: Option<String>) -> anyhow::Result<()> {
+    let client = m.client();
+    let address = match address {
+        Some(a) => a,
+        None => client.members().await?.self_node,
+    };
+    print_result(client.operation(&address, "Leave").await)
 }
 
 async fn members(url: &str, json: bool) -> anyhow::Result<()> {

@@ -52,6 +52,15 @@ pub struct ClusterSnapshot {
     pub stats: CoreStats,
 }
 
+/// Parts a user can supply to [`Cluster::start_with`].
+#[derive(Clone, Default)]
+pub struct ClusterExtensions {
+    /// Service discovery for Cluster Bootstrap (default: the configured method).
+    pub discovery: Option<Arc<dyn crate::discovery::ServiceDiscovery>>,
+    /// Join decider for Cluster Bootstrap (default: [`crate::bootstrap::LowestAddressJoinDecider`]).
+    pub join_decider: Option<Arc<dyn crate::bootstrap::JoinDecider>>,
+}
+
 /// A subscription: the current state first, then every event after it.
 pub struct Subscription {
     /// The state at the time of subscribing.
@@ -103,9 +112,39 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts a node: binds remoting (and the management API when
-    /// `management.enabled`), starts the daemon, and joins `cluster.seed-nodes` if any.
+    /// `management.enabled`), starts the daemon, and joins `cluster.seed-nodes` if any —
+    /// or, with no seed nodes and `bootstrap.contact-point-discovery.service-name` set, runs
+    /// Cluster Bootstrap ([`crate::bootstrap`]).
     pub async fn start(config: Config) -> Result<Cluster, ClusterError> {
+        Self::start_with(config, ClusterExtensions::default()).await
+    }
+
+    /// [`Cluster::start`] with user-supplied parts: a service discovery method and/or a join
+    /// decider for Cluster Bootstrap.
+    pub async fn start_with(
+        mut config: Config,
+        extensions: ClusterExtensions,
+    ) -> Result<Cluster, ClusterError> {
+        config.resolve_host_address()?;
         config.validate()?;
+        if config.bootstrap_enabled() && !config.management.enabled {
+            return Err(ConfigError::new(
+                "management.enabled",
+                "Cluster Bootstrap needs the management API (its contact point)",
+            )
+            .into());
+        }
+        let bootstrap_discovery = if config.bootstrap_enabled() {
+            Some(match extensions.discovery.clone() {
+                Some(d) => d,
+                None => crate::discovery::from_config(
+                    &config,
+                    &config.bootstrap.contact_point_discovery.discovery_method,
+                )?,
+            })
+        } else {
+            None
+        };
         let seeds = config.seed_node_addresses()?;
         let self_address = config.self_address();
         let uid = loop {
@@ -186,17 +225,31 @@ impl Cluster {
         if config.management.enabled {
             let addr = {
                 let _g = span.enter();
-                crate::management::serve(
-                    cluster.clone(),
-                    &config.management.hostname,
-                    config.management.port,
-                )
-                .await?
+                crate::management::serve(cluster.clone(), &config.management).await?
             };
             let _ = cluster.inner.management_addr.set(addr);
         }
         if !seeds.is_empty() {
             cluster.join_seed_nodes(seeds).await?;
+        } else if let (Some(discovery), Some(addr)) =
+            (bootstrap_discovery, cluster.management_addr())
+        {
+            let settings = crate::bootstrap::BootstrapSettings::from_config(&config, addr.port());
+            let decider = extensions.join_decider.unwrap_or_else(|| {
+                Arc::new(crate::bootstrap::LowestAddressJoinDecider::new(
+                    settings.decider.clone(),
+                ))
+            });
+            tokio::spawn(tracing::Instrument::instrument(
+                crate::bootstrap::run(
+                    cluster.clone(),
+                    settings,
+                    discovery,
+                    decider,
+                    config.remote.hostname.clone(),
+                ),
+                span.clone(),
+            ));
         }
         Ok(cluster)
     }

@@ -10,9 +10,20 @@
 //!   `GET /alive`, `GET /metrics` (Prometheus text)
 //! - `GET|DELETE /testkit/faults`, `PUT /testkit/faults/{address}` (link fault injection;
 //!   403 unless `testkit.fault-injection = true`)
+//! - `PUT /cluster` (form `operation=prepare-for-full-shutdown`)
+//! - `GET /cluster/domain-events` (Server-Sent Events, optional `type=` filter)
+//! - `GET /cluster/shards/{name}` (404 "Shard Region {name} is not started" until sharding
+//!   exists)
+//! - `GET /bootstrap/seed-nodes` (the Cluster Bootstrap contact point)
+//!
+//! Write routes (everything but GET/HEAD) obey [`ManagementAccess`]: read-only (403) and/or
+//! a bearer token (401).
 //!
 //! `{address}` may be the full `concord://system@host:port`, `system@host:port` or
 //! `host:port`, percent-encoded or not. Errors are `{"message": "..."}` with 400/404.
+
+mod access;
+mod domain_events;
 
 use std::net::SocketAddr;
 
@@ -25,6 +36,9 @@ use axum::{Json, Router};
 use concord_core::{Address, Member, MemberStatus};
 use serde::{Deserialize, Serialize};
 use tracing::{info, Instrument};
+
+pub use access::ManagementAccess;
+pub use domain_events::{event_json, EVENT_TYPES};
 
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
 use crate::remote::transport::LinkFaults;
@@ -78,7 +92,8 @@ pub struct MessageJson {
     pub message: String,
 }
 
-fn member_json(m: &Member) -> ClusterMemberJson {
+/// The JSON of one member.
+pub fn member_json(m: &Member) -> ClusterMemberJson {
     ClusterMemberJson {
         node: m.address().to_string(),
         node_uid: m.unique_address.uid.to_string(),
@@ -387,9 +402,47 @@ async fn put_fault(
     message(StatusCode::OK, format!("Faults set for {peer}"))
 }
 
-/// The management routes for `cluster`.
-pub fn router(cluster: Cluster) -> Router {
+async fn seed_nodes(State(c): State<Cluster>) -> Json<crate::bootstrap::SeedNodesJson> {
+    Json(crate::bootstrap::contact_point::seed_nodes_json(
+        &c.self_address().to_string(),
+        &c.state(),
+    ))
+}
+
+async fn put_cluster(
+    State(c): State<Cluster>,
+    form: Result<Form<OperationForm>, FormRejection>,
+) -> Response {
+    let op = form.ok().and_then(|f| f.0.operation).unwrap_or_default();
+    if !op.eq_ignore_ascii_case("prepare-for-full-shutdown") {
+        return message(
+            StatusCode::BAD_REQUEST,
+            "Operation not supported (expected operation=prepare-for-full-shutdown)",
+        );
+    }
+    match c.prepare_for_full_cluster_shutdown().await {
+        Ok(()) => {
+            info!("full cluster shutdown prepared through the management API");
+            message(StatusCode::OK, "Preparing for full cluster shutdown")
+        }
+        Err(e) => command_error(e),
+    }
+}
+
+async fn get_shards(Path(name): Path<String>) -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        format!("Shard Region {name} is not started"),
+    )
+}
+
+/// The management routes for `cluster`, write routes guarded by `access`.
+pub fn router(cluster: Cluster, access: ManagementAccess) -> Router {
     Router::new()
+        .route("/cluster", axum::routing::put(put_cluster))
+        .route("/cluster/domain-events", get(domain_events::domain_events))
+        .route("/cluster/shards/{name}", get(get_shards))
+        .route("/bootstrap/seed-nodes", get(seed_nodes))
         .route("/cluster/members", get(get_members).post(post_members))
         .route("/cluster/members/", get(get_members).post(post_members))
         .route(
@@ -401,11 +454,18 @@ pub fn router(cluster: Cluster) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/testkit/faults", get(get_faults).delete(clear_faults))
         .route("/testkit/faults/{*address}", axum::routing::put(put_fault))
+        .layer(axum::middleware::from_fn_with_state(access, access::guard))
         .with_state(cluster)
 }
 
-/// Binds `host:port` and serves the API until the process ends. Returns the bound address.
-pub async fn serve(cluster: Cluster, host: &str, port: u16) -> Result<SocketAddr, ClusterError> {
+/// Binds `management.hostname:port` and serves the API until the node terminates. Returns
+/// the bound address.
+pub async fn serve(
+    cluster: Cluster,
+    config: &crate::config::ManagementConfig,
+) -> Result<SocketAddr, ClusterError> {
+    let (host, port) = (config.hostname.as_str(), config.port);
+    let access = ManagementAccess::from_config(config);
     let bind = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -420,7 +480,10 @@ pub async fn serve(cluster: Cluster, host: &str, port: u16) -> Result<SocketAddr
     let addr = listener
         .local_addr()
         .map_err(|source| ClusterError::Management { addr: bind, source })?;
-    let app = router(cluster.clone());
+    if access.read_only {
+        info!("management API is read-only: write routes answer 403 (management.read-only)");
+    }
+    let app = router(cluster.clone(), access);
     let span = tracing::Span::current();
     tokio::spawn(
         async move {

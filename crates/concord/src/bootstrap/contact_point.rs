@@ -1,0 +1,121 @@
+//! The contact point: `GET /bootstrap/seed-nodes` on the management server, its JSON, and
+//! the HTTP probe a bootstrapping node sends to it (Akka Management's
+//! `HttpContactPointRoutes` / `HttpContactPointBootstrap`).
+
+use std::time::Duration;
+
+use concord_core::{Member, MemberStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::ClusterSnapshot;
+use crate::discovery::ResolvedTarget;
+
+/// At most this many seed nodes are reported.
+pub const MAX_SEED_NODES: usize = 5;
+
+/// One reported seed node.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedNodeJson {
+    /// `concord://system@host:port`.
+    pub node: String,
+    /// The member's uid, a number (as in Akka's contact point).
+    pub node_uid: u64,
+    /// Member status.
+    pub status: String,
+    /// Roles.
+    pub roles: Vec<String>,
+}
+
+/// `{"selfNode": "...", "seedNodes": [...]}`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedNodesJson {
+    /// The answering node.
+    pub self_node: String,
+    /// Up to [`MAX_SEED_NODES`] reachable Up, WeaklyUp or Joining members (empty when the
+    /// node is not in a cluster).
+    pub seed_nodes: Vec<SeedNodeJson>,
+}
+
+/// The contact point's answer from this node's view: reachable members that are Up,
+/// WeaklyUp or Joining, Up first (oldest first), at most [`MAX_SEED_NODES`].
+pub fn seed_nodes_json(self_node: &str, s: &ClusterSnapshot) -> SeedNodesJson {
+    if s.self_member.is_none() {
+        return SeedNodesJson {
+            self_node: self_node.to_string(),
+            seed_nodes: Vec::new(),
+        };
+    }
+    let unreachable: Vec<&Member> = s.state.unreachable.iter().map(|(m, _)| m).collect();
+    let rank = |m: &Member| match m.status {
+        MemberStatus::Up => 0,
+        MemberStatus::WeaklyUp => 1,
+        _ => 2,
+    };
+    let mut candidates: Vec<&Member> = s
+        .state
+        .members
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.status,
+                MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
+            )
+        })
+        .filter(|m| {
+            !unreachable
+                .iter()
+                .any(|u| u.unique_address == m.unique_address)
+        })
+        .collect();
+    candidates.sort_by_key(|m| (rank(m), m.up_number));
+    SeedNodesJson {
+        self_node: self_node.to_string(),
+        seed_nodes: candidates
+            .into_iter()
+            .take(MAX_SEED_NODES)
+            .map(|m| SeedNodeJson {
+                node: m.address().to_string(),
+                node_uid: m.unique_address.uid,
+                status: m.status.to_string(),
+                roles: m.roles.iter().cloned().collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The URL of a contact point's seed-nodes route.
+pub fn seed_nodes_url(target: &ResolvedTarget, default_port: u16) -> String {
+    let host = match target.address {
+        Some(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        Some(ip) => ip.to_string(),
+        None => target.host.clone(),
+    };
+    format!(
+        "http://{host}:{}/bootstrap/seed-nodes",
+        target.port.unwrap_or(default_port)
+    )
+}
+
+/// Probes one contact point; errors (unreachable, timeout, not our JSON) as text.
+pub async fn probe(
+    http: &reqwest::Client,
+    target: &ResolvedTarget,
+    default_port: u16,
+    timeout: Duration,
+) -> Result<SeedNodesJson, String> {
+    let url = seed_nodes_url(target, default_port);
+    let resp = http
+        .get(&url)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("{url}: HTTP {}", resp.status()));
+    }
+    resp.json::<SeedNodesJson>()
+        .await
+        .map_err(|e| format!("{url}: not a seed-nodes answer: {e}"))
+}
