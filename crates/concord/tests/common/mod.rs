@@ -53,6 +53,8 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// A `concord node` child process; killed when dropped.
 pub struct Node {
+    /// Loopback IP the node binds and advertises (127.0.0.1 unless started with `start_on`).
+    pub host: String,
     pub port: u16,
     pub management_port: u16,
     pub system: String,
@@ -62,6 +64,18 @@ pub struct Node {
 
 impl Node {
     pub fn start(
+        system: &str,
+        port: u16,
+        management_port: u16,
+        seeds: &[u16],
+        extra_env: &[(&str, &str)],
+    ) -> Node {
+        Node::start_on("127.0.0.1", system, port, management_port, seeds, extra_env)
+    }
+
+    /// Like [`Node::start`], on the loopback address `host` (remoting and management).
+    pub fn start_on(
+        host: &str,
         system: &str,
         port: u16,
         management_port: u16,
@@ -83,11 +97,12 @@ impl Node {
             "--system",
             system,
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             &port.to_string(),
         ])
         .args(["--management-port", &management_port.to_string()])
+        .env("CONCORD__MANAGEMENT__HOSTNAME", host)
         .envs(FAST_ENV)
         .envs(extra_env.iter().copied())
         .env("RUST_LOG", "info")
@@ -100,6 +115,7 @@ impl Node {
         }
         let child = cmd.spawn().expect("start concord node");
         Node {
+            host: host.to_string(),
             port,
             management_port,
             system: system.to_string(),
@@ -109,11 +125,11 @@ impl Node {
     }
 
     pub fn address(&self) -> String {
-        format!("concord://{}@127.0.0.1:{}", self.system, self.port)
+        format!("concord://{}@{}:{}", self.system, self.host, self.port)
     }
 
     pub fn management_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.management_port)
+        format!("http://{}:{}", self.host, self.management_port)
     }
 
     pub fn client(&self) -> ManagementClient {
