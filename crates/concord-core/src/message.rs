@@ -64,6 +64,14 @@ pub enum ClusterMessage {
 }
 
 impl ClusterMessage {
+    /// Whether this is gossip (a full envelope or a status digest).
+    pub fn is_gossip(&self) -> bool {
+        matches!(
+            self,
+            ClusterMessage::GossipEnvelope { .. } | ClusterMessage::GossipStatus { .. }
+        )
+    }
+
     /// Message kind, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

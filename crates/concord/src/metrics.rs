@@ -46,6 +46,10 @@ pub(crate) fn message_received(node: &str, m: &Inbound) {
     metrics::counter!("concord_cluster_messages_received_total", "node" => node.to_string(), "kind" => m.message.kind()).increment(1);
     metrics::counter!("concord_remote_bytes_received_total", "node" => node.to_string())
         .increment(m.bytes as u64);
+    if m.message.is_gossip() {
+        metrics::counter!("concord_cluster_gossip_bytes_in_total", "node" => node.to_string())
+            .increment(m.bytes as u64);
+    }
 }
 
 pub(crate) fn record_state(s: &ClusterSnapshot, me: &UniqueAddress) {
@@ -86,6 +90,7 @@ pub(crate) fn record_transport(node: &concord_core::Address, t: &TransportStats)
             &t.handshakes_refused,
         ),
         ("concord_remote_dropped_outbound_total", &t.dropped_outbound),
+        ("concord_cluster_gossip_bytes_out_total", &t.gossip_bytes_out),
     ];
     for (name, v) in pairs {
         metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));

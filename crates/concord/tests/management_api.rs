@@ -122,6 +122,28 @@ async fn contact_point_shutdown_shards_and_domain_events() {
     assert!(text.contains("\"type\":\"MemberUp\""), "{text}");
     assert!(!text.contains("MemberJoined"), "filtered out: {text}");
 
+    // Metrics an operator watches, in Prometheus text.
+    let m = http
+        .get(format!("{}/metrics", base(&a)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "concord_cluster_members{",
+        "concord_cluster_unreachable_members",
+        "concord_cluster_is_leader",
+        "concord_cluster_convergence",
+        "concord_cluster_gossip_bytes_out_total",
+        "concord_cluster_gossip_bytes_in_total",
+        "concord_cluster_messages_sent_total",
+        "concord_cluster_messages_received_total",
+    ] {
+        assert!(m.contains(name), "{name} missing from /metrics:\n{m}");
+    }
+
     // Shards: not started.
     let r = http
         .get(format!("{}/cluster/shards/carts", base(&a)))

@@ -91,6 +91,8 @@ pub struct TransportStats {
     pub handshakes_refused: AtomicU64,
     /// Outbound messages dropped (queue full, peer unreachable, wrong incarnation).
     pub dropped_outbound: AtomicU64,
+    /// Bytes of gossip (envelopes and status) written.
+    pub gossip_bytes_out: AtomicU64,
 }
 
 /// Injected faults on the link to one peer (transport level, like Akka's multi-node
@@ -717,5 +719,8 @@ async fn write_loop(
         }
         inner.stats.frames_out.fetch_add(1, Ordering::Relaxed);
         inner.stats.bytes_out.fetch_add(len, Ordering::Relaxed);
+        if t.message.is_gossip() {
+            inner.stats.gossip_bytes_out.fetch_add(len, Ordering::Relaxed);
+        }
     }
 }
