@@ -90,7 +90,10 @@ pub(crate) fn record_transport(node: &concord_core::Address, t: &TransportStats)
             &t.handshakes_refused,
         ),
         ("concord_remote_dropped_outbound_total", &t.dropped_outbound),
-        ("concord_cluster_gossip_bytes_out_total", &t.gossip_bytes_out),
+        (
+            "concord_cluster_gossip_bytes_out_total",
+            &t.gossip_bytes_out,
+        ),
     ];
     for (name, v) in pairs {
         metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));

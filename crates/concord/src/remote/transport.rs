@@ -720,7 +720,10 @@ async fn write_loop(
         inner.stats.frames_out.fetch_add(1, Ordering::Relaxed);
         inner.stats.bytes_out.fetch_add(len, Ordering::Relaxed);
         if t.message.is_gossip() {
-            inner.stats.gossip_bytes_out.fetch_add(len, Ordering::Relaxed);
+            inner
+                .stats
+                .gossip_bytes_out
+                .fetch_add(len, Ordering::Relaxed);
         }
     }
 }
