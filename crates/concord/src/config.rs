@@ -1138,6 +1138,62 @@ mod tests {
     }
 
     #[test]
+    fn bootstrap_discovery_and_management_bad_values_name_the_key() {
+        let cases = [
+            (
+                "[bootstrap.contact-point-discovery]\ndiscovery-method = \"consul\"",
+                "bootstrap.contact-point-discovery.discovery-method",
+            ),
+            (
+                "[bootstrap.contact-point-discovery]\nrequired-contact-point-nr = 0",
+                "bootstrap.contact-point-discovery.required-contact-point-nr",
+            ),
+            (
+                "[bootstrap.contact-point-discovery]\nexponential-backoff-random-factor = 1.5",
+                "bootstrap.contact-point-discovery.exponential-backoff-random-factor",
+            ),
+            (
+                "[bootstrap.contact-point]\nprobe-interval = \"0s\"",
+                "bootstrap.contact-point.probe-interval",
+            ),
+            (
+                "[discovery.dns]\nname-servers = [\"dns.example\"]",
+                "discovery.dns.name-servers",
+            ),
+            (
+                "[discovery.aggregate]\ndiscovery-methods = [\"aggregate\"]",
+                "discovery.aggregate.discovery-methods",
+            ),
+            (
+                "[management]\nbearer-token = \"\"",
+                "management.bearer-token",
+            ),
+        ];
+        for (toml, key) in cases {
+            let e = Config::from_toml(toml).unwrap_err();
+            assert_eq!(e.key, key, "{toml}: {e}");
+        }
+        let e =
+            Config::from_toml("[discovery.config.services.shop]\nendpoints = [{ hots = \"a\" }]")
+                .unwrap_err();
+        assert!(e.message.contains("hots"), "{e}");
+        let ok = Config::from_toml("[bootstrap.contact-point-discovery]\nservice-name = \"shop\"\n[discovery.config.services.shop]\nendpoints = [{ host = \"10.0.0.1\", port = 8558 }, { host = \"10.0.0.2\" }]").unwrap();
+        assert!(ok.bootstrap_enabled());
+        assert_eq!(ok.discovery.config.services["shop"].endpoints.len(), 2);
+    }
+
+    #[test]
+    fn host_address_placeholder_becomes_an_ip() {
+        let mut c = Config::default();
+        c.remote.hostname = HOST_ADDRESS_PLACEHOLDER.into();
+        // A machine without any route cannot resolve it; then the error names the key.
+        match c.resolve_host_address() {
+            Ok(()) => assert!(c.remote.hostname.parse::<std::net::IpAddr>().is_ok()),
+            Err(e) => assert_eq!(e.key, "remote.hostname"),
+        }
+    }
+
+    #[test]
     fn split_brain_resolver_is_on_by_default_and_can_be_turned_off() {
         let d = Config::default().cluster_settings().downing.unwrap();
         assert_eq!(d.strategy, DowningStrategy::KeepMajority { role: None });
