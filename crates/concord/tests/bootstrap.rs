@@ -17,28 +17,23 @@ fn bootstrap_env(endpoints: &[u16]) -> Vec<(String, String)> {
         .map(|p| format!("{{host = \"127.0.0.1\", port = {p}}}"))
         .collect::<Vec<_>>()
         .join(", ");
-    vec![
+    [
         (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__SERVICE_NAME".into(),
-            "shop".into(),
+            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__SERVICE_NAME".to_string(),
+            "shop".to_string(),
         ),
         (
             "CONCORD__DISCOVERY__CONFIG__SERVICES__SHOP__ENDPOINTS".into(),
             format!("[{list}]"),
         ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__INTERVAL".into(),
-            "200ms".into(),
-        ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__STABLE_MARGIN".into(),
-            "1s".into(),
-        ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT__PROBE_INTERVAL".into(),
-            "200ms".into(),
-        ),
     ]
+    .into_iter()
+    .chain(
+        BOOTSTRAP_FAST_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+    .collect()
 }
 
 fn start_node(system: &str, ports: (u16, u16), env: &[(String, String)]) -> Node {

@@ -168,19 +168,12 @@ fn dns_env(dns: SocketAddr, service: &str, srv: bool) -> Vec<(String, String)> {
             "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__REQUIRED_CONTACT_POINT_NR".into(),
             "3".into(),
         ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__INTERVAL".into(),
-            "200ms".into(),
-        ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__STABLE_MARGIN".into(),
-            "1s".into(),
-        ),
-        (
-            "CONCORD__BOOTSTRAP__CONTACT_POINT__PROBE_INTERVAL".into(),
-            "200ms".into(),
-        ),
     ];
+    env.extend(
+        BOOTSTRAP_FAST_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     if srv {
         env.push((
             "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__PORT_NAME".into(),

@@ -4,32 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use concord::{Cluster, Config};
+use common::{fast_config, wait_for};
+use concord::Cluster;
 use concord_core::{ClusterEvent, MemberStatus};
-
-fn fast_config(system: &str, port: u16, seeds: &[u16]) -> Config {
-    let overrides = concord::config::env_overrides(
-        common::FAST_ENV
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
-    let mut c = Config::load(None, &overrides).unwrap();
-    c.system = system.into();
-    c.remote.port = port;
-    c.management.port = 0;
-    c.cluster.seed_nodes = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    c
-}
-
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events() {

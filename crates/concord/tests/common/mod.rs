@@ -244,3 +244,41 @@ pub const AKKA_DEFAULT_ENV: [(&str, &str); 10] = [
     ),
     ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "10s"),
 ];
+
+/// Fast Cluster Bootstrap timings for tests: lookups and probes every 200 ms, stable margin 1 s.
+pub const BOOTSTRAP_FAST_ENV: [(&str, &str); 3] = [
+    (
+        "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__INTERVAL",
+        "200ms",
+    ),
+    (
+        "CONCORD__BOOTSTRAP__CONTACT_POINT_DISCOVERY__STABLE_MARGIN",
+        "1s",
+    ),
+    ("CONCORD__BOOTSTRAP__CONTACT_POINT__PROBE_INTERVAL", "200ms"),
+];
+
+/// A configuration for an in-process node with the fast test timings: remoting on `port`,
+/// management on a free port, seed nodes on loopback `seeds`.
+pub fn fast_config(system: &str, port: u16, seeds: &[u16]) -> concord::Config {
+    let overrides = concord::config::env_overrides(
+        FAST_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let mut c = concord::Config::load(None, &overrides).unwrap();
+    c.system = system.into();
+    c.remote.port = port;
+    c.management.port = 0;
+    c.cluster.seed_nodes = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    c
+}
+
+/// Polls `cond` every 100 ms for up to 30 s; panics naming `what`.
+pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
