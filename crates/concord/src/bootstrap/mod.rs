@@ -21,6 +21,7 @@ use std::time::Duration;
 use concord_core::Address;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 pub use contact_point::{SeedNodeJson, SeedNodesJson};
@@ -104,8 +105,20 @@ impl BootstrapSettings {
     }
 }
 
-/// `base` × 2^`attempt`, capped at `max`, then scaled by a random factor in
-/// [1 − `random_factor`, 1 + `random_factor`].
+/// `d` scaled by a random factor in [1 − `factor`, 1 + `factor`] (`factor` clamped to 0..=1).
+pub fn jittered(d: Duration, factor: f64, rng: &mut impl Rng) -> Duration {
+    let f = if factor.is_finite() {
+        factor.abs().min(1.0)
+    } else {
+        0.0
+    };
+    if f == 0.0 {
+        return d;
+    }
+    d.mul_f64(1.0 + rng.random_range(-f..=f))
+}
+
+/// `base` × 2^`attempt`, capped at `max`, then [`jittered`] by `random_factor`.
 pub fn backoff(
     base: Duration,
     max: Duration,
@@ -113,18 +126,206 @@ pub fn backoff(
     attempt: u32,
     rng: &mut impl Rng,
 ) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(16)).min(max);
-    let f = if random_factor > 0.0 {
-        1.0 + rng.random_range(-random_factor..=random_factor)
-    } else {
-        1.0
-    };
-    exp.mul_f64(f.max(0.0))
+    jittered(
+        base.saturating_mul(1u32 << attempt.min(16)).min(max),
+        random_factor,
+        rng,
+    )
 }
 
+/// Results the spawned lookups and probes send back.
 enum Input {
     Lookup(Result<Vec<ResolvedTarget>, String>),
     Probe(ResolvedTarget, Result<SeedNodesJson, String>),
+}
+
+/// The bootstrap process's state between events.
+struct Bootstrap {
+    cluster: Cluster,
+    settings: BootstrapSettings,
+    discovery: Arc<dyn ServiceDiscovery>,
+    decider: Arc<dyn JoinDecider>,
+    system: String,
+    clock: Clock,
+    rng: rand::rngs::StdRng,
+    http: reqwest::Client,
+    tx: mpsc::UnboundedSender<Input>,
+    /// What the decider sees.
+    info: SeedNodesInformation,
+    lookup_attempt: u32,
+    next_lookup: Instant,
+    lookup_in_flight: bool,
+    next_probe: BTreeMap<ResolvedTarget, Instant>,
+    probing: BTreeSet<ResolvedTarget>,
+    /// When this node last issued a join; decisions pause until `REJOIN_AFTER` has passed.
+    joined_at: Option<Instant>,
+}
+
+/// A join that brought no Welcome is decided again after this.
+const REJOIN_AFTER: Duration = Duration::from_secs(10);
+
+impl Bootstrap {
+    fn on_lookup(&mut self, result: Result<Vec<ResolvedTarget>, String>) {
+        self.lookup_in_flight = false;
+        let found = result.unwrap_or_else(|e| {
+            warn!(error = %e, "contact point discovery failed");
+            Vec::new()
+        });
+        let fallback = self.settings.fallback_port;
+        let points: BTreeSet<ResolvedTarget> = found
+            .into_iter()
+            .map(|mut t| {
+                t.port = t.port.or(Some(fallback));
+                t
+            })
+            .collect();
+        if points != self.info.contact_points {
+            info!(
+                contact_points = ?points
+                    .iter()
+                    .map(|t| format!("{}:{}", t.host, t.port.unwrap_or(fallback)))
+                    .collect::<Vec<_>>(),
+                "discovered contact points changed"
+            );
+            self.info.contact_points_changed_at_ms = self.clock.now_ms();
+            self.info
+                .seed_nodes_observations
+                .retain(|k, _| points.contains(k));
+            self.next_probe.retain(|k, _| points.contains(k));
+            self.info.contact_points = points;
+        }
+        let enough = self.info.contact_points.len() >= self.settings.required_contact_point_nr;
+        self.lookup_attempt = if enough {
+            0
+        } else {
+            self.lookup_attempt.saturating_add(1)
+        };
+        let s = &self.settings;
+        self.next_lookup = Instant::now()
+            + backoff(
+                s.interval,
+                s.backoff_max,
+                s.backoff_random_factor,
+                self.lookup_attempt,
+                &mut self.rng,
+            );
+    }
+
+    fn on_probe(&mut self, target: ResolvedTarget, result: Result<SeedNodesJson, String>) {
+        self.probing.remove(&target);
+        let answer = match result {
+            Ok(a) => a,
+            Err(e) => {
+                debug!(error = %e, "probe failed");
+                self.info.seed_nodes_observations.remove(&target);
+                return;
+            }
+        };
+        let source = match crate::config::parse_node_address(&answer.self_node, &self.system) {
+            Ok(a) if a.system == self.system => a,
+            _ => {
+                warn!(node = %answer.self_node, "contact point answered with a bad selfNode or another cluster's name; ignored");
+                self.info.seed_nodes_observations.remove(&target);
+                return;
+            }
+        };
+        let seeds: BTreeSet<Address> = answer
+            .seed_nodes
+            .iter()
+            .filter_map(|s| crate::config::parse_node_address(&s.node, &self.system).ok())
+            .filter(|a| a.system == self.system)
+            .collect();
+        debug!(contact_point = %target.host, seeds = seeds.len(), "probe answered");
+        if self.info.contact_points.contains(&target) {
+            let observation = SeedNodesObservation {
+                observed_at_ms: self.clock.now_ms(),
+                source_address: source,
+                seed_nodes: seeds,
+            };
+            self.info
+                .seed_nodes_observations
+                .insert(target, observation);
+        }
+    }
+
+    /// Starts the lookup and the probes that are due.
+    fn start_due_work(&mut self) {
+        let now = Instant::now();
+        if !self.lookup_in_flight && now >= self.next_lookup {
+            self.lookup_in_flight = true;
+            let (d, l, t, tx) = (
+                self.discovery.clone(),
+                self.settings.lookup.clone(),
+                self.settings.resolve_timeout,
+                self.tx.clone(),
+            );
+            tokio::spawn(async move {
+                let r = d
+                    .lookup(&l, t)
+                    .await
+                    .map(|r| r.addresses)
+                    .map_err(|e| e.to_string());
+                let _ = tx.send(Input::Lookup(r));
+            });
+        }
+        let due: Vec<ResolvedTarget> = self
+            .info
+            .contact_points
+            .iter()
+            .filter(|t| !self.info.is_self(t) && !self.probing.contains(*t))
+            .filter(|t| self.next_probe.get(*t).is_none_or(|at| now >= *at))
+            .cloned()
+            .collect();
+        for target in due {
+            let s = &self.settings;
+            let next = now + jittered(s.probe_interval, s.probe_interval_jitter, &mut self.rng);
+            self.next_probe.insert(target.clone(), next);
+            self.probing.insert(target.clone());
+            let (http, tx) = (self.http.clone(), self.tx.clone());
+            let (port, timeout) = (s.fallback_port, s.probing_failure_timeout);
+            tokio::spawn(async move {
+                let r = contact_point::probe(&http, &target, port, timeout).await;
+                let _ = tx.send(Input::Probe(target, r));
+            });
+        }
+    }
+
+    /// Asks the decider and acts on its decision.
+    async fn decide(&mut self) {
+        let now = Instant::now();
+        if self.joined_at.is_some_and(|at| now < at + REJOIN_AFTER) {
+            return;
+        }
+        self.info.now_ms = self.clock.now_ms();
+        match self.decider.decide(&self.info) {
+            JoinDecision::KeepProbing => {}
+            JoinDecision::JoinOtherSeedNodes(seeds) => {
+                info!(
+                    seeds = ?seeds.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                    "bootstrap: joining the seed nodes a contact point reported"
+                );
+                self.joined_at = Some(now);
+                if let Err(e) = self
+                    .cluster
+                    .join_seed_nodes(seeds.into_iter().collect())
+                    .await
+                {
+                    warn!(error = %e, "bootstrap join failed");
+                }
+            }
+            JoinDecision::JoinSelf => {
+                info!(
+                    contact_points = self.info.contact_points.len(),
+                    "bootstrap: no cluster exists and this node has the lowest contact point; forming a new cluster"
+                );
+                self.joined_at = Some(now);
+                let me = self.cluster.self_address().clone();
+                if let Err(e) = self.cluster.join(me).await {
+                    warn!(error = %e, "bootstrap self-join failed");
+                }
+            }
+        }
+    }
 }
 
 /// Runs Cluster Bootstrap for `cluster` until it is a member (or shuts down). `self_host` is
@@ -137,39 +338,43 @@ pub async fn run(
     self_host: String,
 ) {
     let clock = Clock::new();
-    let mut rng = rand::rngs::StdRng::from_rng(&mut rand::rng());
-    let http = reqwest::Client::new();
     let self_contact_point = ResolvedTarget::new(self_host, Some(settings.fallback_port));
-    let system = cluster.self_address().system.clone();
     info!(
         service = %settings.lookup.service_name,
         contact_point = ?self_contact_point,
         "cluster bootstrap started"
     );
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
-    let mut info_state = SeedNodesInformation {
-        now_ms: clock.now_ms(),
-        contact_points_changed_at_ms: clock.now_ms(),
-        contact_points: BTreeSet::new(),
-        self_contact_point: self_contact_point.clone(),
-        seed_nodes_observations: BTreeMap::new(),
+    let mut b = Bootstrap {
+        system: cluster.self_address().system.clone(),
+        cluster,
+        settings,
+        discovery,
+        decider,
+        info: SeedNodesInformation {
+            now_ms: clock.now_ms(),
+            contact_points_changed_at_ms: clock.now_ms(),
+            contact_points: BTreeSet::new(),
+            self_contact_point,
+            seed_nodes_observations: BTreeMap::new(),
+        },
+        clock,
+        rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+        http: reqwest::Client::new(),
+        tx,
+        lookup_attempt: 0,
+        next_lookup: Instant::now(),
+        lookup_in_flight: false,
+        next_probe: BTreeMap::new(),
+        probing: BTreeSet::new(),
+        joined_at: None,
     };
-    let mut lookup_attempt: u32 = 0;
-    let mut next_lookup = tokio::time::Instant::now();
-    let mut lookup_in_flight = false;
-    let mut next_probe: BTreeMap<ResolvedTarget, tokio::time::Instant> = BTreeMap::new();
-    let mut probing: BTreeSet<ResolvedTarget> = BTreeSet::new();
-    // After a join this node waits for the Welcome before deciding again.
-    let mut joined_at: Option<tokio::time::Instant> = None;
-    let rejoin_after = Duration::from_secs(10);
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut terminated = {
-        let c = cluster.clone();
-        Box::pin(async move { c.terminated().await })
-    };
+    let terminated = b.cluster.clone();
+    let mut terminated = Box::pin(async move { terminated.terminated().await });
     loop {
-        if cluster.state().self_member.is_some() {
+        if b.cluster.state().self_member.is_some() {
             info!("cluster bootstrap done: this node is a member");
             return;
         }
@@ -177,133 +382,12 @@ pub async fn run(
             _ = &mut terminated => return,
             _ = tick.tick() => {}
             Some(input) = rx.recv() => match input {
-                Input::Lookup(result) => {
-                    lookup_in_flight = false;
-                    let found = match result {
-                        Ok(targets) => targets,
-                        Err(e) => {
-                            warn!(error = %e, "contact point discovery failed");
-                            Vec::new()
-                        }
-                    };
-                    let points: BTreeSet<ResolvedTarget> = found
-                        .into_iter()
-                        .map(|mut t| {
-                            t.port = t.port.or(Some(settings.fallback_port));
-                            t
-                        })
-                        .collect();
-                    if points != info_state.contact_points {
-                        info!(contact_points = ?points.iter().map(|t| format!("{}:{}", t.host, t.port.unwrap_or(0))).collect::<Vec<_>>(), "discovered contact points changed");
-                        info_state.contact_points_changed_at_ms = clock.now_ms();
-                        info_state.seed_nodes_observations.retain(|k, _| points.contains(k));
-                        next_probe.retain(|k, _| points.contains(k));
-                        info_state.contact_points = points;
-                    }
-                    let enough = info_state.contact_points.len() >= settings.required_contact_point_nr;
-                    lookup_attempt = if enough { 0 } else { lookup_attempt.saturating_add(1) };
-                    next_lookup = tokio::time::Instant::now()
-                        + backoff(settings.interval, settings.backoff_max, settings.backoff_random_factor, lookup_attempt, &mut rng);
-                }
-                Input::Probe(target, result) => {
-                    probing.remove(&target);
-                    match result {
-                        Ok(answer) => {
-                            let Ok(source) = crate::config::parse_node_address(&answer.self_node, &system) else {
-                                warn!(node = %answer.self_node, "contact point answered with a bad selfNode");
-                                continue;
-                            };
-                            if source.system != system {
-                                warn!(node = %answer.self_node, "contact point belongs to another cluster (system name); ignored");
-                                info_state.seed_nodes_observations.remove(&target);
-                                continue;
-                            }
-                            let seeds: BTreeSet<Address> = answer
-                                .seed_nodes
-                                .iter()
-                                .filter_map(|s| crate::config::parse_node_address(&s.node, &system).ok())
-                                .filter(|a| a.system == system)
-                                .collect();
-                            debug!(contact_point = %target.host, seeds = seeds.len(), "probe answered");
-                            if info_state.contact_points.contains(&target) {
-                                info_state.seed_nodes_observations.insert(target, SeedNodesObservation {
-                                    observed_at_ms: clock.now_ms(),
-                                    source_address: source,
-                                    seed_nodes: seeds,
-                                });
-                            }
-                        }
-                        Err(e) => {
-                            debug!(error = %e, "probe failed");
-                            info_state.seed_nodes_observations.remove(&target);
-                        }
-                    }
-                }
+                Input::Lookup(r) => b.on_lookup(r),
+                Input::Probe(target, r) => b.on_probe(target, r),
             },
         }
-        let now = tokio::time::Instant::now();
-        if !lookup_in_flight && now >= next_lookup {
-            lookup_in_flight = true;
-            let (d, l, t, tx) = (
-                discovery.clone(),
-                settings.lookup.clone(),
-                settings.resolve_timeout,
-                tx.clone(),
-            );
-            tokio::spawn(async move {
-                let r = d
-                    .lookup(&l, t)
-                    .await
-                    .map(|r| r.addresses)
-                    .map_err(|e| e.to_string());
-                let _ = tx.send(Input::Lookup(r));
-            });
-        }
-        for target in info_state.contact_points.iter() {
-            if info_state.is_self(target) || probing.contains(target) {
-                continue;
-            }
-            let due = next_probe.get(target).is_none_or(|at| now >= *at);
-            if !due {
-                continue;
-            }
-            let jitter: f64 = 1.0
-                + rng
-                    .random_range(-settings.probe_interval_jitter..=settings.probe_interval_jitter);
-            next_probe.insert(
-                target.clone(),
-                now + settings.probe_interval.mul_f64(jitter.max(0.0)),
-            );
-            probing.insert(target.clone());
-            let (http, target, tx) = (http.clone(), target.clone(), tx.clone());
-            let (port, timeout) = (settings.fallback_port, settings.probing_failure_timeout);
-            tokio::spawn(async move {
-                let r = contact_point::probe(&http, &target, port, timeout).await;
-                let _ = tx.send(Input::Probe(target, r));
-            });
-        }
-        if joined_at.is_some_and(|at| now < at + rejoin_after) {
-            continue;
-        }
-        info_state.now_ms = clock.now_ms();
-        match decider.decide(&info_state) {
-            JoinDecision::KeepProbing => {}
-            JoinDecision::JoinOtherSeedNodes(seeds) => {
-                info!(seeds = ?seeds.iter().map(|a| a.to_string()).collect::<Vec<_>>(), "bootstrap: joining the seed nodes a contact point reported");
-                joined_at = Some(now);
-                if let Err(e) = cluster.join_seed_nodes(seeds.into_iter().collect()).await {
-                    warn!(error = %e, "bootstrap join failed");
-                }
-            }
-            JoinDecision::JoinSelf => {
-                info!(contact_points = info_state.contact_points.len(), "bootstrap: no cluster exists and this node has the lowest contact point; forming a new cluster");
-                joined_at = Some(now);
-                let me = cluster.self_address().clone();
-                if let Err(e) = cluster.join(me).await {
-                    warn!(error = %e, "bootstrap self-join failed");
-                }
-            }
-        }
+        b.start_due_work();
+        b.decide().await;
     }
 }
 
@@ -326,6 +410,18 @@ mod tests {
                 d >= exp.mul_f64(0.8) && d <= exp.mul_f64(1.2),
                 "{d:?} vs {exp:?}"
             );
+        }
+    }
+
+    #[test]
+    fn jitter_factor_is_clamped_and_never_panics() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        let d = Duration::from_secs(1);
+        assert_eq!(jittered(d, f64::NAN, &mut rng), d);
+        assert_eq!(jittered(d, 0.0, &mut rng), d);
+        for f in [-0.5, 3.0] {
+            let j = jittered(d, f, &mut rng);
+            assert!(j <= Duration::from_secs(2), "{f}: {j:?}");
         }
     }
 }
