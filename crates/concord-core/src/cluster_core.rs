@@ -859,6 +859,25 @@ impl ClusterCore {
             return;
         }
         let local = &self.state.latest_gossip;
+        if remote.has_member(&me) && !local.has_member(from) && !local.tombstones.contains_key(from)
+        {
+            // A member of this cluster welcomed `from` but crashed before its gossip about
+            // the join reached anyone else: `from` now gossips as a Joining member that nobody
+            // else knows, and would stay Joining forever. Its gossip contains this node, so it
+            // was admitted by our cluster; handle it as the Join it sent (found by the
+            // simulator, seeds 5750, 7874 and 7888 of `concord-sim --seeds 10000`).
+            if let Some(m) = remote
+                .members
+                .get(from)
+                .filter(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp))
+            {
+                let (roles, version) = (m.roles.clone(), m.app_version.clone());
+                info!(node = %from, "gossip from a joining node this node did not know: taking it as its Join");
+                self.receive_join(now_ms, from, roles, version);
+                return;
+            }
+        }
+        let local = &self.state.latest_gossip;
         if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from)
         {
             debug!(%from, "ignoring gossip from a node that is not a member or does not know this node");

@@ -1,7 +1,8 @@
 //! Invariants checked during and after a simulated run.
 //!
 //! - one leader per converged view (nodes with the same converged state agree);
-//! - no member status ever moves backwards in any node's view;
+//! - no member status ever moves backwards in any node's view (per incarnation: a restarted
+//!   node starts a new view and may join a side that never saw what its predecessor saw);
 //! - after heal and quiet, every running node converges to the same membership, all Up;
 //! - with keep-majority, never two disjoint running clusters after heal;
 //! - no node stays Joining/WeaklyUp forever when convergence is possible.
@@ -12,10 +13,11 @@ use concord_core::{Address, MemberStatus, UniqueAddress};
 
 use crate::sim::Simulation;
 
-/// Tracks what each node has seen so far, to check monotonicity.
+/// Tracks what each node incarnation has seen so far, to check monotonicity.
 #[derive(Default)]
 pub struct Checker {
-    max_status: BTreeMap<(Address, UniqueAddress), u8>,
+    /// (observer incarnation, member) → highest status precedence seen.
+    max_status: BTreeMap<(UniqueAddress, UniqueAddress), u8>,
 }
 
 impl Checker {
@@ -28,7 +30,10 @@ impl Checker {
         for (a, n) in sim.running() {
             let g = n.core.latest_gossip();
             for m in g.members.values() {
-                let key = (a.clone(), m.unique_address.clone());
+                let key = (
+                    n.core.self_unique_address().clone(),
+                    m.unique_address.clone(),
+                );
                 let p = m.status.precedence();
                 let e = self.max_status.entry(key).or_insert(p);
                 if p < *e {

@@ -118,7 +118,9 @@ fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport,
         let end = sim.now + gap;
         while sim.now < end {
             sim.run_for(100);
-            checker.check_step(sim).map_err(fail)?;
+            checker
+                .check_step(sim)
+                .map_err(|e| fail(format!("{e}\nfaults so far: {faults:?}")))?;
         }
         let fault = pick_fault(sim, &addrs);
         apply(sim, &fault, &addrs);
@@ -129,7 +131,9 @@ fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport,
     let end = sim.now + cfg.quiet_ms;
     while sim.now < end {
         sim.run_for(100);
-        checker.check_step(sim).map_err(fail)?;
+        checker
+            .check_step(sim)
+            .map_err(|e| fail(format!("{e}\nfaults: {faults:?}")))?;
     }
     checker
         .check_end(sim)

@@ -226,6 +226,29 @@ fn non_first_seed_never_forms_its_own_cluster() {
 }
 
 #[test]
+fn a_join_lost_with_the_member_that_welcomed_it_is_learned_from_the_joiners_gossip() {
+    let (mut net, addrs) = form(3);
+    let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
+    // c welcomes d, but c's gossip about it never reaches a or b, and then c crashes.
+    let d = net.start(4, 4007, ClusterSettings::fast());
+    net.partition(&[c.clone(), d.clone()], &[a.clone(), b.clone()]);
+    let now = net.now;
+    net.core(&d).join(now, &c).unwrap();
+    net.run_for(300);
+    assert!(net.nodes[&d].is_initialized(), "d was welcomed by c");
+    assert_eq!(net.status_everywhere(&d)[..2], [None, None]);
+    net.crashed.insert(c.clone());
+    net.heal();
+    // d gossips as a Joining member a and b never heard of; they take it as its Join, the
+    // SBR downs the crashed c, and d becomes Up.
+    assert!(
+        net.run_until(60_000, |n| n.all_up(3)),
+        "d stayed in limbo: {:?}",
+        net.status_everywhere(&d)
+    );
+}
+
+#[test]
 fn explicit_join_is_retried_until_welcomed() {
     let mut net = Net::new();
     let b = net.start(2, 22, ClusterSettings::fast());
