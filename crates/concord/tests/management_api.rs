@@ -15,6 +15,15 @@ fn base(c: &Cluster) -> String {
     format!("http://{}", c.management_addr().unwrap())
 }
 
+/// Every member is still Up (a refused write changed nothing).
+fn unchanged_all_up(c: &Cluster) -> bool {
+    c.state()
+        .state
+        .members
+        .iter()
+        .all(|m| m.status == MemberStatus::Up)
+}
+
 async fn up(c: &Cluster) {
     wait_for("self Up", || {
         c.state()
@@ -143,12 +152,7 @@ async fn contact_point_shutdown_shards_and_domain_events() {
             .unwrap();
         assert_eq!(r.status(), 400);
     }
-    assert!(a
-        .state()
-        .state
-        .members
-        .iter()
-        .all(|m| m.status == MemberStatus::Up));
+    assert!(unchanged_all_up(&a), "nothing changed");
     let r = http
         .put(format!("{}/cluster", base(&a)))
         .form(&[("operation", "prepare-for-full-shutdown")])
@@ -217,12 +221,7 @@ async fn write_routes_are_refused_when_read_only_or_without_the_token() {
             .unwrap();
         assert_eq!(r.status(), 200, "{path}");
     }
-    assert!(ro
-        .state()
-        .state
-        .members
-        .iter()
-        .all(|m| m.status == MemberStatus::Up));
+    assert!(unchanged_all_up(&ro), "nothing changed");
 
     // Bearer token: missing or wrong → 401; right → done.
     let url = format!("{}/cluster/members/{}", base(&tok), ro.self_address());
@@ -241,12 +240,7 @@ async fn write_routes_are_refused_when_read_only_or_without_the_token() {
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
-    assert!(ro
-        .state()
-        .state
-        .members
-        .iter()
-        .all(|m| m.status == MemberStatus::Up));
+    assert!(unchanged_all_up(&ro), "nothing changed");
     let client =
         concord::client::ManagementClient::new(&base(&tok)).with_token(Some("s3cret".into()));
     client
