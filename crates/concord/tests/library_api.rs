@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config, wait_for};
+use common::{fast_config, wait_for, wait_self_up};
 use concord::Cluster;
 use concord_core::{ClusterEvent, MemberStatus};
 
@@ -14,13 +14,7 @@ async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events(
     let a = Cluster::start(fast_config("lib", p[0], &[p[0]]))
         .await
         .unwrap();
-    wait_for("a Up", || {
-        a.state()
-            .self_member
-            .as_ref()
-            .is_some_and(|m| m.status == MemberStatus::Up)
-    })
-    .await;
+    wait_self_up(&a).await;
     let mut sub = a.subscribe().await.unwrap();
     assert_eq!(sub.snapshot.members.len(), 1, "the snapshot comes first");
     let b = Cluster::start(fast_config("lib", p[1], &[p[0]]))
@@ -86,13 +80,7 @@ async fn management_api_routes_answer_in_akka_shapes() {
         200
     );
 
-    wait_for("a Up", || {
-        a.state()
-            .self_member
-            .as_ref()
-            .is_some_and(|m| m.status == MemberStatus::Up)
-    })
-    .await;
+    wait_self_up(&a).await;
     let r = http.get(format!("{base}/ready")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "OK");

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config as config, wait_for};
+use common::{fast_config as config, wait_for, wait_self_up};
 use concord::Cluster;
 use concord_core::MemberStatus;
 use serde_json::Value;
@@ -24,14 +24,9 @@ fn unchanged_all_up(c: &Cluster) -> bool {
         .all(|m| m.status == MemberStatus::Up)
 }
 
-async fn up(c: &Cluster) {
-    wait_for("self Up", || {
-        c.state()
-            .self_member
-            .as_ref()
-            .is_some_and(|m| m.status == MemberStatus::Up)
-    })
-    .await;
+/// `GET url` as JSON.
+async fn get_json(http: &reqwest::Client, url: String) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,26 +39,12 @@ async fn contact_point_shutdown_shards_and_domain_events() {
     let http = reqwest::Client::new();
 
     // A node in no cluster reports no seed nodes.
-    let v: Value = http
-        .get(format!("{}/bootstrap/seed-nodes", base(&b)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&http, format!("{}/bootstrap/seed-nodes", base(&b))).await;
     assert_eq!(v["selfNode"], b.self_address().to_string());
     assert_eq!(v["seedNodes"], serde_json::json!([]));
 
-    up(&a).await;
-    let v: Value = http
-        .get(format!("{}/bootstrap/seed-nodes", base(&a)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    wait_self_up(&a).await;
+    let v = get_json(&http, format!("{}/bootstrap/seed-nodes", base(&a))).await;
     let seeds = v["seedNodes"].as_array().unwrap();
     assert_eq!(seeds.len(), 1);
     assert_eq!(seeds[0]["node"], a.self_address().to_string());
@@ -189,8 +170,8 @@ async fn write_routes_are_refused_when_read_only_or_without_the_token() {
     let mut tok = config("guard", p[1], &[p[0]]);
     tok.management.bearer_token = Some("s3cret".into());
     let tok = Cluster::start(tok).await.unwrap();
-    up(&ro).await;
-    up(&tok).await;
+    wait_self_up(&ro).await;
+    wait_self_up(&tok).await;
     let http = reqwest::Client::new();
     let target = tok.self_address().to_string();
 

@@ -282,3 +282,14 @@ pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for {what}");
 }
+
+/// Waits until the in-process node `c` sees itself Up.
+pub async fn wait_self_up(c: &concord::Cluster) {
+    wait_for("self Up", || {
+        c.state()
+            .self_member
+            .as_ref()
+            .is_some_and(|m| m.status == concord_core::MemberStatus::Up)
+    })
+    .await;
+}
