@@ -837,28 +837,23 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        let known = ["config", "dns", "aggregate"];
-        if !known.contains(&d.discovery_method.as_str()) {
+        use crate::discovery::{unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
+        if !DISCOVERY_METHODS.contains(&d.discovery_method.as_str()) {
             return Err(ConfigError::new(
                 "bootstrap.contact-point-discovery.discovery-method",
-                format!(
-                    "`{}` is not one of \"config\", \"dns\", \"aggregate\"",
-                    d.discovery_method
-                ),
+                unknown_method(&d.discovery_method, &DISCOVERY_METHODS),
             ));
         }
         for m in &self.discovery.aggregate.discovery_methods {
-            if !["config", "dns"].contains(&m.as_str()) {
+            if !AGGREGATED_METHODS.contains(&m.as_str()) {
                 return Err(ConfigError::new(
                     "discovery.aggregate.discovery-methods",
-                    format!("`{m}` is not one of \"config\", \"dns\""),
+                    unknown_method(m, &AGGREGATED_METHODS),
                 ));
             }
         }
         for s in &self.discovery.dns.name_servers {
-            let ok =
-                s.parse::<std::net::SocketAddr>().is_ok() || s.parse::<std::net::IpAddr>().is_ok();
-            if !ok {
+            if crate::discovery::parse_name_server(s).is_none() {
                 return Err(ConfigError::new(
                     "discovery.dns.name-servers",
                     format!("`{s}` is not an IP address or IP:port"),

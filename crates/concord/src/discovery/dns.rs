@@ -21,6 +21,13 @@ use crate::config::{ConfigError, DnsDiscoveryConfig};
 /// A DNS server to ask instead of the system's (`/etc/resolv.conf`).
 pub type NameServer = SocketAddr;
 
+/// Parses a `discovery.dns.name-servers` entry: `"IP"` (port 53) or `"IP:port"`.
+pub fn parse_name_server(s: &str) -> Option<NameServer> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)))
+}
+
 /// DNS discovery.
 #[derive(Clone)]
 pub struct DnsServiceDiscovery {
@@ -59,12 +66,9 @@ impl DnsServiceDiscovery {
         let key = "discovery.dns.name-servers";
         let mut servers = Vec::new();
         for s in &c.name_servers {
-            let ns = s
-                .parse::<SocketAddr>()
-                .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
-                .map_err(|_| {
-                    ConfigError::new(key, format!("`{s}` is not an IP address or IP:port"))
-                })?;
+            let ns = parse_name_server(s).ok_or_else(|| {
+                ConfigError::new(key, format!("`{s}` is not an IP address or IP:port"))
+            })?;
             servers.push(ns);
         }
         DnsServiceDiscovery::new(&servers).map_err(|e| ConfigError::new(key, e))
