@@ -785,6 +785,12 @@ impl Config {
         self.seed_node_addresses()?;
         self.downing()?;
         self.validate_bootstrap()?;
+        if self.bootstrap_enabled() && !self.management.enabled {
+            return Err(ConfigError::new(
+                "management.enabled",
+                "Cluster Bootstrap needs the management API (its contact point)",
+            ));
+        }
         if self.management.bearer_token.as_deref() == Some("") {
             return Err(ConfigError::new(
                 "management.bearer-token",
@@ -1162,6 +1168,10 @@ mod tests {
             (
                 "[management]\nbearer-token = \"\"",
                 "management.bearer-token",
+            ),
+            (
+                "[management]\nenabled = false\n[bootstrap.contact-point-discovery]\nservice-name = \"s\"",
+                "management.enabled",
             ),
         ];
         for (toml, key) in cases {

@@ -127,13 +127,6 @@ impl Cluster {
     ) -> Result<Cluster, ClusterError> {
         config.resolve_host_address()?;
         config.validate()?;
-        if config.bootstrap_enabled() && !config.management.enabled {
-            return Err(ConfigError::new(
-                "management.enabled",
-                "Cluster Bootstrap needs the management API (its contact point)",
-            )
-            .into());
-        }
         let bootstrap_discovery = if config.bootstrap_enabled() {
             Some(match extensions.discovery.clone() {
                 Some(d) => d,
