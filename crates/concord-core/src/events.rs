@@ -1,16 +1,19 @@
 //! Cluster domain events: the difference between two [`MembershipState`]s.
 //!
 //! Spec: cluster-membership-service.md, "Member Events"; Akka `ClusterEvent`. A new
-//! subscriber first receives a [`CurrentClusterState`] snapshot, then the events.
+//! subscriber first receives the whole view ([`crate::MembershipView`], Akka's
+//! `CurrentClusterState`), then the events.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::address::{Address, UniqueAddress};
 use crate::member::{Member, MemberStatus};
 use crate::membership_state::MembershipState;
 
 /// A change in cluster membership, reachability or leadership, as seen by one node.
+/// Non-exhaustive: a later version may add events.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClusterEvent {
     /// A member is now Joining.
     MemberJoined(Member),
@@ -86,60 +89,6 @@ impl ClusterEvent {
             ClusterEvent::MemberRemoved { member, .. } => Some(member),
             _ => None,
         }
-    }
-}
-
-/// A snapshot of the cluster as one node sees it; what a subscriber receives first.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CurrentClusterState {
-    /// Current members (address order).
-    pub members: Vec<Member>,
-    /// Members some observer sees as unreachable, with those observers.
-    pub unreachable: Vec<(Member, BTreeSet<UniqueAddress>)>,
-    /// Nodes that have seen the current gossip version.
-    pub seen_by: BTreeSet<UniqueAddress>,
-    /// The leader.
-    pub leader: Option<Address>,
-    /// Role → role leader.
-    pub role_leaders: BTreeMap<String, Option<Address>>,
-    /// The oldest Up member.
-    pub oldest: Option<Address>,
-    /// Whether the state has converged.
-    pub convergence: bool,
-}
-
-impl CurrentClusterState {
-    /// Snapshot of `state`.
-    pub fn of(state: &MembershipState) -> Self {
-        let g = &state.latest_gossip;
-        let observers = state
-            .reachability_excluding_downed_observers()
-            .observers_by_unreachable_subject();
-        CurrentClusterState {
-            members: g.members.values().cloned().collect(),
-            unreachable: observers
-                .into_iter()
-                .filter(|(s, _)| *s != state.self_unique_address)
-                .filter_map(|(s, o)| g.member(&s).map(|m| (m.clone(), o)))
-                .collect(),
-            seen_by: g.overview.seen.clone(),
-            leader: state.leader().map(|u| u.address.clone()),
-            role_leaders: state
-                .all_roles()
-                .into_iter()
-                .map(|r| {
-                    let l = state.role_leader(&r).map(|u| u.address.clone());
-                    (r, l)
-                })
-                .collect(),
-            oldest: state.oldest().map(|m| m.address().clone()),
-            convergence: state.convergence(),
-        }
-    }
-
-    /// The member `node`, if present.
-    pub fn member(&self, address: &Address) -> Option<&Member> {
-        self.members.iter().find(|m| m.address() == address)
     }
 }
 
@@ -303,21 +252,5 @@ mod tests {
             role: "r".into(),
             leader: Some(n(1).address)
         }));
-    }
-
-    #[test]
-    fn snapshot_lists_unreachable_with_observers() {
-        let mut s = st(&[(1, Up), (2, Up), (3, Up)]);
-        s.latest_gossip.overview.reachability = s
-            .latest_gossip
-            .overview
-            .reachability
-            .unreachable(&n(1), &n(3))
-            .unreachable(&n(2), &n(3));
-        let snap = CurrentClusterState::of(&s);
-        assert_eq!(snap.unreachable.len(), 1);
-        assert_eq!(snap.unreachable[0].1.len(), 2);
-        assert_eq!(snap.leader, Some(n(1).address));
-        assert!(!snap.convergence);
     }
 }

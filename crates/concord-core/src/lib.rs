@@ -5,11 +5,18 @@
 //! `now` (milliseconds) and seeds, feed messages in and poll messages, events and the next
 //! deadline out. The `concord` crate drives it over TCP; simulators drive it in virtual time.
 //!
-//! Layers (see DESIGN.md): [`address`], [`member`], [`vector_clock`], [`reachability`],
+//! Every protocol is a machine with the same sans-IO verbs ([`protocol::ProtocolMachine`]):
+//! `handle_message`, `handle_membership`, `handle_timeout` in; `poll_transmit`,
+//! `poll_event`, `poll_timeout` out; timers in a [`timers::TimerTable`]. The runtime routes
+//! messages to machines by [`ProtocolId`] and carries them on [`Lane`]s; the simulator
+//! (`concord-sim`) hosts several machines per node the same way.
+//!
+//! Membership (see DESIGN.md): [`address`], [`member`], [`vector_clock`], [`reachability`],
 //! [`gossip`], [`membership_state`] (convergence, leader, gossip peer choice), [`leader`]
 //! (leader actions), [`events`] (domain events as a diff of states), [`failure_detector`]
-//! (φ accrual), [`heartbeat_ring`], [`message`], [`settings`] and [`cluster_core`], the
-//! node state machine that ties them together.
+//! (φ accrual), [`heartbeat_ring`], [`split_brain_resolver`], [`message`], [`settings`],
+//! [`cluster_core`] (the node state machine that ties them together) and
+//! [`membership_view`], the immutable view published to the layers above.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -23,19 +30,24 @@ pub mod heartbeat_ring;
 pub mod leader;
 pub mod member;
 pub mod membership_state;
+pub mod membership_view;
 pub mod message;
+pub mod protocol;
 pub mod reachability;
 pub mod settings;
 pub mod split_brain_resolver;
+pub mod timers;
 pub mod vector_clock;
 
 pub use address::{Address, UniqueAddress};
-pub use cluster_core::{ClusterCore, CommandError, CoreStats, ShutdownReason};
-pub use events::{ClusterEvent, CurrentClusterState};
+pub use cluster_core::{ClusterCore, CommandError, CoreStats, LeaseRequest, ShutdownReason};
+pub use events::ClusterEvent;
 pub use gossip::{Gossip, GossipOverview};
 pub use member::{Member, MemberStatus};
 pub use membership_state::MembershipState;
-pub use message::{ClusterMessage, Transmit};
+pub use membership_view::MembershipView;
+pub use message::ClusterMessage;
+pub use protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 pub use reachability::{Reachability, ReachabilityStatus};
 pub use settings::{ClusterSettings, FailureDetectorSettings};
 pub use vector_clock::{ClockOrdering, VectorClock};

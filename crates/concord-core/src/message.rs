@@ -1,5 +1,5 @@
-//! The cluster protocol messages exchanged between nodes, and [`Transmit`], the core's
-//! request to the runtime to send one.
+//! The cluster membership protocol's messages ([`ClusterMessage`]), exchanged between
+//! nodes on the control lane under [`crate::ProtocolId::MEMBERSHIP`].
 //!
 //! The sender of every message is the [`UniqueAddress`] the transport authenticated in its
 //! handshake, so messages do not repeat it. Spec: cluster-specification.md, "Seed Nodes"
@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::address::{Address, UniqueAddress};
+use crate::address::UniqueAddress;
 use crate::gossip::Gossip;
 use crate::vector_clock::VectorClock;
 
@@ -86,15 +86,4 @@ impl ClusterMessage {
             ClusterMessage::HeartbeatRsp { .. } => "HeartbeatRsp",
         }
     }
-}
-
-/// A message the core wants sent.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transmit {
-    /// Destination address.
-    pub to: Address,
-    /// Destination incarnation, when known: a peer at `to` with another uid must not get it.
-    pub to_uid: Option<u64>,
-    /// The message.
-    pub message: ClusterMessage,
 }

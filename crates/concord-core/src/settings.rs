@@ -85,8 +85,12 @@ pub struct ClusterSettings {
     pub prune_gossip_tombstones_after_ms: u64,
     /// A node that sees itself Down shuts down (on).
     pub run_coordinated_shutdown_when_down: bool,
-    /// An Exiting node that has not learnt of its removal shuts down after this, ms (10000).
+    /// An Exiting node whose exiting tasks are done and that has not learnt of its removal
+    /// shuts down after this, ms (10000).
     pub exiting_shutdown_timeout_ms: u64,
+    /// A removed incarnation is quarantined (its connections and messages refused) this
+    /// long after its removal, ms (Akka's `quarantine-removed-node-after`, 5000).
+    pub quarantine_removed_node_after_ms: u64,
     /// Failure detector.
     pub failure_detector: FailureDetectorSettings,
     /// Downing provider: the Split Brain Resolver (on by default, keep-majority) or `None`
@@ -112,6 +116,7 @@ impl Default for ClusterSettings {
             prune_gossip_tombstones_after_ms: 24 * 3600 * 1000,
             run_coordinated_shutdown_when_down: true,
             exiting_shutdown_timeout_ms: 10_000,
+            quarantine_removed_node_after_ms: 5000,
             failure_detector: FailureDetectorSettings::default(),
             downing: Some(SbrSettings::default()),
         }

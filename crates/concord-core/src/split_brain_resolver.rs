@@ -62,6 +62,10 @@ pub enum DowningStrategy {
         role: Option<String>,
         /// Delay before the minority side tries to acquire the lease, ms (default 2000).
         acquire_lease_delay_for_minority_ms: u64,
+        /// The holder releases the lease this long after the members it downed were
+        /// removed, ms (`release-after`, default 40000): long enough that the other side,
+        /// which asks `acquire-lease-delay-for-minority` later, is refused.
+        release_after_ms: u64,
     },
 }
 
@@ -148,6 +152,9 @@ pub enum SbrAction {
         /// Delay before trying, ms (0 for the majority side).
         delay_ms: u64,
     },
+    /// Release the lease: the members downed by the decision it was acquired for are
+    /// removed (Akka's `ReleaseLeaseCondition.WhenMembersRemoved`).
+    ReleaseLease,
 }
 
 /// A side's view, as the strategies see it.
@@ -301,6 +308,13 @@ pub struct SplitBrainResolver {
     first_change_ms: Option<u64>,
     latest_change_ms: u64,
     lease: LeaseState,
+    /// The lease is held (acquired for a decision and not released yet): a new decision
+    /// uses it without asking again (Akka's `checkLease`).
+    lease_held: bool,
+    /// After a decision taken with the lease: these downed members must be removed first...
+    release_lease_when_removed: Option<BTreeSet<UniqueAddress>>,
+    /// ...then the lease is released at this time, ms.
+    release_lease_at_ms: Option<u64>,
 }
 
 impl SplitBrainResolver {
@@ -313,6 +327,9 @@ impl SplitBrainResolver {
             first_change_ms: None,
             latest_change_ms: 0,
             lease: LeaseState::Idle,
+            lease_held: false,
+            release_lease_when_removed: None,
+            release_lease_at_ms: None,
         }
     }
 
@@ -329,12 +346,45 @@ impl SplitBrainResolver {
             } else {
                 LeaseState::Refused
             };
+            self.lease_held = granted;
         }
+    }
+
+    /// True while this node holds the lease (acquired for a decision, not yet released).
+    pub fn holds_lease(&self) -> bool {
+        self.lease_held
+    }
+
+    fn release_lease_due(&mut self, now_ms: u64, state: &MembershipState) -> bool {
+        let g = &state.latest_gossip;
+        if self
+            .release_lease_when_removed
+            .as_ref()
+            .is_some_and(|downed| downed.iter().all(|n| !g.has_member(n)))
+        {
+            self.release_lease_when_removed = None;
+            let after = match &self.settings.strategy {
+                DowningStrategy::LeaseMajority {
+                    release_after_ms, ..
+                } => *release_after_ms,
+                _ => 0,
+            };
+            self.release_lease_at_ms = Some(now_ms.saturating_add(after));
+        }
+        if self.release_lease_at_ms.is_some_and(|at| now_ms >= at) {
+            self.release_lease_at_ms = None;
+            self.lease_held = false;
+            return true;
+        }
+        false
     }
 
     /// Observes `state` at `now_ms`; returns what to do, if anything. Only the leader acts,
     /// but every node tracks stability so a new leader decides on time.
     pub fn tick(&mut self, now_ms: u64, state: &MembershipState) -> Option<SbrAction> {
+        if self.release_lease_due(now_ms, state) {
+            return Some(SbrAction::ReleaseLease);
+        }
         let g = &state.latest_gossip;
         let reach = state.reachability_excluding_downed_observers();
         let unreachable: BTreeSet<UniqueAddress> = reach
@@ -399,6 +449,7 @@ impl SplitBrainResolver {
         };
         let decision = match decide(&self.settings.strategy, &view) {
             Some(d) => d,
+            None if self.lease_held => Decision::DownUnreachable,
             None => match self.lease {
                 LeaseState::Idle => {
                     self.lease = LeaseState::Pending;
@@ -406,6 +457,7 @@ impl SplitBrainResolver {
                         DowningStrategy::LeaseMajority {
                             role,
                             acquire_lease_delay_for_minority_ms,
+                            ..
                         } => {
                             if is_majority(&view, role.as_deref()) {
                                 0
@@ -460,6 +512,13 @@ impl SplitBrainResolver {
                 .cloned()
                 .collect(),
         };
+        if self.lease_held && !nodes.is_empty() {
+            // Keep the lease until the downed members are gone, then `release-after` more.
+            let mut downed = self.release_lease_when_removed.take().unwrap_or_default();
+            downed.extend(nodes.iter().cloned());
+            self.release_lease_when_removed = Some(downed);
+            self.release_lease_at_ms = None;
+        }
         // Start over: the downed members change the view.
         self.signature = None;
         self.first_change_ms = None;

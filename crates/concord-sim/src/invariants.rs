@@ -45,7 +45,7 @@ impl Checker {
                 *e = p;
             }
             if n.core.is_initialized()
-                && n.core.state().convergence()
+                && n.core.membership_state().convergence()
                 && g.overview.reachability.is_all_reachable()
             {
                 let view: Vec<(UniqueAddress, MemberStatus)> = g
@@ -56,7 +56,7 @@ impl Checker {
                 leaders
                     .entry(view)
                     .or_default()
-                    .insert(n.core.state().leader().cloned());
+                    .insert(n.core.membership_state().leader().cloned());
             }
         }
         for (view, ls) in leaders {
@@ -101,7 +101,7 @@ impl Checker {
                     m.unique_address, m.status
                 ));
             }
-            if !n.core.state().convergence() {
+            if !n.core.membership_state().convergence() {
                 return Err(format!("after heal: node {a} has no convergence"));
             }
         }

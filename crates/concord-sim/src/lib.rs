@@ -1,18 +1,22 @@
 //! # concord-sim
 //!
-//! A deterministic simulator of Concord clusters: many [`concord_core::ClusterCore`] nodes
-//! in one process with a virtual clock, a seeded RNG and a simulated network (delay,
-//! reordering, loss, duplication, partitions). Scenarios are code; randomized fault
-//! schedules come from a seed and are checked against the cluster invariants after every
-//! step and at the end. The same seed replays the same run.
+//! A deterministic simulator of Concord clusters: many nodes in one process with a virtual
+//! clock, a seeded RNG and a simulated network (delay, reordering, loss, duplication,
+//! partitions). Each node runs the membership machine ([`concord_core::ClusterCore`]) and
+//! any other protocol machines ([`hosted`]), routed by protocol id as the runtime routes
+//! envelopes. Scenarios are code; randomized fault schedules come from a seed and are
+//! checked against the cluster invariants after every step and at the end. The same seed
+//! replays the same run. Depends on `concord-core` only.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod hosted;
 pub mod invariants;
 pub mod network;
 pub mod scale;
 pub mod schedule;
 pub mod sim;
 
-pub use sim::{node_address, Simulation};
+pub use hosted::{Hosted, HostedMachine, Payload};
+pub use sim::{node_address, SimLease, SimMessage, Simulation};

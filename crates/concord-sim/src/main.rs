@@ -4,6 +4,9 @@
 //! concord-sim --seeds 10000            # seeds 0..10000
 //! concord-sim --seed 42                # replay one seed, printing its faults
 //! ```
+//!
+//! The scale study (convergence times and gossip traffic for 10–2400 nodes) runs as
+//! `cargo bench -p concord --bench scale`, which sizes the traffic with the wire codec.
 
 use std::process::ExitCode;
 
@@ -31,44 +34,10 @@ struct Args {
     /// Faults per run.
     #[arg(long, default_value_t = 6)]
     faults: usize,
-    /// Run the scale study for these cluster sizes instead (e.g. 10,100,1000,2400).
-    #[arg(long, value_delimiter = ',')]
-    scale: Option<Vec<u32>>,
 }
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    if let Some(sizes) = &a.scale {
-        println!(
-            "{:>6} {:>10} {:>8} {:>10} {:>14} {:>14} {:>12} {:>14} {:>8}",
-            "nodes",
-            "join ms",
-            "rounds",
-            "leave ms",
-            "crash→unreach",
-            "crash→removed",
-            "gossip B/s",
-            "gossip msg/s",
-            "wall s"
-        );
-        for n in sizes {
-            let r = concord_sim::scale::study(*n, 1);
-            let f = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-            println!(
-                "{:>6} {:>10} {:>8.1} {:>10} {:>14} {:>14} {:>12.0} {:>14.2} {:>8.1}",
-                r.nodes,
-                f(r.join_ms),
-                r.join_ms.unwrap_or(0) as f64 / 1000.0,
-                f(r.leave_ms),
-                f(r.crash_unreachable_ms),
-                f(r.crash_removed_ms),
-                r.gossip_bytes_per_node_per_s,
-                r.gossip_msgs_per_node_per_s,
-                r.wall_s
-            );
-        }
-        return ExitCode::SUCCESS;
-    }
     let cfg = RunConfig {
         nodes: a.nodes,
         faults: a.faults,

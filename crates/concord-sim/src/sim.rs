@@ -1,21 +1,37 @@
-//! [`Simulation`]: many [`ClusterCore`] nodes in one process, a virtual clock, a seeded RNG
-//! and the simulated network. Event-driven: the next event is the earliest message delivery
-//! or node timer, so thousands of nodes run in virtual time.
+//! [`Simulation`]: many nodes in one process, a virtual clock, a seeded RNG and the
+//! simulated network. Event-driven: the next event is the earliest message delivery or
+//! node timer, so thousands of nodes run in virtual time.
+//!
+//! Each node runs the membership machine ([`ClusterCore`]) and any number of other
+//! protocol machines ([`crate::hosted`]), routed by protocol id. The simulator does what
+//! the runtime does around them, and nothing more: it carries their transmits, feeds the
+//! hosted machines the membership view and events, completes the exiting tasks of a node
+//! that sees itself Exiting (the coordinated shutdown's `cluster-exiting` phase), refuses
+//! the incarnations the core asks to quarantine, and answers lease requests from one
+//! shared lease ([`SimLease`]). Every such rule comes from the core's polled outputs.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use concord_core::settings::ClusterSettings;
-use concord_core::{Address, ClusterCore, ClusterEvent, ClusterMessage, UniqueAddress};
+use concord_core::{
+    Address, ClusterCore, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
+    Transmit, UniqueAddress,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::hosted::{HostedMachine, MachineFactory, Payload};
 use crate::network::{NetworkConfig, Partitions};
 
 /// One simulated node (the current incarnation at its address).
 pub struct SimNode {
-    /// The state machine.
+    /// The membership machine.
     pub core: ClusterCore,
+    /// The other protocol machines of this node, routed by protocol id.
+    pub machines: Vec<Box<dyn HostedMachine>>,
+    /// Incarnations this node refuses (from [`ClusterCore::poll_quarantine`]).
+    pub quarantined: BTreeSet<UniqueAddress>,
     /// False once crashed (messages to it are lost, its timers stop).
     pub alive: bool,
     /// Paused (like SIGSTOP) until this time, ms.
@@ -30,13 +46,31 @@ impl SimNode {
     pub fn is_running(&self) -> bool {
         self.alive && self.core.shutdown_reason().is_none()
     }
+
+    /// The earliest deadline of all its machines, ms.
+    fn next_timeout(&self) -> Option<u64> {
+        self.machines
+            .iter()
+            .filter_map(|m| m.next_timeout())
+            .chain(self.core.poll_timeout())
+            .min()
+    }
+}
+
+/// A message on the simulated network.
+#[derive(Clone, Debug)]
+pub enum SimMessage {
+    /// Membership ([`ProtocolId::MEMBERSHIP`]).
+    Membership(ClusterMessage),
+    /// A message of a hosted protocol.
+    Protocol(ProtocolId, Payload),
 }
 
 struct InFlight {
     from: UniqueAddress,
     to: Address,
     to_uid: Option<u64>,
-    message: ClusterMessage,
+    message: SimMessage,
 }
 
 /// Counters of one run.
@@ -50,6 +84,47 @@ pub struct SimStats {
     pub gossip_envelopes: u64,
     /// Gossip status messages delivered.
     pub gossip_status: u64,
+    /// Messages of hosted protocols delivered.
+    pub protocol_delivered: u64,
+    /// Messages of a protocol the receiver does not run, or of a type it does not know:
+    /// dropped, like the runtime drops them.
+    pub unknown_dropped: u64,
+    /// Messages refused because their sender is quarantined by the receiver.
+    pub quarantine_refused: u64,
+    /// Leases granted by [`SimLease`].
+    pub leases_granted: u64,
+}
+
+/// The lease that lease-majority decisions ask for: one shared resource that every side
+/// of a partition can reach (like a Kubernetes `Lease` object), held by one owner until
+/// it releases it or `ttl_ms` passes.
+#[derive(Clone, Debug, Default)]
+pub struct SimLease {
+    /// Current holder and the time its hold expires, ms.
+    pub holder: Option<(UniqueAddress, u64)>,
+    /// How long a grant lasts unless renewed, ms (Akka's `release-after`, 40 s).
+    pub ttl_ms: u64,
+}
+
+impl SimLease {
+    /// Acquire (or renew) for `owner` at `now_ms`; true if held now.
+    pub fn acquire(&mut self, owner: &UniqueAddress, now_ms: u64) -> bool {
+        let free = match &self.holder {
+            None => true,
+            Some((h, until)) => h == owner || *until <= now_ms,
+        };
+        if free {
+            self.holder = Some((owner.clone(), now_ms.saturating_add(self.ttl_ms)));
+        }
+        free
+    }
+
+    /// Release if held by `owner`.
+    pub fn release(&mut self, owner: &UniqueAddress) {
+        if self.holder.as_ref().is_some_and(|(h, _)| h == owner) {
+            self.holder = None;
+        }
+    }
 }
 
 /// The simulation.
@@ -68,10 +143,13 @@ pub struct Simulation {
     pub settings: ClusterSettings,
     /// Counters.
     pub stats: SimStats,
-    /// Events per node, if recording.
+    /// Membership events per node, if recording.
     pub events: BTreeMap<Address, Vec<ClusterEvent>>,
     /// Record events (off for large runs).
     pub record_events: bool,
+    /// The lease lease-majority decisions acquire.
+    pub lease: SimLease,
+    factories: Vec<MachineFactory>,
     messages: BTreeMap<u64, InFlight>,
     queue: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
     seq: u64,
@@ -105,10 +183,24 @@ impl Simulation {
             stats: SimStats::default(),
             events: BTreeMap::new(),
             record_events: true,
+            lease: SimLease {
+                holder: None,
+                ttl_ms: 40_000,
+            },
+            factories: Vec::new(),
             messages: BTreeMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
         }
+    }
+
+    /// Hosts a protocol machine built by `factory` (given the node's unique address and a
+    /// seed) on every node started from now on, including restarts.
+    pub fn add_protocol(
+        &mut self,
+        factory: impl Fn(&UniqueAddress, u64) -> Box<dyn HostedMachine> + 'static,
+    ) {
+        self.factories.push(Box::new(factory));
     }
 
     fn push(&mut self, at: u64, kind: EventKind) {
@@ -122,7 +214,7 @@ impl Simulation {
             return;
         }
         let uid = n.core.self_unique_address().uid;
-        let Some(t) = n.core.poll_timeout() else {
+        let Some(t) = n.next_timeout() else {
             return;
         };
         let t = t.max(self.now);
@@ -149,25 +241,51 @@ impl Simulation {
             self.now,
             seed,
         );
+        let view = core.membership_view();
+        let now = self.now;
+        let machines = self
+            .factories
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut m = f(&ua, seed ^ (i as u64 + 1));
+                m.membership(now, &view, MembershipChange::CurrentClusterState);
+                m
+            })
+            .collect();
         self.nodes.insert(
             address.clone(),
             SimNode {
                 core,
+                machines,
+                quarantined: BTreeSet::new(),
                 alive: true,
                 paused_until: None,
                 timer_at: None,
             },
         );
+        self.flush(&address);
         self.schedule_timer(&address);
         ua
     }
 
     /// Node at `a`.
+    ///
+    /// Panics if no node was started at `a` (a mistake in the scenario, not input).
     pub fn node(&self, a: &Address) -> &SimNode {
         &self.nodes[a]
     }
 
-    /// Runs a command on a node, then carries its outputs.
+    /// The hosted machine of type `M` on the node at `a`.
+    pub fn machine<M: 'static>(&self, a: &Address) -> Option<&M> {
+        self.nodes
+            .get(a)?
+            .machines
+            .iter()
+            .find_map(|m| m.as_any().downcast_ref::<M>())
+    }
+
+    /// Runs a command on a node's membership machine, then carries its outputs.
     ///
     /// Panics if no node was started at `a` (a mistake in the scenario, not input).
     pub fn with_node<T>(&mut self, a: &Address, f: impl FnOnce(&mut ClusterCore, u64) -> T) -> T {
@@ -177,6 +295,25 @@ impl Simulation {
         self.flush(a);
         self.schedule_timer(a);
         r
+    }
+
+    /// Runs a command on the hosted machine of type `M` of a node (e.g. a user request),
+    /// then carries its outputs. `None` if the node has no such machine.
+    pub fn with_machine<M: 'static, T>(
+        &mut self,
+        a: &Address,
+        f: impl FnOnce(&mut M, u64) -> T,
+    ) -> Option<T> {
+        let now = self.now;
+        let node = self.nodes.get_mut(a)?;
+        let m = node
+            .machines
+            .iter_mut()
+            .find_map(|m| m.as_any_mut().downcast_mut::<M>())?;
+        let r = f(m, now);
+        self.flush(a);
+        self.schedule_timer(a);
+        Some(r)
     }
 
     /// Crashes the node at `a` (like SIGKILL).
@@ -194,31 +331,73 @@ impl Simulation {
         }
     }
 
+    /// Carries every output of the node at `a`: membership events (recorded, fed to the
+    /// hosted machines, Exiting → exiting tasks completed), quarantines, lease requests and
+    /// the transmits of all its machines.
     fn flush(&mut self, a: &Address) {
+        let now = self.now;
         let Some(node) = self.nodes.get_mut(a) else {
             return;
         };
         let from = node.core.self_unique_address().clone();
-        let mut out = Vec::new();
-        while let Some(t) = node.core.poll_transmit() {
-            out.push(t);
-        }
-        while node.core.poll_lease_request().is_some() {
-            // No lease in the simulator: lease-majority sides never get it.
-            node.core.handle_lease_result(false);
-        }
-        let record = self.record_events;
-        let mut evs = Vec::new();
+        let mut events: Vec<ClusterEvent> = Vec::new();
+        let mut out: Vec<Transmit<SimMessage>> = Vec::new();
+        // Membership outputs first; hosted machines may answer the events with transmits.
         while let Some(e) = node.core.poll_event() {
-            if record {
-                evs.push(e);
+            events.push(e);
+        }
+        if !events.is_empty() && !node.machines.is_empty() {
+            let view = node.core.membership_view();
+            for e in &events {
+                for m in &mut node.machines {
+                    m.membership(now, &view, MembershipChange::Event(e));
+                }
             }
         }
-        if record && !evs.is_empty() {
-            self.events.entry(a.clone()).or_default().extend(evs);
+        // The coordinated shutdown's cluster-exiting phase: nothing to hand over here.
+        if node.core.exiting_tasks_in_progress() {
+            node.core.exiting_completed(now);
         }
+        while let Some(q) = node.core.poll_quarantine() {
+            node.quarantined.insert(q);
+        }
+        while let Some(r) = node.core.poll_lease_request() {
+            match r {
+                LeaseRequest::Acquire => {
+                    let granted = self.lease.acquire(&from, now);
+                    if granted {
+                        self.stats.leases_granted += 1;
+                    }
+                    node.core.handle_lease_result(granted);
+                }
+                LeaseRequest::Release => self.lease.release(&from),
+                _ => {}
+            }
+        }
+        while let Some(t) = node.core.poll_transmit() {
+            out.push(t.map(SimMessage::Membership));
+        }
+        let mut hosted = Vec::new();
+        for m in &mut node.machines {
+            let p = m.protocol();
+            m.drain(&mut hosted);
+            out.extend(
+                hosted
+                    .drain(..)
+                    .map(|t| t.map(|msg| SimMessage::Protocol(p, msg))),
+            );
+        }
+        if self.record_events && !events.is_empty() {
+            self.events.entry(a.clone()).or_default().extend(events);
+        }
+        let quarantined = node.quarantined.clone();
         for t in out {
             self.stats.sent += 1;
+            if t.to_uid
+                .is_some_and(|u| quarantined.contains(&UniqueAddress::new(t.to.clone(), u)))
+            {
+                continue;
+            }
             if !self.partitions.connected(a, &t.to) {
                 continue;
             }
@@ -286,8 +465,13 @@ impl Simulation {
                     }
                     if n.core.poll_timeout().is_some_and(|t| t <= now) {
                         n.core.handle_timeout(now);
-                        self.flush(&a);
                     }
+                    for m in &mut n.machines {
+                        if m.next_timeout().is_some_and(|t| t <= now) {
+                            m.timeout(now);
+                        }
+                    }
+                    self.flush(&a);
                     self.schedule_timer(&a);
                 }
                 EventKind::Deliver(id) => {
@@ -323,29 +507,65 @@ impl Simulation {
                 return;
             }
         }
-        // Like the transport: a removed (tombstoned) incarnation is refused as quarantined.
-        if n.core.latest_gossip().tombstones.contains_key(&m.from) {
-            let from_addr = m.from.address.clone();
+        // Like the transport: a quarantined incarnation is refused, and learns it.
+        if n.quarantined.contains(&m.from) {
+            self.stats.quarantine_refused += 1;
             let to = m.to.clone();
-            if let Some(sender) = self.nodes.get_mut(&from_addr) {
+            if let Some(sender) = self.nodes.get_mut(&m.from.address) {
                 if sender.core.self_unique_address() == &m.from && sender.is_running() {
                     sender.core.handle_quarantined_by_peer(&to);
                 }
             }
             return;
         }
-        match &m.message {
-            ClusterMessage::GossipEnvelope { .. } => self.stats.gossip_envelopes += 1,
-            ClusterMessage::GossipStatus { .. } => self.stats.gossip_status += 1,
-            _ => {}
-        }
         self.stats.delivered += 1;
-        let to = m.to.clone();
-        if let Some(n) = self.nodes.get_mut(&to) {
-            n.core.handle_message(now, &m.from, m.message);
+        match m.message {
+            SimMessage::Membership(msg) => {
+                match &msg {
+                    ClusterMessage::GossipEnvelope { .. } => self.stats.gossip_envelopes += 1,
+                    ClusterMessage::GossipStatus { .. } => self.stats.gossip_status += 1,
+                    _ => {}
+                }
+                n.core.handle_message(now, &m.from, msg);
+            }
+            SimMessage::Protocol(protocol, payload) => {
+                let delivered = n
+                    .machines
+                    .iter_mut()
+                    .find(|x| x.protocol() == protocol)
+                    .is_some_and(|x| x.deliver(now, &m.from, payload));
+                if delivered {
+                    self.stats.protocol_delivered += 1;
+                } else {
+                    self.stats.unknown_dropped += 1;
+                }
+            }
         }
+        let to = m.to.clone();
         self.flush(&to);
         self.schedule_timer(&to);
+    }
+
+    /// Sends `message` of `protocol` from the node at `from` to `to` over the simulated
+    /// network (for tests of unknown protocols and of machines' message handling).
+    pub fn inject(&mut self, from: &Address, to: &Address, protocol: ProtocolId, message: Payload) {
+        let Some(sender) = self.nodes.get(from) else {
+            return;
+        };
+        let from_ua = sender.core.self_unique_address().clone();
+        self.seq += 1;
+        let id = self.seq;
+        self.messages.insert(
+            id,
+            InFlight {
+                from: from_ua,
+                to: to.clone(),
+                to_uid: None,
+                message: SimMessage::Protocol(protocol, message),
+            },
+        );
+        let at = self.now + self.network.min_delay_ms;
+        self.push(at, EventKind::Deliver(id));
     }
 
     /// Runs for `ms` of virtual time.
@@ -396,8 +616,8 @@ impl Simulation {
                             m.status == concord_core::MemberStatus::Up
                                 && members.contains(&m.unique_address)
                         })
-                        && n.core.state().convergence()
-                        && n.core.state().unreachable_members().is_empty()
+                        && n.core.membership_state().convergence()
+                        && n.core.membership_state().unreachable_members().is_empty()
                 })
     }
 

@@ -4,7 +4,8 @@
 
 mod bench_util;
 
-use concord::remote::codec::compress_gossip;
+use concord::remote::membership_codec::{compress_gossip, MembershipCodec};
+use concord::remote::Codec;
 use concord_core::{Address, ClusterMessage, Gossip, Member, UniqueAddress};
 
 fn gossip(n: u32) -> Gossip {
@@ -34,11 +35,13 @@ fn main() {
     for n in [10u32, 100, 1000, 2400] {
         let g = gossip(n);
         let (_, size) = compress_gossip(&g);
-        let status = concord::remote::codec::encode_message(&ClusterMessage::GossipStatus {
-            version: g.version.clone(),
-            seen_digest: g.seen_digest(),
-        })
-        .len();
+        let status = MembershipCodec
+            .encode(&ClusterMessage::GossipStatus {
+                version: g.version.clone(),
+                seen_digest: g.seen_digest(),
+            })
+            .1
+            .len();
         println!(
             "{:>8} {:>12} {:>12} {:>7.1}x {:>14}",
             n,

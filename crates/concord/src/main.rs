@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use concord::client::{members_table, ManagementClient};
 use concord::config::{env_overrides, Config};
-use concord::Cluster;
+use concord::Node;
 use tracing::{info, warn};
 
 #[derive(Parser)]
@@ -102,6 +102,29 @@ enum Commands {
         #[arg(long, default_value_t = 5)]
         nodes: usize,
     },
+    /// Measure Concord against a physical baseline.
+    Bench {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Messages/s one way on the ordinary lane between two nodes on loopback, against raw
+    /// tokio TCP in the same run, with the largest heartbeat round trip seen meanwhile.
+    Remote {
+        /// Payload size, bytes.
+        #[arg(long, default_value_t = 100)]
+        payload_bytes: usize,
+        /// Measured time per run (after a 1 s warm-up), e.g. `10s`.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Print one JSON object: concord_msgs_per_s, baseline_msgs_per_s, ratio,
+        /// max_heartbeat_rtt_ms, unreachable_seen.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn init_logging(default: &str) {
@@ -147,6 +170,17 @@ async fn main() -> ExitCode {
             init_logging("warn");
             concord::demo::run(nodes).await
         }
+        Commands::Bench {
+            bench:
+                BenchCommand::Remote {
+                    payload_bytes,
+                    duration,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            bench_remote(payload_bytes, duration, json).await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -155,6 +189,30 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn bench_remote(
+    payload_bytes: usize,
+    duration: std::time::Duration,
+    json: bool,
+) -> anyhow::Result<()> {
+    let settings = concord::bench::RemoteBenchSettings {
+        payload_bytes,
+        duration,
+    };
+    if !json {
+        eprintln!(
+            "measuring: Concord ordinary lane, then raw tokio TCP, {} s each (+1 s warm-up)...",
+            duration.as_secs_f64()
+        );
+    }
+    let r = concord::bench::run_remote(&settings).await?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", concord::bench::remote::report(&r));
+    }
+    Ok(())
 }
 
 fn print_result(r: Result<String, concord::client::ClientError>) -> anyhow::Result<()> {
@@ -225,34 +283,28 @@ async fn run_node(
         overrides.push(("cluster.roles".into(), list(&r)));
     }
     let config = Config::load(config.as_deref(), &overrides)?;
-    let cluster = Cluster::start(config)
-        .await
-        .context("cannot start the node")?;
-    info!(address = %cluster.self_address(), management = ?cluster.management_addr(), "node running");
+    let node = Node::start(config).await.context("cannot start the node")?;
+    info!(address = %node.self_address(), management = ?node.management_addr(), "node running");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot install SIGTERM handler")?;
-    let mut leaving = false;
+    let mut signalled = false;
     loop {
         tokio::select! {
-            reason = cluster.terminated() => {
+            reason = node.terminated() => {
                 info!(?reason, "node stopped; exiting");
                 return Ok(());
             }
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        if leaving {
-            warn!("second signal: exiting without waiting for removal");
-            cluster.stop().await;
+        if signalled {
+            warn!("second signal: exiting without finishing the coordinated shutdown");
+            node.stop().await;
             return Ok(());
         }
-        leaving = true;
-        info!("signal received: leaving the cluster gracefully");
-        let me = cluster.self_address().clone();
-        if let Err(e) = cluster.leave(me).await {
-            warn!(error = %e, "leave failed; stopping");
-            cluster.stop().await;
-            return Ok(());
-        }
+        signalled = true;
+        info!("signal received: coordinated shutdown (leave the cluster gracefully, then exit)");
+        node.coordinated_shutdown()
+            .run(concord_core::ShutdownReason::Requested);
     }
 }

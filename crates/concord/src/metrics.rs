@@ -1,25 +1,33 @@
 //! Prometheus metrics through the `metrics` facade; rendered at `GET /metrics`.
 //!
-//! Every series carries a `node` label (the node address), so several nodes in one process
-//! (tests, embedding) stay apart. Names:
+//! A leaf module: functions take plain values (core types and counters), so every layer can
+//! record without this module knowing the layers. Every series carries a `node` label (the
+//! node address), so several nodes in one process (tests, embedding) stay apart.
+//!
+//! Membership:
 //! - `concord_cluster_members{node,status}` — members by status (gauge)
 //! - `concord_cluster_unreachable_members{node}` — unreachable members (gauge)
-//! - `concord_cluster_is_leader{node}` — 1 when this node is the leader (gauge)
-//! - `concord_cluster_convergence{node}` — 1 when the view has converged (gauge)
+//! - `concord_cluster_is_leader{node}`, `concord_cluster_convergence{node}` — 0/1 (gauges)
 //! - `concord_cluster_messages_sent_total{node,kind}` / `..._received_total{node,kind}`
-//! - `concord_cluster_gossip_rounds_total{node}`
-//! - `concord_remote_bytes_received_total{node}` — inbound frame bytes
-//! - `concord_remote_{frames,bytes}_{in,out}_total{node}`, `concord_remote_malformed_frames_total`,
-//!   `concord_remote_handshakes_refused_total`, `concord_remote_dropped_outbound_total` — transport
-//!   counters, read when `/metrics` is scraped
+//! - `concord_cluster_gossip_rounds_total{node}`, `concord_cluster_gossip_bytes_{in,out}_total{node}`
+//! - `concord_cluster_heartbeat_rtt_seconds{node}` — heartbeat round trips (summary)
+//!
+//! Remoting (copied from the transport's counters when scraped):
+//! - `concord_remote_{frames,bytes}_{in,out}_total{node,lane}`, `concord_remote_writes_total{node,lane}`,
+//!   `concord_remote_dropped_outbound_total{node,lane}`
+//! - `concord_remote_messages_{sent,received}_total{node,protocol}`,
+//!   `concord_remote_payload_bytes_{sent,received}_total{node,protocol}`,
+//!   `concord_remote_unknown_messages_total{node,protocol}` — by registered protocol
+//! - `concord_remote_unknown_protocol_total{node}`, `concord_remote_wrong_incarnation_total{node}`,
+//!   `concord_remote_malformed_frames_total{node}`, `concord_remote_handshakes_refused_total{node}`
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
-use concord_core::{MemberStatus, Transmit, UniqueAddress};
+use concord_core::{CoreStats, Lane, MemberStatus, MembershipView};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::cluster::ClusterSnapshot;
-use crate::remote::transport::{Inbound, TransportStats};
+use crate::remote::TransportStats;
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -36,66 +44,90 @@ pub fn render() -> String {
     handle().map(|h| h.render()).unwrap_or_default()
 }
 
-pub(crate) fn message_sent(node: &str, t: &Transmit) {
+pub(crate) fn message_sent(node: &str, kind: &'static str, bytes: usize, gossip: bool) {
     let _ = handle();
-    metrics::counter!("concord_cluster_messages_sent_total", "node" => node.to_string(), "kind" => t.message.kind()).increment(1);
-}
-
-pub(crate) fn message_received(node: &str, m: &Inbound) {
-    let _ = handle();
-    metrics::counter!("concord_cluster_messages_received_total", "node" => node.to_string(), "kind" => m.message.kind()).increment(1);
-    metrics::counter!("concord_remote_bytes_received_total", "node" => node.to_string())
-        .increment(m.bytes as u64);
-    if m.message.is_gossip() {
-        metrics::counter!("concord_cluster_gossip_bytes_in_total", "node" => node.to_string())
-            .increment(m.bytes as u64);
+    metrics::counter!("concord_cluster_messages_sent_total", "node" => node.to_string(), "kind" => kind).increment(1);
+    if gossip {
+        metrics::counter!("concord_cluster_gossip_bytes_out_total", "node" => node.to_string())
+            .increment(bytes as u64);
     }
 }
 
-pub(crate) fn record_state(s: &ClusterSnapshot, me: &UniqueAddress) {
+pub(crate) fn message_received(node: &str, kind: &'static str, bytes: usize) {
     let _ = handle();
-    let node = me.address.to_string();
+    metrics::counter!("concord_cluster_messages_received_total", "node" => node.to_string(), "kind" => kind).increment(1);
+    if kind == "GossipEnvelope" || kind == "GossipStatus" {
+        metrics::counter!("concord_cluster_gossip_bytes_in_total", "node" => node.to_string())
+            .increment(bytes as u64);
+    }
+}
+
+pub(crate) fn heartbeat_rtt(node: &str, rtt_ms: u64) {
+    let _ = handle();
+    metrics::histogram!("concord_cluster_heartbeat_rtt_seconds", "node" => node.to_string())
+        .record(rtt_ms as f64 / 1000.0);
+}
+
+pub(crate) fn record_membership(node: &str, view: &MembershipView, stats: &CoreStats) {
+    let _ = handle();
     for st in MemberStatus::ALL {
-        let n = s.state.members.iter().filter(|m| m.status == st).count();
-        metrics::gauge!("concord_cluster_members", "node" => node.clone(), "status" => st.as_str())
+        let n = view.members_with_status(st).count();
+        metrics::gauge!("concord_cluster_members", "node" => node.to_string(), "status" => st.as_str())
             .set(n as f64);
     }
-    metrics::gauge!("concord_cluster_unreachable_members", "node" => node.clone())
-        .set(s.state.unreachable.len() as f64);
-    let leader = s.state.leader.as_ref() == Some(&me.address);
-    metrics::gauge!("concord_cluster_is_leader", "node" => node.clone()).set(if leader {
-        1.0
-    } else {
-        0.0
-    });
-    metrics::gauge!("concord_cluster_convergence", "node" => node.clone())
-        .set(if s.state.convergence { 1.0 } else { 0.0 });
-    metrics::counter!("concord_cluster_gossip_rounds_total", "node" => node)
-        .absolute(s.stats.gossip_rounds);
+    metrics::gauge!("concord_cluster_unreachable_members", "node" => node.to_string())
+        .set(view.unreachable.len() as f64);
+    metrics::gauge!("concord_cluster_is_leader", "node" => node.to_string())
+        .set(if view.is_leader() { 1.0 } else { 0.0 });
+    metrics::gauge!("concord_cluster_convergence", "node" => node.to_string())
+        .set(if view.is_converged() { 1.0 } else { 0.0 });
+    metrics::counter!("concord_cluster_gossip_rounds_total", "node" => node.to_string())
+        .absolute(stats.gossip_rounds);
 }
 
 /// Copies the transport's counters into the registry (called when `/metrics` is scraped).
-pub(crate) fn record_transport(node: &concord_core::Address, t: &TransportStats) {
-    use std::sync::atomic::Ordering::Relaxed;
+pub fn record_transport(node: &concord_core::Address, t: &TransportStats) {
     let _ = handle();
     let node = node.to_string();
-    let pairs = [
-        ("concord_remote_frames_out_total", &t.frames_out),
-        ("concord_remote_bytes_out_total", &t.bytes_out),
-        ("concord_remote_frames_in_total", &t.frames_in),
-        ("concord_remote_bytes_in_total", &t.bytes_in),
+    for lane in Lane::ALL {
+        let s = t.lane(lane);
+        let l = lane.as_str();
+        for (name, v) in [
+            ("concord_remote_frames_out_total", &s.frames_out),
+            ("concord_remote_bytes_out_total", &s.bytes_out),
+            ("concord_remote_frames_in_total", &s.frames_in),
+            ("concord_remote_bytes_in_total", &s.bytes_in),
+            ("concord_remote_writes_total", &s.writes),
+            ("concord_remote_dropped_outbound_total", &s.dropped_outbound),
+        ] {
+            metrics::counter!(name, "node" => node.clone(), "lane" => l).absolute(v.load(Relaxed));
+        }
+    }
+    for (p, s) in t.protocols() {
+        let name = p.name();
+        for (metric, v) in [
+            ("concord_remote_messages_sent_total", &s.messages_out),
+            ("concord_remote_payload_bytes_sent_total", &s.bytes_out),
+            ("concord_remote_messages_received_total", &s.messages_in),
+            ("concord_remote_payload_bytes_received_total", &s.bytes_in),
+            ("concord_remote_unknown_messages_total", &s.unknown_messages),
+        ] {
+            metrics::counter!(metric, "node" => node.clone(), "protocol" => name.clone())
+                .absolute(v.load(Relaxed));
+        }
+    }
+    for (name, v) in [
+        ("concord_remote_unknown_protocol_total", &t.unknown_protocol),
+        (
+            "concord_remote_wrong_incarnation_total",
+            &t.wrong_incarnation,
+        ),
         ("concord_remote_malformed_frames_total", &t.malformed_frames),
         (
             "concord_remote_handshakes_refused_total",
             &t.handshakes_refused,
         ),
-        ("concord_remote_dropped_outbound_total", &t.dropped_outbound),
-        (
-            "concord_cluster_gossip_bytes_out_total",
-            &t.gossip_bytes_out,
-        ),
-    ];
-    for (name, v) in pairs {
+    ] {
         metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));
     }
 }

@@ -153,9 +153,18 @@ fn sigterm_leaves_gracefully_and_exits() {
         &refs,
         || all_up(&rt, &refs, &rest),
     );
-    assert!(nodes[1]
-        .log_text()
-        .contains("leaving the cluster gracefully"));
+    let log = nodes[1].log_text();
+    assert!(log.contains("coordinated shutdown started"), "{log}");
+    // Every phase ran, in Akka's order.
+    let mut at = 0;
+    for phase in concord::Phase::ALL {
+        let needle = format!("phase=\"{}\"", phase.name());
+        let found = log[at..]
+            .find(&needle)
+            .unwrap_or_else(|| panic!("phase {phase} missing or out of order in:\n{log}"));
+        at += found + needle.len();
+    }
+    assert!(log.contains("coordinated shutdown completed"), "{log}");
 }
 
 #[test]

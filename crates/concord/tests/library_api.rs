@@ -4,29 +4,31 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config, wait_for, wait_self_up};
-use concord::Cluster;
-use concord_core::{ClusterEvent, MemberStatus};
+use std::collections::BTreeMap;
+
+use common::{count_status, fast_config, port_of, start_first, wait_for, wait_self_up};
+use concord::{Node, SubscriptionItem};
+use concord_core::{ClusterEvent, MemberStatus, UniqueAddress};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events() {
-    let p = common::free_ports(3);
-    let a = Cluster::start(fast_config("lib", p[0], &[p[0]]))
-        .await
-        .unwrap();
+    let a = start_first(fast_config("lib", &[])).await;
     wait_self_up(&a).await;
-    let mut sub = a.subscribe().await.unwrap();
-    assert_eq!(sub.snapshot.members.len(), 1, "the snapshot comes first");
-    let b = Cluster::start(fast_config("lib", p[1], &[p[0]]))
+    let mut sub = a.cluster().subscribe();
+    let Some(SubscriptionItem::CurrentClusterState(first)) = sub.recv().await else {
+        panic!("the view comes first");
+    };
+    assert_eq!(first.members.len(), 1);
+    let b = Node::start(fast_config("lib", &[port_of(&a)]))
         .await
         .unwrap();
-    let c = Cluster::start(fast_config("lib", p[2], &[p[0]]))
+    let c = Node::start(fast_config("lib", &[port_of(&a)]))
         .await
         .unwrap();
     let mut up = std::collections::BTreeSet::new();
     tokio::time::timeout(Duration::from_secs(20), async {
         while up.len() < 2 {
-            if let Ok(ClusterEvent::MemberUp(m)) = sub.events.recv().await {
+            if let Some(ClusterEvent::MemberUp(m)) = sub.next_event().await {
                 up.insert(m.address().clone());
             }
         }
@@ -35,34 +37,119 @@ async fn embedded_nodes_form_a_cluster_and_subscribers_get_snapshot_then_events(
     .expect("MemberUp for b and c");
     assert!(up.contains(b.self_address()) && up.contains(c.self_address()));
 
-    // Leave through the library: c is removed and terminates by itself.
-    c.leave(c.self_address().clone()).await.unwrap();
+    // Leave through the library: c runs its coordinated shutdown and terminates by itself.
+    c.cluster().leave(c.self_address().clone()).await.unwrap();
     let reason = tokio::time::timeout(Duration::from_secs(20), c.terminated())
         .await
         .unwrap();
     assert_eq!(reason, concord_core::ShutdownReason::Removed);
+    assert_eq!(
+        c.cluster().membership_ended(),
+        Some(concord_core::ShutdownReason::Removed),
+        "it saw its own removal before it stopped"
+    );
     wait_for("c gone from a's view", || {
-        a.state().state.members.len() == 2
+        a.cluster().view().members.len() == 2
     })
     .await;
 
     // Commands on unknown members are refused and change nothing.
     let unknown = concord_core::Address::new("lib", "127.0.0.1", 1);
-    assert!(a.down(unknown).await.is_err());
-    assert_eq!(a.state().state.members.len(), 2);
+    assert!(a.cluster().down(unknown).await.is_err());
+    assert_eq!(a.cluster().view().members.len(), 2);
     a.stop().await;
     b.stop().await;
 }
 
+/// Applies what a subscriber receives to its own member table, as an application would.
+fn apply(members: &mut BTreeMap<UniqueAddress, MemberStatus>, item: &SubscriptionItem) {
+    match item {
+        SubscriptionItem::CurrentClusterState(v) => {
+            *members = v
+                .members
+                .values()
+                .map(|m| (m.unique_address.clone(), m.status))
+                .collect();
+        }
+        SubscriptionItem::Event(ClusterEvent::MemberRemoved { member, .. }) => {
+            members.remove(&member.unique_address);
+        }
+        SubscriptionItem::Event(e) => {
+            if let Some(m) = e.member() {
+                if !matches!(
+                    e,
+                    ClusterEvent::UnreachableMember(_) | ClusterEvent::ReachableMember(_)
+                ) {
+                    members.insert(m.unique_address.clone(), m.status);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_gets_a_fresh_view_then_events_and_ends_equal() {
+    // One event batch of room: joining three nodes publishes many more.
+    let mut config = fast_config("lag", &[]);
+    config.cluster.event_buffer_size = 1;
+    let a = start_first(config).await;
+    wait_self_up(&a).await;
+    let mut sub = a.cluster().subscribe();
+    let mut members = BTreeMap::new();
+    let first = sub.recv().await.unwrap();
+    apply(&mut members, &first);
+    // The subscriber stops reading while three nodes join and come Up.
+    let others: Vec<Node> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(
+                Node::start(fast_config("lag", &[port_of(&a)]))
+                    .await
+                    .unwrap(),
+            );
+        }
+        v
+    };
+    wait_for("4 members Up", || count_status(&a, MemberStatus::Up) == 4).await;
+    // Reading again: a fresh view (the events it missed are gone), then events.
+    let mut saw_resync = false;
+    let node_members = |a: &Node| -> BTreeMap<UniqueAddress, MemberStatus> {
+        a.cluster()
+            .view()
+            .members
+            .values()
+            .map(|m| (m.unique_address.clone(), m.status))
+            .collect()
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while members != node_members(&a) || !saw_resync {
+            let item = sub.recv().await.expect("the node is running");
+            if matches!(item, SubscriptionItem::CurrentClusterState(_)) {
+                saw_resync = true;
+            }
+            apply(&mut members, &item);
+        }
+    })
+    .await
+    .expect("the subscriber catches up");
+    assert!(sub.resyncs() >= 1, "it lagged and was resynced");
+    assert_eq!(members.len(), 4);
+    assert_eq!(
+        sub.view().members.keys().collect::<Vec<_>>(),
+        a.cluster().view().members.keys().collect::<Vec<_>>(),
+        "its view equals the node's view"
+    );
+    for n in others {
+        n.stop().await;
+    }
+    a.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn management_api_routes_answer_in_akka_shapes() {
-    let p = common::free_ports(2);
-    let a = Cluster::start(fast_config("mgmt", p[0], &[p[0]]))
-        .await
-        .unwrap();
-    let b = Cluster::start(fast_config("mgmt", p[1], &[]))
-        .await
-        .unwrap();
+    let a = start_first(fast_config("mgmt", &[])).await;
+    let b = Node::start(fast_config("mgmt", &[])).await.unwrap();
     let base = format!("http://{}", a.management_addr().unwrap());
     let base_b = format!("http://{}", b.management_addr().unwrap());
     let http = reqwest::Client::new();
@@ -97,16 +184,7 @@ async fn management_api_routes_answer_in_akka_shapes() {
         r.json::<serde_json::Value>().await.unwrap()["message"],
         format!("Joining {}", a.self_address())
     );
-    wait_for("b Up on a", || {
-        a.state()
-            .state
-            .members
-            .iter()
-            .filter(|m| m.status == MemberStatus::Up)
-            .count()
-            == 2
-    })
-    .await;
+    wait_for("b Up on a", || count_status(&a, MemberStatus::Up) == 2).await;
 
     let v: serde_json::Value = http
         .get(format!("{base}/cluster/members"))
@@ -142,7 +220,7 @@ async fn management_api_routes_answer_in_akka_shapes() {
         b.self_address().to_string()
     );
     let hp = http
-        .get(format!("{base}/cluster/members/127.0.0.1:{}", p[1]))
+        .get(format!("{base}/cluster/members/127.0.0.1:{}", port_of(&b)))
         .send()
         .await
         .unwrap();
@@ -186,7 +264,7 @@ async fn management_api_routes_answer_in_akka_shapes() {
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
-    assert_eq!(a.state().state.members.len(), 2);
+    assert_eq!(a.cluster().view().members.len(), 2);
     let bad_join = http
         .post(format!("{base}/cluster/members"))
         .form(&[("address", "not an address")])

@@ -6,21 +6,21 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config as config, wait_for, wait_self_up};
-use concord::Cluster;
+use common::{fast_config as config, port_of, start_first, wait_for, wait_self_up};
+use concord::Node;
 use concord_core::MemberStatus;
 use serde_json::Value;
 
-fn base(c: &Cluster) -> String {
+fn base(c: &Node) -> String {
     format!("http://{}", c.management_addr().unwrap())
 }
 
 /// Every member is still Up (a refused write changed nothing).
-fn unchanged_all_up(c: &Cluster) -> bool {
-    c.state()
-        .state
+fn unchanged_all_up(c: &Node) -> bool {
+    c.cluster()
+        .view()
         .members
-        .iter()
+        .values()
         .all(|m| m.status == MemberStatus::Up)
 }
 
@@ -31,11 +31,8 @@ async fn get_json(http: &reqwest::Client, url: String) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contact_point_shutdown_shards_and_domain_events() {
-    let p = common::free_ports(2);
-    let a = Cluster::start(config("routes", p[0], &[p[0]]))
-        .await
-        .unwrap();
-    let b = Cluster::start(config("routes", p[1], &[])).await.unwrap();
+    let a = start_first(config("routes", &[])).await;
+    let b = Node::start(config("routes", &[])).await.unwrap();
     let http = reqwest::Client::new();
 
     // A node in no cluster reports no seed nodes.
@@ -50,7 +47,7 @@ async fn contact_point_shutdown_shards_and_domain_events() {
     assert_eq!(seeds[0]["node"], a.self_address().to_string());
     assert_eq!(
         seeds[0]["nodeUid"].as_u64(),
-        Some(a.self_unique_address().uid)
+        Some(a.cluster().self_unique_address().uid)
     );
     assert_eq!(seeds[0]["status"], "Up");
 
@@ -71,7 +68,7 @@ async fn contact_point_shutdown_shards_and_domain_events() {
         .to_str()
         .unwrap()
         .starts_with("text/event-stream"));
-    b.join(a.self_address().clone()).await.unwrap();
+    b.cluster().join(a.self_address().clone()).await.unwrap();
     let want = b.self_address().to_string();
     let text = tokio::time::timeout(Duration::from_secs(20), async {
         let mut text = String::new();
@@ -142,11 +139,10 @@ async fn contact_point_shutdown_shards_and_domain_events() {
         .unwrap();
     assert_eq!(r.status(), 200);
     wait_for("both ReadyForShutdown", || {
-        let s = a.state();
-        s.state.members.len() == 2
-            && s.state
-                .members
-                .iter()
+        let v = a.cluster().view();
+        v.members.len() == 2
+            && v.members
+                .values()
                 .all(|m| m.status == MemberStatus::ReadyForShutdown)
     })
     .await;
@@ -163,13 +159,12 @@ async fn contact_point_shutdown_shards_and_domain_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_routes_are_refused_when_read_only_or_without_the_token() {
-    let p = common::free_ports(2);
-    let mut ro = config("guard", p[0], &[p[0]]);
+    let mut ro = config("guard", &[]);
     ro.management.read_only = Some(true);
-    let ro = Cluster::start(ro).await.unwrap();
-    let mut tok = config("guard", p[1], &[p[0]]);
+    let ro = start_first(ro).await;
+    let mut tok = config("guard", &[port_of(&ro)]);
     tok.management.bearer_token = Some("s3cret".into());
-    let tok = Cluster::start(tok).await.unwrap();
+    let tok = Node::start(tok).await.unwrap();
     wait_self_up(&ro).await;
     wait_self_up(&tok).await;
     let http = reqwest::Client::new();

@@ -10,6 +10,9 @@ struct Net {
     cut: BTreeSet<(Address, Address)>,
     now: u64,
     events: BTreeMap<Address, Vec<ClusterEvent>>,
+    /// Like the runtime's coordinated shutdown: a node that sees itself Exiting reports its
+    /// exiting tasks completed at once (off: they never complete).
+    complete_exiting_tasks: bool,
 }
 
 fn addr(i: u16) -> Address {
@@ -24,6 +27,7 @@ impl Net {
             cut: BTreeSet::new(),
             now: 1_000_000,
             events: BTreeMap::new(),
+            complete_exiting_tasks: true,
         }
     }
 
@@ -62,12 +66,20 @@ impl Net {
     fn deliver(&mut self) {
         for _ in 0..100 {
             let mut batch = Vec::new();
+            let now = self.now;
             for (a, c) in self.nodes.iter_mut() {
+                while let Some(e) = c.poll_event() {
+                    if let ClusterEvent::MemberExited(m) = &e {
+                        if m.unique_address == *c.self_unique_address()
+                            && self.complete_exiting_tasks
+                        {
+                            c.exiting_completed(now);
+                        }
+                    }
+                    self.events.entry(a.clone()).or_default().push(e);
+                }
                 while let Some(t) = c.poll_transmit() {
                     batch.push((c.self_unique_address().clone(), a.clone(), t));
-                }
-                while let Some(e) = c.poll_event() {
-                    self.events.entry(a.clone()).or_default().push(e);
                 }
             }
             if batch.is_empty() {
@@ -128,7 +140,7 @@ impl Net {
                 let g = c.latest_gossip();
                 g.members.len() == n
                     && g.members.values().all(|m| m.status == MemberStatus::Up)
-                    && c.state().convergence()
+                    && c.membership_state().convergence()
             })
     }
 
@@ -168,7 +180,7 @@ fn seed_nodes_form_one_cluster_with_one_leader() {
     let (net, addrs) = form(5);
     let leaders: BTreeSet<_> = net
         .live()
-        .map(|(_, c)| c.state().leader().cloned())
+        .map(|(_, c)| c.membership_state().leader().cloned())
         .collect();
     assert_eq!(leaders.len(), 1);
     assert_eq!(
@@ -193,7 +205,7 @@ fn seed_nodes_form_one_cluster_with_one_leader() {
         .map(|m| m.up_number)
         .collect();
     assert_eq!(ups.len(), 5);
-    assert_eq!(c.state().oldest().unwrap().address(), &addrs[0]);
+    assert_eq!(c.membership_state().oldest().unwrap().address(), &addrs[0]);
 }
 
 #[test]
@@ -292,6 +304,94 @@ fn graceful_leave_ends_with_removed_everywhere_and_shutdown() {
 }
 
 #[test]
+fn an_exiting_node_is_not_removed_before_its_exiting_tasks_complete() {
+    let (mut net, addrs) = form(3);
+    net.complete_exiting_tasks = false;
+    let leaver = addrs[2].clone();
+    let now = net.now;
+    net.core(&addrs[0]).leave(now, &leaver).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].exiting_tasks_in_progress()));
+    // However long the hand-over takes, the leader keeps the Exiting member.
+    net.run_for(20_000);
+    assert_eq!(net.nodes[&leaver].shutdown_reason(), None);
+    assert_eq!(
+        net.status_everywhere(&leaver),
+        vec![Some(MemberStatus::Exiting); 2]
+    );
+    assert!(
+        !net.nodes[&addrs[0]]
+            .latest_gossip()
+            .seen_by_node(&net.nodes[&leaver].self_unique_address().clone()),
+        "the exiting node does not mark the gossip seen"
+    );
+    let now = net.now;
+    net.core(&leaver).exiting_completed(now);
+    assert!(!net.nodes[&leaver].exiting_tasks_in_progress());
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].shutdown_reason()
+        == Some(ShutdownReason::Removed)));
+    assert!(net.run_until(5000, |n| n.all_up(2)));
+}
+
+#[test]
+fn exiting_tasks_completed_before_exiting_let_the_removal_go_on() {
+    let (mut net, addrs) = form(3);
+    net.complete_exiting_tasks = false;
+    let leaver = addrs[1].clone();
+    let now = net.now;
+    // The coordinated shutdown finished its exiting phase early (e.g. it timed out).
+    net.core(&leaver).exiting_completed(now);
+    net.core(&leaver).leave(now, &leaver).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].shutdown_reason()
+        == Some(ShutdownReason::Removed)));
+}
+
+#[test]
+fn removed_members_are_quarantined_after_the_delay_and_the_timer_table_has_every_deadline() {
+    let (mut net, addrs) = form(3);
+    let leaver = addrs[2].clone();
+    let leaver_ua = net.nodes[&leaver].self_unique_address().clone();
+    let now = net.now;
+    net.core(&addrs[0]).leave(now, &leaver).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&addrs[0]]
+        .timers()
+        .is_set(&ClusterTimer::QuarantineRemoved(leaver_ua.clone()))));
+    let at = net.nodes[&addrs[0]]
+        .timers()
+        .deadline(&ClusterTimer::QuarantineRemoved(leaver_ua.clone()))
+        .unwrap();
+    assert_eq!(
+        net.core(&addrs[0]).poll_quarantine(),
+        None,
+        "not before the delay"
+    );
+    assert!(net.nodes[&addrs[0]].poll_timeout().unwrap() <= at);
+    net.run_for(at - net.now + 10);
+    assert_eq!(net.core(&addrs[0]).poll_quarantine(), Some(leaver_ua));
+    // The removed node has stopped: it has no timers left.
+    assert_eq!(net.nodes[&leaver].poll_timeout(), None);
+}
+
+#[test]
+fn a_downed_node_shuts_down_at_its_down_deadline_which_poll_timeout_reports() {
+    let (mut net, addrs) = form(3);
+    let victim = addrs[2].clone();
+    let now = net.now;
+    net.core(&addrs[0]).down(now, &victim).unwrap();
+    assert!(net.run_until(5000, |n| n.nodes[&victim]
+        .timers()
+        .is_set(&ClusterTimer::DownShutdown)));
+    let d = net.nodes[&victim]
+        .timers()
+        .deadline(&ClusterTimer::DownShutdown)
+        .unwrap();
+    assert!(net.nodes[&victim].poll_timeout().unwrap() <= d);
+    // Cut off, it cannot learn of its removal: only the Down deadline stops it.
+    net.partition(&addrs[..2], &addrs[2..]);
+    assert!(net.run_until(5000, |n| n.nodes[&victim].shutdown_reason()
+        == Some(ShutdownReason::Downed)));
+}
+
+#[test]
 fn the_leader_itself_can_leave() {
     let (mut net, addrs) = form(3);
     let now = net.now;
@@ -302,7 +402,11 @@ fn the_leader_itself_can_leave() {
     );
     assert!(net.run_until(10_000, |n| n.all_up(2)));
     assert_eq!(
-        net.nodes[&addrs[1]].state().leader().unwrap().address,
+        net.nodes[&addrs[1]]
+            .membership_state()
+            .leader()
+            .unwrap()
+            .address,
         addrs[1]
     );
 }
@@ -314,14 +418,14 @@ fn crash_is_detected_then_down_removes_it() {
     net.crashed.insert(victim.clone());
     assert!(
         net.run_until(10_000, |n| n.live().all(|(_, c)| c
-            .state()
+            .membership_state()
             .unreachable_members()
             .iter()
             .any(|m| m.address() == &victim))),
         "all others see the crashed node unreachable"
     );
     // No convergence, so a joining node cannot become Up...
-    assert!(net.live().all(|(_, c)| !c.state().convergence()));
+    assert!(net.live().all(|(_, c)| !c.membership_state().convergence()));
     let now = net.now;
     net.core(&addrs[1]).down(now, &victim).unwrap();
     assert!(net.run_until(10_000, |n| n
@@ -343,14 +447,14 @@ fn unreachable_node_that_comes_back_is_reachable_again() {
     let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
     net.partition(std::slice::from_ref(&c), &[a.clone(), b.clone()]);
     assert!(net.run_until(10_000, |n| n.nodes[&a]
-        .state()
+        .membership_state()
         .unreachable_members()
         .iter()
         .any(|m| m.address() == &c)));
     net.heal();
     assert!(net.run_until(10_000, |n| n.all_up(3)
         && n.live()
-            .all(|(_, x)| x.state().unreachable_members().is_empty())));
+            .all(|(_, x)| x.membership_state().unreachable_members().is_empty())));
     assert!(net.events[&a]
         .iter()
         .any(|e| matches!(e, ClusterEvent::ReachableMember(m) if m.address() == &c)));
@@ -399,7 +503,7 @@ fn joining_node_becomes_weakly_up_during_a_partition_and_up_after() {
         &[addrs[0].clone(), addrs[1].clone()],
     );
     assert!(net.run_until(10_000, |n| !n.nodes[&addrs[0]]
-        .state()
+        .membership_state()
         .unreachable_members()
         .is_empty()));
     let d = net.start(4, 44, ClusterSettings::fast());

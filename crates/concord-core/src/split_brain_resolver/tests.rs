@@ -304,6 +304,7 @@ fn lease_majority_asks_for_the_lease_with_a_delay_for_the_minority() {
     let lm = DowningStrategy::LeaseMajority {
         role: None,
         acquire_lease_delay_for_minority_ms: 2000,
+        release_after_ms: 40_000,
     };
     let maj = state((1..=5).map(up).collect(), 1, &[(1, 4), (1, 5)]);
     let mut sbr = SplitBrainResolver::new(settings(lm.clone()));
@@ -321,6 +322,22 @@ fn lease_majority_asks_for_the_lease_with_a_delay_for_the_minority() {
             nodes: [n(4), n(5)].into()
         })
     );
+    assert_eq!(
+        sbr.tick(1300, &maj),
+        None,
+        "the lease is kept while the downed members are still in the gossip"
+    );
+    let removed = state((1..=3).map(up).collect(), 1, &[]);
+    assert_eq!(
+        sbr.tick(2000, &removed),
+        None,
+        "kept for release-after once they are removed, so the other side is refused"
+    );
+    assert!(sbr.holds_lease());
+    assert_eq!(sbr.tick(41_000, &removed), None);
+    assert_eq!(sbr.tick(42_000, &removed), Some(SbrAction::ReleaseLease));
+    assert!(!sbr.holds_lease());
+    assert_eq!(sbr.tick(43_000, &removed), None, "released once");
 
     let min = state((1..=5).map(up).collect(), 4, &[(4, 1), (4, 2), (4, 3)]);
     let mut sbr = SplitBrainResolver::new(settings(lm));

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use concord_core::{Member, MemberStatus};
+use concord_core::{Member, MemberStatus, MembershipView};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::ClusterSnapshot;
 use crate::discovery::ResolvedTarget;
 
 /// At most this many seed nodes are reported.
@@ -40,34 +39,28 @@ pub struct SeedNodesJson {
 
 /// The contact point's answer from this node's view: reachable members that are Up,
 /// WeaklyUp or Joining, Up first (oldest first), at most [`MAX_SEED_NODES`].
-pub fn seed_nodes_json(self_node: &str, s: &ClusterSnapshot) -> SeedNodesJson {
-    if s.self_member.is_none() {
+pub fn seed_nodes_json(self_node: &str, v: &MembershipView) -> SeedNodesJson {
+    if v.self_member().is_none() {
         return SeedNodesJson {
             self_node: self_node.to_string(),
             seed_nodes: Vec::new(),
         };
     }
-    let unreachable: Vec<&Member> = s.state.unreachable.iter().map(|(m, _)| m).collect();
     let rank = |m: &Member| match m.status {
         MemberStatus::Up => 0,
         MemberStatus::WeaklyUp => 1,
         _ => 2,
     };
-    let mut candidates: Vec<&Member> = s
-        .state
+    let mut candidates: Vec<&Member> = v
         .members
-        .iter()
+        .values()
         .filter(|m| {
             matches!(
                 m.status,
                 MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
             )
         })
-        .filter(|m| {
-            !unreachable
-                .iter()
-                .any(|u| u.unique_address == m.unique_address)
-        })
+        .filter(|m| v.is_reachable(&m.unique_address))
         .collect();
     candidates.sort_by_key(|m| (rank(m), m.up_number));
     SeedNodesJson {

@@ -371,10 +371,10 @@ pub async fn run(
     };
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let terminated = b.cluster.clone();
-    let mut terminated = Box::pin(async move { terminated.terminated().await });
+    let shutdown = b.cluster.coordinated_shutdown().clone();
+    let mut terminated = Box::pin(async move { shutdown.started().await });
     loop {
-        if b.cluster.state().self_member.is_some() {
+        if b.cluster.view().self_member().is_some() {
             info!("cluster bootstrap done: this node is a member");
             return;
         }

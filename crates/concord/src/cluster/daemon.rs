@@ -1,93 +1,67 @@
-//! The cluster daemon task: owns the [`ClusterCore`], feeds it inbound messages, commands
-//! and timer ticks, and carries its outputs to the transport, subscribers and the
-//! snapshot the management API reads. Protocol decisions all live in the core.
+//! The membership driver task: owns the [`ClusterCore`], feeds it inbound messages,
+//! commands and timer ticks, and carries its outputs out — messages to the transport,
+//! quarantines and lease operations to the runtime, a new [`MembershipView`] and event
+//! batches to subscribers, and the start of the coordinated shutdown when the core asks
+//! for it. Protocol decisions all live in the core.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use concord_core::{
-    Address, ClusterCore, ClusterEvent, CommandError, CurrentClusterState, ShutdownReason,
+    Address, ClusterCore, ClusterEvent, ClusterMessage, CommandError, LeaseRequest, ShutdownReason,
     UniqueAddress,
 };
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
-use super::ClusterSnapshot;
+use super::subscription::EventBatch;
+use super::Shared;
 use crate::clock::Clock;
-use crate::config::Config;
 use crate::lease::Lease;
 use crate::metrics;
-use crate::remote::transport::{Inbound, Transport, TransportEvent};
+use crate::remote::membership_codec::MembershipCodec;
+use crate::remote::{Inbound, ProtocolSender, Transport, TransportEvent};
 
-/// Delay between a member's removal and its quarantine (Akka `quarantine-removed-node-after`).
-const QUARANTINE_REMOVED_NODE_AFTER: Duration = Duration::from_secs(5);
+/// How long the daemon waits for queued messages to be written when it stops, at most.
+const DRAIN_ON_STOP: Duration = Duration::from_millis(300);
 
 type Reply = oneshot::Sender<Result<(), CommandError>>;
 
-/// Requests from [`super::Cluster`] handles.
+/// Requests from [`super::Cluster`] handles and the coordinated shutdown's tasks.
 pub(crate) enum Command {
     Join(Address, Reply),
     JoinSeedNodes(Vec<Address>, Reply),
     Leave(Address, Reply),
     Down(Address, Reply),
     PrepareForFullShutdown(Reply),
-    Subscribe(oneshot::Sender<(CurrentClusterState, broadcast::Receiver<ClusterEvent>)>),
+    /// The `cluster-exiting` phase is over (`ClusterCore::exiting_completed`).
+    ExitingCompleted(oneshot::Sender<()>),
+    /// The `cluster-shutdown` phase: stop, then close remoting.
+    Shutdown(oneshot::Sender<()>),
+    /// Abrupt stop (like a crash).
     Stop,
 }
 
 pub(crate) struct Daemon {
-    core: ClusterCore,
-    clock: Clock,
-    transport: Transport,
-    events: broadcast::Sender<ClusterEvent>,
-    snapshot: watch::Sender<Arc<ClusterSnapshot>>,
-    terminated: watch::Sender<Option<ShutdownReason>>,
-    published_changes: Option<u64>,
-    node_label: String,
-    lease: Option<Arc<dyn Lease>>,
-    lease_results: (mpsc::UnboundedSender<bool>, mpsc::UnboundedReceiver<bool>),
+    pub(crate) core: ClusterCore,
+    pub(crate) clock: Clock,
+    pub(crate) sender: ProtocolSender<MembershipCodec>,
+    pub(crate) transport: Transport,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) views: watch::Sender<Arc<concord_core::MembershipView>>,
+    pub(crate) ended: watch::Sender<Option<ShutdownReason>>,
+    pub(crate) lease: Option<Arc<dyn Lease>>,
+    pub(crate) lease_results: (mpsc::UnboundedSender<bool>, mpsc::UnboundedReceiver<bool>),
+    pub(crate) published: u64,
+    pub(crate) node_label: String,
 }
 
 impl Daemon {
-    pub(crate) fn new(
-        config: &Config,
-        self_unique_address: UniqueAddress,
-        transport: Transport,
-        snapshot: watch::Sender<Arc<ClusterSnapshot>>,
-        terminated: watch::Sender<Option<ShutdownReason>>,
-        lease: Option<Arc<dyn Lease>>,
-    ) -> Self {
-        let clock = Clock::new();
-        let roles = config.cluster.roles.iter().cloned().collect();
-        let seed = self_unique_address.uid ^ rand::random::<u64>();
-        let core = ClusterCore::new(
-            self_unique_address,
-            roles,
-            config.cluster.app_version.clone(),
-            config.cluster_settings(),
-            clock.now_ms(),
-            seed,
-        );
-        let (events, _) = broadcast::channel(1024);
-        let node_label = core.self_address().to_string();
-        Daemon {
-            core,
-            clock,
-            transport,
-            events,
-            snapshot,
-            terminated,
-            published_changes: None,
-            node_label,
-            lease,
-            lease_results: mpsc::unbounded_channel(),
-        }
-    }
-
     pub(crate) async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
-        mut inbound: mpsc::Receiver<Inbound>,
+        mut inbound: mpsc::Receiver<Inbound<ClusterMessage>>,
         mut transport_events: mpsc::UnboundedReceiver<TransportEvent>,
     ) {
         info!(
@@ -101,19 +75,20 @@ impl Daemon {
                 biased;
                 cmd = commands.recv() => match cmd {
                     Some(Command::Stop) | None => {
-                        self.finish(ShutdownReason::Stopped).await;
+                        self.stop().await;
+                        return;
+                    }
+                    Some(Command::Shutdown(reply)) => {
+                        self.shutdown().await;
+                        let _ = reply.send(());
                         return;
                     }
                     Some(c) => self.handle_command(c),
                 },
                 msg = inbound.recv() => match msg {
-                    Some(m) => {
-                        metrics::message_received(&self.node_label, &m);
-                        let now = self.clock.now_ms();
-                        self.core.handle_message(now, &m.from, m.message);
-                    }
+                    Some(m) => self.handle_inbound(m),
                     None => {
-                        self.finish(ShutdownReason::Stopped).await;
+                        self.stop().await;
                         return;
                     }
                 },
@@ -130,11 +105,23 @@ impl Daemon {
                 }
             }
             self.flush();
-            if let Some(reason) = self.core.shutdown_reason() {
-                self.finish(reason).await;
-                return;
-            }
         }
+    }
+
+    fn handle_inbound(&mut self, m: Inbound<ClusterMessage>) {
+        metrics::message_received(&self.node_label, m.message.kind(), m.bytes);
+        let now = self.clock.now_ms();
+        if let ClusterMessage::HeartbeatRsp {
+            creation_time_ms, ..
+        } = &m.message
+        {
+            let rtt = now.saturating_sub(*creation_time_ms);
+            self.shared
+                .max_heartbeat_rtt_ms
+                .fetch_max(rtt, Ordering::Relaxed);
+            metrics::heartbeat_rtt(&self.node_label, rtt);
+        }
+        self.core.handle_message(now, &m.from, m.message);
     }
 
     fn handle_command(&mut self, c: Command) {
@@ -147,88 +134,129 @@ impl Daemon {
             Command::PrepareForFullShutdown(r) => {
                 (self.core.prepare_for_full_cluster_shutdown(now), r)
             }
-            Command::Subscribe(r) => {
-                // Drain pending events first so the snapshot and the stream do not overlap.
-                self.flush();
-                let _ = r.send((self.core.current_cluster_state(), self.events.subscribe()));
+            Command::ExitingCompleted(r) => {
+                self.core.exiting_completed(now);
+                let _ = r.send(());
                 return;
             }
-            Command::Stop => return,
+            Command::Shutdown(_) | Command::Stop => return,
         };
         let _ = reply.send(result);
     }
 
-    /// Carries the core's outputs out: messages to the transport, events to subscribers
-    /// (and quarantine of removed incarnations), a fresh snapshot when the state changed.
+    /// Carries the core's outputs out.
     fn flush(&mut self) {
         while let Some(t) = self.core.poll_transmit() {
-            metrics::message_sent(&self.node_label, &t);
-            self.transport.send(t);
+            let kind = t.message.kind();
+            let gossip = t.message.is_gossip();
+            let bytes = self.sender.send(&t);
+            metrics::message_sent(&self.node_label, kind, bytes, gossip);
         }
-        while let Some(delay_ms) = self.core.poll_lease_request() {
-            let tx = self.lease_results.0.clone();
-            match self.lease.clone() {
-                Some(lease) => {
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                        let granted = match lease.acquire().await {
-                            Ok(g) => g,
-                            Err(e) => {
-                                warn!(error = %e, "lease acquisition failed");
-                                false
-                            }
-                        };
-                        let _ = tx.send(granted);
-                    });
-                }
-                None => {
-                    let _ = tx.send(false);
-                }
-            }
+        while let Some(node) = self.core.poll_quarantine() {
+            self.transport.quarantine(&node);
         }
-        let mut changed = false;
+        while let Some(r) = self.core.poll_lease_request() {
+            self.lease_request(r);
+        }
+        let mut events = Vec::new();
         while let Some(e) = self.core.poll_event() {
-            changed = true;
-            if let ClusterEvent::MemberRemoved { member, .. } = &e {
-                if member.unique_address != *self.core.self_unique_address() {
-                    // Akka's quarantine-removed-node-after: give the removed node time to
-                    // receive the gossip that tells it so, then refuse it for good.
-                    let transport = self.transport.clone();
-                    let node = member.unique_address.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(QUARANTINE_REMOVED_NODE_AFTER).await;
-                        transport.quarantine(&node);
-                    });
-                }
-            }
-            let _ = self.events.send(e);
+            events.push(e);
+        }
+        let me = self.core.self_unique_address().clone();
+        if events.iter().any(|e| is_self_exited(e, &me)) {
+            // Left (by its own or anyone's `leave`): hand over, then go (Akka's
+            // ClusterLeavingReason).
+            self.shared.shutdown.run(ShutdownReason::Removed);
+        }
+        if let Some(reason) = self.core.shutdown_reason() {
+            self.shared.shutdown.run(reason);
+            self.ended.send_if_modified(|e| {
+                let changed = e.is_none();
+                e.get_or_insert(reason);
+                changed
+            });
         }
         let version = self.core.state_changes();
-        if changed || self.published_changes != Some(version) {
-            self.published_changes = Some(version);
-            let snap = ClusterSnapshot {
-                state: self.core.current_cluster_state(),
-                self_member: self.core.is_initialized().then(|| self.core.self_member()),
-                stats: self.core.stats(),
-            };
-            metrics::record_state(&snap, self.core.self_unique_address());
-            self.snapshot.send_replace(Arc::new(snap));
+        if !events.is_empty() || version != self.published {
+            self.published = version;
+            let view = Arc::new(self.core.membership_view());
+            metrics::record_membership(&self.node_label, &view, &self.core.stats());
+            // The view first, then the batch: see `Subscription::new`.
+            self.views.send_replace(view.clone());
+            if !events.is_empty() {
+                let _ = self
+                    .shared
+                    .batches
+                    .send(Arc::new(EventBatch { view, events }));
+            }
         }
     }
 
-    async fn finish(&mut self, reason: ShutdownReason) {
-        match reason {
-            ShutdownReason::Stopped => warn!("cluster node stopped without leaving"),
-            r => info!(reason = ?r, "cluster node shutting down"),
+    fn lease_request(&mut self, r: LeaseRequest) {
+        let Some(lease) = self.lease.clone() else {
+            if r == LeaseRequest::Acquire {
+                let _ = self.lease_results.0.send(false);
+            }
+            return;
+        };
+        let tx = self.lease_results.0.clone();
+        match r {
+            LeaseRequest::Acquire => {
+                tokio::spawn(async move {
+                    let granted = match lease.acquire().await {
+                        Ok(g) => g,
+                        Err(e) => {
+                            warn!(error = %e, "lease acquisition failed");
+                            false
+                        }
+                    };
+                    let _ = tx.send(granted);
+                });
+            }
+            LeaseRequest::Release => {
+                tokio::spawn(async move {
+                    match lease.release().await {
+                        Ok(_) => info!("lease released"),
+                        Err(e) => warn!(error = %e, "lease release failed"),
+                    }
+                });
+            }
+            _ => {}
         }
-        self.flush();
-        if reason != ShutdownReason::Stopped {
-            // Let the last gossip reach the peers.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        self.transport.shutdown();
-        let _ = self.terminated.send(Some(reason));
     }
+
+    /// The `cluster-shutdown` phase: the last outputs go out, then remoting closes.
+    async fn shutdown(&mut self) {
+        self.flush();
+        let reason = self
+            .core
+            .shutdown_reason()
+            .or(self.shared.shutdown.reason())
+            .unwrap_or(ShutdownReason::Requested);
+        info!(?reason, "membership stopped; closing remoting");
+        self.transport.drain(DRAIN_ON_STOP).await;
+        self.transport.shutdown();
+        self.ended.send_if_modified(|e| {
+            let changed = e.is_none();
+            e.get_or_insert(reason);
+            changed
+        });
+    }
+
+    async fn stop(&mut self) {
+        warn!("cluster node stopped without leaving");
+        self.transport.shutdown();
+        self.ended.send_if_modified(|e| {
+            let changed = e.is_none();
+            e.get_or_insert(ShutdownReason::Stopped);
+            changed
+        });
+        self.shared.shutdown.abort(ShutdownReason::Stopped);
+    }
+}
+
+fn is_self_exited(e: &ClusterEvent, me: &UniqueAddress) -> bool {
+    matches!(e, ClusterEvent::MemberExited(m) if m.unique_address == *me)
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -1,280 +1,178 @@
-//! The cluster extension: start a node, join, leave, down, subscribe to events.
+//! The membership layer of a node: [`Cluster`], the handle an application holds (join,
+//! leave, down, the [`MembershipView`], subscriptions), and the daemon task that drives the
+//! sans-IO [`ClusterCore`] over the transport.
 //!
-//! [`Cluster`] is the handle users hold; a daemon task owns the sans-IO
-//! [`concord_core::ClusterCore`] and drives it with the transport and timers.
+//! It is a layer like the others: it registers [`ProtocolId::MEMBERSHIP`] with its codec,
+//! runs one driver task, and adds its coordinated-shutdown tasks (leave, wait for Exiting,
+//! report the exiting tasks done, stop). Layers above read membership from
+//! [`Cluster::membership`] (a `watch` of the current view, replaced atomically after each
+//! change) or [`Cluster::subscribe`] (events that are never silently lost).
 //!
 //! ```no_run
-//! use concord::{Cluster, Config};
+//! use concord::{Config, Node, SubscriptionItem};
 //! use concord_core::ClusterEvent;
 //!
 //! # async fn run() -> anyhow::Result<()> {
 //! let mut config = Config::default();
 //! config.system = "shop".into();
-//! config.remote.port = 25520;
 //! config.cluster.seed_nodes = vec!["127.0.0.1:25520".into()];
-//! let cluster = Cluster::start(config).await?;
-//! let mut sub = cluster.subscribe().await?;
-//! println!("{} members now", sub.snapshot.members.len());
-//! while let Ok(event) = sub.events.recv().await {
-//!     if let ClusterEvent::MemberUp(m) = event {
-//!         println!("{} is up", m.address());
+//! let node = Node::start(config).await?;
+//! let mut sub = node.cluster().subscribe();
+//! while let Some(item) = sub.recv().await {
+//!     match item {
+//!         SubscriptionItem::CurrentClusterState(view) => println!("{} members", view.members.len()),
+//!         SubscriptionItem::Event(ClusterEvent::MemberUp(m)) => println!("{} is up", m.address()),
+//!         _ => {}
 //!     }
 //! }
 //! # Ok(()) }
 //! ```
 
 mod daemon;
+mod shutdown_tasks;
+mod subscription;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use concord_core::{
-    Address, ClusterEvent, CommandError, CoreStats, CurrentClusterState, Member, ShutdownReason,
+    Address, ClusterCore, ClusterMessage, CommandError, MembershipView, ProtocolId, ShutdownReason,
     UniqueAddress,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::config::{Config, ConfigError};
-use crate::lease::{FileLease, Lease};
-use crate::remote::transport::{Transport, TransportError};
-use concord_core::split_brain_resolver::DowningStrategy;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::coordinated_shutdown::CoordinatedShutdown;
+use crate::lease::Lease;
+use crate::remote::membership_codec::MembershipCodec;
+use crate::remote::registry::DuplicateProtocol;
+use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, Transport, TransportEvent};
 
 pub(crate) use daemon::Command;
-
-/// What the management API and library users read: a snapshot of this node's view.
-#[derive(Clone, Debug, Default)]
-pub struct ClusterSnapshot {
-    /// Members, unreachable, leader, ...
-    pub state: CurrentClusterState,
-    /// This node's member entry.
-    pub self_member: Option<Member>,
-    /// Protocol counters.
-    pub stats: CoreStats,
-}
-
-/// Parts a user can supply to [`Cluster::start_with`].
-#[derive(Clone, Default)]
-pub struct ClusterExtensions {
-    /// Service discovery for Cluster Bootstrap (default: the configured method).
-    pub discovery: Option<Arc<dyn crate::discovery::ServiceDiscovery>>,
-    /// Join decider for Cluster Bootstrap (default: [`crate::bootstrap::LowestAddressJoinDecider`]).
-    pub join_decider: Option<Arc<dyn crate::bootstrap::JoinDecider>>,
-}
-
-/// A subscription: the current state first, then every event after it.
-pub struct Subscription {
-    /// The state at the time of subscribing.
-    pub snapshot: CurrentClusterState,
-    /// Events after the snapshot. Lagging receivers lose the oldest events.
-    pub events: broadcast::Receiver<ClusterEvent>,
-}
+pub use subscription::{EventBatch, Subscription, SubscriptionItem};
 
 /// Errors of [`Cluster`] operations.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The remoting port could not be bound.
-    #[error(transparent)]
-    Transport(#[from] TransportError),
-    /// The management port could not be bound.
-    #[error("cannot bind management HTTP to {addr}: {source}")]
-    Management {
-        /// What we tried to bind.
-        addr: String,
-        /// Why.
-        source: std::io::Error,
-    },
     /// The command was refused; nothing changed.
     #[error(transparent)]
     Command(#[from] CommandError),
-    /// The node has shut down.
+    /// The node's membership has shut down.
     #[error("the cluster node has shut down")]
     Terminated,
 }
 
-struct Inner {
-    self_unique_address: UniqueAddress,
-    commands: mpsc::Sender<Command>,
-    snapshot: watch::Receiver<Arc<ClusterSnapshot>>,
-    terminated: watch::Receiver<Option<ShutdownReason>>,
-    transport: Transport,
-    management_addr: std::sync::OnceLock<SocketAddr>,
-    fault_injection: bool,
+/// What the handle and the daemon share.
+pub(crate) struct Shared {
+    pub(crate) self_unique_address: UniqueAddress,
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) views: watch::Receiver<Arc<MembershipView>>,
+    pub(crate) batches: broadcast::Sender<Arc<EventBatch>>,
+    pub(crate) ended: watch::Receiver<Option<ShutdownReason>>,
+    pub(crate) shutdown: CoordinatedShutdown,
+    pub(crate) remoting_addr: SocketAddr,
+    pub(crate) max_heartbeat_rtt_ms: AtomicU64,
 }
 
-/// Handle to a running cluster node. Cheap to clone.
+/// Handle to this node's membership. Cheap to clone.
 #[derive(Clone)]
 pub struct Cluster {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+}
+
+/// Registers the membership protocol; its inbound messages arrive on the returned queue.
+pub(crate) fn register_protocol(
+    registry: &mut ProtocolRegistry,
+    queue_size: usize,
+) -> Result<mpsc::Receiver<Inbound<ClusterMessage>>, DuplicateProtocol> {
+    registry.register(
+        ProtocolId::MEMBERSHIP,
+        Arc::new(MembershipCodec),
+        queue_size,
+    )
+}
+
+/// What [`Cluster::start`] needs.
+pub(crate) struct ClusterParts {
+    pub(crate) self_unique_address: UniqueAddress,
+    pub(crate) transport: Transport,
+    pub(crate) inbound: mpsc::Receiver<Inbound<ClusterMessage>>,
+    pub(crate) transport_events: mpsc::UnboundedReceiver<TransportEvent>,
+    pub(crate) shutdown: CoordinatedShutdown,
+    pub(crate) lease: Option<Arc<dyn Lease>>,
 }
 
 impl Cluster {
-    /// Starts a node: binds remoting (and the management API when
-    /// `management.enabled`), starts the daemon, and joins `cluster.seed-nodes` if any —
-    /// or, with no seed nodes and `bootstrap.contact-point-discovery.service-name` set, runs
-    /// Cluster Bootstrap ([`crate::bootstrap`]).
-    pub async fn start(config: Config) -> Result<Cluster, ClusterError> {
-        Self::start_with(config, ClusterExtensions::default()).await
-    }
-
-    /// [`Cluster::start`] with user-supplied parts: a service discovery method and/or a join
-    /// decider for Cluster Bootstrap.
-    pub async fn start_with(
-        mut config: Config,
-        extensions: ClusterExtensions,
-    ) -> Result<Cluster, ClusterError> {
-        config.resolve_host_address()?;
-        config.validate()?;
-        let bootstrap_discovery = if config.bootstrap_enabled() {
-            Some(match extensions.discovery.clone() {
-                Some(d) => d,
-                None => crate::discovery::from_config(
-                    &config,
-                    &config.bootstrap.contact_point_discovery.discovery_method,
-                )?,
-            })
-        } else {
-            None
-        };
-        let seeds = config.seed_node_addresses()?;
-        let self_address = config.self_address();
-        let uid = loop {
-            let u: u64 = rand::random();
-            if u != 0 {
-                break u;
-            }
-        };
-        let self_unique_address = UniqueAddress::new(self_address.clone(), uid);
-        let span = tracing::info_span!("node", address = %self_address);
-        let (inbound_tx, inbound_rx) = mpsc::channel(4096);
-        let (transport_events_tx, transport_events_rx) = mpsc::unbounded_channel();
-        let bind_host = config
-            .remote
-            .bind_hostname
-            .clone()
-            .unwrap_or_else(|| config.remote.hostname.clone());
-        let bind = if bind_host.contains(':') {
-            format!("[{bind_host}]:{}", config.remote.port)
-        } else {
-            format!("{bind_host}:{}", config.remote.port)
-        };
-        let transport = {
-            let _g = span.enter();
-            Transport::bind(
-                self_unique_address.clone(),
-                &bind,
-                config.transport_settings(),
-                inbound_tx,
-                transport_events_tx,
-            )
-            .await?
-        };
-        let (commands, command_rx) = mpsc::channel(256);
-        let (snapshot_tx, snapshot) = watch::channel(Arc::new(ClusterSnapshot::default()));
-        let (terminated_tx, terminated) = watch::channel(None);
-        let lease: Option<Arc<dyn Lease>> =
-            match config.cluster_settings().downing.map(|d| d.strategy) {
-                Some(DowningStrategy::LeaseMajority { .. }) => {
-                    let lm = &config.cluster.split_brain_resolver.lease_majority;
-                    let dir = if lm.lease_directory.is_empty() {
-                        std::env::temp_dir().join("concord-leases")
-                    } else {
-                        lm.lease_directory.clone().into()
-                    };
-                    Some(Arc::new(FileLease::new(
-                        dir,
-                        &config.lease_name(),
-                        self_unique_address.to_string(),
-                        lm.release_after,
-                    )))
-                }
-                _ => None,
-            };
-        let daemon = daemon::Daemon::new(
-            &config,
-            self_unique_address.clone(),
-            transport.clone(),
-            snapshot_tx,
-            terminated_tx,
-            lease,
+    /// Starts the membership daemon on `parts.transport` and adds the membership tasks to
+    /// the coordinated shutdown. Called by the node composition ([`crate::Node`]).
+    pub(crate) fn start(config: &Config, parts: ClusterParts) -> Cluster {
+        let clock = Clock::new();
+        let roles = config.cluster.roles.iter().cloned().collect();
+        let seed = parts.self_unique_address.uid ^ rand::random::<u64>();
+        let core = ClusterCore::new(
+            parts.self_unique_address.clone(),
+            roles,
+            config.cluster.app_version.clone(),
+            config.cluster_settings(),
+            clock.now_ms(),
+            seed,
         );
-        tokio::spawn(tracing::Instrument::instrument(
-            daemon.run(command_rx, inbound_rx, transport_events_rx),
-            span.clone(),
-        ));
-        let cluster = Cluster {
-            inner: Arc::new(Inner {
-                self_unique_address,
-                commands,
-                snapshot,
-                terminated,
-                transport,
-                management_addr: std::sync::OnceLock::new(),
-                fault_injection: config.testkit.fault_injection,
-            }),
+        let (commands, command_rx) = mpsc::channel(256);
+        let (views_tx, views) = watch::channel(Arc::new(core.membership_view()));
+        let (ended_tx, ended) = watch::channel(None);
+        let (batches, _) = broadcast::channel(config.cluster.event_buffer_size.max(1));
+        let shared = Arc::new(Shared {
+            self_unique_address: parts.self_unique_address.clone(),
+            commands,
+            views,
+            batches,
+            ended,
+            shutdown: parts.shutdown.clone(),
+            remoting_addr: parts.transport.local_addr(),
+            max_heartbeat_rtt_ms: AtomicU64::new(0),
+        });
+        let node_label = parts.self_unique_address.address.to_string();
+        let daemon = daemon::Daemon {
+            core,
+            clock,
+            sender: ProtocolSender::new(
+                parts.transport.clone(),
+                ProtocolId::MEMBERSHIP,
+                Arc::new(MembershipCodec),
+            ),
+            transport: parts.transport,
+            shared: shared.clone(),
+            views: views_tx,
+            ended: ended_tx,
+            lease: parts.lease,
+            lease_results: mpsc::unbounded_channel(),
+            published: 0,
+            node_label,
         };
-        if config.management.enabled {
-            let addr = {
-                let _g = span.enter();
-                crate::management::serve(cluster.clone(), &config.management).await?
-            };
-            let _ = cluster.inner.management_addr.set(addr);
-        }
-        if !seeds.is_empty() {
-            cluster.join_seed_nodes(seeds).await?;
-        } else if let (Some(discovery), Some(addr)) =
-            (bootstrap_discovery, cluster.management_addr())
-        {
-            let settings = crate::bootstrap::BootstrapSettings::from_config(&config, addr.port());
-            let decider = extensions.join_decider.unwrap_or_else(|| {
-                Arc::new(crate::bootstrap::LowestAddressJoinDecider::new(
-                    settings.decider.clone(),
-                ))
-            });
-            tokio::spawn(tracing::Instrument::instrument(
-                crate::bootstrap::run(
-                    cluster.clone(),
-                    settings,
-                    discovery,
-                    decider,
-                    config.remote.hostname.clone(),
-                ),
-                span.clone(),
-            ));
-        }
-        Ok(cluster)
+        tokio::spawn(tracing::Instrument::instrument(
+            daemon.run(command_rx, parts.inbound, parts.transport_events),
+            tracing::Span::current(),
+        ));
+        let cluster = Cluster { shared };
+        shutdown_tasks::register(&cluster, &parts.shutdown);
+        cluster
     }
 
     /// This node's address.
     pub fn self_address(&self) -> &Address {
-        &self.inner.self_unique_address.address
+        &self.shared.self_unique_address.address
     }
 
     /// This node's unique address (address + uid of this incarnation).
     pub fn self_unique_address(&self) -> &UniqueAddress {
-        &self.inner.self_unique_address
+        &self.shared.self_unique_address
     }
 
     /// The bound remoting socket.
     pub fn remoting_addr(&self) -> SocketAddr {
-        self.inner.transport.local_addr()
-    }
-
-    /// The bound management HTTP socket, when enabled.
-    pub fn management_addr(&self) -> Option<SocketAddr> {
-        self.inner.management_addr.get().copied()
-    }
-
-    /// True when `testkit.fault-injection = on`.
-    pub fn fault_injection_enabled(&self) -> bool {
-        self.inner.fault_injection
-    }
-
-    /// The transport (counters for metrics).
-    pub fn transport(&self) -> &Transport {
-        &self.inner.transport
+        self.shared.remoting_addr
     }
 
     async fn command<T>(
@@ -282,7 +180,7 @@ impl Cluster {
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ClusterError> {
         let (tx, rx) = oneshot::channel();
-        self.inner
+        self.shared
             .commands
             .send(make(tx))
             .await
@@ -300,7 +198,8 @@ impl Cluster {
         Ok(self.command(|r| Command::JoinSeedNodes(seeds, r)).await??)
     }
 
-    /// Graceful leave of the member at `address` (this node or another).
+    /// Graceful leave of the member at `address` (this node or another). A leaving node
+    /// runs its coordinated shutdown once it is Exiting, then stops.
     pub async fn leave(&self, address: Address) -> Result<(), ClusterError> {
         Ok(self.command(|r| Command::Leave(address, r)).await??)
     }
@@ -315,38 +214,84 @@ impl Cluster {
         Ok(self.command(Command::PrepareForFullShutdown).await??)
     }
 
-    /// Subscribes to domain events: the current state first, then every change.
-    pub async fn subscribe(&self) -> Result<Subscription, ClusterError> {
-        let (snapshot, events) = self.command(Command::Subscribe).await?;
-        Ok(Subscription { snapshot, events })
+    /// Reports the exiting tasks done (the `cluster-exiting-done` phase).
+    pub(crate) async fn exiting_completed(&self) -> Result<(), ClusterError> {
+        self.command(Command::ExitingCompleted).await
     }
 
-    /// The latest snapshot of this node's view.
-    pub fn state(&self) -> Arc<ClusterSnapshot> {
-        self.inner.snapshot.borrow().clone()
+    /// Stops the daemon and closes remoting (the `cluster-shutdown` phase).
+    pub(crate) async fn shutdown_daemon(&self) -> Result<(), ClusterError> {
+        self.command(Command::Shutdown).await
     }
 
-    /// Why the node shut down, once it has.
-    pub fn shutdown_reason(&self) -> Option<ShutdownReason> {
-        *self.inner.terminated.borrow()
+    /// The membership view: a `watch` whose value is replaced atomically after every
+    /// change (members with status, roles, up-number and app-version; reachability; leader
+    /// and role leaders; `oldest(role)`; convergence).
+    pub fn membership(&self) -> watch::Receiver<Arc<MembershipView>> {
+        self.shared.views.clone()
     }
 
-    /// Waits until the node has shut down (removed, downed, ...).
-    pub async fn terminated(&self) -> ShutdownReason {
-        let mut rx = self.inner.terminated.clone();
+    /// The current view.
+    pub fn view(&self) -> Arc<MembershipView> {
+        self.shared.views.borrow().clone()
+    }
+
+    /// Subscribes to membership events: the current view first, then every event; a
+    /// subscriber that lags gets a fresh view instead of a gap (see [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        Subscription::new(&self.shared.batches, self.shared.views.clone())
+    }
+
+    /// Why the membership protocol ended on this node (removed, downed, ...), once it has.
+    pub fn membership_ended(&self) -> Option<ShutdownReason> {
+        *self.shared.ended.borrow()
+    }
+
+    /// Waits until the membership protocol has ended on this node.
+    pub async fn wait_membership_ended(&self) -> ShutdownReason {
+        let mut rx = self.shared.ended.clone();
         loop {
             if let Some(r) = *rx.borrow_and_update() {
                 return r;
             }
             if rx.changed().await.is_err() {
-                return rx.borrow().unwrap_or(ShutdownReason::Removed);
+                return rx.borrow().unwrap_or(ShutdownReason::Stopped);
             }
         }
     }
 
+    /// The node's coordinated shutdown.
+    pub fn coordinated_shutdown(&self) -> &CoordinatedShutdown {
+        &self.shared.shutdown
+    }
+
+    /// Why the node is shutting down (or shut down), once its coordinated shutdown started.
+    pub fn shutdown_reason(&self) -> Option<ShutdownReason> {
+        self.shared.shutdown.reason()
+    }
+
+    /// Waits until the node has shut down (every coordinated-shutdown phase ran).
+    pub async fn terminated(&self) -> ShutdownReason {
+        self.shared.shutdown.completed().await
+    }
+
+    /// The largest heartbeat round trip (control lane) seen since the start or the last
+    /// [`Cluster::take_max_heartbeat_rtt_ms`], ms.
+    pub fn max_heartbeat_rtt_ms(&self) -> u64 {
+        self.shared.max_heartbeat_rtt_ms.load(Ordering::Relaxed)
+    }
+
+    /// Like [`Cluster::max_heartbeat_rtt_ms`], and starts over from 0.
+    pub fn take_max_heartbeat_rtt_ms(&self) -> u64 {
+        self.shared.max_heartbeat_rtt_ms.swap(0, Ordering::Relaxed)
+    }
+
     /// Stops the node at once without leaving (like a crash, for tests).
     pub async fn stop(&self) {
-        let _ = self.inner.commands.send(Command::Stop).await;
-        self.inner.transport.shutdown();
+        if self.shared.commands.send(Command::Stop).await.is_err() {
+            // The daemon is gone already.
+            self.shared.shutdown.abort(ShutdownReason::Stopped);
+        }
+        self.shared.shutdown.completed().await;
     }
 }

@@ -2,6 +2,10 @@
 //! Management's `ClusterHttpManagementRoutes` events stream). Each event is
 //! `event: <Type>` with `data: {"type": "<Type>", ...}`; `?type=MemberUp&type=MemberRemoved`
 //! (or `type=MemberUp,MemberRemoved`) keeps only those types.
+//!
+//! A client that reads too slowly is not silently left with a gap: it receives a
+//! `CurrentClusterState` event (`{"type": "CurrentClusterState", "members": [...],
+//! "leader": ...}`) with the whole current membership, then the events after it.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -13,13 +17,16 @@ use axum::response::{IntoResponse, Response};
 use concord_core::ClusterEvent;
 use futures_util::stream::{self, Stream};
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
 
-use super::member_json;
-use crate::cluster::Cluster;
+use super::{member_json, ManagementState};
+use crate::cluster::{Subscription, SubscriptionItem};
 
-/// Known event type names (Akka's).
-pub const EVENT_TYPES: [&str; 13] = [
+/// The event a lagging client receives instead of the events it missed.
+pub const CURRENT_CLUSTER_STATE: &str = "CurrentClusterState";
+
+/// Known event type names (Akka's, and [`CURRENT_CLUSTER_STATE`]).
+pub const EVENT_TYPES: [&str; 14] = [
+    CURRENT_CLUSTER_STATE,
     "MemberJoined",
     "MemberWeaklyUp",
     "MemberUp",
@@ -81,42 +88,40 @@ fn type_filter(query: Option<&str>) -> Result<Option<BTreeSet<String>>, String> 
 }
 
 fn events(
-    rx: broadcast::Receiver<ClusterEvent>,
+    sub: Subscription,
     filter: Option<BTreeSet<String>>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    stream::unfold((rx, filter), |(mut rx, filter)| async move {
+    stream::unfold((sub, filter, true), |(mut sub, filter, first)| async move {
         loop {
-            match rx.recv().await {
-                Ok(e) => {
-                    if filter.as_ref().is_some_and(|f| !f.contains(e.type_name())) {
-                        continue;
-                    }
-                    let ev = Event::default()
-                        .event(e.type_name())
-                        .data(event_json(&e).to_string());
-                    return Some((Ok(ev), (rx, filter)));
+            let (name, data) = match sub.recv().await? {
+                // The first view is not sent (Akka's stream starts with the events).
+                SubscriptionItem::CurrentClusterState(_) if first => continue,
+                SubscriptionItem::CurrentClusterState(v) => {
+                    let members: Vec<_> = v.members.values().map(member_json).collect();
+                    let leader = v.leader.as_ref().map(|l| l.address.to_string());
+                    (
+                        CURRENT_CLUSTER_STATE,
+                        json!({"type": CURRENT_CLUSTER_STATE, "members": members, "leader": leader}),
+                    )
                 }
-                // A slow client missed events: go on with the next ones.
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
+                SubscriptionItem::Event(e) => (e.type_name(), event_json(&e)),
+            };
+            if filter.as_ref().is_some_and(|f| !f.contains(name)) {
+                continue;
             }
+            let ev = Event::default().event(name).data(data.to_string());
+            return Some((Ok(ev), (sub, filter, false)));
         }
     })
 }
 
 /// The route handler.
-pub async fn domain_events(State(c): State<Cluster>, RawQuery(q): RawQuery) -> Response {
+pub async fn domain_events(State(s): State<ManagementState>, RawQuery(q): RawQuery) -> Response {
     let filter = match type_filter(q.as_deref()) {
         Ok(f) => f,
         Err(e) => return super::message(axum::http::StatusCode::BAD_REQUEST, e),
     };
-    let sub = match c.subscribe().await {
-        Ok(s) => s,
-        Err(e) => {
-            return super::message(axum::http::StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-        }
-    };
-    Sse::new(events(sub.events, filter))
+    Sse::new(events(s.cluster.subscribe(), filter))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }

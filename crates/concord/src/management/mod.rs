@@ -12,12 +12,13 @@
 //!   403 unless `testkit.fault-injection = true`)
 //! - `PUT /cluster` (form `operation=prepare-for-full-shutdown`)
 //! - `GET /cluster/domain-events` (Server-Sent Events, optional `type=` filter)
-//! - `GET /cluster/shards/{name}` (404 "Shard Region {name} is not started" until sharding
-//!   exists)
+//! - `GET /cluster/shards/{name}` (404 "Shard Region {name} is not started" until a layer —
+//!   sharding — registers the route)
 //! - `GET /bootstrap/seed-nodes` (the Cluster Bootstrap contact point)
 //!
-//! Write routes (everything but GET/HEAD) obey [`ManagementAccess`]: read-only (403) and/or
-//! a bearer token (401).
+//! Layers add their own routes ([`crate::layer::LayerStarted::routes`]); they are merged
+//! here. Write routes (everything but GET/HEAD, layers' too) obey [`ManagementAccess`]:
+//! read-only (403) and/or a bearer token (401).
 //!
 //! `{address}` may be the full `concord://system@host:port`, `system@host:port` or
 //! `host:port`, percent-encoded or not. Errors are `{"message": "..."}` with 400/404.
@@ -28,20 +29,33 @@ mod domain_events;
 use std::net::SocketAddr;
 
 use axum::extract::rejection::FormRejection;
+use axum::extract::Request;
 use axum::extract::{Form, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use concord_core::{Address, Member, MemberStatus};
+use concord_core::{Address, Member, MemberStatus, MembershipView};
 use serde::{Deserialize, Serialize};
 use tracing::{info, Instrument};
 
 pub use access::ManagementAccess;
 pub use domain_events::{event_json, EVENT_TYPES};
 
-use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
-use crate::remote::transport::LinkFaults;
+use crate::cluster::{Cluster, ClusterError};
+use crate::node::NodeError;
+use crate::remote::{LinkFaults, Transport};
+
+/// What the management routes act on.
+#[derive(Clone)]
+pub struct ManagementState {
+    /// Membership.
+    pub cluster: Cluster,
+    /// Remoting (counters for `/metrics`, link faults for `/testkit`).
+    pub transport: Transport,
+    /// `testkit.fault-injection`: the `/testkit` routes answer only when set.
+    pub fault_injection: bool,
+}
 
 /// `ClusterMember` JSON.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -102,21 +116,21 @@ pub fn member_json(m: &Member) -> ClusterMemberJson {
     }
 }
 
-/// The `GET /cluster/members` body for a snapshot.
-pub fn members_json(self_node: &Address, s: &ClusterSnapshot) -> ClusterMembersJson {
-    let mut members: Vec<ClusterMemberJson> = s.state.members.iter().map(member_json).collect();
+/// The `GET /cluster/members` body for a view.
+pub fn members_json(self_node: &Address, v: &MembershipView) -> ClusterMembersJson {
+    let mut members: Vec<ClusterMemberJson> = v.members.values().map(member_json).collect();
     members.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut unreachable: Vec<ClusterUnreachableMemberJson> = s
-        .state
+    let mut unreachable: Vec<ClusterUnreachableMemberJson> = v
         .unreachable
         .iter()
-        .map(|(m, obs)| {
+        .filter_map(|(node, obs)| {
+            let m = v.member(node)?;
             let mut observed_by: Vec<String> = obs.iter().map(|o| o.address.to_string()).collect();
             observed_by.sort();
-            ClusterUnreachableMemberJson {
+            Some(ClusterUnreachableMemberJson {
                 node: m.address().to_string(),
                 observed_by,
-            }
+            })
         })
         .collect();
     unreachable.sort_by(|a, b| a.node.cmp(&b.node));
@@ -124,8 +138,8 @@ pub fn members_json(self_node: &Address, s: &ClusterSnapshot) -> ClusterMembersJ
         self_node: self_node.to_string(),
         members,
         unreachable,
-        leader: s.state.leader.as_ref().map(|a| a.to_string()),
-        oldest: s.state.oldest.as_ref().map(|a| a.to_string()),
+        leader: v.leader.as_ref().map(|a| a.address.to_string()),
+        oldest: v.oldest(None).map(|m| m.address().to_string()),
     }
 }
 
@@ -146,10 +160,9 @@ fn matches_address(m: &Member, given: &str) -> bool {
     given == full || given == no_scheme || given == a.host_port()
 }
 
-fn find_member(s: &ClusterSnapshot, given: &str) -> Option<Member> {
-    s.state
-        .members
-        .iter()
+fn find_member(v: &MembershipView, given: &str) -> Option<Member> {
+    v.members
+        .values()
         .find(|m| matches_address(m, given))
         .cloned()
 }
@@ -159,13 +172,13 @@ fn decode_path(raw: &str) -> String {
     raw.trim_start_matches('/').to_string()
 }
 
-async fn get_members(State(c): State<Cluster>) -> Json<ClusterMembersJson> {
-    Json(members_json(c.self_address(), &c.state()))
+async fn get_members(State(s): State<ManagementState>) -> Json<ClusterMembersJson> {
+    Json(members_json(s.cluster.self_address(), &s.cluster.view()))
 }
 
-async fn get_member(State(c): State<Cluster>, Path(address): Path<String>) -> Response {
+async fn get_member(State(s): State<ManagementState>, Path(address): Path<String>) -> Response {
     let address = decode_path(&address);
-    match find_member(&c.state(), &address) {
+    match find_member(&s.cluster.view(), &address) {
         Some(m) => Json(member_json(&m)).into_response(),
         None => message(
             StatusCode::NOT_FOUND,
@@ -190,12 +203,13 @@ fn command_error(e: ClusterError) -> Response {
 }
 
 async fn put_member(
-    State(c): State<Cluster>,
+    State(s): State<ManagementState>,
     Path(address): Path<String>,
     form: Result<Form<OperationForm>, FormRejection>,
 ) -> Response {
+    let c = &s.cluster;
     let address = decode_path(&address);
-    let Some(m) = find_member(&c.state(), &address) else {
+    let Some(m) = find_member(&c.view(), &address) else {
         return message(
             StatusCode::NOT_FOUND,
             format!("Member [{address}] not found"),
@@ -222,9 +236,10 @@ async fn put_member(
     }
 }
 
-async fn delete_member(State(c): State<Cluster>, Path(address): Path<String>) -> Response {
+async fn delete_member(State(s): State<ManagementState>, Path(address): Path<String>) -> Response {
+    let c = &s.cluster;
     let address = decode_path(&address);
-    let Some(m) = find_member(&c.state(), &address) else {
+    let Some(m) = find_member(&c.view(), &address) else {
         return message(
             StatusCode::NOT_FOUND,
             format!("Member [{address}] not found"),
@@ -243,9 +258,10 @@ struct JoinForm {
 }
 
 async fn post_members(
-    State(c): State<Cluster>,
+    State(s): State<ManagementState>,
     form: Result<Form<JoinForm>, FormRejection>,
 ) -> Response {
+    let c = &s.cluster;
     let Some(raw) = form.ok().and_then(|f| f.0.address) else {
         return message(StatusCode::BAD_REQUEST, "missing form field `address`");
     };
@@ -259,12 +275,17 @@ async fn post_members(
     }
 }
 
-async fn ready(State(c): State<Cluster>) -> Response {
-    let s = c.state();
-    match s.self_member.as_ref().map(|m| m.status) {
-        Some(MemberStatus::Up | MemberStatus::WeaklyUp) if c.shutdown_reason().is_none() => {
-            (StatusCode::OK, "OK").into_response()
-        }
+async fn ready(State(s): State<ManagementState>) -> Response {
+    let c = &s.cluster;
+    if let Some(reason) = c.shutdown_reason() {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Not Healthy: shutting down ({reason:?})"),
+        )
+            .into_response();
+    }
+    match c.view().self_member().map(|m| m.status) {
+        Some(MemberStatus::Up | MemberStatus::WeaklyUp) => (StatusCode::OK, "OK").into_response(),
         Some(st) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("Not Healthy: member status is {st}, not Up or WeaklyUp"),
@@ -282,8 +303,8 @@ async fn alive() -> &'static str {
     "OK"
 }
 
-async fn metrics_text(State(c): State<Cluster>) -> Response {
-    crate::metrics::record_transport(c.self_address(), c.transport().stats());
+async fn metrics_text(State(s): State<ManagementState>) -> Response {
+    crate::metrics::record_transport(s.cluster.self_address(), s.transport.stats());
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -317,12 +338,12 @@ fn fault_injection_disabled() -> Response {
     )
 }
 
-async fn get_faults(State(c): State<Cluster>) -> Response {
-    if !c.fault_injection_enabled() {
+async fn get_faults(State(s): State<ManagementState>) -> Response {
+    if !s.fault_injection {
         return fault_injection_disabled();
     }
-    let list: Vec<FaultJson> = c
-        .transport()
+    let list: Vec<FaultJson> = s
+        .transport
         .all_faults()
         .into_iter()
         .map(|(a, f)| FaultJson {
@@ -333,29 +354,29 @@ async fn get_faults(State(c): State<Cluster>) -> Response {
     Json(list).into_response()
 }
 
-async fn clear_faults(State(c): State<Cluster>) -> Response {
-    if !c.fault_injection_enabled() {
+async fn clear_faults(State(s): State<ManagementState>) -> Response {
+    if !s.fault_injection {
         return fault_injection_disabled();
     }
-    c.transport().clear_faults();
+    s.transport.clear_faults();
     message(StatusCode::OK, "All injected faults cleared")
 }
 
 /// `PUT /testkit/faults/{address}` with form fields `blackhole=both|out|in|none`,
 /// `drop-probability=0..1`, `delay=100ms`. Only with `testkit.fault-injection = true`.
 async fn put_fault(
-    State(c): State<Cluster>,
+    State(s): State<ManagementState>,
     Path(address): Path<String>,
     form: Result<Form<FaultForm>, FormRejection>,
 ) -> Response {
-    if !c.fault_injection_enabled() {
+    if !s.fault_injection {
         return fault_injection_disabled();
     }
-    let peer =
-        match crate::config::parse_node_address(&decode_path(&address), &c.self_address().system) {
-            Ok(a) => a,
-            Err(e) => return message(StatusCode::BAD_REQUEST, e),
-        };
+    let system = &s.cluster.self_address().system;
+    let peer = match crate::config::parse_node_address(&decode_path(&address), system) {
+        Ok(a) => a,
+        Err(e) => return message(StatusCode::BAD_REQUEST, e),
+    };
     let Ok(Form(f)) = form else {
         return message(
             StatusCode::BAD_REQUEST,
@@ -398,21 +419,22 @@ async fn put_fault(
             Err(e) => return message(StatusCode::BAD_REQUEST, format!("delay `{d}`: {e}")),
         }
     }
-    c.transport().set_faults(peer.clone(), faults);
+    s.transport.set_faults(peer.clone(), faults);
     message(StatusCode::OK, format!("Faults set for {peer}"))
 }
 
-async fn seed_nodes(State(c): State<Cluster>) -> Json<crate::bootstrap::SeedNodesJson> {
+async fn seed_nodes(State(s): State<ManagementState>) -> Json<crate::bootstrap::SeedNodesJson> {
     Json(crate::bootstrap::contact_point::seed_nodes_json(
-        &c.self_address().to_string(),
-        &c.state(),
+        &s.cluster.self_address().to_string(),
+        &s.cluster.view(),
     ))
 }
 
 async fn put_cluster(
-    State(c): State<Cluster>,
+    State(s): State<ManagementState>,
     form: Result<Form<OperationForm>, FormRejection>,
 ) -> Response {
+    let c = &s.cluster;
     let op = form.ok().and_then(|f| f.0.operation).unwrap_or_default();
     if !op.eq_ignore_ascii_case("prepare-for-full-shutdown") {
         return message(
@@ -429,19 +451,26 @@ async fn put_cluster(
     }
 }
 
-async fn get_shards(Path(name): Path<String>) -> Response {
-    message(
-        StatusCode::NOT_FOUND,
-        format!("Shard Region {name} is not started"),
-    )
+/// Unknown routes: 404, and for `/cluster/shards/{name}` Akka Management's answer while no
+/// layer (sharding) has registered that route.
+async fn not_found(req: Request) -> Response {
+    match req.uri().path().strip_prefix("/cluster/shards/") {
+        Some(name) if !name.is_empty() && !name.contains('/') => message(
+            StatusCode::NOT_FOUND,
+            format!("Shard Region {name} is not started"),
+        ),
+        _ => message(StatusCode::NOT_FOUND, "no such route"),
+    }
 }
 
-/// The management routes for `cluster`, write routes guarded by `access`.
-pub fn router(cluster: Cluster, access: ManagementAccess) -> Router {
-    Router::new()
+/// The management routes, plus the layers' `extra` routes, write routes guarded by `access`.
+///
+/// Panics if a layer registers a route the management API already has (a programming
+/// error, found when the node starts).
+pub fn router(state: ManagementState, access: ManagementAccess, extra: Vec<Router>) -> Router {
+    let mut r = Router::new()
         .route("/cluster", axum::routing::put(put_cluster))
         .route("/cluster/domain-events", get(domain_events::domain_events))
-        .route("/cluster/shards/{name}", get(get_shards))
         .route("/bootstrap/seed-nodes", get(seed_nodes))
         .route("/cluster/members", get(get_members).post(post_members))
         .route("/cluster/members/", get(get_members).post(post_members))
@@ -454,16 +483,21 @@ pub fn router(cluster: Cluster, access: ManagementAccess) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/testkit/faults", get(get_faults).delete(clear_faults))
         .route("/testkit/faults/{*address}", axum::routing::put(put_fault))
+        .with_state(state);
+    for e in extra {
+        r = r.merge(e);
+    }
+    r.fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(access, access::guard))
-        .with_state(cluster)
 }
 
-/// Binds `management.hostname:port` and serves the API until the node terminates. Returns
-/// the bound address.
+/// Binds `management.hostname:port` and serves the API (with the layers' `extra` routes)
+/// until the node terminates. Returns the bound address.
 pub async fn serve(
-    cluster: Cluster,
+    state: ManagementState,
     config: &crate::config::ManagementConfig,
-) -> Result<SocketAddr, ClusterError> {
+    extra: Vec<Router>,
+) -> Result<SocketAddr, NodeError> {
     let (host, port) = (config.hostname.as_str(), config.port);
     let access = ManagementAccess::from_config(config);
     let bind = if host.contains(':') {
@@ -473,17 +507,18 @@ pub async fn serve(
     };
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
-        .map_err(|source| ClusterError::Management {
+        .map_err(|source| NodeError::Management {
             addr: bind.clone(),
             source,
         })?;
     let addr = listener
         .local_addr()
-        .map_err(|source| ClusterError::Management { addr: bind, source })?;
+        .map_err(|source| NodeError::Management { addr: bind, source })?;
     if access.read_only {
         info!("management API is read-only: write routes answer 403 (management.read-only)");
     }
-    let app = router(cluster.clone(), access);
+    let cluster = state.cluster.clone();
+    let app = router(state, access, extra);
     let span = tracing::Span::current();
     tokio::spawn(
         async move {

@@ -1,11 +1,27 @@
-//! Remoting: framed TCP between nodes, the handshake, associations and quarantine.
+//! Remoting: lanes of framed TCP between nodes, the handshake, the envelope that carries
+//! every protocol's messages, routing by protocol id, quarantine and fault injection.
 //!
 //! - [`wire`]: protobuf messages generated from `proto/concord.proto`.
-//! - [`codec`]: conversion between `concord-core` types and the wire, gzip of full gossip.
-//! - [`transport`]: listener, per-peer outbound associations with reconnect backoff,
-//!   handshake checks (cluster name, protocol version, quarantined incarnations).
+//! - [`envelope`]: [`Outbound`] messages and the frame around them.
+//! - [`registry`]: [`ProtocolRegistry`] and the [`Codec`] a layer registers with its
+//!   protocol id; inbound messages arrive on the layer's own queue as [`Inbound`].
+//! - [`sender`]: [`ProtocolSender`], a codec plus the transport.
+//! - [`membership_codec`]: the membership protocol's codec (gzip'd gossip).
+//! - [`transport`]: [`Transport`], the handle; [`settings`], [`stats`], [`faults`].
+//! - `handshake`, `association` (outbound, one per peer and lane, batched writes),
+//!   `inbound` (accept, read, route).
 
-pub mod codec;
+mod association;
+pub mod envelope;
+pub mod faults;
+mod handshake;
+mod inbound;
+mod log_limit;
+pub mod membership_codec;
+pub mod registry;
+pub mod sender;
+pub mod settings;
+pub mod stats;
 pub mod transport;
 
 /// Protobuf types generated from `proto/concord.proto`.
@@ -14,5 +30,15 @@ pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/concord.v1.rs"));
 }
 
-/// Version of the wire protocol; a peer with another version is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub use envelope::Outbound;
+pub use faults::LinkFaults;
+pub use registry::{Codec, DecodeError, Inbound, ProtocolRegistry};
+pub use sender::ProtocolSender;
+pub use settings::TransportSettings;
+pub use stats::TransportStats;
+pub use transport::{SendError, Transport, TransportError, TransportEvent};
+
+/// Version of the wire protocol; a peer with another version is refused. Version 2: the
+/// frame body is an `Envelope` (protocol id, manifest, payload, recipient uid) and the
+/// handshake names the lane.
+pub const PROTOCOL_VERSION: u32 = 2;

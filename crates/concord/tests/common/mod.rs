@@ -258,18 +258,32 @@ pub const BOOTSTRAP_FAST_ENV: [(&str, &str); 3] = [
     ("CONCORD__BOOTSTRAP__CONTACT_POINT__PROBE_INTERVAL", "200ms"),
 ];
 
-/// A configuration for an in-process node with the fast test timings: remoting on `port`,
-/// management on a free port, seed nodes on loopback `seeds`.
-pub fn fast_config(system: &str, port: u16, seeds: &[u16]) -> concord::Config {
+/// A configuration for an in-process node with the fast test timings: remoting and
+/// management on ports the kernel picks (port 0, read back from the node), seed nodes on
+/// loopback `seeds`.
+pub fn fast_config(system: &str, seeds: &[u16]) -> concord::Config {
     let overrides = concord::config::env_overrides(
         FAST_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())),
     );
     let mut c = concord::Config::load(None, &overrides).unwrap();
     c.system = system.into();
-    c.remote.port = port;
+    c.remote.port = 0;
     c.management.port = 0;
     c.cluster.seed_nodes = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     c
+}
+
+/// Starts an in-process node with `config` that forms a new cluster by joining itself.
+pub async fn start_first(config: concord::Config) -> concord::Node {
+    let n = concord::Node::start(config).await.unwrap();
+    let me = n.self_address().clone();
+    n.cluster().join(me).await.unwrap();
+    n
+}
+
+/// The remoting port of an in-process node (to use it as a seed).
+pub fn port_of(n: &concord::Node) -> u16 {
+    n.remoting_addr().port()
 }
 
 /// Polls `cond` every 100 ms for up to 30 s; panics naming `what`.
@@ -283,13 +297,18 @@ pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
-/// Waits until the in-process node `c` sees itself Up.
-pub async fn wait_self_up(c: &concord::Cluster) {
+/// Waits until the in-process node `n` sees itself Up.
+pub async fn wait_self_up(n: &concord::Node) {
     wait_for("self Up", || {
-        c.state()
-            .self_member
-            .as_ref()
+        n.cluster()
+            .view()
+            .self_member()
             .is_some_and(|m| m.status == concord_core::MemberStatus::Up)
     })
     .await;
+}
+
+/// The number of members of `n`'s view with `status`.
+pub fn count_status(n: &concord::Node, status: concord_core::MemberStatus) -> usize {
+    n.cluster().view().members_with_status(status).count()
 }

@@ -1,13 +1,16 @@
-//! Conversion between `concord-core` messages and the protobuf wire format.
+//! The membership protocol's codec ([`MembershipCodec`]): `concord-core`'s
+//! [`ClusterMessage`]s to and from the protobuf messages of `proto/concord.proto`, one
+//! manifest per message type (see [`manifest`]).
 //!
 //! Full gossip (in `Welcome` and `GossipEnvelope`) is serialized with an address table
 //! (members, vector clock, seen set and reachability refer to addresses by index, as
-//! Akka's serializer does) and gzip-compressed. Decoding never panics: every malformed
-//! input gives a [`DecodeError`].
+//! Akka's serializer does) and gzip-compressed; decompression is bounded. Decoding never
+//! panics: every malformed input gives a [`DecodeError`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 
+use bytes::Bytes;
 use concord_core::gossip::{Gossip, GossipOverview};
 use concord_core::member::{Member, MemberStatus};
 use concord_core::reachability::{Reachability, ReachabilityStatus};
@@ -18,33 +21,12 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
+use super::registry::Codec;
+pub use super::registry::DecodeError;
 use super::wire;
 
 /// Largest decompressed gossip accepted, bytes (protects against gzip bombs).
 pub const MAX_DECOMPRESSED_GOSSIP_BYTES: u64 = 64 * 1024 * 1024;
-
-/// Why bytes from the network could not be turned into a message.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// Not a valid protobuf message.
-    #[error("malformed protobuf: {0}")]
-    Protobuf(#[from] prost::DecodeError),
-    /// A required field is missing.
-    #[error("missing field `{0}`")]
-    MissingField(&'static str),
-    /// An address index points outside the address table.
-    #[error("address index {0} out of range")]
-    BadIndex(u32),
-    /// A port outside 1..=65535.
-    #[error("invalid port {0}")]
-    BadPort(u32),
-    /// Unknown enum value.
-    #[error("unknown {0} value {1}")]
-    BadEnum(&'static str, i32),
-    /// The gzip payload is corrupt or too large.
-    #[error("bad gzip payload: {0}")]
-    Gzip(String),
-}
 
 /// Encoded sizes of a gossip state, bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -333,106 +315,182 @@ pub fn decompress_gossip(bytes: &[u8]) -> Result<Gossip, DecodeError> {
     gossip_from_wire(&wire::Gossip::decode(raw.as_slice())?)
 }
 
-/// A cluster message → protobuf bytes.
-pub fn encode_message(msg: &ClusterMessage) -> Vec<u8> {
-    use wire::cluster_message::Message as M;
-    let m = match msg {
-        ClusterMessage::InitJoin => M::InitJoin(wire::Empty {}),
-        ClusterMessage::InitJoinAck => M::InitJoinAck(wire::Empty {}),
-        ClusterMessage::InitJoinNack => M::InitJoinNack(wire::Empty {}),
-        ClusterMessage::Join { roles, app_version } => M::Join(wire::Join {
-            roles: roles.iter().cloned().collect(),
-            app_version: app_version.clone(),
-        }),
-        ClusterMessage::Welcome { gossip } => M::Welcome(wire::Welcome {
-            gossip: compress_gossip(gossip).0,
-        }),
-        ClusterMessage::GossipEnvelope { to, gossip } => M::GossipEnvelope(wire::GossipEnvelope {
-            to: Some(unique_to_wire(to)),
-            gossip: compress_gossip(gossip).0,
-        }),
-        ClusterMessage::GossipStatus {
-            version,
-            seen_digest,
-        } => M::GossipStatus(wire::GossipStatus {
-            version: version
-                .entries()
-                .map(|(n, c)| wire::VersionEntry {
-                    node: Some(unique_to_wire(n)),
-                    counter: c,
-                })
-                .collect(),
-            seen_digest: *seen_digest,
-        }),
-        ClusterMessage::Heartbeat {
-            sequence_nr,
-            creation_time_ms,
-        } => M::Heartbeat(wire::Heartbeat {
-            sequence_nr: *sequence_nr,
-            creation_time_ms: *creation_time_ms,
-        }),
-        ClusterMessage::HeartbeatRsp {
-            sequence_nr,
-            creation_time_ms,
-        } => M::HeartbeatRsp(wire::Heartbeat {
-            sequence_nr: *sequence_nr,
-            creation_time_ms: *creation_time_ms,
-        }),
-    };
-    wire::ClusterMessage { message: Some(m) }.encode_to_vec()
+/// The membership manifests: the message type numbers in the envelope.
+pub mod manifest {
+    /// `InitJoin` (`Empty`).
+    pub const INIT_JOIN: u32 = 1;
+    /// `InitJoinAck` (`Empty`).
+    pub const INIT_JOIN_ACK: u32 = 2;
+    /// `InitJoinNack` (`Empty`).
+    pub const INIT_JOIN_NACK: u32 = 3;
+    /// `Join`.
+    pub const JOIN: u32 = 4;
+    /// `Welcome` (gzip'd gossip).
+    pub const WELCOME: u32 = 5;
+    /// `GossipEnvelope` (gzip'd gossip).
+    pub const GOSSIP_ENVELOPE: u32 = 6;
+    /// `GossipStatus`.
+    pub const GOSSIP_STATUS: u32 = 7;
+    /// `Heartbeat`.
+    pub const HEARTBEAT: u32 = 8;
+    /// `HeartbeatRsp` (`Heartbeat`).
+    pub const HEARTBEAT_RSP: u32 = 9;
 }
 
-/// Protobuf bytes → a cluster message.
-pub fn decode_message(bytes: &[u8]) -> Result<ClusterMessage, DecodeError> {
-    use wire::cluster_message::Message as M;
-    let w = wire::ClusterMessage::decode(bytes)?;
-    Ok(
-        match w.message.ok_or(DecodeError::MissingField("message"))? {
-            M::InitJoin(_) => ClusterMessage::InitJoin,
-            M::InitJoinAck(_) => ClusterMessage::InitJoinAck,
-            M::InitJoinNack(_) => ClusterMessage::InitJoinNack,
-            M::Join(j) => ClusterMessage::Join {
-                roles: j.roles.into_iter().collect(),
-                app_version: j.app_version,
-            },
-            M::Welcome(w) => ClusterMessage::Welcome {
-                gossip: decompress_gossip(&w.gossip)?,
-            },
-            M::GossipEnvelope(e) => ClusterMessage::GossipEnvelope {
-                to: unique_from_wire(
-                    e.to.as_ref()
-                        .ok_or(DecodeError::MissingField("gossip_envelope.to"))?,
-                )?,
-                gossip: decompress_gossip(&e.gossip)?,
-            },
-            M::GossipStatus(s) => ClusterMessage::GossipStatus {
-                version: VectorClock::from_entries(
-                    s.version
-                        .iter()
-                        .map(|e| {
-                            Ok((
-                                unique_from_wire(
-                                    e.node
-                                        .as_ref()
-                                        .ok_or(DecodeError::MissingField("version.node"))?,
-                                )?,
-                                e.counter,
-                            ))
+/// The codec of [`concord_core::ProtocolId::MEMBERSHIP`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MembershipCodec;
+
+impl Codec for MembershipCodec {
+    type Message = ClusterMessage;
+
+    fn encode(&self, msg: &ClusterMessage) -> (u32, Bytes) {
+        let (m, bytes) = match msg {
+            ClusterMessage::InitJoin => (manifest::INIT_JOIN, wire::Empty {}.encode_to_vec()),
+            ClusterMessage::InitJoinAck => {
+                (manifest::INIT_JOIN_ACK, wire::Empty {}.encode_to_vec())
+            }
+            ClusterMessage::InitJoinNack => {
+                (manifest::INIT_JOIN_NACK, wire::Empty {}.encode_to_vec())
+            }
+            ClusterMessage::Join { roles, app_version } => (
+                manifest::JOIN,
+                wire::Join {
+                    roles: roles.iter().cloned().collect(),
+                    app_version: app_version.clone(),
+                }
+                .encode_to_vec(),
+            ),
+            ClusterMessage::Welcome { gossip } => (
+                manifest::WELCOME,
+                wire::Welcome {
+                    gossip: compress_gossip(gossip).0.into(),
+                }
+                .encode_to_vec(),
+            ),
+            ClusterMessage::GossipEnvelope { to, gossip } => (
+                manifest::GOSSIP_ENVELOPE,
+                wire::GossipEnvelope {
+                    to: Some(unique_to_wire(to)),
+                    gossip: compress_gossip(gossip).0.into(),
+                }
+                .encode_to_vec(),
+            ),
+            ClusterMessage::GossipStatus {
+                version,
+                seen_digest,
+            } => (
+                manifest::GOSSIP_STATUS,
+                wire::GossipStatus {
+                    version: version
+                        .entries()
+                        .map(|(n, c)| wire::VersionEntry {
+                            node: Some(unique_to_wire(n)),
+                            counter: c,
                         })
-                        .collect::<Result<Vec<_>, DecodeError>>()?,
-                ),
-                seen_digest: s.seen_digest,
+                        .collect(),
+                    seen_digest: *seen_digest,
+                }
+                .encode_to_vec(),
+            ),
+            ClusterMessage::Heartbeat {
+                sequence_nr,
+                creation_time_ms,
+            } => (
+                manifest::HEARTBEAT,
+                wire::Heartbeat {
+                    sequence_nr: *sequence_nr,
+                    creation_time_ms: *creation_time_ms,
+                }
+                .encode_to_vec(),
+            ),
+            ClusterMessage::HeartbeatRsp {
+                sequence_nr,
+                creation_time_ms,
+            } => (
+                manifest::HEARTBEAT_RSP,
+                wire::Heartbeat {
+                    sequence_nr: *sequence_nr,
+                    creation_time_ms: *creation_time_ms,
+                }
+                .encode_to_vec(),
+            ),
+        };
+        (m, Bytes::from(bytes))
+    }
+
+    fn decode(&self, m: u32, payload: Bytes) -> Result<ClusterMessage, DecodeError> {
+        Ok(match m {
+            manifest::INIT_JOIN => {
+                wire::Empty::decode(payload)?;
+                ClusterMessage::InitJoin
+            }
+            manifest::INIT_JOIN_ACK => {
+                wire::Empty::decode(payload)?;
+                ClusterMessage::InitJoinAck
+            }
+            manifest::INIT_JOIN_NACK => {
+                wire::Empty::decode(payload)?;
+                ClusterMessage::InitJoinNack
+            }
+            manifest::JOIN => {
+                let j = wire::Join::decode(payload)?;
+                ClusterMessage::Join {
+                    roles: j.roles.into_iter().collect(),
+                    app_version: j.app_version,
+                }
+            }
+            manifest::WELCOME => ClusterMessage::Welcome {
+                gossip: decompress_gossip(&wire::Welcome::decode(payload)?.gossip)?,
             },
-            M::Heartbeat(h) => ClusterMessage::Heartbeat {
-                sequence_nr: h.sequence_nr,
-                creation_time_ms: h.creation_time_ms,
-            },
-            M::HeartbeatRsp(h) => ClusterMessage::HeartbeatRsp {
-                sequence_nr: h.sequence_nr,
-                creation_time_ms: h.creation_time_ms,
-            },
-        },
-    )
+            manifest::GOSSIP_ENVELOPE => {
+                let e = wire::GossipEnvelope::decode(payload)?;
+                ClusterMessage::GossipEnvelope {
+                    to: unique_from_wire(
+                        e.to.as_ref()
+                            .ok_or(DecodeError::MissingField("gossip_envelope.to"))?,
+                    )?,
+                    gossip: decompress_gossip(&e.gossip)?,
+                }
+            }
+            manifest::GOSSIP_STATUS => {
+                let s = wire::GossipStatus::decode(payload)?;
+                ClusterMessage::GossipStatus {
+                    version: VectorClock::from_entries(
+                        s.version
+                            .iter()
+                            .map(|e| {
+                                Ok((
+                                    unique_from_wire(
+                                        e.node
+                                            .as_ref()
+                                            .ok_or(DecodeError::MissingField("version.node"))?,
+                                    )?,
+                                    e.counter,
+                                ))
+                            })
+                            .collect::<Result<Vec<_>, DecodeError>>()?,
+                    ),
+                    seen_digest: s.seen_digest,
+                }
+            }
+            manifest::HEARTBEAT => {
+                let h = wire::Heartbeat::decode(payload)?;
+                ClusterMessage::Heartbeat {
+                    sequence_nr: h.sequence_nr,
+                    creation_time_ms: h.creation_time_ms,
+                }
+            }
+            manifest::HEARTBEAT_RSP => {
+                let h = wire::Heartbeat::decode(payload)?;
+                ClusterMessage::HeartbeatRsp {
+                    sequence_nr: h.sequence_nr,
+                    creation_time_ms: h.creation_time_ms,
+                }
+            }
+            other => return Err(DecodeError::UnknownManifest(other)),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -503,7 +561,8 @@ mod tests {
             },
         ];
         for m in msgs {
-            assert_eq!(decode_message(&encode_message(&m)).unwrap(), m);
+            let (manifest, bytes) = MembershipCodec.encode(&m);
+            assert_eq!(MembershipCodec.decode(manifest, bytes).unwrap(), m);
         }
     }
 
@@ -527,7 +586,13 @@ mod tests {
             gossip_from_wire(&w),
             Err(DecodeError::BadPort(70000))
         ));
-        assert!(decode_message(&[]).is_err());
+        assert!(MembershipCodec
+            .decode(manifest::JOIN, Bytes::from_static(&[0xff]))
+            .is_err());
+        assert!(matches!(
+            MembershipCodec.decode(99, Bytes::new()),
+            Err(DecodeError::UnknownManifest(99))
+        ));
         assert!(decompress_gossip(b"not gzip").is_err());
     }
 
@@ -546,7 +611,9 @@ mod tests {
     proptest! {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = decode_message(&bytes);
+            for m in 0..12 {
+                let _ = MembershipCodec.decode(m, Bytes::from(bytes.clone()));
+            }
             let _ = decompress_gossip(&bytes);
         }
     }

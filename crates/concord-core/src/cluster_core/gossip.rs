@@ -1,0 +1,203 @@
+//! Gossip: the periodic round (full state to a peer that has not seen it, a status digest
+//! otherwise), the speed-up rounds, receiving and merging gossip by vector clock, and
+//! answering a status.
+//!
+//! Spec: cluster-specification.md, "Gossip", "Gossip Protocol", "Gossip Convergence".
+
+use tracing::{debug, info};
+
+use super::{ClusterCore, ClusterTimer};
+use crate::address::UniqueAddress;
+use crate::gossip::Gossip;
+use crate::member::MemberStatus;
+use crate::membership_state::adjusted_gossip_different_view_probability;
+use crate::message::ClusterMessage;
+use crate::vector_clock::{ClockOrdering, VectorClock};
+
+impl ClusterCore {
+    pub(super) fn receive_gossip(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        to: &UniqueAddress,
+        remote: Gossip,
+    ) {
+        self.stats.gossip_received += 1;
+        let me = self.state.self_unique_address.clone();
+        if *to != me {
+            debug!(%to, "ignoring gossip meant for another incarnation");
+            self.stats.ignored += 1;
+            return;
+        }
+        if !self.initialized {
+            self.stats.ignored += 1;
+            return;
+        }
+        if remote.tombstones.contains_key(&me) {
+            self.self_removed();
+            return;
+        }
+        let local = &self.state.latest_gossip;
+        if remote.has_member(&me) && !local.has_member(from) && !local.tombstones.contains_key(from)
+        {
+            // A member of this cluster welcomed `from` but crashed before its gossip about
+            // the join reached anyone else: `from` now gossips as a Joining member that nobody
+            // else knows, and would stay Joining forever. Its gossip contains this node, so it
+            // was admitted by our cluster; handle it as the Join it sent (found by the
+            // simulator, seeds 5750, 7874 and 7888 of `concord-sim --seeds 10000`).
+            if let Some(m) = remote
+                .members
+                .get(from)
+                .filter(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp))
+            {
+                let (roles, version) = (m.roles.clone(), m.app_version.clone());
+                info!(node = %from, "gossip from a joining node this node did not know: taking it as its Join");
+                self.receive_join(now_ms, from, roles, version);
+                return;
+            }
+        }
+        let local = &self.state.latest_gossip;
+        if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from)
+        {
+            debug!(%from, "ignoring gossip from a node that is not a member or does not know this node");
+            self.stats.ignored += 1;
+            return;
+        }
+        if !local.overview.reachability.is_reachable_from(&me, from) {
+            debug!(%from, "ignoring gossip from a node this node sees as unreachable");
+            self.stats.ignored += 1;
+            return;
+        }
+        let remote_seen_by_me = remote.seen_by_node(&me);
+        let (winner, talkback) = match remote.version.compare(&local.version) {
+            ClockOrdering::Same => (remote.merge_seen(local), !remote_seen_by_me),
+            ClockOrdering::Before => (local.clone(), true),
+            ClockOrdering::After => (remote, !remote_seen_by_me),
+            ClockOrdering::Concurrent => (remote.merge(local), true),
+        };
+        let new = self.seen_by_self(winner.normalize());
+        if new != self.state.latest_gossip {
+            self.update_latest_gossip(now_ms, new);
+        }
+        if talkback {
+            self.send_gossip_to(from);
+        }
+    }
+
+    /// `g` marked as seen by this node — unless `g` shows this node Exiting while its
+    /// exiting tasks are still running: then it is marked not seen, so the leader does not
+    /// remove the node before it has handed its work over (Akka's
+    /// `exitingTasksInProgress`).
+    pub(super) fn seen_by_self(&self, g: Gossip) -> Gossip {
+        let me = &self.state.self_unique_address;
+        let exiting = g
+            .member(me)
+            .is_some_and(|m| m.status == MemberStatus::Exiting);
+        if exiting && !self.exiting_done {
+            let mut g = g;
+            g.overview.seen.remove(me);
+            g
+        } else {
+            g.seen(me)
+        }
+    }
+
+    pub(super) fn receive_gossip_status(
+        &mut self,
+        from: &UniqueAddress,
+        version: VectorClock,
+        seen_digest: u64,
+    ) {
+        self.stats.gossip_status_received += 1;
+        let me = self.state.self_unique_address.clone();
+        let local = &self.state.latest_gossip;
+        if !self.initialized
+            || !local.has_member(from)
+            || !local.overview.reachability.is_reachable_from(&me, from)
+        {
+            self.stats.ignored += 1;
+            return;
+        }
+        match version.compare(&local.version) {
+            ClockOrdering::Same => {
+                if seen_digest != local.seen_digest() {
+                    self.send_gossip_to(from);
+                }
+            }
+            ClockOrdering::After => self.send_gossip_status_to(from),
+            ClockOrdering::Before | ClockOrdering::Concurrent => self.send_gossip_to(from),
+        }
+    }
+
+    pub(super) fn send_gossip_to(&mut self, to: &UniqueAddress) {
+        self.stats.gossip_sent += 1;
+        let gossip = self.state.latest_gossip.clone();
+        self.send(
+            to,
+            ClusterMessage::GossipEnvelope {
+                to: to.clone(),
+                gossip,
+            },
+        );
+    }
+
+    fn send_gossip_status_to(&mut self, to: &UniqueAddress) {
+        self.stats.gossip_status_sent += 1;
+        let g = &self.state.latest_gossip;
+        let msg = ClusterMessage::GossipStatus {
+            version: g.version.clone(),
+            seen_digest: g.seen_digest(),
+        };
+        self.send(to, msg);
+    }
+
+    /// The regular gossip round: prunes old tombstones, gossips, and schedules two extra
+    /// rounds within the interval while the seen set is small or members are moving.
+    pub(super) fn gossip_tick(&mut self, now_ms: u64) {
+        if !self.initialized {
+            return;
+        }
+        let prune_before = now_ms.saturating_sub(self.settings.prune_gossip_tombstones_after_ms);
+        if self
+            .state
+            .latest_gossip
+            .tombstones
+            .values()
+            .any(|t| *t < prune_before)
+        {
+            let g = self.state.latest_gossip.prune_tombstones(prune_before);
+            self.state.latest_gossip = g;
+        }
+        self.gossip_round(now_ms);
+        if self.state.is_gossip_speedup_needed() {
+            let i = self.settings.gossip_interval_ms;
+            self.timers
+                .set(ClusterTimer::GossipSpeedup(1), now_ms.saturating_add(i / 3));
+            self.timers.set(
+                ClusterTimer::GossipSpeedup(2),
+                now_ms.saturating_add(i.saturating_mul(2) / 3),
+            );
+        }
+    }
+
+    /// One round of gossip to one peer: the full state if the peer has not seen it,
+    /// otherwise only the status.
+    pub(super) fn gossip_round(&mut self, _now_ms: u64) {
+        if !self.initialized {
+            return;
+        }
+        self.stats.gossip_rounds += 1;
+        let p = adjusted_gossip_different_view_probability(
+            self.settings.gossip_different_view_probability,
+            self.settings.reduce_gossip_different_view_probability,
+            self.state.latest_gossip.members.len(),
+        );
+        if let Some(peer) = self.state.select_gossip_target(p, &mut self.rng) {
+            if self.state.latest_gossip.seen_by_node(&peer) {
+                self.send_gossip_status_to(&peer);
+            } else {
+                self.send_gossip_to(&peer);
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Failure detection: the heartbeat sender (request/reply heartbeats to the monitored
+//! neighbours on the hashed ring), the first-heartbeat deadline, and the reaper that marks
+//! monitored nodes unreachable when their φ crosses the threshold (and reachable again).
+//!
+//! Spec: cluster-specification.md, "Failure Detector"; Akka `ClusterHeartbeatSender`;
+//! Hayashibara et al., "The φ Accrual Failure Detector" (2004).
+
+use tracing::{info, warn};
+
+use super::{ClusterCore, ClusterTimer};
+use crate::address::UniqueAddress;
+use crate::failure_detector::PhiAccrualFailureDetector;
+use crate::heartbeat_ring::HeartbeatNodeRing;
+use crate::message::ClusterMessage;
+use crate::reachability::ReachabilityStatus;
+
+impl ClusterCore {
+    pub(super) fn heartbeat_tick(&mut self, now_ms: u64) {
+        if !self.initialized {
+            return;
+        }
+        if self.ring_dirty {
+            self.ring_dirty = false;
+            let g = &self.state.latest_gossip;
+            let ring = HeartbeatNodeRing::new(
+                self.state.self_unique_address.clone(),
+                g.members.keys().cloned(),
+                g.overview.reachability.all_unreachable_or_terminated(),
+                self.settings.failure_detector.monitored_by_nr_of_members,
+            );
+            let receivers = ring.my_receivers();
+            self.failure_detectors.retain(|k, _| receivers.contains(k));
+            self.timers.retain(|t| match t {
+                ClusterTimer::ExpectedFirstHeartbeat(n) => receivers.contains(n),
+                _ => true,
+            });
+            let first =
+                now_ms.saturating_add(self.settings.failure_detector.expected_response_after_ms);
+            for r in receivers.difference(&self.active_receivers) {
+                self.timers
+                    .set(ClusterTimer::ExpectedFirstHeartbeat(r.clone()), first);
+            }
+            self.active_receivers = receivers;
+        }
+        self.heartbeat_seq += 1;
+        let receivers: Vec<UniqueAddress> = self.active_receivers.iter().cloned().collect();
+        for r in receivers {
+            self.stats.heartbeats_sent += 1;
+            self.send(
+                &r,
+                ClusterMessage::Heartbeat {
+                    sequence_nr: self.heartbeat_seq,
+                    creation_time_ms: now_ms,
+                },
+            );
+        }
+    }
+
+    pub(super) fn receive_heartbeat_rsp(&mut self, now_ms: u64, from: &UniqueAddress) {
+        if self.active_receivers.contains(from) {
+            let phi = self.settings.failure_detector.phi_settings();
+            self.failure_detectors
+                .entry(from.clone())
+                .or_insert_with(|| PhiAccrualFailureDetector::new(phi))
+                .heartbeat(now_ms);
+            self.timers
+                .cancel(&ClusterTimer::ExpectedFirstHeartbeat(from.clone()));
+        }
+    }
+
+    /// Marks monitored nodes whose φ crossed the threshold as unreachable (observer =
+    /// self), and reachable again when heartbeats resume.
+    pub(super) fn reap_unreachable(&mut self, now_ms: u64) {
+        if !self.initialized {
+            return;
+        }
+        let me = self.state.self_unique_address.clone();
+        let g = &self.state.latest_gossip;
+        let mut reach = g.overview.reachability.clone();
+        for node in &self.active_receivers {
+            if !g.has_member(node) {
+                continue;
+            }
+            let available = self
+                .failure_detectors
+                .get(node)
+                .is_none_or(|fd| fd.is_available(now_ms));
+            match reach.status_from(&me, node) {
+                ReachabilityStatus::Reachable if !available => {
+                    warn!(node = %node, phi = self.failure_detectors.get(node).map(|f| f.phi(now_ms)).unwrap_or(0.0), "marking node as UNREACHABLE");
+                    reach = reach.unreachable(&me, node);
+                }
+                ReachabilityStatus::Unreachable if available => {
+                    info!(node = %node, "marking node as REACHABLE");
+                    reach = reach.reachable(&me, node);
+                }
+                _ => {}
+            }
+        }
+        // Nodes unreachable from us that we no longer monitor: nobody will clear them.
+        for node in g.overview.reachability.all_unreachable_from(&me) {
+            if !self.active_receivers.contains(&node)
+                && g.has_member(&node)
+                && reach.status_from(&me, &node) == ReachabilityStatus::Unreachable
+            {
+                reach = reach.reachable(&me, &node);
+            }
+        }
+        if reach != g.overview.reachability {
+            let mut ng = g.clone();
+            ng.overview.reachability = reach;
+            self.update_versioned(now_ms, ng);
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! [`ClusterCore`]: the sans-IO membership state machine of one node (Akka's
+//! `ClusterCoreDaemon`, `ClusterHeartbeatSender` and seed-node processes in one).
+//!
+//! It is a [`ProtocolMachine`] like every other layer. Inputs:
+//! [`ClusterCore::handle_message`] (a message from an authenticated peer),
+//! [`ClusterCore::handle_timeout`] (time passed), the user commands (`join`,
+//! `join_seed_nodes`, `leave`, `down`, `prepare_for_full_cluster_shutdown`) and the
+//! runtime's answers ([`ClusterCore::handle_lease_result`],
+//! [`ClusterCore::handle_quarantined_by_peer`], [`ClusterCore::exiting_completed`]).
+//! Outputs are polled: [`ClusterCore::poll_transmit`], [`ClusterCore::poll_event`],
+//! [`ClusterCore::poll_timeout`] (the earliest deadline of its [`TimerTable`]),
+//! [`ClusterCore::poll_quarantine`], [`ClusterCore::poll_lease_request`] and
+//! [`ClusterCore::shutdown_reason`]. Time is milliseconds passed in by the caller;
+//! randomness comes from a seeded RNG.
+//!
+//! The parts: [`join`] (seed-node process, InitJoin/Join/Welcome), [`gossip`] (gossip
+//! rounds, merge, status), [`heartbeat`] (heartbeat sender, first-heartbeat deadline,
+//! unreachable reaper), [`commands`] (leave, down, full-cluster shutdown), [`lifecycle`]
+//! (state updates and events, leader actions, downing, exiting, removal, quarantine,
+//! lease) and [`timers`] (the timer enum and what each one does).
+//!
+//! Spec: cluster-specification.md ("Gossip", "Failure Detector", "Leader", "Seed Nodes",
+//! "Gossip Protocol", "Membership Lifecycle") and cluster-membership-service.md.
+
+mod commands;
+mod gossip;
+mod heartbeat;
+mod join;
+mod lifecycle;
+mod timers;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::address::{Address, UniqueAddress};
+use crate::events::ClusterEvent;
+use crate::failure_detector::PhiAccrualFailureDetector;
+use crate::gossip::Gossip;
+use crate::member::{Member, MemberStatus};
+use crate::membership_state::MembershipState;
+use crate::membership_view::MembershipView;
+use crate::message::ClusterMessage;
+use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::settings::ClusterSettings;
+use crate::split_brain_resolver::SplitBrainResolver;
+use crate::timers::TimerTable;
+
+use join::JoinProcess;
+pub use timers::ClusterTimer;
+
+/// Why the node asks the runtime to shut it down (the reason its coordinated shutdown
+/// runs with). Non-exhaustive: a later version may add reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShutdownReason {
+    /// The node left gracefully and was removed (Akka's `ClusterLeavingReason`).
+    Removed,
+    /// The node was marked Down (`run-coordinated-shutdown-when-down`; Akka's
+    /// `ClusterDowningReason`).
+    Downed,
+    /// The node was Exiting and did not learn of its removal in time.
+    ExitingTimeout,
+    /// Joining the seed nodes did not succeed in time
+    /// (`shutdown-after-unsuccessful-join-seed-nodes`; Akka's
+    /// `ClusterJoinUnsuccessfulReason`).
+    JoinSeedNodesTimeout,
+    /// `leave` was called before the node was in a cluster.
+    LeftBeforeJoining,
+    /// Stopped by its owner without leaving (the runtime's abrupt stop, like a crash).
+    Stopped,
+    /// A peer refused this incarnation as quarantined: it was removed from the cluster
+    /// (e.g. downed while paused or partitioned).
+    Quarantined,
+    /// Its owner asked for a graceful shutdown (SIGTERM, `Node::shutdown`): the node
+    /// leaves the cluster, then stops (Akka's `ActorSystemTerminateReason`).
+    Requested,
+}
+
+/// Errors of user commands. None of them changes the node's state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// No member has this address.
+    #[error("member [{0}] not found")]
+    UnknownMember(Address),
+    /// The node is not a member of a cluster yet.
+    #[error("this node is not a member of a cluster")]
+    NotInCluster,
+    /// The seed-node list was empty.
+    #[error("the seed-node list is empty")]
+    NoSeedNodes,
+    /// A join target belongs to another cluster (system name).
+    #[error("cannot join [{0}]: it belongs to another cluster than `{1}`")]
+    OtherCluster(Address, String),
+}
+
+/// Counters an operator watches (exported as metrics by the runtime).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Gossip ticks (rounds) performed.
+    pub gossip_rounds: u64,
+    /// Full gossip envelopes sent.
+    pub gossip_sent: u64,
+    /// Gossip status messages sent.
+    pub gossip_status_sent: u64,
+    /// Full gossip envelopes received.
+    pub gossip_received: u64,
+    /// Gossip status messages received.
+    pub gossip_status_received: u64,
+    /// Heartbeat requests sent.
+    pub heartbeats_sent: u64,
+    /// Messages ignored (unknown sender, not for this incarnation, ...).
+    pub ignored: u64,
+}
+
+/// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
+/// core has already waited the strategy's delay; the runtime answers an `Acquire` with
+/// [`ClusterCore::handle_lease_result`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseRequest {
+    /// Try to acquire the lease now.
+    Acquire,
+    /// Release the lease: the members it was acquired to down have been removed.
+    Release,
+}
+
+/// The membership state machine of one node. See the module docs.
+pub struct ClusterCore {
+    settings: ClusterSettings,
+    self_member: Member,
+    state: MembershipState,
+    initialized: bool,
+    join: JoinProcess,
+    rng: SmallRng,
+    timers: TimerTable<ClusterTimer>,
+    heartbeat_seq: u64,
+    ring_dirty: bool,
+    active_receivers: BTreeSet<UniqueAddress>,
+    failure_detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
+    joining_since_ms: BTreeMap<UniqueAddress, u64>,
+    /// Self has been seen Exiting (the coordinated shutdown's exiting tasks were asked for).
+    exiting_seen: bool,
+    /// The runtime reported that the exiting tasks are done ([`ClusterCore::exiting_completed`]).
+    exiting_done: bool,
+    shutdown: Option<ShutdownReason>,
+    transmits: VecDeque<Transmit<ClusterMessage>>,
+    events: VecDeque<ClusterEvent>,
+    quarantines: VecDeque<UniqueAddress>,
+    lease_requests: VecDeque<LeaseRequest>,
+    stats: CoreStats,
+    state_changes: u64,
+    sbr: Option<SplitBrainResolver>,
+}
+
+impl ClusterCore {
+    /// A node that is not yet in a cluster. `rng_seed` seeds all its random choices.
+    pub fn new(
+        self_unique_address: UniqueAddress,
+        roles: BTreeSet<String>,
+        app_version: impl Into<String>,
+        settings: ClusterSettings,
+        now_ms: u64,
+        rng_seed: u64,
+    ) -> Self {
+        let first = now_ms.saturating_add(settings.periodic_tasks_initial_delay_ms);
+        let mut timers = TimerTable::new();
+        timers.set(ClusterTimer::Gossip, first);
+        timers.set(ClusterTimer::Heartbeat, first);
+        timers.set(
+            ClusterTimer::Reaper,
+            first.saturating_add(settings.unreachable_nodes_reaper_interval_ms),
+        );
+        timers.set(
+            ClusterTimer::LeaderActions,
+            first.saturating_add(settings.leader_actions_interval_ms),
+        );
+        let sbr = settings.downing.clone().map(SplitBrainResolver::new);
+        let self_member = Member::joining(self_unique_address.clone(), roles, app_version);
+        ClusterCore {
+            settings,
+            self_member,
+            state: MembershipState::new(Gossip::empty(), self_unique_address),
+            initialized: false,
+            join: JoinProcess::Idle,
+            rng: SmallRng::seed_from_u64(rng_seed),
+            timers,
+            heartbeat_seq: 0,
+            ring_dirty: true,
+            active_receivers: BTreeSet::new(),
+            failure_detectors: BTreeMap::new(),
+            joining_since_ms: BTreeMap::new(),
+            exiting_seen: false,
+            exiting_done: false,
+            shutdown: None,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            quarantines: VecDeque::new(),
+            lease_requests: VecDeque::new(),
+            stats: CoreStats::default(),
+            state_changes: 0,
+            sbr,
+        }
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    /// This node.
+    pub fn self_unique_address(&self) -> &UniqueAddress {
+        &self.state.self_unique_address
+    }
+
+    /// This node's address.
+    pub fn self_address(&self) -> &Address {
+        &self.state.self_unique_address.address
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// The internal membership state (latest gossip + self): what convergence, leader and
+    /// gossip-target decisions are computed from.
+    pub fn membership_state(&self) -> &MembershipState {
+        &self.state
+    }
+
+    /// The latest gossip.
+    pub fn latest_gossip(&self) -> &Gossip {
+        &self.state.latest_gossip
+    }
+
+    /// The immutable view published to the layers above and to subscribers, numbered by
+    /// [`ClusterCore::state_changes`].
+    pub fn membership_view(&self) -> MembershipView {
+        if self.initialized {
+            MembershipView::of(&self.state, self.state_changes)
+        } else {
+            let mut v = MembershipView::empty(self.state.self_unique_address.clone());
+            v.version = self.state_changes;
+            v
+        }
+    }
+
+    /// This node's member entry (status Joining with no cluster yet; Removed once removed).
+    pub fn self_member(&self) -> Member {
+        match self.state.self_member() {
+            Some(m) => m.clone(),
+            None if self.shutdown == Some(ShutdownReason::Removed) => {
+                self.self_member.with_status(MemberStatus::Removed)
+            }
+            None => self.self_member.clone(),
+        }
+    }
+
+    /// True once the node is a member of a cluster.
+    pub fn is_initialized(&self) -> bool {
+        self.initialized
+    }
+
+    /// Increases every time the membership state (latest gossip or shutdown) changes;
+    /// lets a driver refresh derived views only when needed.
+    pub fn state_changes(&self) -> u64 {
+        self.state_changes
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> CoreStats {
+        self.stats
+    }
+
+    /// φ of the failure detector monitoring `node`, if this node monitors it.
+    pub fn phi(&self, node: &UniqueAddress, now_ms: u64) -> Option<f64> {
+        self.failure_detectors.get(node).map(|fd| fd.phi(now_ms))
+    }
+
+    /// Nodes this node currently sends heartbeats to.
+    pub fn heartbeat_receivers(&self) -> &BTreeSet<UniqueAddress> {
+        &self.active_receivers
+    }
+
+    /// Set when the node should shut down; the runtime then runs its coordinated shutdown.
+    /// From then on the core ignores messages and has no timers.
+    pub fn shutdown_reason(&self) -> Option<ShutdownReason> {
+        self.shutdown
+    }
+
+    /// True while this node is Exiting and its exiting tasks (the coordinated shutdown's
+    /// `cluster-exiting` phase: singleton hand-over, shard hand-off) have not completed.
+    /// Meanwhile it does not mark the gossip as seen, so the leader does not remove it.
+    pub fn exiting_tasks_in_progress(&self) -> bool {
+        self.exiting_seen && !self.exiting_done && self.shutdown.is_none()
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// Next message to send.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Transmit<ClusterMessage>> {
+        self.transmits.pop_front()
+    }
+
+    /// Next domain event.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ClusterEvent> {
+        self.events.pop_front()
+    }
+
+    /// Next incarnation to quarantine: a member removed `quarantine-removed-node-after` ago
+    /// (Akka's rule). The runtime refuses its connections and messages from then on (and a
+    /// simulator refuses its messages); the refused node learns it is quarantined and
+    /// shuts down ([`ClusterCore::handle_quarantined_by_peer`]).
+    #[must_use]
+    pub fn poll_quarantine(&mut self) -> Option<UniqueAddress> {
+        self.quarantines.pop_front()
+    }
+
+    /// Next lease operation the Split Brain Resolver asks for (lease-majority). The delay
+    /// the strategy wants (the minority waits `acquire-lease-delay-for-minority`) has
+    /// already passed in the core's timers; answer an `Acquire` with
+    /// [`ClusterCore::handle_lease_result`].
+    #[must_use]
+    pub fn poll_lease_request(&mut self) -> Option<LeaseRequest> {
+        self.lease_requests.pop_front()
+    }
+
+    /// The next time [`ClusterCore::handle_timeout`] must be called, ms; `None` once the
+    /// node has shut down.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.shutdown.is_some() {
+            return None;
+        }
+        self.timers.next_deadline()
+    }
+
+    /// The armed timers and their deadlines (for tests and diagnostics).
+    pub fn timers(&self) -> &TimerTable<ClusterTimer> {
+        &self.timers
+    }
+
+    // ------------------------------------------------------------------ sending
+
+    fn send(&mut self, to: &UniqueAddress, message: ClusterMessage) {
+        self.transmits.push_back(Transmit {
+            to: to.address.clone(),
+            to_uid: Some(to.uid),
+            lane: Lane::Control,
+            message,
+        });
+    }
+
+    fn send_to_address(&mut self, to: &Address, message: ClusterMessage) {
+        self.transmits.push_back(Transmit {
+            to: to.clone(),
+            to_uid: None,
+            lane: Lane::Control,
+            message,
+        });
+    }
+
+    // ------------------------------------------------------------------ messages
+
+    /// Handles a message from `from` (authenticated by the transport handshake).
+    pub fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, msg: ClusterMessage) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        match msg {
+            ClusterMessage::InitJoin => self.receive_init_join(from),
+            ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
+            ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
+            ClusterMessage::Join { roles, app_version } => {
+                self.receive_join(now_ms, from, roles, app_version)
+            }
+            ClusterMessage::Welcome { gossip } => self.receive_welcome(now_ms, from, gossip),
+            ClusterMessage::GossipEnvelope { to, gossip } => {
+                self.receive_gossip(now_ms, from, &to, gossip)
+            }
+            ClusterMessage::GossipStatus {
+                version,
+                seen_digest,
+            } => self.receive_gossip_status(from, version, seen_digest),
+            ClusterMessage::Heartbeat {
+                sequence_nr,
+                creation_time_ms,
+            } => self.send(
+                from,
+                ClusterMessage::HeartbeatRsp {
+                    sequence_nr,
+                    creation_time_ms,
+                },
+            ),
+            ClusterMessage::HeartbeatRsp { .. } => self.receive_heartbeat_rsp(now_ms, from),
+        }
+    }
+}
+
+impl ProtocolMachine for ClusterCore {
+    type Message = ClusterMessage;
+    type Event = ClusterEvent;
+
+    fn protocol(&self) -> ProtocolId {
+        ProtocolId::MEMBERSHIP
+    }
+
+    fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, message: ClusterMessage) {
+        ClusterCore::handle_message(self, now_ms, from, message)
+    }
+
+    /// The membership machine is the source of the view: nothing to learn from it.
+    fn handle_membership(&mut self, _now_ms: u64, _view: &MembershipView, _: MembershipChange) {}
+
+    fn handle_timeout(&mut self, now_ms: u64) {
+        ClusterCore::handle_timeout(self, now_ms)
+    }
+
+    fn poll_transmit(&mut self) -> Option<Transmit<ClusterMessage>> {
+        ClusterCore::poll_transmit(self)
+    }
+
+    fn poll_event(&mut self) -> Option<ClusterEvent> {
+        ClusterCore::poll_event(self)
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        ClusterCore::poll_timeout(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,126 @@
+//! The membership machine's timers and what each one does when it fires.
+
+use tracing::{info, warn};
+
+use super::{ClusterCore, LeaseRequest, ShutdownReason};
+use crate::address::UniqueAddress;
+use crate::failure_detector::PhiAccrualFailureDetector;
+
+/// The timers of [`ClusterCore`]; their deadlines live in its timer table, and
+/// `poll_timeout` is the earliest of them. Declared in the order they run when several are
+/// due at the same millisecond.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClusterTimer {
+    /// Seed-node process: send InitJoin to the seeds again (every second).
+    InitJoin,
+    /// Seed-node process of the first seed: form a new cluster when no other seed
+    /// answered within `seed-node-timeout`.
+    SeedNodeTimeout,
+    /// No Welcome within `retry-unsuccessful-join-after`: join again.
+    JoinRetry,
+    /// `shutdown-after-unsuccessful-join-seed-nodes` passed without joining.
+    JoinSeedNodesDeadline,
+    /// A monitored node has not answered its first heartbeat within
+    /// `expected-response-after`: start its failure detector anyway.
+    ExpectedFirstHeartbeat(UniqueAddress),
+    /// Send heartbeats (every `heartbeat-interval`).
+    Heartbeat,
+    /// Mark monitored nodes unreachable / reachable (every
+    /// `unreachable-nodes-reaper-interval`).
+    Reaper,
+    /// Leader actions and the Split Brain Resolver (every `leader-actions-interval`).
+    LeaderActions,
+    /// A gossip round (every `gossip-interval`).
+    Gossip,
+    /// An extra gossip round at 1/3 and 2/3 of the interval while convergence is slow.
+    GossipSpeedup(u8),
+    /// A Down node keeps gossiping for two rounds, then shuts down.
+    DownShutdown,
+    /// An Exiting node whose exiting tasks completed shuts down if it does not learn of its
+    /// removal within `exiting-shutdown-timeout`.
+    ExitingShutdown,
+    /// `quarantine-removed-node-after` passed since this member was removed.
+    QuarantineRemoved(UniqueAddress),
+    /// The lease-majority strategy's delay before acquiring the lease passed.
+    LeaseAcquire,
+}
+
+impl ClusterCore {
+    /// Runs every timer whose time has come.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let due = self.timers.expired(now_ms);
+        let gossip_due = due.contains(&ClusterTimer::Gossip);
+        for timer in due {
+            if self.shutdown.is_some() {
+                return;
+            }
+            match timer {
+                ClusterTimer::InitJoin => self.send_init_joins(now_ms),
+                ClusterTimer::SeedNodeTimeout => self.seed_node_timeout(now_ms),
+                ClusterTimer::JoinRetry => self.retry_join(now_ms),
+                ClusterTimer::JoinSeedNodesDeadline => {
+                    if !self.initialized {
+                        warn!("could not join the seed nodes within shutdown-after-unsuccessful-join-seed-nodes; shutting down");
+                        self.shut_down(ShutdownReason::JoinSeedNodesTimeout);
+                    }
+                }
+                ClusterTimer::ExpectedFirstHeartbeat(node) => {
+                    let phi = self.settings.failure_detector.phi_settings();
+                    let fd = self
+                        .failure_detectors
+                        .entry(node)
+                        .or_insert_with(|| PhiAccrualFailureDetector::new(phi));
+                    if !fd.is_monitoring() {
+                        // No reply yet: start the clock as if a heartbeat had arrived, so a
+                        // node that never answers is detected.
+                        fd.heartbeat(now_ms);
+                    }
+                }
+                ClusterTimer::Heartbeat => {
+                    self.timers.set(
+                        ClusterTimer::Heartbeat,
+                        now_ms.saturating_add(self.settings.failure_detector.heartbeat_interval_ms),
+                    );
+                    self.heartbeat_tick(now_ms);
+                }
+                ClusterTimer::Reaper => {
+                    self.timers.set(
+                        ClusterTimer::Reaper,
+                        now_ms.saturating_add(self.settings.unreachable_nodes_reaper_interval_ms),
+                    );
+                    self.reap_unreachable(now_ms);
+                }
+                ClusterTimer::LeaderActions => {
+                    self.timers.set(
+                        ClusterTimer::LeaderActions,
+                        now_ms.saturating_add(self.settings.leader_actions_interval_ms),
+                    );
+                    self.leader_actions(now_ms);
+                }
+                ClusterTimer::Gossip => {
+                    self.timers.set(
+                        ClusterTimer::Gossip,
+                        now_ms.saturating_add(self.settings.gossip_interval_ms),
+                    );
+                    self.gossip_tick(now_ms);
+                }
+                // A speed-up round due together with the regular round is that round.
+                ClusterTimer::GossipSpeedup(_) if gossip_due => {}
+                ClusterTimer::GossipSpeedup(_) => self.gossip_round(now_ms),
+                ClusterTimer::DownShutdown => {
+                    info!("this node is Down; shutting down (run-coordinated-shutdown-when-down)");
+                    self.shut_down(ShutdownReason::Downed);
+                }
+                ClusterTimer::ExitingShutdown => {
+                    warn!("Exiting, but removal was not observed in time; shutting down");
+                    self.shut_down(ShutdownReason::ExitingTimeout);
+                }
+                ClusterTimer::QuarantineRemoved(node) => self.quarantines.push_back(node),
+                ClusterTimer::LeaseAcquire => self.lease_requests.push_back(LeaseRequest::Acquire),
+            }
+        }
+    }
+}

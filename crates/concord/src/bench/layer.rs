@@ -1,0 +1,136 @@
+//! [`BenchLayer`]: a layer whose protocol ([`ProtocolId::BENCH`]) carries opaque payloads
+//! and whose driver only counts what arrives. It is the smallest complete layer: a codec,
+//! a registration, a driver task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use concord_core::{Address, Lane, ProtocolId};
+use tokio::sync::mpsc;
+
+use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
+use crate::remote::{Codec, DecodeError, Inbound, Outbound, ProtocolRegistry, TransportSettings};
+
+/// The one message type of the bench protocol.
+pub const PAYLOAD_MANIFEST: u32 = 1;
+
+/// Payloads as they are: manifest 1, the bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawCodec;
+
+impl Codec for RawCodec {
+    type Message = Bytes;
+
+    fn encode(&self, message: &Bytes) -> (u32, Bytes) {
+        (PAYLOAD_MANIFEST, message.clone())
+    }
+
+    fn decode(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
+        match manifest {
+            PAYLOAD_MANIFEST => Ok(payload),
+            other => Err(DecodeError::UnknownManifest(other)),
+        }
+    }
+}
+
+/// Counts what the bench layer of a node received.
+#[derive(Clone, Debug, Default)]
+pub struct BenchProbe {
+    received: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl BenchProbe {
+    /// Payloads received so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Payload bytes received so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// The bench layer; add it with `Node::builder(config).layer(layer)`.
+pub struct BenchLayer {
+    probe: BenchProbe,
+    inbound: Option<mpsc::Receiver<Inbound<Bytes>>>,
+}
+
+impl BenchLayer {
+    /// A layer and the probe that reads its counters.
+    pub fn new() -> (BenchLayer, BenchProbe) {
+        let probe = BenchProbe::default();
+        (
+            BenchLayer {
+                probe: probe.clone(),
+                inbound: None,
+            },
+            probe,
+        )
+    }
+}
+
+/// A bench payload for `to` (incarnation `to_uid`) on the ordinary lane.
+pub fn payload_to(to: &Address, to_uid: u64, payload: Bytes) -> Outbound {
+    Outbound {
+        to: to.clone(),
+        to_uid: Some(to_uid),
+        lane: Lane::Ordinary,
+        protocol: ProtocolId::BENCH,
+        manifest: PAYLOAD_MANIFEST,
+        payload,
+    }
+}
+
+impl Layer for BenchLayer {
+    fn name(&self) -> &'static str {
+        "bench"
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        let rx = registry
+            .register(
+                ProtocolId::BENCH,
+                Arc::new(RawCodec),
+                settings.inbound_queue_size,
+            )
+            .map_err(|e| LayerError {
+                layer: "bench",
+                message: e.to_string(),
+            })?;
+        self.inbound = Some(rx);
+        Ok(())
+    }
+
+    fn start(self: Box<Self>, _ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let Some(mut rx) = self.inbound else {
+            return Err(LayerError {
+                layer: "bench",
+                message: "started before it was registered".into(),
+            });
+        };
+        let probe = self.probe;
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let mut batch = Vec::with_capacity(1024);
+                while rx.recv_many(&mut batch, 1024).await > 0 {
+                    let bytes: usize = batch.iter().map(|m| m.bytes).sum();
+                    probe
+                        .received
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    probe.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                    batch.clear();
+                }
+            },
+            tracing::Span::current(),
+        ));
+        Ok(LayerStarted::default())
+    }
+}

@@ -1,0 +1,325 @@
+//! The node composition: the one place that builds a node from its parts — remoting,
+//! membership, the management API, Cluster Bootstrap and the layers the application adds —
+//! and ties them to one coordinated shutdown. Nothing below imports it.
+//!
+//! Order: configuration checked; every protocol registered (membership first, then each
+//! layer's); remoting bound; the membership daemon started; each layer started (its
+//! management routes collected); the management API served; then the node joins its seed
+//! nodes or runs Cluster Bootstrap.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use concord_core::split_brain_resolver::DowningStrategy;
+use concord_core::{Address, ShutdownReason, UniqueAddress};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::bootstrap::{self, BootstrapSettings, JoinDecider, LowestAddressJoinDecider};
+use crate::cluster::{self, Cluster, ClusterError, ClusterParts};
+use crate::config::{Config, ConfigError};
+use crate::coordinated_shutdown::CoordinatedShutdown;
+use crate::discovery::{self, ServiceDiscovery};
+use crate::layer::{Layer, LayerContext, LayerError};
+use crate::lease::{FileLease, Lease};
+use crate::management::{self, ManagementState};
+use crate::remote::{ProtocolRegistry, Transport, TransportError};
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The remoting port could not be bound.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The management port could not be bound.
+    #[error("cannot bind management HTTP to {addr}: {source}")]
+    Management {
+        /// What we tried to bind.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A layer failed to register or start.
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    /// Joining the seed nodes was refused.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// Builds a [`Node`]: the configuration plus the parts an application supplies.
+pub struct NodeBuilder {
+    config: Config,
+    discovery: Option<Arc<dyn ServiceDiscovery>>,
+    join_decider: Option<Arc<dyn JoinDecider>>,
+    layers: Vec<Box<dyn Layer>>,
+}
+
+impl NodeBuilder {
+    /// A builder for a node configured by `config`.
+    pub fn new(config: Config) -> Self {
+        NodeBuilder {
+            config,
+            discovery: None,
+            join_decider: None,
+            layers: Vec::new(),
+        }
+    }
+
+    /// Service discovery for Cluster Bootstrap (default: the configured method).
+    pub fn discovery(mut self, d: Arc<dyn ServiceDiscovery>) -> Self {
+        self.discovery = Some(d);
+        self
+    }
+
+    /// Join decider for Cluster Bootstrap (default: [`LowestAddressJoinDecider`]).
+    pub fn join_decider(mut self, d: Arc<dyn JoinDecider>) -> Self {
+        self.join_decider = Some(d);
+        self
+    }
+
+    /// Adds a layer (see [`crate::layer`]).
+    pub fn layer(mut self, layer: impl Layer) -> Self {
+        self.layers.push(Box::new(layer));
+        self
+    }
+
+    /// Starts the node: binds remoting (and the management API when `management.enabled`),
+    /// starts membership and the layers, and joins `cluster.seed-nodes` if any — or, with
+    /// no seed nodes and `bootstrap.contact-point-discovery.service-name` set, runs Cluster
+    /// Bootstrap ([`crate::bootstrap`]).
+    pub async fn start(self) -> Result<Node, NodeError> {
+        let NodeBuilder {
+            mut config,
+            discovery,
+            join_decider,
+            mut layers,
+        } = self;
+        config.resolve_host_address()?;
+        config.validate()?;
+        let bootstrap_discovery = if config.bootstrap_enabled() {
+            Some(match discovery {
+                Some(d) => d,
+                None => discovery::from_config(
+                    &config,
+                    &config.bootstrap.contact_point_discovery.discovery_method,
+                )?,
+            })
+        } else {
+            None
+        };
+        let seeds = config.seed_node_addresses()?;
+        // Bind first: with `remote.port = 0` the node advertises the port it got.
+        let bind = config.remote.bind_address();
+        let listener = tokio::net::TcpListener::bind(&bind)
+            .await
+            .map_err(|source| TransportError::Bind {
+                addr: bind.clone(),
+                source,
+            })?;
+        if config.remote.port == 0 {
+            config.remote.port = listener
+                .local_addr()
+                .map_err(|source| TransportError::Bind { addr: bind, source })?
+                .port();
+        }
+        let self_address = config.self_address();
+        let uid = loop {
+            let u: u64 = rand::random();
+            if u != 0 {
+                break u;
+            }
+        };
+        let self_unique_address = UniqueAddress::new(self_address.clone(), uid);
+        let span = tracing::info_span!("node", address = %self_address);
+        let shutdown =
+            span.in_scope(|| CoordinatedShutdown::new(config.coordinated_shutdown_settings()));
+
+        // Every protocol is registered before remoting binds.
+        let transport_settings = config.transport_settings();
+        let mut registry = ProtocolRegistry::new();
+        let membership_inbound =
+            cluster::register_protocol(&mut registry, transport_settings.inbound_queue_size)
+                .map_err(|e| LayerError {
+                    layer: "membership",
+                    message: e.to_string(),
+                })?;
+        for l in &mut layers {
+            l.register(&mut registry, &transport_settings)?;
+        }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let transport = {
+            let _g = span.enter();
+            Transport::start(
+                self_unique_address.clone(),
+                listener,
+                transport_settings,
+                registry,
+                events_tx,
+            )?
+        };
+
+        let lease = sbr_lease(&config, &self_unique_address);
+        let cluster = {
+            let _g = span.enter();
+            Cluster::start(
+                &config,
+                ClusterParts {
+                    self_unique_address,
+                    transport: transport.clone(),
+                    inbound: membership_inbound,
+                    transport_events: events_rx,
+                    shutdown: shutdown.clone(),
+                    lease,
+                },
+            )
+        };
+        let config = Arc::new(config);
+        let mut routes = Vec::new();
+        for l in layers {
+            let ctx = LayerContext {
+                cluster: cluster.clone(),
+                transport: transport.clone(),
+                coordinated_shutdown: shutdown.clone(),
+                config: config.clone(),
+            };
+            let _g = span.enter();
+            if let Some(r) = l.start(ctx)?.routes {
+                routes.push(r);
+            }
+        }
+        let management_addr = if config.management.enabled {
+            let state = ManagementState {
+                cluster: cluster.clone(),
+                transport: transport.clone(),
+                fault_injection: config.testkit.fault_injection,
+            };
+            Some(
+                management::serve(state, &config.management, routes)
+                    .instrument(span.clone())
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let node = Node {
+            cluster: cluster.clone(),
+            transport,
+            shutdown,
+            management_addr,
+        };
+        if !seeds.is_empty() {
+            cluster.join_seed_nodes(seeds).await?;
+        } else if let (Some(discovery), Some(addr)) = (bootstrap_discovery, management_addr) {
+            let settings = BootstrapSettings::from_config(&config, addr.port());
+            let decider = join_decider.unwrap_or_else(|| {
+                Arc::new(LowestAddressJoinDecider::new(settings.decider.clone()))
+            });
+            tokio::spawn(
+                bootstrap::run(
+                    cluster,
+                    settings,
+                    discovery,
+                    decider,
+                    config.remote.hostname.clone(),
+                )
+                .instrument(span),
+            );
+        }
+        Ok(node)
+    }
+}
+
+/// The lease of the lease-majority downing strategy, when configured.
+fn sbr_lease(config: &Config, me: &UniqueAddress) -> Option<Arc<dyn Lease>> {
+    match config.cluster_settings().downing.map(|d| d.strategy) {
+        Some(DowningStrategy::LeaseMajority { .. }) => {
+            let lm = &config.cluster.split_brain_resolver.lease_majority;
+            let dir = if lm.lease_directory.is_empty() {
+                std::env::temp_dir().join("concord-leases")
+            } else {
+                lm.lease_directory.clone().into()
+            };
+            Some(Arc::new(FileLease::new(
+                dir,
+                &config.lease_name(),
+                me.to_string(),
+                lm.release_after,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// A running node: membership, remoting, the management API and the layers, under one
+/// coordinated shutdown. Cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    cluster: Cluster,
+    transport: Transport,
+    shutdown: CoordinatedShutdown,
+    management_addr: Option<SocketAddr>,
+}
+
+impl Node {
+    /// Starts a node configured by `config` with no extra layers (see [`NodeBuilder`]).
+    pub async fn start(config: Config) -> Result<Node, NodeError> {
+        NodeBuilder::new(config).start().await
+    }
+
+    /// A builder, to add layers, a discovery method or a join decider.
+    pub fn builder(config: Config) -> NodeBuilder {
+        NodeBuilder::new(config)
+    }
+
+    /// Membership: join, leave, down, the view, events.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Remoting (counters, fault injection, sending a registered protocol's messages).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// The coordinated shutdown: add tasks, see the reason and the phase.
+    pub fn coordinated_shutdown(&self) -> &CoordinatedShutdown {
+        &self.shutdown
+    }
+
+    /// This node's address.
+    pub fn self_address(&self) -> &Address {
+        self.cluster.self_address()
+    }
+
+    /// The bound remoting socket.
+    pub fn remoting_addr(&self) -> SocketAddr {
+        self.transport.local_addr()
+    }
+
+    /// The bound management HTTP socket, when enabled.
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management_addr
+    }
+
+    /// Shuts the node down gracefully: runs the coordinated shutdown (the node leaves the
+    /// cluster, layers hand their work over, remoting closes) and waits for it; returns
+    /// its reason ([`ShutdownReason::Requested`] unless it was already running).
+    pub async fn shutdown(&self) -> ShutdownReason {
+        self.shutdown.run(ShutdownReason::Requested);
+        self.shutdown.completed().await
+    }
+
+    /// Waits until the node has shut down (its coordinated shutdown completed).
+    pub async fn terminated(&self) -> ShutdownReason {
+        self.shutdown.completed().await
+    }
+
+    /// Stops the node at once without leaving (like a crash, for tests).
+    pub async fn stop(&self) {
+        self.cluster.stop().await;
+    }
+}
