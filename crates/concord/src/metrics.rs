@@ -108,9 +108,18 @@ pub fn record_transport(node: &concord_core::Address, t: &TransportStats) {
         for (metric, v) in [
             ("concord_remote_messages_sent_total", &s.messages_out),
             ("concord_remote_payload_bytes_sent_total", &s.bytes_out),
-            ("concord_remote_messages_received_total", &s.messages_in),
-            ("concord_remote_payload_bytes_received_total", &s.bytes_in),
-            ("concord_remote_unknown_messages_total", &s.unknown_messages),
+            (
+                "concord_remote_messages_received_total",
+                &s.inbound.messages_in,
+            ),
+            (
+                "concord_remote_payload_bytes_received_total",
+                &s.inbound.bytes_in,
+            ),
+            (
+                "concord_remote_unknown_messages_total",
+                &s.inbound.unknown_messages,
+            ),
         ] {
             metrics::counter!(metric, "node" => node.clone(), "protocol" => name.clone())
                 .absolute(v.load(Relaxed));

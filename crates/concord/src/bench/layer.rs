@@ -10,7 +10,9 @@ use concord_core::{Address, Lane, ProtocolId};
 use tokio::sync::mpsc;
 
 use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
-use crate::remote::{Codec, DecodeError, Inbound, Outbound, ProtocolRegistry, TransportSettings};
+use crate::remote::{
+    Codec, DecodeError, Frame, Inbound, Outbound, ProtocolRegistry, TransportSettings,
+};
 
 /// The one message type of the bench protocol.
 pub const PAYLOAD_MANIFEST: u32 = 1;
@@ -85,6 +87,17 @@ pub fn payload_to(to: &Address, to_uid: u64, payload: Bytes) -> Outbound {
     }
 }
 
+/// A bench payload frame for incarnation `to_uid` (to send through an
+/// [`crate::remote::OutboundLane`]).
+pub fn payload_frame(to_uid: u64, payload: Bytes) -> Frame {
+    Frame {
+        protocol: ProtocolId::BENCH,
+        manifest: PAYLOAD_MANIFEST,
+        recipient_uid: to_uid,
+        payload,
+    }
+}
+
 impl Layer for BenchLayer {
     fn name(&self) -> &'static str {
         "bench"
@@ -119,14 +132,12 @@ impl Layer for BenchLayer {
         let probe = self.probe;
         tokio::spawn(tracing::Instrument::instrument(
             async move {
-                let mut batch = Vec::with_capacity(1024);
-                while rx.recv_many(&mut batch, 1024).await > 0 {
-                    let bytes: usize = batch.iter().map(|m| m.bytes).sum();
+                while let Some(batch) = rx.recv().await {
+                    let bytes: usize = batch.messages.iter().map(|(_, n)| n).sum();
                     probe
                         .received
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        .fetch_add(batch.messages.len() as u64, Ordering::Relaxed);
                     probe.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-                    batch.clear();
                 }
             },
             tracing::Span::current(),

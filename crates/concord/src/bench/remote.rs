@@ -22,7 +22,7 @@ use concord_core::{ClusterEvent, MemberStatus};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::layer::{payload_to, BenchLayer, BenchProbe};
+use super::layer::{payload_frame, BenchLayer, BenchProbe};
 use crate::cluster::SubscriptionItem;
 use crate::config::Config;
 use crate::node::Node;
@@ -45,11 +45,19 @@ impl Default for RemoteBenchSettings {
     }
 }
 
+/// Messages the sender hands to the lane per call in the main Concord run
+/// ([`crate::remote::OutboundLane::send_all_wait`]).
+pub const SEND_BATCH: usize = 64;
+
 /// The figures (`--json` prints exactly this object).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RemoteBenchResult {
-    /// Messages per second through Concord's ordinary lane.
+    /// Messages per second through Concord's ordinary lane, the sender handing
+    /// [`SEND_BATCH`] messages per call.
     pub concord_msgs_per_s: f64,
+    /// Messages per second when the sender hands one message per call
+    /// ([`crate::remote::OutboundLane::send_wait`]).
+    pub concord_single_send_msgs_per_s: f64,
     /// Messages per second through raw tokio TCP.
     pub baseline_msgs_per_s: f64,
     /// `concord_msgs_per_s / baseline_msgs_per_s`.
@@ -68,19 +76,25 @@ const WARM_UP: Duration = Duration::from_secs(1);
 
 /// Runs both measurements, Concord first.
 pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<RemoteBenchResult> {
-    let payload = Bytes::from(vec![0x5a; settings.payload_bytes]);
-    let (concord, rtt, unreachable) = concord_run(&payload, settings.duration).await?;
+    // One static payload, as an application's freshly encoded message would be: no
+    // reference count shared between the sending task and the writer.
+    let payload = Bytes::from_static(Box::leak(
+        vec![0x5a; settings.payload_bytes].into_boxed_slice(),
+    ));
+    let (concord, rtt, unreachable) = concord_run(&payload, settings.duration, SEND_BATCH).await?;
+    let (single, rtt1, unreachable1) = concord_run(&payload, settings.duration, 1).await?;
     let baseline = baseline_run(&payload, settings.duration).await?;
     Ok(RemoteBenchResult {
         concord_msgs_per_s: concord,
+        concord_single_send_msgs_per_s: single,
         baseline_msgs_per_s: baseline,
         ratio: if baseline > 0.0 {
             concord / baseline
         } else {
             0.0
         },
-        max_heartbeat_rtt_ms: rtt,
-        unreachable_seen: unreachable,
+        max_heartbeat_rtt_ms: rtt.max(rtt1),
+        unreachable_seen: unreachable || unreachable1,
         payload_bytes: settings.payload_bytes,
         duration_s: settings.duration.as_secs_f64(),
     })
@@ -149,7 +163,12 @@ fn watch_unreachable(node: &Node, seen: Arc<AtomicBool>, stop: Arc<AtomicBool>) 
     });
 }
 
-async fn concord_run(payload: &Bytes, duration: Duration) -> anyhow::Result<(f64, u64, bool)> {
+/// One Concord run: the sender hands `batch` messages to the lane per call.
+async fn concord_run(
+    payload: &Bytes,
+    duration: Duration,
+    batch: usize,
+) -> anyhow::Result<(f64, u64, bool)> {
     let (a, _) = start_bench_node(None).await?;
     let (b, probe) = start_bench_node(Some(a.remoting_addr().port())).await?;
     let result = async {
@@ -160,19 +179,23 @@ async fn concord_run(payload: &Bytes, duration: Duration) -> anyhow::Result<(f64
         watch_unreachable(&b, unreachable.clone(), stop.clone());
         a.cluster().take_max_heartbeat_rtt_ms();
         b.cluster().take_max_heartbeat_rtt_ms();
-        let to = b.self_address().clone();
         let to_uid = b.cluster().self_unique_address().uid;
-        let transport = a.transport().clone();
+        let lane = a
+            .transport()
+            .outbound_lane(b.self_address(), concord_core::Lane::Ordinary);
         let sending = Arc::new(AtomicBool::new(true));
         let s = sending.clone();
         let payload = payload.clone();
         let sender = tokio::spawn(async move {
             while s.load(Ordering::Relaxed) {
-                if transport
-                    .send_wait(payload_to(&to, to_uid, payload.clone()))
-                    .await
-                    .is_err()
-                {
+                let sent = match batch {
+                    1 => lane.send_wait(payload_frame(to_uid, payload.clone())).await,
+                    n => {
+                        lane.send_all_wait((0..n).map(|_| payload_frame(to_uid, payload.clone())))
+                            .await
+                    }
+                };
+                if sent.is_err() {
                     return;
                 }
             }

@@ -108,20 +108,22 @@ impl Daemon {
         }
     }
 
-    fn handle_inbound(&mut self, m: Inbound<ClusterMessage>) {
-        metrics::message_received(&self.node_label, m.message.kind(), m.bytes);
+    fn handle_inbound(&mut self, batch: Inbound<ClusterMessage>) {
         let now = self.clock.now_ms();
-        if let ClusterMessage::HeartbeatRsp {
-            creation_time_ms, ..
-        } = &m.message
-        {
-            let rtt = now.saturating_sub(*creation_time_ms);
-            self.shared
-                .max_heartbeat_rtt_ms
-                .fetch_max(rtt, Ordering::Relaxed);
-            metrics::heartbeat_rtt(&self.node_label, rtt);
+        for (message, bytes) in batch.messages {
+            metrics::message_received(&self.node_label, message.kind(), bytes);
+            if let ClusterMessage::HeartbeatRsp {
+                creation_time_ms, ..
+            } = &message
+            {
+                let rtt = now.saturating_sub(*creation_time_ms);
+                self.shared
+                    .max_heartbeat_rtt_ms
+                    .fetch_max(rtt, Ordering::Relaxed);
+                metrics::heartbeat_rtt(&self.node_label, rtt);
+            }
+            self.core.handle_message(now, &batch.from, message);
         }
-        self.core.handle_message(now, &m.from, m.message);
     }
 
     fn handle_command(&mut self, c: Command) {

@@ -1,8 +1,8 @@
-//! The envelope every frame carries: one message of one protocol ([`Outbound`] on the way
-//! out, [`wire::Envelope`] on the wire), and the length-prefixed frame around it.
+//! The envelope every frame carries: one message of one protocol — [`Frame`] (protocol id,
+//! manifest, recipient uid, payload) and [`Outbound`] (a frame plus its destination and
+//! lane) on the way out, [`wire::Envelope`] on the wire — and the length prefix around it.
 //!
-//! Frame: 4-byte big-endian length, then the protobuf `Envelope` (protocol id, manifest,
-//! payload, recipient uid). See `proto/concord.proto`.
+//! Frame: 4-byte big-endian length, then the protobuf `Envelope`. See `proto/concord.proto`.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use concord_core::{Address, Lane, ProtocolId};
@@ -13,13 +13,85 @@ use super::wire;
 /// Bytes of the length prefix of a frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
 
-/// A message on its way to a peer: destination, lane, protocol, manifest and the encoded
-/// message (already in the protocol's encoding, see [`super::registry::Codec`]).
+/// Upper bound of what an envelope adds to its payload (tags, lengths, ids), bytes.
+pub const ENVELOPE_OVERHEAD_MAX: usize = 32;
+
+/// The contents of one envelope: a message of a protocol, already in the protocol's
+/// encoding (see [`super::registry::Codec`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frame {
+    /// The protocol.
+    pub protocol: ProtocolId,
+    /// The message type within the protocol.
+    pub manifest: u32,
+    /// The incarnation it is for; 0: whichever has the address.
+    pub recipient_uid: u64,
+    /// The encoded message.
+    pub payload: Bytes,
+}
+
+/// Field keys of `Envelope` (field number << 3 | wire type).
+const KEY_PROTOCOL: u8 = 1 << 3; // varint
+const KEY_MANIFEST: u8 = 2 << 3; // varint
+const KEY_PAYLOAD: u8 = (3 << 3) | 2; // length-delimited
+const KEY_RECIPIENT_UID: u8 = (4 << 3) | 1; // fixed64
+
+impl Frame {
+    /// Size of the frame body (the encoded envelope), bytes.
+    pub fn body_len(&self) -> usize {
+        use prost::encoding::encoded_len_varint;
+        let mut n = 0;
+        if self.protocol.0 != 0 {
+            n += 1 + encoded_len_varint(u64::from(self.protocol.0));
+        }
+        if self.manifest != 0 {
+            n += 1 + encoded_len_varint(u64::from(self.manifest));
+        }
+        if !self.payload.is_empty() {
+            n += 1 + encoded_len_varint(self.payload.len() as u64) + self.payload.len();
+        }
+        if self.recipient_uid != 0 {
+            n += 1 + 8;
+        }
+        n
+    }
+
+    /// Appends the frame (length prefix + envelope) to `buf`; returns its total size. The
+    /// envelope is written field by field, byte for byte what prost writes for
+    /// [`wire::Envelope`] (a test checks it), without building the message.
+    pub fn write(self, buf: &mut BytesMut) -> usize {
+        use prost::encoding::encode_varint;
+        let len = self.body_len();
+        buf.reserve(FRAME_HEADER_BYTES + len);
+        // Lanes limit frames to a few MiB, far below u32::MAX.
+        buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+        if self.protocol.0 != 0 {
+            buf.put_u8(KEY_PROTOCOL);
+            encode_varint(u64::from(self.protocol.0), buf);
+        }
+        if self.manifest != 0 {
+            buf.put_u8(KEY_MANIFEST);
+            encode_varint(u64::from(self.manifest), buf);
+        }
+        if !self.payload.is_empty() {
+            buf.put_u8(KEY_PAYLOAD);
+            encode_varint(self.payload.len() as u64, buf);
+            buf.put_slice(&self.payload);
+        }
+        if self.recipient_uid != 0 {
+            buf.put_u8(KEY_RECIPIENT_UID);
+            buf.put_u64_le(self.recipient_uid);
+        }
+        FRAME_HEADER_BYTES + len
+    }
+}
+
+/// A message on its way to a peer: destination, lane and the envelope's contents.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outbound {
     /// Destination address.
     pub to: Address,
-    /// Destination incarnation, when known: another incarnation at `to` does not get it.
+    /// Destination incarnation, when known: another incarnation at `to` drops it.
     pub to_uid: Option<u64>,
     /// The lane; the transport moves a frame above `maximum-frame-size` to the large lane.
     pub lane: Lane,
@@ -32,36 +104,84 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    fn envelope(&self) -> wire::Envelope {
-        wire::Envelope {
-            protocol: self.protocol.0,
+    /// The envelope's contents.
+    pub fn frame(&self) -> Frame {
+        Frame {
+            protocol: self.protocol,
             manifest: self.manifest,
-            payload: self.payload.clone(),
             recipient_uid: self.to_uid.unwrap_or(0),
+            payload: self.payload.clone(),
         }
     }
 
-    /// Size of the frame body (the encoded envelope), bytes.
-    pub fn frame_body_len(&self) -> usize {
-        self.envelope().encoded_len()
-    }
-
-    /// Appends the frame (length prefix + envelope) to `buf`; returns its total size.
-    pub fn write_frame(&self, buf: &mut BytesMut) -> usize {
-        let env = self.envelope();
-        let len = env.encoded_len();
-        buf.reserve(FRAME_HEADER_BYTES + len);
-        // A frame body larger than u32::MAX never gets here: lanes limit frames to a few MiB.
-        buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-        // Encoding into a BytesMut with the capacity reserved cannot fail.
-        let _ = env.encode(buf);
-        FRAME_HEADER_BYTES + len
+    /// Destination, lane and the envelope's contents.
+    pub fn into_parts(self) -> (Address, Lane, Frame) {
+        let frame = Frame {
+            protocol: self.protocol,
+            manifest: self.manifest,
+            recipient_uid: self.to_uid.unwrap_or(0),
+            payload: self.payload,
+        };
+        (self.to, self.lane, frame)
     }
 }
 
 /// Decodes a frame body into an envelope (the payload is a slice of `frame`, not a copy).
 pub fn decode_envelope(frame: Bytes) -> Result<wire::Envelope, prost::DecodeError> {
     wire::Envelope::decode(frame)
+}
+
+/// Decodes the envelope in `frames[start..end]` in place: the same result as
+/// [`decode_envelope`] on that slice, but the fields are read from the borrowed bytes and
+/// only the payload becomes a [`Bytes`] (one slice of `frames`) — the inbound hot path.
+pub fn decode_envelope_at(
+    frames: &Bytes,
+    start: usize,
+    end: usize,
+) -> Result<wire::Envelope, prost::DecodeError> {
+    use prost::encoding::{check_wire_type, decode_key, decode_varint, skip_field};
+    use prost::encoding::{DecodeContext, WireType};
+
+    let mut env = wire::Envelope::default();
+    let Some(mut buf) = frames.get(start..end) else {
+        return wire::Envelope::decode(&[0xff_u8][..]);
+    };
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        match tag {
+            1 | 2 => {
+                check_wire_type(WireType::Varint, wire_type)?;
+                let v = decode_varint(&mut buf)?;
+                if tag == 1 {
+                    env.protocol = v as u32;
+                } else {
+                    env.manifest = v as u32;
+                }
+            }
+            4 => {
+                check_wire_type(WireType::SixtyFourBit, wire_type)?;
+                let Some((uid, rest)) = buf.split_first_chunk::<8>() else {
+                    // Let the generated decoder report the underflow.
+                    return wire::Envelope::decode(&frames[start..end]);
+                };
+                env.recipient_uid = u64::from_le_bytes(*uid);
+                buf = rest;
+            }
+            3 => {
+                check_wire_type(WireType::LengthDelimited, wire_type)?;
+                let len = decode_varint(&mut buf)?;
+                let Some(len) = usize::try_from(len).ok().filter(|l| *l <= buf.len()) else {
+                    // Let the generated decoder report the underflow.
+                    return wire::Envelope::decode(&frames[start..end]);
+                };
+                let at = end - buf.len();
+                env.payload = frames.slice(at..at + len);
+                buf = &buf[len..];
+            }
+            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
+        }
+    }
+    Ok(env)
 }
 
 #[cfg(test)]
@@ -71,18 +191,18 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let o = Outbound {
-            to: Address::new("s", "127.0.0.1", 2552),
-            to_uid: Some(42),
-            lane: Lane::Ordinary,
+        let f = Frame {
             protocol: ProtocolId(1000),
             manifest: 3,
+            recipient_uid: 42,
             payload: Bytes::from_static(b"hello"),
         };
+        let body = f.body_len();
         let mut buf = BytesMut::new();
-        let n = o.write_frame(&mut buf);
+        let n = f.write(&mut buf);
         assert_eq!(n, buf.len());
-        assert_eq!(n, FRAME_HEADER_BYTES + o.frame_body_len());
+        assert_eq!(n, FRAME_HEADER_BYTES + body);
+        assert!(body <= 5 + ENVELOPE_OVERHEAD_MAX);
         let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
         let env = decode_envelope(buf.freeze().slice(4..4 + len)).unwrap();
         assert_eq!(env.protocol, 1000);
@@ -95,6 +215,48 @@ mod tests {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_envelope(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn decoding_in_place_equals_the_generated_decoder(
+            prefix in proptest::collection::vec(any::<u8>(), 0..8),
+            body in proptest::collection::vec(any::<u8>(), 0..128),
+        ) {
+            let mut all = prefix.clone();
+            all.extend_from_slice(&body);
+            let frames = Bytes::from(all);
+            let a = decode_envelope_at(&frames, prefix.len(), frames.len());
+            let b = decode_envelope(Bytes::from(body));
+            prop_assert_eq!(a.is_ok(), b.is_ok());
+            if let (Ok(a), Ok(b)) = (a, b) {
+                prop_assert_eq!(a, b);
+            }
+        }
+
+        #[test]
+        fn encoded_frames_decode_in_place(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()) };
+            let mut buf = BytesMut::new();
+            let n = f.write(&mut buf);
+            let frames = buf.freeze();
+            let env = decode_envelope_at(&frames, FRAME_HEADER_BYTES, n).unwrap();
+            prop_assert_eq!((env.protocol, env.manifest, env.recipient_uid), (protocol, manifest, uid));
+            prop_assert_eq!(&env.payload[..], &payload[..]);
+        }
+
+        #[test]
+        fn writing_by_hand_gives_prosts_bytes(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()) };
+            let mut buf = BytesMut::new();
+            f.write(&mut buf);
+            let env = wire::Envelope { protocol, manifest, payload: Bytes::from(payload), recipient_uid: uid };
+            prop_assert_eq!(&buf[FRAME_HEADER_BYTES..], &env.encode_to_vec()[..]);
+        }
+
+        #[test]
+        fn the_overhead_bound_holds(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), len in 0usize..70_000) {
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(vec![0; len]) };
+            prop_assert!(f.body_len() <= len + ENVELOPE_OVERHEAD_MAX);
         }
     }
 }

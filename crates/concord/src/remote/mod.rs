@@ -8,8 +8,9 @@
 //! - [`sender`]: [`ProtocolSender`], a codec plus the transport.
 //! - [`membership_codec`]: the membership protocol's codec (gzip'd gossip).
 //! - [`transport`]: [`Transport`], the handle; [`settings`], [`stats`], [`faults`].
-//! - `handshake`, `association` (outbound, one per peer and lane, batched writes),
-//!   `inbound` (accept, read, route).
+//! - `handshake`, `outbound_lane` (a bounded queue per peer and lane that senders encode
+//!   into), `association` (its writer: one connection, one write per batch), `inbound`
+//!   (accept, read, route a batch per read).
 
 mod association;
 pub mod envelope;
@@ -18,6 +19,7 @@ mod handshake;
 mod inbound;
 mod log_limit;
 pub mod membership_codec;
+mod outbound_lane;
 pub mod registry;
 pub mod sender;
 pub mod settings;
@@ -30,13 +32,13 @@ pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/concord.v1.rs"));
 }
 
-pub use envelope::Outbound;
+pub use envelope::{Frame, Outbound};
 pub use faults::LinkFaults;
 pub use registry::{Codec, DecodeError, Inbound, ProtocolRegistry};
 pub use sender::ProtocolSender;
 pub use settings::TransportSettings;
 pub use stats::TransportStats;
-pub use transport::{SendError, Transport, TransportError, TransportEvent};
+pub use transport::{OutboundLane, SendError, Transport, TransportError, TransportEvent};
 
 /// Version of the wire protocol; a peer with another version is refused. Version 2: the
 /// frame body is an `Envelope` (protocol id, manifest, payload, recipient uid) and the

@@ -2,11 +2,12 @@
 //! messages go.
 //!
 //! Each layer registers its [`ProtocolId`] with its [`Codec`] before the transport starts
-//! and receives the decoded messages of that protocol on its own bounded queue
-//! ([`Inbound`]). Inbound connections route each envelope by protocol id: an unknown
-//! protocol or an unknown manifest is counted and dropped (the connection stays open, so a
-//! newer peer can add messages), a message that does not decode closes the connection, and
-//! a full queue slows that one connection down (backpressure) instead of growing memory.
+//! and receives the decoded messages of that protocol on its own bounded queue, a batch
+//! ([`Inbound`]) per read of a connection. Inbound connections route each envelope by
+//! protocol id: an unknown protocol or an unknown manifest is counted and dropped (the
+//! connection stays open, so a newer peer can add messages), a message that does not
+//! decode closes the connection, and a full queue slows that one connection down
+//! (backpressure) instead of growing memory.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -61,31 +62,41 @@ pub trait Codec: Send + Sync + 'static {
     fn decode(&self, manifest: u32, payload: Bytes) -> Result<Self::Message, DecodeError>;
 }
 
-/// A message received from an authenticated peer.
+/// Messages of one protocol received from one authenticated peer in one read, in the
+/// order they were sent.
 #[derive(Debug)]
 pub struct Inbound<M> {
     /// The sender, as established by the handshake.
     pub from: UniqueAddress,
-    /// The message.
-    pub message: M,
-    /// Payload size, bytes.
-    pub bytes: usize,
+    /// The messages with their payload sizes, bytes.
+    pub messages: Vec<(M, usize)>,
 }
 
-/// What happened to one inbound envelope.
+/// What happened to a batch handed to its protocol's queue.
 pub(crate) enum Delivery {
-    /// Handed to the protocol's queue.
+    /// Handed to the protocol's queue (or nothing to hand over).
     Delivered,
     /// The queue is full: awaiting the future delivers it (false: the driver has stopped).
     Blocked(Pin<Box<dyn Future<Output = bool> + Send>>),
     /// The protocol's driver has stopped; dropped.
     Closed,
-    /// The payload did not decode.
-    Undecodable(DecodeError),
+}
+
+/// The outcome of routing one batch of envelopes of one protocol.
+pub(crate) struct Routed {
+    pub(crate) delivery: Delivery,
+    /// Messages decoded and handed over.
+    pub(crate) delivered: u64,
+    /// Their payload bytes.
+    pub(crate) bytes: u64,
+    /// Manifests this build does not know (dropped).
+    pub(crate) unknown: Vec<u32>,
+    /// The first message that did not decode (the rest of the batch was not decoded).
+    pub(crate) malformed: Option<(u32, DecodeError)>,
 }
 
 trait Route: Send + Sync {
-    fn deliver(&self, from: &UniqueAddress, manifest: u32, payload: Bytes) -> Delivery;
+    fn deliver(&self, from: &UniqueAddress, raw: Vec<(u32, Bytes)>) -> Routed;
 }
 
 struct TypedRoute<C: Codec> {
@@ -94,25 +105,46 @@ struct TypedRoute<C: Codec> {
 }
 
 impl<C: Codec> Route for TypedRoute<C> {
-    fn deliver(&self, from: &UniqueAddress, manifest: u32, payload: Bytes) -> Delivery {
-        let bytes = payload.len();
-        let message = match self.codec.decode(manifest, payload) {
-            Ok(m) => m,
-            Err(e) => return Delivery::Undecodable(e),
+    fn deliver(&self, from: &UniqueAddress, raw: Vec<(u32, Bytes)>) -> Routed {
+        let mut messages = Vec::with_capacity(raw.len());
+        let mut routed = Routed {
+            delivery: Delivery::Delivered,
+            delivered: 0,
+            bytes: 0,
+            unknown: Vec::new(),
+            malformed: None,
         };
+        for (manifest, payload) in raw {
+            let n = payload.len();
+            match self.codec.decode(manifest, payload) {
+                Ok(m) => {
+                    routed.bytes += n as u64;
+                    messages.push((m, n));
+                }
+                Err(DecodeError::UnknownManifest(m)) => routed.unknown.push(m),
+                Err(e) => {
+                    routed.malformed = Some((manifest, e));
+                    break;
+                }
+            }
+        }
+        if messages.is_empty() {
+            return routed;
+        }
+        routed.delivered = messages.len() as u64;
         let inbound = Inbound {
             from: from.clone(),
-            message,
-            bytes,
+            messages,
         };
-        match self.tx.try_send(inbound) {
+        routed.delivery = match self.tx.try_send(inbound) {
             Ok(()) => Delivery::Delivered,
             Err(mpsc::error::TrySendError::Full(inbound)) => {
                 let tx = self.tx.clone();
                 Delivery::Blocked(Box::pin(async move { tx.send(inbound).await.is_ok() }))
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
-        }
+        };
+        routed
     }
 }
 
@@ -140,7 +172,7 @@ impl ProtocolRegistry {
     }
 
     /// Registers `protocol` with `codec`; its inbound messages arrive on the returned
-    /// queue (`queue_size` messages; when it is full, the sending connection waits).
+    /// queue (`queue_size` batches; when it is full, the sending connection waits).
     pub fn register<C: Codec>(
         &mut self,
         protocol: ProtocolId,
@@ -166,17 +198,15 @@ impl ProtocolRegistry {
         self.routes.keys().copied()
     }
 
-    /// Routes one envelope; `None` if the protocol is not registered.
+    /// Decodes and hands over a batch of `(manifest, payload)` of `protocol` from `from`;
+    /// `None` if the protocol is not registered.
     pub(crate) fn deliver(
         &self,
         protocol: ProtocolId,
         from: &UniqueAddress,
-        manifest: u32,
-        payload: Bytes,
-    ) -> Option<Delivery> {
-        self.routes
-            .get(&protocol)
-            .map(|r| r.deliver(from, manifest, payload))
+        raw: Vec<(u32, Bytes)>,
+    ) -> Option<Routed> {
+        self.routes.get(&protocol).map(|r| r.deliver(from, raw))
     }
 }
 
@@ -203,32 +233,54 @@ mod tests {
         UniqueAddress::new(Address::new("s", "127.0.0.1", 1), 1)
     }
 
+    fn raw(items: &[(u32, &'static [u8])]) -> Vec<(u32, Bytes)> {
+        items
+            .iter()
+            .map(|(m, b)| (*m, Bytes::from_static(b)))
+            .collect()
+    }
+
     #[tokio::test]
-    async fn routes_by_protocol_and_reports_unknown_manifests_and_backpressure() {
+    async fn routes_batches_by_protocol_and_reports_unknown_manifests_and_backpressure() {
         let mut r = ProtocolRegistry::new();
         let mut rx = r.register(ProtocolId(1000), Arc::new(Raw), 1).unwrap();
         assert!(r.register(ProtocolId(1000), Arc::new(Raw), 1).is_err());
-        assert!(r.deliver(ProtocolId(7), &peer(), 1, Bytes::new()).is_none());
-        assert!(matches!(
-            r.deliver(ProtocolId(1000), &peer(), 9, Bytes::new()),
-            Some(Delivery::Undecodable(DecodeError::UnknownManifest(9)))
-        ));
-        assert!(matches!(
-            r.deliver(ProtocolId(1000), &peer(), 1, Bytes::from_static(b"a")),
-            Some(Delivery::Delivered)
-        ));
-        let Some(Delivery::Blocked(wait)) =
-            r.deliver(ProtocolId(1000), &peer(), 1, Bytes::from_static(b"b"))
+        assert!(r
+            .deliver(ProtocolId(7), &peer(), raw(&[(1, b"")]))
+            .is_none());
+        let routed = r
+            .deliver(
+                ProtocolId(1000),
+                &peer(),
+                raw(&[(1, b"a"), (9, b"?"), (1, b"b")]),
+            )
+            .unwrap();
+        assert_eq!(routed.unknown, vec![9]);
+        assert_eq!(routed.delivered, 2);
+        assert!(matches!(routed.delivery, Delivery::Delivered));
+        let Delivery::Blocked(wait) = r
+            .deliver(ProtocolId(1000), &peer(), raw(&[(1, b"c")]))
+            .unwrap()
+            .delivery
         else {
-            panic!("the queue of one is full");
+            panic!("the queue of one batch is full");
         };
-        assert_eq!(rx.recv().await.unwrap().message, Bytes::from_static(b"a"));
+        let first = rx.recv().await.unwrap();
+        assert_eq!(
+            first.messages,
+            vec![(Bytes::from_static(b"a"), 1), (Bytes::from_static(b"b"), 1)]
+        );
         assert!(wait.await);
-        assert_eq!(rx.recv().await.unwrap().message, Bytes::from_static(b"b"));
+        assert_eq!(
+            rx.recv().await.unwrap().messages[0].0,
+            Bytes::from_static(b"c")
+        );
         drop(rx);
         assert!(matches!(
-            r.deliver(ProtocolId(1000), &peer(), 1, Bytes::new()),
-            Some(Delivery::Closed)
+            r.deliver(ProtocolId(1000), &peer(), raw(&[(1, b"d")]))
+                .unwrap()
+                .delivery,
+            Delivery::Closed
         ));
     }
 }

@@ -24,13 +24,22 @@ pub struct LaneStats {
     pub writes: AtomicU64,
 }
 
-/// Counters of one registered protocol.
+/// Counters of one registered protocol. The sending and the receiving counters are
+/// updated by different threads for every message: they live on separate cache lines.
 #[derive(Debug, Default)]
 pub struct ProtocolStats {
     /// Messages handed to the transport.
     pub messages_out: AtomicU64,
     /// Payload bytes handed to the transport.
     pub bytes_out: AtomicU64,
+    /// Counters of the inbound side.
+    pub inbound: InboundProtocolStats,
+}
+
+/// The inbound counters of a protocol (own cache line, see [`ProtocolStats`]).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct InboundProtocolStats {
     /// Messages delivered to the protocol's driver.
     pub messages_in: AtomicU64,
     /// Payload bytes delivered.

@@ -4,25 +4,24 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use concord_core::{Address, Lane, UniqueAddress};
+use concord_core::{Address, Lane, ProtocolId, UniqueAddress};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn, Instrument};
 
-use super::association::run_association;
-use super::envelope::Outbound;
+use super::association::run_lane_writer;
+use super::envelope::{Frame, Outbound, ENVELOPE_OVERHEAD_MAX};
 use super::faults::{FaultTable, LinkFaults};
 use super::inbound::accept_loop;
 use super::log_limit::LogLimiter;
+use super::outbound_lane::{LaneQueue, PushError};
 use super::registry::ProtocolRegistry;
 use super::settings::TransportSettings;
-use super::stats::{add, inc, TransportStats};
-
-/// Upper bound of what an envelope adds to its payload (tags, lengths, ids), bytes.
-const ENVELOPE_OVERHEAD_MAX: usize = 32;
+use super::stats::{add, TransportStats};
 
 /// Something the transport tells the membership daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +55,7 @@ pub enum TransportError {
     },
 }
 
-type Lanes = [Option<mpsc::Sender<Outbound>>; 3];
+type Lanes = [Option<Arc<LaneQueue>>; 3];
 
 pub(crate) struct Inner {
     pub(crate) self_address: UniqueAddress,
@@ -68,6 +67,7 @@ pub(crate) struct Inner {
     quarantined: RwLock<HashSet<UniqueAddress>>,
     pub(crate) stats: TransportStats,
     pub(crate) shutdown: watch::Sender<bool>,
+    shut_down: AtomicBool,
     pub(crate) log: LogLimiter,
 }
 
@@ -80,16 +80,22 @@ impl Inner {
     }
 
     pub(crate) fn is_shut_down(&self) -> bool {
-        *self.shutdown.borrow()
+        self.shut_down.load(Ordering::Relaxed)
     }
 
-    /// Forgets the association of `to` on `lane` if it is still `tx` (it ended).
-    pub(crate) fn remove_association(&self, to: &Address, lane: Lane, tx: &mpsc::Sender<Outbound>) {
+    /// Called by a lane's writer that has been idle: true (and the queue is closed and
+    /// forgotten) unless frames arrived or a sender holds a handle on the queue
+    /// ([`Transport::outbound_lane`]).
+    pub(crate) fn retire_lane(&self, to: &Address, lane: Lane, queue: &Arc<LaneQueue>) -> bool {
         let mut map = self.associations.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's and the writer's references; more means a handle is held.
+        if Arc::strong_count(queue) > 2 || !queue.close_if_empty() {
+            return false;
+        }
         if let Some(lanes) = map.get_mut(to) {
             if lanes[lane.index()]
                 .as_ref()
-                .is_some_and(|t| t.same_channel(tx))
+                .is_some_and(|q| Arc::ptr_eq(q, queue))
             {
                 lanes[lane.index()] = None;
             }
@@ -97,6 +103,7 @@ impl Inner {
                 map.remove(to);
             }
         }
+        true
     }
 }
 
@@ -152,6 +159,7 @@ impl Transport {
             associations: Mutex::new(HashMap::new()),
             quarantined: RwLock::new(HashSet::new()),
             shutdown,
+            shut_down: AtomicBool::new(false),
             log: LogLimiter::new(Duration::from_secs(10)),
         });
         let span = tracing::Span::current();
@@ -179,126 +187,159 @@ impl Transport {
         &self.inner.settings
     }
 
-    /// Chooses the lane for `o` by size: a frame above `maximum-frame-size` moves to the
+    /// The lane for `frame` by size: a frame above `maximum-frame-size` moves to the
     /// large lane; `Err` if it exceeds even the large lane's limit.
-    fn route(&self, o: &mut Outbound) -> Result<(), SendError> {
-        let size = o.payload.len() + ENVELOPE_OVERHEAD_MAX;
-        if size > self.inner.settings.maximum_frame_size && o.lane != Lane::Large {
-            o.lane = Lane::Large;
+    fn lane_for(&self, lane: Lane, frame: &Frame) -> Result<Lane, SendError> {
+        let settings = &self.inner.settings;
+        let size = frame.payload.len() + ENVELOPE_OVERHEAD_MAX;
+        if size <= settings.maximum_frame_size {
+            return Ok(lane);
         }
-        if size > self.inner.settings.maximum_large_frame_size
-            && o.frame_body_len() > self.inner.settings.maximum_large_frame_size
-        {
-            return Err(SendError::TooLarge(o.payload.len()));
+        let body = frame.body_len();
+        if body > settings.maximum_large_frame_size {
+            Err(SendError::TooLarge(frame.payload.len()))
+        } else if body > settings.maximum_frame_size {
+            Ok(Lane::Large)
+        } else {
+            Ok(lane)
         }
-        if let Some(p) = self.inner.stats.protocol(o.protocol) {
-            inc(&p.messages_out);
-            add(&p.bytes_out, o.payload.len() as u64);
+    }
+
+    /// Counts `messages` of `protocol` (`bytes` of payload) handed to the transport.
+    fn count_out(&self, protocol: ProtocolId, messages: u64, bytes: u64) {
+        if let Some(p) = self.inner.stats.protocol(protocol) {
+            add(&p.messages_out, messages);
+            add(&p.bytes_out, bytes);
         }
-        Ok(())
     }
 
     /// Applies injected faults; `None` if the message is dropped or delayed.
-    fn with_faults(&self, o: Outbound) -> Option<Outbound> {
-        let Some(faults) = self.inner.faults.get(&o.to) else {
-            return Some(o);
-        };
+    fn with_faults(&self, to: &Address, lane: Lane, frame: Frame) -> Option<Frame> {
+        let faults = self.inner.faults.get(to)?;
         if faults.blackhole_outbound
             || (faults.drop_probability > 0.0 && rand::random::<f64>() < faults.drop_probability)
         {
-            self.inner.stats.dropped(o.lane, 1);
+            self.inner.stats.dropped(lane, 1);
             return None;
         }
         if faults.delay_ms > 0 {
             let this = self.clone();
+            let to = to.clone();
             let delay = Duration::from_millis(faults.delay_ms);
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                this.enqueue(o);
+                this.enqueue(&to, lane, frame);
             });
             return None;
         }
-        Some(o)
+        Some(frame)
+    }
+
+    /// Checks, counts and fault-injects a message; the lane and frame to queue, if any.
+    fn prepare(
+        &self,
+        to: &Address,
+        lane: Lane,
+        frame: Frame,
+    ) -> Result<Option<(Lane, Frame)>, SendError> {
+        let lane = match self.lane_for(lane, &frame) {
+            Ok(l) => l,
+            Err(e) => {
+                self.too_large(to, &frame, e.clone());
+                return Err(e);
+            }
+        };
+        self.count_out(frame.protocol, 1, frame.payload.len() as u64);
+        if self.inner.faults.get(to).is_none() {
+            return Ok(Some((lane, frame)));
+        }
+        Ok(self.with_faults(to, lane, frame).map(|f| (lane, f)))
     }
 
     /// Queues a message for its destination; never blocks. Dropped (and counted) when the
     /// peer's lane queue is full, or the message is larger than the large lane allows.
-    pub fn send(&self, mut o: Outbound) {
-        if let Err(e) = self.route(&mut o) {
-            self.too_large(&o, e);
-            return;
-        }
-        if let Some(o) = self.with_faults(o) {
-            self.enqueue(o);
+    pub fn send(&self, o: Outbound) {
+        let (to, lane, frame) = o.into_parts();
+        if let Ok(Some((lane, frame))) = self.prepare(&to, lane, frame) {
+            self.enqueue(&to, lane, frame);
         }
     }
 
     /// Queues a message, waiting while the peer's lane queue is full (for senders that
     /// want backpressure rather than drops, e.g. user messaging and `concord bench`).
-    pub async fn send_wait(&self, mut o: Outbound) -> Result<(), SendError> {
-        if let Err(e) = self.route(&mut o) {
-            self.too_large(&o, e.clone());
-            return Err(e);
-        }
-        let Some(o) = self.with_faults(o) else {
+    pub async fn send_wait(&self, o: Outbound) -> Result<(), SendError> {
+        let (to, lane, frame) = o.into_parts();
+        let Some((lane, mut frame)) = self.prepare(&to, lane, frame)? else {
             return Ok(());
         };
-        if self.inner.is_shut_down() {
-            return Err(SendError::Shutdown);
+        loop {
+            if self.inner.is_shut_down() {
+                return Err(SendError::Shutdown);
+            }
+            match self.queue(&to, lane).push_wait(frame).await {
+                Ok(()) => return Ok(()),
+                // The lane's writer idled out meanwhile: a new one takes it.
+                Err((_, back)) => frame = back,
+            }
         }
-        let tx = self.association(&o.to, o.lane);
-        tx.send(o).await.map_err(|_| SendError::Shutdown)
     }
 
-    fn too_large(&self, o: &Outbound, e: SendError) {
+    /// A handle on the queue of `to` on `lane`, for a sender that sends many messages to
+    /// one peer (it skips the lookup of the association per message).
+    pub fn outbound_lane(&self, to: &Address, lane: Lane) -> OutboundLane {
+        OutboundLane {
+            transport: self.clone(),
+            to: to.clone(),
+            lane,
+            queue: self.queue(to, lane),
+        }
+    }
+
+    fn too_large(&self, to: &Address, frame: &Frame, e: SendError) {
         self.inner.stats.dropped(Lane::Large, 1);
         if let Some(suppressed) = self.inner.log.allow("too-large") {
-            warn!(to = %o.to, protocol = %o.protocol, size = o.payload.len(), suppressed, "dropping message: {e}");
+            warn!(%to, protocol = %frame.protocol, size = frame.payload.len(), suppressed, "dropping message: {e}");
         }
     }
 
-    /// The queue of the association to `to` on `lane`, started if needed.
-    fn association(&self, to: &Address, lane: Lane) -> mpsc::Sender<Outbound> {
+    /// The queue of `to` on `lane`, its writer started if needed.
+    fn queue(&self, to: &Address, lane: Lane) -> Arc<LaneQueue> {
         let mut map = self
             .inner
             .associations
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let lanes = map.entry(to.clone()).or_default();
-        if let Some(tx) = &lanes[lane.index()] {
-            if !tx.is_closed() {
-                return tx.clone();
+        if let Some(q) = map.get(to).and_then(|l| l[lane.index()].as_ref()) {
+            if !q.is_closed() {
+                return q.clone();
             }
         }
-        let (tx, rx) = mpsc::channel(self.inner.settings.queue_size(lane));
-        lanes[lane.index()] = Some(tx.clone());
+        let settings = &self.inner.settings;
+        let q = Arc::new(LaneQueue::new(
+            settings.queue_size(lane),
+            settings.write_batch_bytes,
+        ));
+        map.entry(to.clone()).or_default()[lane.index()] = Some(q.clone());
         let span = tracing::Span::current();
         tokio::spawn(
-            run_association(self.inner.clone(), to.clone(), lane, tx.clone(), rx).instrument(span),
+            run_lane_writer(self.inner.clone(), to.clone(), lane, q.clone()).instrument(span),
         );
-        tx
+        q
     }
 
-    fn enqueue(&self, o: Outbound) {
-        if self.inner.is_shut_down() {
-            return;
+    fn enqueue(&self, to: &Address, lane: Lane, mut frame: Frame) {
+        for _ in 0..2 {
+            if self.inner.is_shut_down() {
+                return;
+            }
+            match self.queue(to, lane).push(frame) {
+                Ok(()) => return,
+                Err((PushError::Full, _)) => break,
+                // The lane's writer idled out meanwhile: a new one takes it.
+                Err((PushError::Closed, back)) => frame = back,
+            }
         }
-        let lane = o.lane;
-        let existing = {
-            let map = self
-                .inner
-                .associations
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            map.get(&o.to).and_then(|l| l[lane.index()].clone())
-        };
-        let tx = match existing {
-            Some(tx) if !tx.is_closed() => tx,
-            _ => self.association(&o.to, lane),
-        };
-        if tx.try_send(o).is_err() {
-            self.inner.stats.dropped(lane, 1);
-        }
+        self.inner.stats.dropped(lane, 1);
     }
 
     /// Faults injected on the link to `peer`.
@@ -339,8 +380,8 @@ impl Transport {
         self.inner.is_quarantined(node)
     }
 
-    /// Waits (at most `timeout`) until every association has taken what was queued for it,
-    /// so the last messages of a stopping node go out before [`Transport::shutdown`].
+    /// Waits (at most `timeout`) until every lane's writer has taken what was queued for
+    /// it, so the last messages of a stopping node go out before [`Transport::shutdown`].
     pub async fn drain(&self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
@@ -353,7 +394,7 @@ impl Transport {
                 map.values()
                     .flatten()
                     .flatten()
-                    .all(|tx| tx.is_closed() || tx.capacity() == tx.max_capacity())
+                    .all(|q| q.is_closed() || q.is_empty())
             };
             if empty || tokio::time::Instant::now() >= deadline {
                 return;
@@ -364,17 +405,118 @@ impl Transport {
 
     /// Stops accepting and closes every connection (what is queued is dropped).
     pub fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::Relaxed);
         let _ = self.inner.shutdown.send(true);
         let mut map = self
             .inner
             .associations
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        map.clear();
+        for (_, lanes) in map.drain() {
+            for q in lanes.into_iter().flatten() {
+                q.close();
+            }
+        }
     }
 
     /// True once [`Transport::shutdown`] ran.
     pub fn is_shut_down(&self) -> bool {
         self.inner.is_shut_down()
+    }
+}
+
+/// A sender's handle on the queue of one peer and lane (see [`Transport::outbound_lane`]):
+/// while it is held, the lane stays open (its connection may still close when idle).
+/// Frames too large for the lane, or for a link with injected faults, take the general
+/// path of [`Transport::send`].
+pub struct OutboundLane {
+    transport: Transport,
+    to: Address,
+    lane: Lane,
+    queue: Arc<LaneQueue>,
+}
+
+impl OutboundLane {
+    /// Like [`Transport::send`], to this handle's peer and lane.
+    pub fn send(&self, frame: Frame) {
+        let Ok(Some((lane, frame))) = self.transport.prepare(&self.to, self.lane, frame) else {
+            return;
+        };
+        if lane != self.lane {
+            self.transport.enqueue(&self.to, lane, frame);
+        } else if self.queue.push(frame).is_err() {
+            self.transport.inner.stats.dropped(lane, 1);
+        }
+    }
+
+    /// Queues every frame of `frames` in order, waiting while the lane is full: one lock
+    /// per batch instead of one per message, for senders of many messages (a region
+    /// forwarding its buffer, a replicator's gossip). Frames that must go elsewhere (too
+    /// large for the lane, faults injected) take the general path.
+    pub async fn send_all_wait(
+        &self,
+        frames: impl IntoIterator<Item = Frame>,
+    ) -> Result<(), SendError> {
+        let t = &self.transport;
+        let mut batch = std::collections::VecDeque::new();
+        if t.inner.faults.get(&self.to).is_some() {
+            for frame in frames {
+                if let Some((lane, frame)) = t.prepare(&self.to, self.lane, frame)? {
+                    t.enqueue(&self.to, lane, frame);
+                }
+            }
+            return Ok(());
+        }
+        // Counted once per run of frames of one protocol.
+        let mut run: Option<(ProtocolId, u64, u64)> = None;
+        for frame in frames {
+            let lane = match t.lane_for(self.lane, &frame) {
+                Ok(l) => l,
+                Err(e) => {
+                    t.too_large(&self.to, &frame, e.clone());
+                    return Err(e);
+                }
+            };
+            match &mut run {
+                Some((p, n, b)) if *p == frame.protocol => {
+                    *n += 1;
+                    *b += frame.payload.len() as u64;
+                }
+                _ => {
+                    if let Some((p, n, b)) = run.take() {
+                        t.count_out(p, n, b);
+                    }
+                    run = Some((frame.protocol, 1, frame.payload.len() as u64));
+                }
+            }
+            if lane == self.lane {
+                batch.push_back(frame);
+            } else {
+                t.enqueue(&self.to, lane, frame);
+            }
+        }
+        if let Some((p, n, b)) = run {
+            t.count_out(p, n, b);
+        }
+        self.queue
+            .push_all_wait(&mut batch)
+            .await
+            .map_err(|_| SendError::Shutdown)
+    }
+
+    /// Like [`Transport::send_wait`], to this handle's peer and lane.
+    pub async fn send_wait(&self, frame: Frame) -> Result<(), SendError> {
+        let Some((lane, frame)) = self.transport.prepare(&self.to, self.lane, frame)? else {
+            return Ok(());
+        };
+        if lane != self.lane {
+            self.transport.enqueue(&self.to, lane, frame);
+            return Ok(());
+        }
+        // A held queue closes only when the transport shuts down.
+        self.queue
+            .push_wait(frame)
+            .await
+            .map_err(|_| SendError::Shutdown)
     }
 }

@@ -1,0 +1,278 @@
+//! The outbound queue of one lane to one peer: frames are encoded by the sender straight
+//! into the lane's buffer, and the lane's writer task takes the whole buffer at once and
+//! writes it with one call. No per-message allocation or channel operation on this path.
+//!
+//! Bounded by `queue_size` frames (Akka's `outbound-*-queue-size`): when full,
+//! [`LaneQueue::push`] refuses (the caller counts a drop) and [`LaneQueue::push_wait`] waits
+//! until the writer has taken the buffer.
+
+use std::sync::Mutex;
+
+use bytes::BytesMut;
+use tokio::sync::Notify;
+
+use super::envelope::Frame;
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushError {
+    /// The queue holds `queue_size` frames.
+    Full,
+    /// The lane's writer has stopped (idle, or the transport shut down).
+    Closed,
+}
+
+#[derive(Debug)]
+struct State {
+    buf: BytesMut,
+    frames: u64,
+    closed: bool,
+    /// The writer waits for frames (notify it on the next push).
+    writer_waiting: bool,
+    /// Senders waiting for room (notify them on the next take).
+    waiting_for_room: usize,
+}
+
+/// The queue of one (peer, lane).
+#[derive(Debug)]
+pub(crate) struct LaneQueue {
+    state: Mutex<State>,
+    /// The writer waits here for frames.
+    data: Notify,
+    /// `push_wait` waits here for room.
+    room: Notify,
+    queue_size: u64,
+}
+
+/// What the writer took from the queue.
+pub(crate) struct Taken {
+    pub(crate) frames: u64,
+}
+
+impl LaneQueue {
+    pub(crate) fn new(queue_size: usize, initial_bytes: usize) -> Self {
+        LaneQueue {
+            state: Mutex::new(State {
+                buf: BytesMut::with_capacity(initial_bytes),
+                frames: 0,
+                closed: false,
+                writer_waiting: false,
+                waiting_for_room: 0,
+            }),
+            data: Notify::new(),
+            room: Notify::new(),
+            queue_size: queue_size.max(1) as u64,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Encodes `o` into the queue without waiting.
+    pub(crate) fn push(&self, o: Frame) -> Result<(), (PushError, Frame)> {
+        self.push_or_wait(o, false)
+    }
+
+    /// Like `push`; when full and `wait`, registers as waiting for room (under the lock,
+    /// so the next take cannot miss it).
+    fn push_or_wait(&self, o: Frame, wait: bool) -> Result<(), (PushError, Frame)> {
+        let wake_writer = {
+            let mut s = self.lock();
+            if s.closed {
+                return Err((PushError::Closed, o));
+            }
+            if s.frames >= self.queue_size {
+                if wait {
+                    s.waiting_for_room += 1;
+                }
+                return Err((PushError::Full, o));
+            }
+            o.write(&mut s.buf);
+            s.frames += 1;
+            std::mem::take(&mut s.writer_waiting)
+        };
+        if wake_writer {
+            self.data.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Encodes `o` into the queue, waiting while it is full; `Err` if the lane closed.
+    pub(crate) async fn push_wait(&self, o: Frame) -> Result<(), (PushError, Frame)> {
+        // A sender that never waits would keep its worker thread from the lane's writer
+        // (often woken onto the same thread): take part in tokio's cooperative budget.
+        tokio::task::coop::consume_budget().await;
+        let mut o = match self.push(o) {
+            Err((PushError::Full, back)) => back,
+            done => return done,
+        };
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match self.push_or_wait(o, true) {
+                Ok(()) => return Ok(()),
+                Err((PushError::Full, back)) => {
+                    o = back;
+                    room.await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Encodes the frames of `frames` into the queue in order, under one lock, waiting
+    /// while it is full; `Err` (with the frames not queued) if the lane closed.
+    pub(crate) async fn push_all_wait(
+        &self,
+        frames: &mut std::collections::VecDeque<Frame>,
+    ) -> Result<(), PushError> {
+        tokio::task::coop::consume_budget().await;
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let wake_writer = {
+                let mut s = self.lock();
+                if s.closed {
+                    return Err(PushError::Closed);
+                }
+                let mut pushed = false;
+                while s.frames < self.queue_size {
+                    let Some(f) = frames.pop_front() else { break };
+                    f.write(&mut s.buf);
+                    s.frames += 1;
+                    pushed = true;
+                }
+                if !frames.is_empty() {
+                    s.waiting_for_room += 1;
+                }
+                pushed && std::mem::take(&mut s.writer_waiting)
+            };
+            if wake_writer {
+                self.data.notify_one();
+            }
+            if frames.is_empty() {
+                return Ok(());
+            }
+            room.await;
+        }
+    }
+
+    /// Moves every queued frame into `out` (which the writer then writes and clears);
+    /// `None` if the queue is empty.
+    pub(crate) fn take(&self, out: &mut BytesMut) -> Option<Taken> {
+        let (taken, waiters) = {
+            let mut s = self.lock();
+            if s.frames == 0 {
+                return None;
+            }
+            out.clear();
+            std::mem::swap(&mut s.buf, out);
+            let frames = std::mem::take(&mut s.frames);
+            (Taken { frames }, std::mem::take(&mut s.waiting_for_room))
+        };
+        if waiters > 0 {
+            self.room.notify_waiters();
+        }
+        Some(taken)
+    }
+
+    /// Drops everything queued; returns the number of frames dropped.
+    pub(crate) fn clear(&self) -> u64 {
+        let n = {
+            let mut s = self.lock();
+            s.buf.clear();
+            std::mem::take(&mut s.frames)
+        };
+        self.room.notify_waiters();
+        n
+    }
+
+    /// True if nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().frames == 0
+    }
+
+    /// Closes the queue if it is empty (its writer idled out and no sender holds a handle
+    /// on it); false if frames arrived meanwhile.
+    pub(crate) fn close_if_empty(&self) -> bool {
+        let mut s = self.lock();
+        if s.frames == 0 {
+            s.closed = true;
+        }
+        s.closed
+    }
+
+    /// Closes the queue (the transport shut down); returns the frames dropped.
+    pub(crate) fn close(&self) -> u64 {
+        let n = {
+            let mut s = self.lock();
+            s.closed = true;
+            s.buf.clear();
+            std::mem::take(&mut s.frames)
+        };
+        self.room.notify_waiters();
+        self.data.notify_one();
+        n
+    }
+
+    /// True once closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Waits until frames are queued (or the queue closed).
+    pub(crate) async fn wait_for_data(&self) {
+        let data = self.data.notified();
+        tokio::pin!(data);
+        data.as_mut().enable();
+        {
+            let mut s = self.lock();
+            if s.frames > 0 || s.closed {
+                return;
+            }
+            s.writer_waiting = true;
+        }
+        data.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use concord_core::ProtocolId;
+    use std::sync::Arc;
+
+    fn o(n: u8) -> Frame {
+        Frame {
+            protocol: ProtocolId(1000),
+            manifest: 1,
+            recipient_uid: 1,
+            payload: Bytes::from(vec![n; 3]),
+        }
+    }
+
+    #[tokio::test]
+    async fn bounded_push_take_and_waiting_for_room() {
+        let q = Arc::new(LaneQueue::new(2, 64));
+        assert!(q.push(o(1)).is_ok());
+        assert!(q.push(o(2)).is_ok());
+        assert_eq!(q.push(o(3)).unwrap_err().0, PushError::Full);
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.push_wait(o(3)).await.is_ok() })
+        };
+        let mut out = BytesMut::new();
+        assert_eq!(q.take(&mut out).unwrap().frames, 2);
+        assert!(!out.is_empty());
+        assert!(waiter.await.unwrap(), "room after the take");
+        q.wait_for_data().await;
+        assert_eq!(q.take(&mut out).unwrap().frames, 1);
+        assert!(q.take(&mut out).is_none());
+        assert!(q.close_if_empty());
+        assert_eq!(q.push(o(4)).unwrap_err().0, PushError::Closed);
+    }
+}
