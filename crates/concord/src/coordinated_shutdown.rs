@@ -20,13 +20,16 @@
 //! | `actor-system-terminate` | 10 s | user tasks; then the node is terminated |
 //!
 //! Remoting stays up until `cluster-shutdown`, so every layer can hand its work over in the
-//! phases before it. Tasks of one phase run concurrently; the next phase starts when all
-//! are done or the phase timed out (the late tasks are stopped and a warning names them;
-//! like Akka's `recover = on`, a timeout never blocks the shutdown).
+//! phases before it. Tasks of one phase run concurrently (as in Akka): a layer's
+//! `cluster-exiting` task starts while the node is Leaving, next to the membership's own
+//! task that waits for Exiting; the phase ends when all are done. The next phase starts
+//! when all are done or the phase timed out (the late tasks are stopped and a warning
+//! names them; like Akka's `recover = on`, a timeout never blocks the shutdown).
 //!
 //! What runs it: SIGTERM and `Node::shutdown` (reason
 //! [`ShutdownReason::Requested`]); this node becoming Exiting after a `leave` from anywhere
-//! ([`ShutdownReason::Removed`]); being downed ([`ShutdownReason::Downed`]); any other
+//! ([`ShutdownReason::Removed`]); this node seeing itself Down
+//! ([`ShutdownReason::Downed`], with `run-coordinated-shutdown-when-down`); any other
 //! reason the membership machine stops for. The first reason is kept; running it again
 //! joins the run in progress.
 

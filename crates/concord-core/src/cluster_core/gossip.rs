@@ -34,7 +34,8 @@ impl ClusterCore {
             return;
         }
         if remote.tombstones.contains_key(&me) {
-            self.self_removed();
+            let previous = self.state.self_member().map(|m| m.status);
+            self.self_removed(previous);
             return;
         }
         let local = &self.state.latest_gossip;

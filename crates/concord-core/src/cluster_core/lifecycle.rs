@@ -136,16 +136,17 @@ impl ClusterCore {
         {
             self.ring_dirty = true;
         }
-        self.check_self_status(now_ms);
+        let previous = old_state.self_member().map(|m| m.status);
+        self.check_self_status(now_ms, previous);
     }
 
-    fn check_self_status(&mut self, now_ms: u64) {
+    fn check_self_status(&mut self, now_ms: u64, previous: Option<MemberStatus>) {
         if !self.initialized || self.shutdown.is_some() {
             return;
         }
         let me = &self.state.self_unique_address;
         match self.state.latest_gossip.member(me).map(|m| m.status) {
-            None => self.self_removed(),
+            None => self.self_removed(previous),
             Some(MemberStatus::Down) if self.settings.run_coordinated_shutdown_when_down => {
                 // Keep gossiping for two rounds so the cluster learns, then stop.
                 self.timers.set_if_unset(
@@ -168,9 +169,12 @@ impl ClusterCore {
         }
     }
 
-    pub(super) fn self_removed(&mut self) {
+    /// This node is no longer a member; `previous` is its last status as this node knew
+    /// it. Removed after Leaving or Exiting, it left; removed from any other status (Down,
+    /// or Up when the Down state never reached it), it was downed.
+    pub(super) fn self_removed(&mut self, previous: Option<MemberStatus>) {
         if self.shutdown.is_none() {
-            info!("this node has been removed from the cluster; shutting down");
+            info!(previous = ?previous, "this node has been removed from the cluster; shutting down");
             let me = self.state.self_unique_address.clone();
             if let Some(m) = self.state.latest_gossip.member(&me).cloned() {
                 self.events.push_back(ClusterEvent::MemberRemoved {
@@ -178,7 +182,13 @@ impl ClusterCore {
                     previous_status: m.status,
                 });
             }
-            self.shut_down(ShutdownReason::Removed);
+            let reason = match previous {
+                Some(MemberStatus::Leaving | MemberStatus::Exiting) | None => {
+                    ShutdownReason::Removed
+                }
+                Some(_) => ShutdownReason::Downed,
+            };
+            self.shut_down(reason);
         }
     }
 

@@ -58,7 +58,7 @@ pub enum ShutdownReason {
     /// The node left gracefully and was removed (Akka's `ClusterLeavingReason`).
     Removed,
     /// The node was marked Down (`run-coordinated-shutdown-when-down`; Akka's
-    /// `ClusterDowningReason`).
+    /// `ClusterDowningReason`), or removed without having left.
     Downed,
     /// The node was Exiting and did not learn of its removal in time.
     ExitingTimeout,

@@ -392,6 +392,19 @@ fn a_downed_node_shuts_down_at_its_down_deadline_which_poll_timeout_reports() {
 }
 
 #[test]
+fn a_reachable_downed_node_stops_as_downed_whether_it_sees_down_or_only_its_removal() {
+    let (mut net, addrs) = form(3);
+    let victim = addrs[2].clone();
+    let now = net.now;
+    net.core(&addrs[0]).down(now, &victim).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&victim].shutdown_reason().is_some()));
+    assert_eq!(
+        net.nodes[&victim].shutdown_reason(),
+        Some(ShutdownReason::Downed)
+    );
+}
+
+#[test]
 fn the_leader_itself_can_leave() {
     let (mut net, addrs) = form(3);
     let now = net.now;

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use concord_core::{
     Address, ClusterCore, ClusterEvent, ClusterMessage, CommandError, LeaseRequest, ShutdownReason,
-    UniqueAddress,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
@@ -165,10 +164,24 @@ impl Daemon {
             events.push(e);
         }
         let me = self.core.self_unique_address().clone();
-        if events.iter().any(|e| is_self_exited(e, &me)) {
-            // Left (by its own or anyone's `leave`): hand over, then go (Akka's
-            // ClusterLeavingReason).
-            self.shared.shutdown.run(ShutdownReason::Removed);
+        for e in &events {
+            match e {
+                // Left (by its own or anyone's `leave`): hand over, then go (Akka's
+                // ClusterLeavingReason).
+                ClusterEvent::MemberExited(m) if m.unique_address == me => {
+                    self.shared.shutdown.run(ShutdownReason::Removed);
+                }
+                // Downed: shut down at once (run-coordinated-shutdown-when-down, Akka's
+                // ClusterDowningReason); the core keeps gossiping meanwhile so the cluster
+                // learns it.
+                ClusterEvent::MemberDowned(m)
+                    if m.unique_address == me
+                        && self.core.settings().run_coordinated_shutdown_when_down =>
+                {
+                    self.shared.shutdown.run(ShutdownReason::Downed);
+                }
+                _ => {}
+            }
         }
         if let Some(reason) = self.core.shutdown_reason() {
             self.shared.shutdown.run(reason);
@@ -255,10 +268,6 @@ impl Daemon {
         });
         self.shared.shutdown.abort(ShutdownReason::Stopped);
     }
-}
-
-fn is_self_exited(e: &ClusterEvent, me: &UniqueAddress) -> bool {
-    matches!(e, ClusterEvent::MemberExited(m) if m.unique_address == *me)
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

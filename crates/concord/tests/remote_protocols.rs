@@ -1,0 +1,177 @@
+//! The envelope on a real socket: a peer written by hand (raw TCP, protobuf frames) sends
+//! a protocol this node does not run and a membership message type this build does not
+//! know. Both are counted and dropped; the connection stays open — the peer's next,
+//! valid message on the same connection is answered — and the node stays Up.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::{fast_config, start_first, wait_self_up};
+use concord::remote::membership_codec::manifest;
+use concord::remote::wire;
+use concord::remote::PROTOCOL_VERSION;
+use concord_core::{Lane, MemberStatus, ProtocolId};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn write_frame(s: &mut TcpStream, body: &[u8]) {
+    let mut b = BytesMut::new();
+    b.put_u32(body.len() as u32);
+    b.put_slice(body);
+    s.write_all(&b).await.unwrap();
+}
+
+async fn read_frame(s: &mut TcpStream) -> Bytes {
+    let len = s.read_u32().await.unwrap() as usize;
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).await.unwrap();
+    Bytes::from(body)
+}
+
+fn envelope(protocol: u32, manifest: u32, payload: Vec<u8>) -> Vec<u8> {
+    wire::Envelope {
+        protocol,
+        manifest,
+        payload: payload.into(),
+        recipient_uid: 0,
+    }
+    .encode_to_vec()
+}
+
+fn addr(system: &str, port: u16) -> wire::Address {
+    wire::Address {
+        system: system.into(),
+        host: "127.0.0.1".into(),
+        port: u32::from(port),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_protocols_and_message_types_are_counted_and_dropped_and_the_connection_stays() {
+    let node = start_first(fast_config("wire", &[])).await;
+    wait_self_up(&node).await;
+    let system = "wire";
+    // The fake peer listens where it says it lives: the node answers over its own
+    // outbound connection.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let my_port = listener.local_addr().unwrap().port();
+    let me = wire::UniqueAddress {
+        address: Some(addr(system, my_port)),
+        uid: 4242,
+    };
+
+    let mut conn = TcpStream::connect(node.remoting_addr()).await.unwrap();
+    let hs = wire::Handshake {
+        from: Some(me.clone()),
+        to: Some(addr(system, node.remoting_addr().port())),
+        protocol_version: PROTOCOL_VERSION,
+        cluster_name: system.into(),
+        lane: Lane::Control.index() as u32,
+    };
+    write_frame(&mut conn, &hs.encode_to_vec()).await;
+    let reply = wire::HandshakeReply::decode(read_frame(&mut conn).await).unwrap();
+    assert!(matches!(
+        reply.result,
+        Some(wire::handshake_reply::Result::Accepted(_))
+    ));
+
+    let stats = node.transport().stats();
+    // 1. A protocol this node does not run.
+    write_frame(&mut conn, &envelope(7777, 1, b"from the future".to_vec())).await;
+    // 2. A membership message type this build does not know.
+    write_frame(
+        &mut conn,
+        &envelope(ProtocolId::MEMBERSHIP.0, 99, b"new message".to_vec()),
+    )
+    .await;
+    // 3. Then a valid InitJoin on the same connection.
+    write_frame(
+        &mut conn,
+        &envelope(
+            ProtocolId::MEMBERSHIP.0,
+            manifest::INIT_JOIN,
+            wire::Empty {}.encode_to_vec(),
+        ),
+    )
+    .await;
+
+    // The node answers the InitJoin: it connects to the fake peer and sends InitJoinAck.
+    let (mut back, _) = tokio::time::timeout(T, listener.accept())
+        .await
+        .expect("the node connects back")
+        .unwrap();
+    let hs_back = wire::Handshake::decode(read_frame(&mut back).await).unwrap();
+    assert_eq!(hs_back.cluster_name, system);
+    let accept = wire::HandshakeReply {
+        result: Some(wire::handshake_reply::Result::Accepted(me.clone())),
+        quarantined: false,
+    };
+    write_frame(&mut back, &accept.encode_to_vec()).await;
+    let answer = tokio::time::timeout(T, read_frame(&mut back))
+        .await
+        .expect("an answer to the InitJoin");
+    let env = wire::Envelope::decode(answer).unwrap();
+    assert_eq!(env.protocol, ProtocolId::MEMBERSHIP.0);
+    assert_eq!(
+        env.manifest,
+        manifest::INIT_JOIN_ACK,
+        "the InitJoin sent after the unknown messages was handled"
+    );
+    assert_eq!(env.recipient_uid, 4242);
+
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(stats.unknown_protocol.load(Relaxed), 1);
+    let membership = stats.protocol(ProtocolId::MEMBERSHIP).unwrap();
+    assert_eq!(membership.inbound.unknown_messages.load(Relaxed), 1);
+    assert_eq!(
+        stats.malformed_frames.load(Relaxed),
+        0,
+        "nothing was malformed"
+    );
+
+    // The metrics an operator sees.
+    let metrics = reqwest::get(format!(
+        "http://{}/metrics",
+        node.management_addr().unwrap()
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains("concord_remote_unknown_protocol_total"),
+        "{metrics}"
+    );
+    assert!(metrics
+        .lines()
+        .any(|l| l.starts_with("concord_remote_unknown_messages_total")
+            && l.contains("protocol=\"membership\"")
+            && l.ends_with(" 1")));
+
+    // The connection is still open: the node has not closed it (a read would see EOF).
+    let mut probe = [0u8; 1];
+    let still_open = tokio::time::timeout(Duration::from_millis(300), conn.read(&mut probe)).await;
+    assert!(still_open.is_err(), "no EOF: the connection stays open");
+
+    // A malformed envelope, by contrast, closes that one connection, and is counted.
+    write_frame(&mut conn, &[0xff, 0xff, 0xff]).await;
+    let closed = tokio::time::timeout(T, conn.read(&mut probe))
+        .await
+        .unwrap();
+    assert!(matches!(closed, Ok(0) | Err(_)), "closed after garbage");
+    assert_eq!(stats.malformed_frames.load(Relaxed), 1);
+
+    // The cluster is unaffected.
+    assert_eq!(
+        node.cluster().view().self_member().map(|m| m.status),
+        Some(MemberStatus::Up)
+    );
+    drop(back);
+    node.stop().await;
+}
