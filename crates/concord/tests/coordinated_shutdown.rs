@@ -111,7 +111,7 @@ async fn a_task_that_outlives_its_phase_timeout_does_not_block_the_exit() {
     wait_self_up(&a).await;
     let later = Arc::new(Mutex::new(false));
     a.coordinated_shutdown()
-        .add_task(Phase::ServiceStop, "stuck", || std::future::pending::<()>())
+        .add_task(Phase::ServiceStop, "stuck", std::future::pending::<()>)
         .unwrap();
     {
         let later = later.clone();
