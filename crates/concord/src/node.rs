@@ -22,7 +22,7 @@ use crate::coordinated_shutdown::CoordinatedShutdown;
 use crate::discovery::{self, ServiceDiscovery};
 use crate::layer::{Layer, LayerContext, LayerError};
 use crate::lease::{FileLease, Lease};
-use crate::management::{self, ManagementState};
+use crate::management::{self, ManagementError, ManagementState};
 use crate::remote::{ProtocolRegistry, Transport, TransportError};
 
 /// Why a node could not start.
@@ -35,13 +35,8 @@ pub enum NodeError {
     #[error(transparent)]
     Transport(#[from] TransportError),
     /// The management port could not be bound.
-    #[error("cannot bind management HTTP to {addr}: {source}")]
-    Management {
-        /// What we tried to bind.
-        addr: String,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Management(#[from] ManagementError),
     /// A layer failed to register or start.
     #[error(transparent)]
     Layer(#[from] LayerError),

@@ -29,9 +29,10 @@ use serde::Deserialize;
 pub use bootstrap::{BootstrapConfig, ContactPointConfig, ContactPointDiscoveryConfig};
 pub use cluster::{ClusterConfig, FailureDetectorConfig, RoleConfig};
 pub use coordinated_shutdown::{CoordinatedShutdownConfig, PhaseConfig};
+pub(crate) use discovery::unknown_method;
 pub use discovery::{
-    AggregateDiscoveryConfig, ConfigDiscoveryConfig, DiscoveryConfig, DnsDiscoveryConfig,
-    ServiceEndpoints,
+    parse_name_server, AggregateDiscoveryConfig, ConfigDiscoveryConfig, DiscoveryConfig,
+    DnsDiscoveryConfig, ServiceEndpoint, ServiceEndpoints, AGGREGATED_METHODS, DISCOVERY_METHODS,
 };
 pub use management::ManagementConfig;
 pub use remote::RemoteConfig;

@@ -152,7 +152,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        use crate::discovery::{unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
+        use super::{unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
         if !DISCOVERY_METHODS.contains(&d.discovery_method.as_str()) {
             return Err(ConfigError::new(
                 "bootstrap.contact-point-discovery.discovery-method",
@@ -168,7 +168,7 @@ impl Config {
             }
         }
         for s in &self.discovery.dns.name_servers {
-            if crate::discovery::parse_name_server(s).is_none() {
+            if super::parse_name_server(s).is_none() {
                 return Err(ConfigError::new(
                     "discovery.dns.name-servers",
                     format!("`{s}` is not an IP address or IP:port"),

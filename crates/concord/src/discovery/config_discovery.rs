@@ -5,20 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::{Lookup, LookupFuture, Resolved, ResolvedTarget, ServiceDiscovery};
-
-/// One configured endpoint.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ServiceEndpoint {
-    /// Host name or IP.
-    pub host: String,
-    /// Port (the contact point's management port), if not the default.
-    #[serde(default)]
-    pub port: Option<u16>,
-}
+pub use crate::config::ServiceEndpoint;
 
 /// Discovery from a static map service name → endpoints.
 #[derive(Clone, Debug, Default)]

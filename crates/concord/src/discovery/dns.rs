@@ -21,12 +21,7 @@ use crate::config::{ConfigError, DnsDiscoveryConfig};
 /// A DNS server to ask instead of the system's (`/etc/resolv.conf`).
 pub type NameServer = SocketAddr;
 
-/// Parses a `discovery.dns.name-servers` entry: `"IP"` (port 53) or `"IP:port"`.
-pub fn parse_name_server(s: &str) -> Option<NameServer> {
-    s.parse::<SocketAddr>()
-        .ok()
-        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)))
-}
+pub use crate::config::parse_name_server;
 
 /// DNS discovery.
 #[derive(Clone)]

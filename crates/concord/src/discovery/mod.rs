@@ -25,17 +25,8 @@ pub use aggregate::AggregateServiceDiscovery;
 pub use config_discovery::{ConfigServiceDiscovery, ServiceEndpoint};
 pub use dns::{parse_name_server, DnsServiceDiscovery, NameServer};
 
-/// The method names `bootstrap.contact-point-discovery.discovery-method` accepts.
-pub const DISCOVERY_METHODS: [&str; 3] = ["config", "dns", "aggregate"];
-
-/// The methods `discovery.aggregate.discovery-methods` may list.
-pub const AGGREGATED_METHODS: [&str; 2] = ["config", "dns"];
-
-/// "`x` is not one of "a", "b"" for an unknown method name.
-pub(crate) fn unknown_method(name: &str, known: &[&str]) -> String {
-    let list: Vec<String> = known.iter().map(|m| format!("\"{m}\"")).collect();
-    format!("`{name}` is not one of {}", list.join(", "))
-}
+use crate::config::unknown_method;
+pub use crate::config::{AGGREGATED_METHODS, DISCOVERY_METHODS};
 
 use crate::config::{Config, ConfigError};
 

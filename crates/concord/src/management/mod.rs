@@ -16,7 +16,7 @@
 //!   sharding — registers the route)
 //! - `GET /bootstrap/seed-nodes` (the Cluster Bootstrap contact point)
 //!
-//! Layers add their own routes ([`crate::layer::LayerStarted::routes`]); they are merged
+//! Layers add their own routes (`LayerStarted::routes`, see the `layer` module); they are merged
 //! here. Write routes (everything but GET/HEAD, layers' too) obey [`ManagementAccess`]:
 //! read-only (403) and/or a bearer token (401).
 //!
@@ -43,7 +43,16 @@ pub use access::ManagementAccess;
 pub use domain_events::{event_json, EVENT_TYPES};
 
 use crate::cluster::{Cluster, ClusterError};
-use crate::node::NodeError;
+
+/// The management API could not be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind management HTTP to {addr}: {source}")]
+pub struct ManagementError {
+    /// What we tried to bind.
+    pub addr: String,
+    /// Why.
+    pub source: std::io::Error,
+}
 use crate::remote::{LinkFaults, Transport};
 
 /// What the management routes act on.
@@ -497,7 +506,7 @@ pub async fn serve(
     state: ManagementState,
     config: &crate::config::ManagementConfig,
     extra: Vec<Router>,
-) -> Result<SocketAddr, NodeError> {
+) -> Result<SocketAddr, ManagementError> {
     let (host, port) = (config.hostname.as_str(), config.port);
     let access = ManagementAccess::from_config(config);
     let bind = if host.contains(':') {
@@ -507,13 +516,13 @@ pub async fn serve(
     };
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
-        .map_err(|source| NodeError::Management {
+        .map_err(|source| ManagementError {
             addr: bind.clone(),
             source,
         })?;
     let addr = listener
         .local_addr()
-        .map_err(|source| NodeError::Management { addr: bind, source })?;
+        .map_err(|source| ManagementError { addr: bind, source })?;
     if access.read_only {
         info!("management API is read-only: write routes answer 403 (management.read-only)");
     }

@@ -1,5 +1,5 @@
 //! Transport counters: per lane, per protocol, and for what is refused or dropped. Read
-//! when `/metrics` is scraped ([`crate::metrics::record_transport`]).
+//! when `/metrics` is scraped (`metrics::record_transport`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
