@@ -56,7 +56,7 @@ pub trait HostedMachine {
     fn drain(&mut self, out: &mut Vec<Transmit<Payload>>);
     /// For [`crate::Simulation::machine`].
     fn as_any(&self) -> &dyn Any;
-    /// For [`crate::Simulation::machine_mut`].
+    /// For [`crate::Simulation::with_machine`].
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 

@@ -69,7 +69,7 @@
 //! - [`management`]: the HTTP API in Akka Management's shapes.
 //! - [`config`]: the TOML configuration, environment and flag overrides.
 //! - [`bootstrap`] and [`discovery`]: Cluster Bootstrap from service discovery.
-//! - [`bench`]: `concord bench remote`, messaging throughput against raw TCP.
+//! - [`bench`](mod@bench): `concord bench remote`, messaging throughput against raw TCP.
 //! - [`client`] and [`demo`]: what the `concord` CLI uses.
 
 #![forbid(unsafe_code)]

@@ -13,11 +13,11 @@
 //! [`ClusterCore::shutdown_reason`]. Time is milliseconds passed in by the caller;
 //! randomness comes from a seeded RNG.
 //!
-//! The parts: [`join`] (seed-node process, InitJoin/Join/Welcome), [`gossip`] (gossip
-//! rounds, merge, status), [`heartbeat`] (heartbeat sender, first-heartbeat deadline,
-//! unreachable reaper), [`commands`] (leave, down, full-cluster shutdown), [`lifecycle`]
+//! The parts: `join` (seed-node process, InitJoin/Join/Welcome), `gossip` (gossip
+//! rounds, merge, status), `heartbeat` (heartbeat sender, first-heartbeat deadline,
+//! unreachable reaper), `commands` (leave, down, full-cluster shutdown), `lifecycle`
 //! (state updates and events, leader actions, downing, exiting, removal, quarantine,
-//! lease) and [`timers`] (the timer enum and what each one does).
+//! lease) and `timers` (the timer enum and what each one does).
 //!
 //! Spec: cluster-specification.md ("Gossip", "Failure Detector", "Leader", "Seed Nodes",
 //! "Gossip Protocol", "Membership Lifecycle") and cluster-membership-service.md.

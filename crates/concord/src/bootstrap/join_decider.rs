@@ -67,7 +67,7 @@ pub enum JoinDecision {
 }
 
 /// Decides when and what a bootstrapping node joins (Akka's `JoinDecider`). Replace it with
-/// [`crate::cluster::ClusterExtensions::join_decider`].
+/// [`crate::NodeBuilder::join_decider`].
 pub trait JoinDecider: Send + Sync {
     /// One decision; called after every discovery and probe result.
     fn decide(&self, info: &SeedNodesInformation) -> JoinDecision;

@@ -24,7 +24,7 @@ use crate::cluster::{Subscription, SubscriptionItem};
 /// The event a lagging client receives instead of the events it missed.
 pub const CURRENT_CLUSTER_STATE: &str = "CurrentClusterState";
 
-/// Known event type names (Akka's, and [`CURRENT_CLUSTER_STATE`]).
+/// Known event type names (Akka's, and `CurrentClusterState`).
 pub const EVENT_TYPES: [&str; 14] = [
     CURRENT_CLUSTER_STATE,
     "MemberJoined",

@@ -1,5 +1,5 @@
-//! [`Transport`]: the handle layers send through. It owns the listener ([`super::inbound`]),
-//! one outbound association per peer and lane ([`super::association`]), the quarantine set,
+//! [`Transport`]: the handle layers send through. It owns the listener (`inbound`), one
+//! outbound queue and writer per peer and lane (`outbound_lane`, `association`), the quarantine set,
 //! injected faults and the counters.
 
 use std::collections::{HashMap, HashSet};
