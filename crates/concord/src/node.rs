@@ -173,12 +173,51 @@ impl NodeBuilder {
             )
         };
         let config = Arc::new(config);
+        let node = Node {
+            cluster: cluster.clone(),
+            transport,
+            shutdown,
+            management_addr: None,
+        };
+        // From here on a failure stops what was started: the daemon, remoting, the port.
+        match node
+            .clone()
+            .finish_start(
+                config,
+                layers,
+                seeds,
+                bootstrap_discovery,
+                join_decider,
+                span,
+            )
+            .await
+        {
+            Ok(node) => Ok(node),
+            Err(e) => {
+                node.stop().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Node {
+    /// Starts the layers and the management API, then joins or bootstraps.
+    async fn finish_start(
+        mut self,
+        config: Arc<Config>,
+        layers: Vec<Box<dyn Layer>>,
+        seeds: Vec<Address>,
+        bootstrap_discovery: Option<Arc<dyn ServiceDiscovery>>,
+        join_decider: Option<Arc<dyn JoinDecider>>,
+        span: tracing::Span,
+    ) -> Result<Node, NodeError> {
         let mut routes = Vec::new();
         for l in layers {
             let ctx = LayerContext {
-                cluster: cluster.clone(),
-                transport: transport.clone(),
-                coordinated_shutdown: shutdown.clone(),
+                cluster: self.cluster.clone(),
+                transport: self.transport.clone(),
+                coordinated_shutdown: self.shutdown.clone(),
                 config: config.clone(),
             };
             let _g = span.enter();
@@ -186,36 +225,28 @@ impl NodeBuilder {
                 routes.push(r);
             }
         }
-        let management_addr = if config.management.enabled {
+        if config.management.enabled {
             let state = ManagementState {
-                cluster: cluster.clone(),
-                transport: transport.clone(),
+                cluster: self.cluster.clone(),
+                transport: self.transport.clone(),
                 fault_injection: config.testkit.fault_injection,
             };
-            Some(
+            self.management_addr = Some(
                 management::serve(state, &config.management, routes)
                     .instrument(span.clone())
                     .await?,
-            )
-        } else {
-            None
-        };
-        let node = Node {
-            cluster: cluster.clone(),
-            transport,
-            shutdown,
-            management_addr,
-        };
+            );
+        }
         if !seeds.is_empty() {
-            cluster.join_seed_nodes(seeds).await?;
-        } else if let (Some(discovery), Some(addr)) = (bootstrap_discovery, management_addr) {
+            self.cluster.join_seed_nodes(seeds).await?;
+        } else if let (Some(discovery), Some(addr)) = (bootstrap_discovery, self.management_addr) {
             let settings = BootstrapSettings::from_config(&config, addr.port());
             let decider = join_decider.unwrap_or_else(|| {
                 Arc::new(LowestAddressJoinDecider::new(settings.decider.clone()))
             });
             tokio::spawn(
                 bootstrap::run(
-                    cluster,
+                    self.cluster.clone(),
                     settings,
                     discovery,
                     decider,
@@ -224,7 +255,7 @@ impl NodeBuilder {
                 .instrument(span),
             );
         }
-        Ok(node)
+        Ok(self)
     }
 }
 

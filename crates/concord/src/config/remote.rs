@@ -31,6 +31,9 @@ pub struct RemoteConfig {
     pub outbound_control_queue_size: usize,
     /// Messages queued per peer on the large lane (256).
     pub outbound_large_message_queue_size: usize,
+    /// Most bytes queued per peer and lane (8388608); a lane's queue holds at least one
+    /// frame of its limit.
+    pub outbound_queue_max_bytes: usize,
 }
 
 impl Default for RemoteConfig {
@@ -45,6 +48,7 @@ impl Default for RemoteConfig {
             outbound_message_queue_size: 3072,
             outbound_control_queue_size: 20_000,
             outbound_large_message_queue_size: 256,
+            outbound_queue_max_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -71,6 +75,7 @@ impl Config {
             outbound_message_queue_size: self.remote.outbound_message_queue_size,
             outbound_control_queue_size: self.remote.outbound_control_queue_size,
             outbound_large_message_queue_size: self.remote.outbound_large_message_queue_size,
+            outbound_queue_max_bytes: self.remote.outbound_queue_max_bytes,
             ..TransportSettings::default()
         }
     }

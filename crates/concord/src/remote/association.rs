@@ -39,7 +39,7 @@ pub(crate) async fn run_lane_writer(
     let mut shutdown = inner.shutdown.subscribe();
     let mut logged_failure = false;
     let mut conn: Option<Connection> = None;
-    let mut out = BytesMut::with_capacity(inner.settings.write_batch_bytes);
+    let mut out = BytesMut::with_capacity(inner.settings.lane_buffer_bytes);
     let mut probe = [0u8; 1];
     let stats = inner.stats.lane(lane);
     loop {

@@ -100,7 +100,7 @@ async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) 
                 return;
             }
             Ok((0, need)) => {
-                buf.reserve(need.max(READ_BUFFER_BYTES));
+                buf.reserve(need.saturating_sub(buf.len()).max(MIN_READ_BUFFER_BYTES));
                 let n = tokio::select! {
                     _ = shutdown.changed() => return,
                     r = stream.read_buf(&mut buf) => r,
@@ -113,9 +113,11 @@ async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) 
             Ok((end, need)) => {
                 let chunk = Bytes::from_owner(Chunk(buf.split_to(end).freeze()));
                 // The next reads go to a buffer of their own: the payloads handed out share
-                // this chunk's reference count, and the threads that drop them should not
-                // contend with this one on it.
-                let mut fresh = BytesMut::with_capacity(need.max(READ_BUFFER_BYTES));
+                // this chunk's reference count (and keep it alive while any is kept), and
+                // the threads that drop them should not contend with this one on it. It is
+                // sized by the traffic: a quiet lane does not pin 64 KiB per message.
+                let size = (end * 2).clamp(MIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES);
+                let mut fresh = BytesMut::with_capacity(need.max(size));
                 fresh.extend_from_slice(&buf);
                 buf = fresh;
                 if !route_chunk(&inner, &from, lane, chunk, &mut batches).await {
@@ -126,8 +128,11 @@ async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) 
     }
 }
 
-/// Bytes read per read call at least (a read takes whatever the socket has).
+/// Largest read buffer, bytes (a read takes whatever the socket has, up to this).
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Smallest read buffer, bytes.
+const MIN_READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// The frames of one read. Every payload handed out is a slice of it and shares its
 /// reference count: the alignment gives that count a cache line of its own, so the reader

@@ -2,9 +2,9 @@
 //! into the lane's buffer, and the lane's writer task takes the whole buffer at once and
 //! writes it with one call. No per-message allocation or channel operation on this path.
 //!
-//! Bounded by `queue_size` frames (Akka's `outbound-*-queue-size`): when full,
-//! [`LaneQueue::push`] refuses (the caller counts a drop) and [`LaneQueue::push_wait`] waits
-//! until the writer has taken the buffer.
+//! Bounded by `queue_size` frames (Akka's `outbound-*-queue-size`) and by `max_bytes` of
+//! frames: when full, [`LaneQueue::push`] refuses (the caller counts a drop) and
+//! [`LaneQueue::push_wait`] waits until the writer has taken the buffer.
 
 use std::sync::Mutex;
 
@@ -42,6 +42,7 @@ pub(crate) struct LaneQueue {
     /// `push_wait` waits here for room.
     room: Notify,
     queue_size: u64,
+    max_bytes: usize,
 }
 
 /// What the writer took from the queue.
@@ -50,7 +51,9 @@ pub(crate) struct Taken {
 }
 
 impl LaneQueue {
-    pub(crate) fn new(queue_size: usize, initial_bytes: usize) -> Self {
+    /// A queue of at most `queue_size` frames and `max_bytes` bytes (at least one frame is
+    /// always accepted into an empty queue).
+    pub(crate) fn new(queue_size: usize, max_bytes: usize, initial_bytes: usize) -> Self {
         LaneQueue {
             state: Mutex::new(State {
                 buf: BytesMut::with_capacity(initial_bytes),
@@ -62,6 +65,7 @@ impl LaneQueue {
             data: Notify::new(),
             room: Notify::new(),
             queue_size: queue_size.max(1) as u64,
+            max_bytes,
         }
     }
 
@@ -82,7 +86,7 @@ impl LaneQueue {
             if s.closed {
                 return Err((PushError::Closed, o));
             }
-            if s.frames >= self.queue_size {
+            if s.frames >= self.queue_size || (s.frames > 0 && s.buf.len() >= self.max_bytes) {
                 if wait {
                     s.waiting_for_room += 1;
                 }
@@ -139,7 +143,8 @@ impl LaneQueue {
                     return Err(PushError::Closed);
                 }
                 let mut pushed = false;
-                while s.frames < self.queue_size {
+                while s.frames < self.queue_size && (s.frames == 0 || s.buf.len() < self.max_bytes)
+                {
                     let Some(f) = frames.pop_front() else { break };
                     f.write(&mut s.buf);
                     s.frames += 1;
@@ -257,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn bounded_push_take_and_waiting_for_room() {
-        let q = Arc::new(LaneQueue::new(2, 64));
+        let q = Arc::new(LaneQueue::new(2, 1 << 20, 64));
         assert!(q.push(o(1)).is_ok());
         assert!(q.push(o(2)).is_ok());
         assert_eq!(q.push(o(3)).unwrap_err().0, PushError::Full);
@@ -274,5 +279,20 @@ mod tests {
         assert!(q.take(&mut out).is_none());
         assert!(q.close_if_empty());
         assert_eq!(q.push(o(4)).unwrap_err().0, PushError::Closed);
+    }
+
+    #[test]
+    fn the_byte_bound_holds_whatever_the_frame_count() {
+        let q = LaneQueue::new(1000, 100, 64);
+        let big = |n| Frame {
+            payload: Bytes::from(vec![n; 60]),
+            ..o(n)
+        };
+        assert!(q.push(big(1)).is_ok(), "an empty queue takes a frame");
+        assert!(q.push(big(2)).is_ok(), "under 100 bytes");
+        assert_eq!(q.push(big(3)).unwrap_err().0, PushError::Full);
+        let mut out = BytesMut::new();
+        assert_eq!(q.take(&mut out).unwrap().frames, 2);
+        assert!(q.push(big(3)).is_ok());
     }
 }

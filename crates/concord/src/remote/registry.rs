@@ -58,7 +58,9 @@ pub trait Codec: Send + Sync + 'static {
     fn encode(&self, message: &Self::Message) -> (u32, Bytes);
 
     /// The message of type `manifest` in `payload`; [`DecodeError::UnknownManifest`] for a
-    /// type this build does not know.
+    /// type this build does not know. `payload` is a zero-copy slice of the connection's
+    /// read buffer: a message that keeps it for long (rather than decoding from it) should
+    /// copy it (`Bytes::copy_from_slice`), or it keeps that whole buffer alive.
     fn decode(&self, manifest: u32, payload: Bytes) -> Result<Self::Message, DecodeError>;
 }
 

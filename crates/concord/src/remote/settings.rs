@@ -32,8 +32,13 @@ pub struct TransportSettings {
     /// An association with nothing to send for this long is closed (default 5 min,
     /// Artery's `stop-idle-outbound-after`).
     pub idle_timeout: Duration,
-    /// At most this many bytes of frames are gathered into one write (default 64 KiB).
-    pub write_batch_bytes: usize,
+    /// Initial capacity of a lane's buffer, bytes (default 64 KiB); it grows with the
+    /// traffic up to the queue's bounds.
+    pub lane_buffer_bytes: usize,
+    /// Most bytes of frames queued per peer and lane (default 8 MiB); with the frame count
+    /// (`outbound-*-queue-size`) this bounds the memory a slow peer can hold, whatever the
+    /// message sizes.
+    pub outbound_queue_max_bytes: usize,
     /// Inbound messages queued per registered protocol before the connection is slowed
     /// down (backpressure), messages (default 4096).
     pub inbound_queue_size: usize,
@@ -51,7 +56,8 @@ impl Default for TransportSettings {
             connect_backoff_min: Duration::from_millis(100),
             connect_backoff_max: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(300),
-            write_batch_bytes: 64 * 1024,
+            lane_buffer_bytes: 64 * 1024,
+            outbound_queue_max_bytes: 8 * 1024 * 1024,
             inbound_queue_size: 4096,
         }
     }

@@ -317,7 +317,10 @@ impl Transport {
         let settings = &self.inner.settings;
         let q = Arc::new(LaneQueue::new(
             settings.queue_size(lane),
-            settings.write_batch_bytes,
+            settings
+                .outbound_queue_max_bytes
+                .max(settings.frame_limit(lane) + 64),
+            settings.lane_buffer_bytes,
         ));
         map.entry(to.clone()).or_default()[lane.index()] = Some(q.clone());
         let span = tracing::Span::current();
