@@ -129,7 +129,9 @@ impl<M> Transmit<M> {
 }
 
 /// What [`ProtocolMachine::handle_membership`] is told about the view it receives.
+/// Non-exhaustive: a later version may add kinds of change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MembershipChange<'a> {
     /// The view as a whole, without the events that led to it: the first view a machine
     /// gets, or a fresh one after its subscription lagged (Akka's `CurrentClusterState`).

@@ -1,17 +1,21 @@
 //! The envelope on a real socket: a peer written by hand (raw TCP, protobuf frames) sends
 //! a protocol this node does not run and a membership message type this build does not
 //! know. Both are counted and dropped; the connection stays open — the peer's next,
-//! valid message on the same connection is answered — and the node stays Up.
+//! valid message on the same connection is answered — and the node stays Up. And order is
+//! kept per (sender, receiver, lane), whichever way the messages are sent.
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{fast_config, start_first, wait_self_up};
+use common::{fast_config, port_of, start_first, wait_self_up};
+use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
 use concord::remote::membership_codec::manifest;
 use concord::remote::wire;
-use concord::remote::PROTOCOL_VERSION;
+use concord::remote::{Frame, ProtocolRegistry, TransportSettings, PROTOCOL_VERSION};
+use concord::Node;
 use concord_core::{Lane, MemberStatus, ProtocolId};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -174,4 +178,116 @@ async fn unknown_protocols_and_message_types_are_counted_and_dropped_and_the_con
     );
     drop(back);
     node.stop().await;
+}
+
+/// A layer that records the sequence numbers (8-byte payloads) it receives, in order.
+struct SeqLayer {
+    seen: Arc<Mutex<Vec<u64>>>,
+    inbound: Option<tokio::sync::mpsc::Receiver<concord::remote::Inbound<Bytes>>>,
+}
+
+const SEQ: ProtocolId = ProtocolId(ProtocolId::FIRST_APPLICATION_ID + 3);
+
+impl Layer for SeqLayer {
+    fn name(&self) -> &'static str {
+        "seq"
+    }
+    fn register(
+        &mut self,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        let rx = registry
+            .register(
+                SEQ,
+                Arc::new(concord::bench::layer::RawCodec),
+                settings.inbound_queue_size,
+            )
+            .map_err(|e| LayerError {
+                layer: "seq",
+                message: e.to_string(),
+            })?;
+        self.inbound = Some(rx);
+        Ok(())
+    }
+    fn start(self: Box<Self>, _ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let (Some(mut rx), seen) = (self.inbound, self.seen) else {
+            return Ok(LayerStarted::default());
+        };
+        tokio::spawn(async move {
+            while let Some(batch) = rx.recv().await {
+                let mut s = seen.lock().unwrap();
+                for (payload, _) in batch.messages {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&payload[..8]);
+                    s.push(u64::from_be_bytes(b));
+                }
+            }
+        });
+        Ok(LayerStarted::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_is_kept_per_sender_receiver_and_lane() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let a = start_first(fast_config("order", &[])).await;
+    wait_self_up(&a).await;
+    let b = Node::builder(fast_config("order", &[port_of(&a)]))
+        .layer(SeqLayer {
+            seen: seen.clone(),
+            inbound: None,
+        })
+        .start()
+        .await
+        .unwrap();
+    wait_self_up(&b).await;
+    let frame = |n: u64| Frame {
+        protocol: SEQ,
+        manifest: concord::bench::layer::PAYLOAD_MANIFEST,
+        recipient_uid: b.cluster().self_unique_address().uid,
+        payload: Bytes::copy_from_slice(&n.to_be_bytes()),
+    };
+    const N: u64 = 100_000;
+    // Single sends, batched sends, and sends through the general path, interleaved.
+    let lane = a
+        .transport()
+        .outbound_lane(b.self_address(), Lane::Ordinary);
+    let mut n = 0;
+    while n < N {
+        match n % 3 {
+            0 => lane.send_wait(frame(n)).await.unwrap(),
+            1 => {
+                let end = (n + 100).min(N);
+                lane.send_all_wait((n..end).map(frame)).await.unwrap();
+                n = end;
+                continue;
+            }
+            _ => a
+                .transport()
+                .send_wait(concord::remote::Outbound {
+                    to: b.self_address().clone(),
+                    to_uid: Some(b.cluster().self_unique_address().uid),
+                    lane: Lane::Ordinary,
+                    protocol: SEQ,
+                    manifest: concord::bench::layer::PAYLOAD_MANIFEST,
+                    payload: Bytes::copy_from_slice(&n.to_be_bytes()),
+                })
+                .await
+                .unwrap(),
+        }
+        n += 1;
+    }
+    common::wait_for("everything arrived", || {
+        seen.lock().unwrap().len() as u64 == N
+    })
+    .await;
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter().copied().eq(0..N),
+        "in order, none lost, none twice"
+    );
+    drop(seen);
+    a.stop().await;
+    b.stop().await;
 }
