@@ -282,12 +282,8 @@ async fn order_is_kept_per_sender_receiver_and_lane() {
         seen.lock().unwrap().len() as u64 == N
     })
     .await;
-    let seen = seen.lock().unwrap();
-    assert!(
-        seen.iter().copied().eq(0..N),
-        "in order, none lost, none twice"
-    );
-    drop(seen);
+    let in_order = seen.lock().unwrap().iter().copied().eq(0..N);
+    assert!(in_order, "in order, none lost, none twice");
     a.stop().await;
     b.stop().await;
 }
