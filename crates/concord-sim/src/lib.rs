@@ -13,10 +13,12 @@
 
 pub mod hosted;
 pub mod invariants;
+pub mod lease;
 pub mod network;
 pub mod scale;
 pub mod schedule;
 pub mod sim;
 
 pub use hosted::{Hosted, HostedMachine, Payload};
-pub use sim::{node_address, SimLease, SimMessage, Simulation};
+pub use lease::SimLease;
+pub use sim::{node_address, SimMessage, Simulation};

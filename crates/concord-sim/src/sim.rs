@@ -22,6 +22,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::hosted::{HostedMachine, MachineFactory, Payload};
+use crate::lease::SimLease;
 use crate::network::{NetworkConfig, Partitions};
 
 /// One simulated node (the current incarnation at its address).
@@ -93,38 +94,6 @@ pub struct SimStats {
     pub quarantine_refused: u64,
     /// Leases granted by [`SimLease`].
     pub leases_granted: u64,
-}
-
-/// The lease that lease-majority decisions ask for: one shared resource that every side
-/// of a partition can reach (like a Kubernetes `Lease` object), held by one owner until
-/// it releases it or `ttl_ms` passes.
-#[derive(Clone, Debug, Default)]
-pub struct SimLease {
-    /// Current holder and the time its hold expires, ms.
-    pub holder: Option<(UniqueAddress, u64)>,
-    /// How long a grant lasts unless renewed, ms (Akka's `release-after`, 40 s).
-    pub ttl_ms: u64,
-}
-
-impl SimLease {
-    /// Acquire (or renew) for `owner` at `now_ms`; true if held now.
-    pub fn acquire(&mut self, owner: &UniqueAddress, now_ms: u64) -> bool {
-        let free = match &self.holder {
-            None => true,
-            Some((h, until)) => h == owner || *until <= now_ms,
-        };
-        if free {
-            self.holder = Some((owner.clone(), now_ms.saturating_add(self.ttl_ms)));
-        }
-        free
-    }
-
-    /// Release if held by `owner`.
-    pub fn release(&mut self, owner: &UniqueAddress) {
-        if self.holder.as_ref().is_some_and(|(h, _)| h == owner) {
-            self.holder = None;
-        }
-    }
 }
 
 /// The simulation.

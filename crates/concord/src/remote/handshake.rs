@@ -11,9 +11,7 @@ use prost::Message;
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use super::membership_codec::{
-    address_from_wire, address_to_wire, unique_from_wire, unique_to_wire,
-};
+use super::gossip_wire::{address_from_wire, address_to_wire, unique_from_wire, unique_to_wire};
 use super::transport::Inner;
 use super::{wire, PROTOCOL_VERSION};
 

@@ -6,7 +6,8 @@
 //! - [`registry`]: [`ProtocolRegistry`] and the [`Codec`] a layer registers with its
 //!   protocol id; inbound messages arrive on the layer's own queue as [`Inbound`].
 //! - [`sender`]: [`ProtocolSender`], a codec plus the transport.
-//! - [`membership_codec`]: the membership protocol's codec (gzip'd gossip).
+//! - [`membership_codec`]: the membership protocol's codec; [`gossip_wire`]: the wire form
+//!   of the gossip state (address table, gzip, bounded decompression).
 //! - [`transport`]: [`Transport`], the handle; [`settings`], [`stats`], [`faults`].
 //! - `handshake`, `outbound_lane` (a bounded queue per peer and lane that senders encode
 //!   into), `association` (its writer: one connection, one write per batch), `inbound`
@@ -15,6 +16,7 @@
 mod association;
 pub mod envelope;
 pub mod faults;
+pub mod gossip_wire;
 mod handshake;
 mod inbound;
 mod log_limit;
