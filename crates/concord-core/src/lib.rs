@@ -23,6 +23,7 @@
 
 pub mod address;
 pub mod cluster_core;
+pub mod ddata;
 pub mod events;
 pub mod failure_detector;
 pub mod gossip;
