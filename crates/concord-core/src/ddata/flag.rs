@@ -3,9 +3,10 @@
 use super::{DeltaReplicatedData, ReplicatedData};
 
 /// A flag that can only be switched on.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Flag {
     enabled: bool,
+    #[serde(skip)]
     changed: bool,
 }
 
@@ -61,4 +62,21 @@ impl DeltaReplicatedData for Flag {
     fn merge_delta(&mut self, delta: &Flag) {
         self.merge(delta);
     }
+}
+
+/// A flag holds no per-replica entries.
+impl crate::ddata::RemovedNodePruning for Flag {
+    fn modified_by_nodes(&self) -> std::collections::BTreeSet<crate::ddata::ReplicaId> {
+        Default::default()
+    }
+    fn needs_pruning_from(&self, _removed: crate::ddata::ReplicaId) -> bool {
+        false
+    }
+    fn prune(
+        &mut self,
+        _removed: crate::ddata::ReplicaId,
+        _collapse_into: crate::ddata::ReplicaId,
+    ) {
+    }
+    fn prune_cleanup(&mut self, _removed: crate::ddata::ReplicaId) {}
 }

@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{DeltaReplicatedData, RemovedNodePruning, ReplicaId, ReplicatedData};
 
 /// A grow-only counter. Counts saturate at `u64::MAX` (and so does the value).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct GCounter {
     state: BTreeMap<ReplicaId, u64>,
+    #[serde(skip)]
     delta: Option<Box<GCounter>>,
 }
 

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use super::{DeltaReplicatedData, ReplicatedData};
 
 /// A grow-only set of `T`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GSet<T: Ord + Clone> {
     elements: BTreeSet<T>,
+    #[serde(skip)]
     delta: Option<BTreeSet<T>>,
 }
 
@@ -86,4 +87,21 @@ impl<T: Ord + Clone + std::fmt::Debug> DeltaReplicatedData for GSet<T> {
     fn merge_delta(&mut self, delta: &GSet<T>) {
         self.merge(delta);
     }
+}
+
+/// A grow-only set holds no per-replica entries.
+impl<T: Ord + Clone> crate::ddata::RemovedNodePruning for GSet<T> {
+    fn modified_by_nodes(&self) -> BTreeSet<crate::ddata::ReplicaId> {
+        BTreeSet::new()
+    }
+    fn needs_pruning_from(&self, _removed: crate::ddata::ReplicaId) -> bool {
+        false
+    }
+    fn prune(
+        &mut self,
+        _removed: crate::ddata::ReplicaId,
+        _collapse_into: crate::ddata::ReplicaId,
+    ) {
+    }
+    fn prune_cleanup(&mut self, _removed: crate::ddata::ReplicaId) {}
 }

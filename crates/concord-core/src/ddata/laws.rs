@@ -46,7 +46,8 @@ fn check<D>(
     history: &[Step<Box<dyn std::any::Any>>],
 ) -> Result<(), TestCaseError>
 where
-    D: DeltaReplicatedData,
+    D: DeltaReplicatedData + serde::Serialize + serde::de::DeserializeOwned,
+    D::Delta: serde::Serialize + serde::de::DeserializeOwned,
 {
     let mut by_delta: Vec<D> = (0..REPLICAS).map(|_| init()).collect();
     let mut by_state: Vec<D> = (0..REPLICAS).map(|_| init()).collect();
@@ -129,6 +130,20 @@ where
             "replica {} shows the value",
             i
         );
+    }
+    // Values and deltas survive their encoding.
+    for d in &by_delta {
+        let bytes = postcard::to_stdvec(d).expect("encodes");
+        prop_assert_eq!(&postcard::from_bytes::<D>(&bytes).expect("decodes"), d);
+    }
+    for (_, delta, _) in &log {
+        if let Some(delta) = delta {
+            let bytes = postcard::to_stdvec(delta).expect("encodes");
+            prop_assert_eq!(
+                &postcard::from_bytes::<D::Delta>(&bytes).expect("decodes"),
+                delta
+            );
+        }
     }
     // The laws, on states met on the way.
     let n = states_met.len();

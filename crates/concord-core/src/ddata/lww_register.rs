@@ -8,11 +8,12 @@ use std::collections::BTreeSet;
 use super::{DeltaReplicatedData, RemovedNodePruning, ReplicaId, ReplicatedData};
 
 /// A last-writer-wins register of `T`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LWWRegister<T: Clone> {
     value: T,
     timestamp: i64,
     node: ReplicaId,
+    #[serde(skip)]
     changed: bool,
 }
 

@@ -48,7 +48,11 @@ macro_rules! delegate_crdt {
 
 /// A map of last-writer-wins registers: `put` overwrites, concurrent puts resolve by
 /// timestamp (Akka `LWWMap`; needs roughly synchronised clocks).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "K: serde::Serialize + std::fmt::Debug, V: serde::Serialize",
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug, V: serde::Deserialize<'de> + Clone + PartialEq + std::fmt::Debug"
+))]
 pub struct LWWMap<K: Ord + Clone, V: Clone + PartialEq + std::fmt::Debug> {
     map: ORMap<K, LWWRegister<V>>,
 }
@@ -117,7 +121,11 @@ delegate_crdt!(
 
 /// A map of counters (Akka `PNCounterMap`). A removed key's counts may come back on
 /// replicas that never saw the remove if the key is incremented again (as in Akka).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "K: serde::Serialize + std::fmt::Debug",
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug"
+))]
 pub struct PNCounterMap<K: Ord + Clone> {
     map: ORMap<K, PNCounter>,
 }
@@ -180,7 +188,11 @@ delegate_crdt!(
 /// A map from keys to sets of values (Akka `ORMultiMap`): an observed-remove set of
 /// (key, value) bindings, so each binding is add-wins on its own and a key is present while
 /// it has a binding.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "K: serde::Serialize, V: serde::Serialize",
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug, V: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug"
+))]
 pub struct ORMultiMap<K: Ord + Clone, V: Ord + Clone> {
     bindings: ORSet<(K, V)>,
 }

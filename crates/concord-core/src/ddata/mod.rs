@@ -25,6 +25,7 @@ mod maps;
 mod ormap;
 mod orset;
 mod pncounter;
+pub mod replicator;
 mod version_vector;
 
 #[cfg(test)]
@@ -38,13 +39,21 @@ pub use maps::{LWWMap, ORMultiMap, PNCounterMap};
 pub use ormap::{ORMap, ORMapDelta, ORMapPartsError};
 pub use orset::{ORSet, ORSetDelta};
 pub use pncounter::PNCounter;
+pub use replicator::{
+    DataTypeRegistry, GetResult, Key, ReadConsistency, ReplicatedType, ReplicatedValue, Replicator,
+    ReplicatorEvent, ReplicatorMessage, ReplicatorSettings, RequestId, UpdateResult,
+    WriteConsistency,
+};
 pub use version_vector::{Dots, VersionVector};
 
 use crate::address::UniqueAddress;
 
 /// A replica: the uid of one node incarnation (random, 64 bits, like Riak's actor ids). A
 /// restarted node is a new replica.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct ReplicaId(pub u64);
 
 impl From<&UniqueAddress> for ReplicaId {

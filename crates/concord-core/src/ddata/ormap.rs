@@ -47,8 +47,13 @@ impl<V: ReplicatedData> Entry<V> {
     }
 }
 
-/// A map from `K` to CRDT values `V`.
-#[derive(Clone, Debug)]
+/// A map from `K` to CRDT values `V`. Encoded as its key set and a list of
+/// (key, dot, value); a decoded map whose values do not match its keys' dots is refused.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(try_from = "ORMapRepr<K, V>")]
+#[serde(bound(
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug, V: serde::Deserialize<'de> + DeltaReplicatedData"
+))]
 pub struct ORMap<K: Ord + Clone, V: DeltaReplicatedData> {
     keys: ORSet<K>,
     entries: BTreeMap<K, Entry<V>>,
@@ -56,7 +61,11 @@ pub struct ORMap<K: Ord + Clone, V: DeltaReplicatedData> {
 }
 
 /// A delta of an [`ORMap`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "K: serde::Serialize, V: serde::Serialize",
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug, V: serde::Deserialize<'de> + DeltaReplicatedData"
+))]
 pub enum ORMapDelta<K: Ord + Clone, V: DeltaReplicatedData> {
     /// `entry` was written: its new dot, the dots (and so values) it replaced, the value.
     Put {
@@ -99,6 +108,40 @@ impl<K: Ord + Clone, V: DeltaReplicatedData> PartialEq for ORMap<K, V> {
                 .iter()
                 .zip(other.entries.iter())
                 .all(|((ka, a), (kb, b))| ka == kb && a.by_dot == b.by_dot)
+    }
+}
+
+/// The encoded form of an [`ORMap`].
+#[derive(serde::Deserialize)]
+#[serde(bound(
+    deserialize = "K: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug, V: serde::Deserialize<'de>"
+))]
+struct ORMapRepr<K: Ord + Clone, V> {
+    keys: ORSet<K>,
+    values: Vec<(K, Dot, V)>,
+}
+
+impl<K: Ord + Clone + std::fmt::Debug, V: DeltaReplicatedData> TryFrom<ORMapRepr<K, V>>
+    for ORMap<K, V>
+{
+    type Error = ORMapPartsError;
+    fn try_from(r: ORMapRepr<K, V>) -> Result<Self, ORMapPartsError> {
+        ORMap::from_parts(r.keys, r.values)
+    }
+}
+
+impl<K, V> serde::Serialize for ORMap<K, V>
+where
+    K: Ord + Clone + std::fmt::Debug + serde::Serialize,
+    V: DeltaReplicatedData + serde::Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let values: Vec<(&K, Dot, &V)> = self.values_by_dot().collect();
+        let mut st = s.serialize_struct("ORMap", 2)?;
+        st.serialize_field("keys", &self.keys)?;
+        st.serialize_field("values", &values)?;
+        st.end()
     }
 }
 

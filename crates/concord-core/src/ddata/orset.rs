@@ -22,15 +22,19 @@ use super::{
 };
 
 /// An observed-remove set of `T` (add-wins).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(bound(deserialize = "T: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug"))]
+#[serde(from = "ORSetRepr<T>")]
 pub struct ORSet<T: Ord + Clone> {
     elements: BTreeMap<T, Dots>,
     context: VersionVector,
+    #[serde(skip)]
     delta: Option<ORSetDelta<T>>,
 }
 
 /// A delta of an [`ORSet`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(bound(deserialize = "T: serde::Deserialize<'de> + Ord + Clone + std::fmt::Debug"))]
 pub enum ORSetDelta<T: Ord + Clone> {
     /// `element` was added with the new dot (replica, counter), replacing the dots the
     /// adder had for it.
@@ -53,6 +57,19 @@ pub enum ORSetDelta<T: Ord + Clone> {
     Full(Box<ORSet<T>>),
     /// Several deltas, in order.
     Group(Vec<ORSetDelta<T>>),
+}
+
+/// The decoded form of an [`ORSet`]: elements without dots are dropped.
+#[derive(serde::Deserialize)]
+struct ORSetRepr<T: Ord> {
+    elements: BTreeMap<T, Dots>,
+    context: VersionVector,
+}
+
+impl<T: Ord + Clone + std::fmt::Debug> From<ORSetRepr<T>> for ORSet<T> {
+    fn from(r: ORSetRepr<T>) -> Self {
+        ORSet::from_parts(r.elements, r.context)
+    }
 }
 
 impl<T: Ord + Clone> Default for ORSet<T> {

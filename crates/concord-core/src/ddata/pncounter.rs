@@ -6,14 +6,14 @@ use std::collections::BTreeSet;
 use super::{DeltaReplicatedData, GCounter, RemovedNodePruning, ReplicaId, ReplicatedData};
 
 /// An increment/decrement counter. The value is `i128` so no sum of `u64` counts overflows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PNCounter {
     increments: GCounter,
     decrements: GCounter,
 }
 
 /// A delta of a [`PNCounter`]: the changed increment and decrement counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PNCounterDelta {
     /// Changed increment counts.
     pub increments: GCounter,

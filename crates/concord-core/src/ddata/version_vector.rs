@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::ReplicaId;
 
 /// Per-replica counters (absent = 0). Counters saturate at `u64::MAX` instead of wrapping.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct VersionVector {
     versions: BTreeMap<ReplicaId, u64>,
 }
@@ -86,7 +86,8 @@ impl VersionVector {
 
 /// The add events of one element of an ORSet: at most one (the latest) per replica, sorted
 /// by replica. Usually one.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(from = "Vec<(ReplicaId, u64)>")]
 pub struct Dots(Vec<(ReplicaId, u64)>);
 
 impl Dots {
@@ -161,5 +162,12 @@ impl Dots {
     /// Without `r`'s dot.
     pub fn without(&self, r: ReplicaId) -> Dots {
         Dots(self.0.iter().copied().filter(|(x, _)| *x != r).collect())
+    }
+}
+
+/// Decoded dots are put back in order, one per replica.
+impl From<Vec<(ReplicaId, u64)>> for Dots {
+    fn from(v: Vec<(ReplicaId, u64)>) -> Self {
+        Dots::from_entries(v)
     }
 }
