@@ -64,19 +64,5 @@ impl DeltaReplicatedData for Flag {
     }
 }
 
-/// A flag holds no per-replica entries.
-impl crate::ddata::RemovedNodePruning for Flag {
-    fn modified_by_nodes(&self) -> std::collections::BTreeSet<crate::ddata::ReplicaId> {
-        Default::default()
-    }
-    fn needs_pruning_from(&self, _removed: crate::ddata::ReplicaId) -> bool {
-        false
-    }
-    fn prune(
-        &mut self,
-        _removed: crate::ddata::ReplicaId,
-        _collapse_into: crate::ddata::ReplicaId,
-    ) {
-    }
-    fn prune_cleanup(&mut self, _removed: crate::ddata::ReplicaId) {}
-}
+// A flag holds no per-replica entries.
+no_replica_entries!([] Flag);

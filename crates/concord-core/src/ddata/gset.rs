@@ -89,19 +89,5 @@ impl<T: Ord + Clone + std::fmt::Debug> DeltaReplicatedData for GSet<T> {
     }
 }
 
-/// A grow-only set holds no per-replica entries.
-impl<T: Ord + Clone> crate::ddata::RemovedNodePruning for GSet<T> {
-    fn modified_by_nodes(&self) -> BTreeSet<crate::ddata::ReplicaId> {
-        BTreeSet::new()
-    }
-    fn needs_pruning_from(&self, _removed: crate::ddata::ReplicaId) -> bool {
-        false
-    }
-    fn prune(
-        &mut self,
-        _removed: crate::ddata::ReplicaId,
-        _collapse_into: crate::ddata::ReplicaId,
-    ) {
-    }
-    fn prune_cleanup(&mut self, _removed: crate::ddata::ReplicaId) {}
-}
+// A grow-only set holds no per-replica entries.
+no_replica_entries!([T: Ord + Clone] GSet<T>);

@@ -3,9 +3,7 @@
 //! are roughly synchronised; a writer's timestamp is at least one more than the one it
 //! overwrites, so a writer's own writes are ordered even if its clock goes back.
 
-use std::collections::BTreeSet;
-
-use super::{DeltaReplicatedData, RemovedNodePruning, ReplicaId, ReplicatedData};
+use super::{DeltaReplicatedData, ReplicaId, ReplicatedData};
 
 /// A last-writer-wins register of `T`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -95,15 +93,6 @@ impl<T: Clone + PartialEq + std::fmt::Debug> DeltaReplicatedData for LWWRegister
     }
 }
 
-/// A register holds no per-replica entries: the writer is only a tie-breaker, and a removed
-/// writer's value stays until overwritten.
-impl<T: Clone> RemovedNodePruning for LWWRegister<T> {
-    fn modified_by_nodes(&self) -> BTreeSet<ReplicaId> {
-        BTreeSet::new()
-    }
-    fn needs_pruning_from(&self, _removed: ReplicaId) -> bool {
-        false
-    }
-    fn prune(&mut self, _removed: ReplicaId, _collapse_into: ReplicaId) {}
-    fn prune_cleanup(&mut self, _removed: ReplicaId) {}
-}
+// A register holds no per-replica entries: the writer is only a tie-breaker, and a removed
+// writer's value stays until overwritten.
+no_replica_entries!([T: Clone] LWWRegister<T>);

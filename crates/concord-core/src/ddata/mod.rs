@@ -17,6 +17,22 @@
 //!
 //! Replicas are identified by [`ReplicaId`], the random 64-bit uid of a node's incarnation.
 
+/// Implements [`RemovedNodePruning`] for a type that holds no per-replica entries.
+macro_rules! no_replica_entries {
+    ([$($g:tt)*] $t:ty) => {
+        impl<$($g)*> $crate::ddata::RemovedNodePruning for $t {
+            fn modified_by_nodes(&self) -> std::collections::BTreeSet<$crate::ddata::ReplicaId> {
+                std::collections::BTreeSet::new()
+            }
+            fn needs_pruning_from(&self, _removed: $crate::ddata::ReplicaId) -> bool {
+                false
+            }
+            fn prune(&mut self, _removed: $crate::ddata::ReplicaId, _into: $crate::ddata::ReplicaId) {}
+            fn prune_cleanup(&mut self, _removed: $crate::ddata::ReplicaId) {}
+        }
+    };
+}
+
 mod flag;
 mod gcounter;
 mod gset;

@@ -109,107 +109,109 @@ impl Quorum {
     }
 }
 
-impl ReadConsistency {
-    /// Majority with the given timeout and no minimum.
-    pub fn majority(timeout_ms: u64) -> Self {
-        ReadConsistency::Majority {
-            timeout_ms,
-            min_cap: 0,
+impl Quorum {
+    /// A label for metrics: `local`, `n`, `majority`, `majority-plus`, `all`.
+    fn label(self) -> &'static str {
+        match self {
+            Quorum::Local => "local",
+            Quorum::From(_) => "n",
+            Quorum::Majority { additional: 0, .. } => "majority",
+            Quorum::Majority { .. } => "majority-plus",
+            Quorum::All => "all",
         }
     }
+}
 
-    pub(crate) fn quorum(self) -> Quorum {
+/// The accessors both levels share, in terms of their `parts`.
+macro_rules! consistency_accessors {
+    ($t:ident) => {
+        impl $t {
+            /// Majority with the given timeout and no minimum.
+            pub fn majority(timeout_ms: u64) -> Self {
+                $t::Majority {
+                    timeout_ms,
+                    min_cap: 0,
+                }
+            }
+
+            pub(crate) fn quorum(self) -> Quorum {
+                self.parts().0
+            }
+
+            /// The timeout, ms (0 for local).
+            pub fn timeout_ms(self) -> u64 {
+                self.parts().1
+            }
+
+            /// A label for metrics: `local`, `n`, `majority`, `majority-plus`, `all`.
+            pub fn label(self) -> &'static str {
+                self.parts().0.label()
+            }
+        }
+    };
+}
+
+consistency_accessors!(ReadConsistency);
+consistency_accessors!(WriteConsistency);
+
+impl ReadConsistency {
+    /// The quorum and the timeout (ms).
+    fn parts(self) -> (Quorum, u64) {
         match self {
-            ReadConsistency::Local => Quorum::Local,
-            ReadConsistency::From { n, .. } => Quorum::From(n),
-            ReadConsistency::Majority { min_cap, .. } => Quorum::Majority {
-                additional: 0,
+            ReadConsistency::Local => (Quorum::Local, 0),
+            ReadConsistency::From { n, timeout_ms } => (Quorum::From(n), timeout_ms),
+            ReadConsistency::Majority {
+                timeout_ms,
                 min_cap,
-            },
+            } => (
+                Quorum::Majority {
+                    additional: 0,
+                    min_cap,
+                },
+                timeout_ms,
+            ),
             ReadConsistency::MajorityPlus {
                 additional,
+                timeout_ms,
                 min_cap,
-                ..
-            } => Quorum::Majority {
-                additional,
-                min_cap,
-            },
-            ReadConsistency::All { .. } => Quorum::All,
-        }
-    }
-
-    /// The timeout, ms (0 for local).
-    pub fn timeout_ms(self) -> u64 {
-        match self {
-            ReadConsistency::Local => 0,
-            ReadConsistency::From { timeout_ms, .. }
-            | ReadConsistency::Majority { timeout_ms, .. }
-            | ReadConsistency::MajorityPlus { timeout_ms, .. }
-            | ReadConsistency::All { timeout_ms } => timeout_ms,
-        }
-    }
-
-    /// A label for metrics: `local`, `from`, `majority`, `majority-plus`, `all`.
-    pub fn label(self) -> &'static str {
-        match self {
-            ReadConsistency::Local => "local",
-            ReadConsistency::From { .. } => "from",
-            ReadConsistency::Majority { .. } => "majority",
-            ReadConsistency::MajorityPlus { .. } => "majority-plus",
-            ReadConsistency::All { .. } => "all",
+            } => (
+                Quorum::Majority {
+                    additional,
+                    min_cap,
+                },
+                timeout_ms,
+            ),
+            ReadConsistency::All { timeout_ms } => (Quorum::All, timeout_ms),
         }
     }
 }
 
 impl WriteConsistency {
-    /// Majority with the given timeout and no minimum.
-    pub fn majority(timeout_ms: u64) -> Self {
-        WriteConsistency::Majority {
-            timeout_ms,
-            min_cap: 0,
-        }
-    }
-
-    pub(crate) fn quorum(self) -> Quorum {
-        match self {
-            WriteConsistency::Local => Quorum::Local,
-            WriteConsistency::To { n, .. } => Quorum::From(n),
-            WriteConsistency::Majority { min_cap, .. } => Quorum::Majority {
-                additional: 0,
+    /// The quorum and the timeout (ms).
+    fn parts(self) -> (Quorum, u64) {
+        // The same levels as reads.
+        let read = match self {
+            WriteConsistency::Local => ReadConsistency::Local,
+            WriteConsistency::To { n, timeout_ms } => ReadConsistency::From { n, timeout_ms },
+            WriteConsistency::Majority {
+                timeout_ms,
+                min_cap,
+            } => ReadConsistency::Majority {
+                timeout_ms,
                 min_cap,
             },
             WriteConsistency::MajorityPlus {
                 additional,
+                timeout_ms,
                 min_cap,
-                ..
-            } => Quorum::Majority {
+            } => ReadConsistency::MajorityPlus {
                 additional,
+                timeout_ms,
                 min_cap,
             },
-            WriteConsistency::All { .. } => Quorum::All,
-        }
-    }
-
-    /// The timeout, ms (0 for local).
-    pub fn timeout_ms(self) -> u64 {
-        match self {
-            WriteConsistency::Local => 0,
-            WriteConsistency::To { timeout_ms, .. }
-            | WriteConsistency::Majority { timeout_ms, .. }
-            | WriteConsistency::MajorityPlus { timeout_ms, .. }
-            | WriteConsistency::All { timeout_ms } => timeout_ms,
-        }
-    }
-
-    /// A label for metrics: `local`, `to`, `majority`, `majority-plus`, `all`.
-    pub fn label(self) -> &'static str {
-        match self {
-            WriteConsistency::Local => "local",
-            WriteConsistency::To { .. } => "to",
-            WriteConsistency::Majority { .. } => "majority",
-            WriteConsistency::MajorityPlus { .. } => "majority-plus",
-            WriteConsistency::All { .. } => "all",
-        }
+            WriteConsistency::All { timeout_ms } => ReadConsistency::All { timeout_ms },
+        };
+        read.parts()
     }
 }
 
@@ -236,5 +238,23 @@ mod tests {
         assert!(Quorum::All.skips_exiting());
         assert!(m(1, 0).skips_exiting());
         assert!(!m(0, 0).skips_exiting());
+        assert_eq!(WriteConsistency::majority(5).timeout_ms(), 5);
+        assert_eq!(
+            ReadConsistency::MajorityPlus {
+                additional: 1,
+                timeout_ms: 1,
+                min_cap: 0
+            }
+            .label(),
+            "majority-plus"
+        );
+        assert_eq!(
+            WriteConsistency::To {
+                n: 2,
+                timeout_ms: 1
+            }
+            .label(),
+            "n"
+        );
     }
 }
