@@ -145,7 +145,8 @@ fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport,
     })
 }
 
-fn pick_fault(sim: &mut Simulation, addrs: &[Address]) -> Fault {
+/// Picks a random fault for the nodes `addrs` (from the simulation's RNG).
+pub fn pick_fault(sim: &mut Simulation, addrs: &[Address]) -> Fault {
     let running: Vec<Address> = sim.running().map(|(a, _)| a.clone()).collect();
     let stopped: Vec<Address> = addrs
         .iter()
@@ -175,7 +176,8 @@ fn pick_fault(sim: &mut Simulation, addrs: &[Address]) -> Fault {
     }
 }
 
-fn apply(sim: &mut Simulation, fault: &Fault, addrs: &[Address]) {
+/// Applies `fault` (a restarted node joins through running members).
+pub fn apply(sim: &mut Simulation, fault: &Fault, addrs: &[Address]) {
     match fault {
         Fault::Partition(side) => {
             let other: BTreeSet<Address> = addrs

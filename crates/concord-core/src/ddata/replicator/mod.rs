@@ -147,6 +147,8 @@ pub struct Replicator {
     unreachable: BTreeSet<UniqueAddress>,
     /// Nodes, oldest first (for `prefer-oldest`).
     by_age: Vec<UniqueAddress>,
+    /// Every member (with the role) seen in the membership, to notice removals.
+    known: BTreeSet<UniqueAddress>,
     /// Removed nodes, with the all-reachable clock when they were removed.
     removed: BTreeMap<UniqueAddress, u64>,
     /// True if this node replicates (it is a member with the role).
@@ -205,6 +207,7 @@ impl Replicator {
             weakly_up: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             by_age: Vec::new(),
+            known: BTreeSet::new(),
             removed: BTreeMap::new(),
             active: false,
             data: BTreeMap::new(),
@@ -291,8 +294,10 @@ impl Replicator {
     }
 
     /// The digest of `key` (for tests and tools).
-    pub fn digest(&mut self, key: &str) -> Option<Digest> {
-        self.data.get_mut(key).map(Entry::digest)
+    pub fn digest(&self, key: &str) -> Option<Digest> {
+        self.data
+            .get(key)
+            .map(|e| e.digest.unwrap_or_else(|| e.envelope.digest()))
     }
 
     /// Loads a durable key stored earlier (before the replicator serves anything).
@@ -450,16 +455,18 @@ impl Replicator {
                 MemberStatus::Joining | MemberStatus::Down | MemberStatus::Removed => {}
             }
         }
-        // A node that was a replica and is no longer in the membership was removed.
-        let gone: Vec<UniqueAddress> = self
-            .all_nodes()
-            .filter(|n| !view.members.contains_key(n))
-            .cloned()
+        // A member that is no longer in the membership was removed.
+        let members: BTreeSet<UniqueAddress> = view
+            .members
+            .iter()
+            .filter(|(ua, m)| **ua != self.self_node && with_role(&m.roles))
+            .map(|(ua, _)| ua.clone())
             .collect();
-        for n in gone {
+        for n in self.known.difference(&members) {
             self.removed.insert(n.clone(), self.all_reachable_clock_ms);
-            self.deltas.forget_node(&n);
+            self.deltas.forget_node(n);
         }
+        self.known = members;
         self.nodes = nodes;
         self.weakly_up = weakly_up;
         self.unreachable = view
