@@ -36,6 +36,7 @@ pub mod message;
 pub mod protocol;
 pub mod reachability;
 pub mod settings;
+pub mod singleton;
 pub mod split_brain_resolver;
 pub mod timers;
 pub mod vector_clock;

@@ -54,11 +54,18 @@ pub trait HostedMachine {
     fn next_timeout(&self) -> Option<u64>;
     /// Moves its transmits into `out` and keeps its events.
     fn drain(&mut self, out: &mut Vec<Transmit<Payload>>);
+    /// Coordinated shutdown's `cluster-exiting` phase runs on this node: start the
+    /// machine's exiting work (called again until it returns true, then the node may
+    /// complete its exit).
+    fn exiting(&mut self, now_ms: u64) -> bool;
     /// For [`crate::Simulation::machine`].
     fn as_any(&self) -> &dyn Any;
     /// For [`crate::Simulation::with_machine`].
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
+
+/// The `cluster-exiting` work of a hosted machine: returns true once done.
+pub type ExitingTask<M> = Box<dyn FnMut(&mut M, u64) -> bool>;
 
 /// A hosted machine and the events it has emitted so far.
 pub struct Hosted<M: ProtocolMachine> {
@@ -66,6 +73,7 @@ pub struct Hosted<M: ProtocolMachine> {
     pub machine: M,
     /// Every event it emitted, in order.
     pub events: Vec<M::Event>,
+    exiting: Option<ExitingTask<M>>,
 }
 
 impl<M: ProtocolMachine> Hosted<M> {
@@ -74,7 +82,15 @@ impl<M: ProtocolMachine> Hosted<M> {
         Hosted {
             machine,
             events: Vec::new(),
+            exiting: None,
         }
+    }
+
+    /// Adds work the machine does in the `cluster-exiting` phase (like a runtime layer's
+    /// coordinated-shutdown task): called until it returns true.
+    pub fn with_exiting(mut self, task: impl FnMut(&mut M, u64) -> bool + 'static) -> Self {
+        self.exiting = Some(Box::new(task));
+        self
     }
 }
 
@@ -116,6 +132,13 @@ where
         }
         while let Some(e) = self.machine.poll_event() {
             self.events.push(e);
+        }
+    }
+
+    fn exiting(&mut self, now_ms: u64) -> bool {
+        match &mut self.exiting {
+            Some(task) => task(&mut self.machine, now_ms),
+            None => true,
         }
     }
 

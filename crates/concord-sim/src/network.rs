@@ -17,6 +17,9 @@ pub struct NetworkConfig {
     pub loss: f64,
     /// Probability a message is delivered twice.
     pub duplication: f64,
+    /// Keep each link's messages in the order sent, as the runtime's lanes do (TCP per
+    /// sender, receiver and lane); off: jitter reorders them (harsher than the runtime).
+    pub ordered: bool,
 }
 
 impl Default for NetworkConfig {
@@ -26,6 +29,7 @@ impl Default for NetworkConfig {
             max_delay_ms: 5,
             loss: 0.0,
             duplication: 0.0,
+            ordered: false,
         }
     }
 }

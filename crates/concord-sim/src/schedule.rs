@@ -99,6 +99,7 @@ pub fn run_seed_with(
         max_delay_ms: 20,
         loss: 0.01,
         duplication: 0.01,
+        ordered: false,
     };
     let mut sim = Simulation::new(seed, sim_settings(), net);
     sim.record_events = record;

@@ -122,6 +122,8 @@ pub struct Simulation {
     messages: BTreeMap<u64, InFlight>,
     queue: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
     seq: u64,
+    /// Per (from, to) link, the latest delivery time queued (for ordered networks).
+    link_clock: BTreeMap<(Address, Address), u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -160,6 +162,7 @@ impl Simulation {
             messages: BTreeMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
+            link_clock: BTreeMap::new(),
         }
     }
 
@@ -323,9 +326,16 @@ impl Simulation {
                 }
             }
         }
-        // The coordinated shutdown's cluster-exiting phase: nothing to hand over here.
+        // The coordinated shutdown's cluster-exiting phase: the hosted machines hand
+        // their work over first.
         if node.core.exiting_tasks_in_progress() {
-            node.core.exiting_completed(now);
+            let mut done = true;
+            for m in &mut node.machines {
+                done &= m.exiting(now);
+            }
+            if done {
+                node.core.exiting_completed(now);
+            }
         }
         while let Some(q) = node.core.poll_quarantine() {
             node.quarantined.insert(q);
@@ -394,7 +404,15 @@ impl Simulation {
                         message: m,
                     },
                 );
-                let at = self.now + d;
+                let mut at = self.now + d;
+                if self.network.ordered {
+                    let link = self
+                        .link_clock
+                        .entry((a.clone(), t.to.clone()))
+                        .or_insert(0);
+                    at = at.max(*link);
+                    *link = at;
+                }
                 self.push(at, EventKind::Deliver(id));
             }
         }

@@ -35,6 +35,7 @@ fn sim(seed: u64, loss: f64) -> Simulation {
         max_delay_ms: 20,
         loss,
         duplication: loss,
+        ordered: false,
     };
     let mut sim = Simulation::new(seed, sim_settings(), net);
     sim.add_protocol(|me, seed| {

@@ -64,6 +64,7 @@ fn network_faults_loss_duplication_reordering_still_converge() {
         max_delay_ms: 200,
         loss: 0.2,
         duplication: 0.2,
+        ordered: false,
     };
     let mut sim = Simulation::new(3, sim_settings(), net);
     assert!(
