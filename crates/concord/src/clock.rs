@@ -41,3 +41,11 @@ impl Default for Clock {
         Self::new()
     }
 }
+
+/// Sleeps until `deadline`, or forever without one.
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

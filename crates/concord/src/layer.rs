@@ -71,3 +71,88 @@ pub trait Layer: Send + 'static {
     /// Starts the layer's driver; called once remoting and membership run.
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError>;
 }
+
+/// Registers `protocol` with `codec` for layer `layer` (its inbound queue holds
+/// `settings.inbound_queue_size` batches).
+pub fn register_protocol<C: crate::remote::Codec>(
+    layer: &'static str,
+    registry: &mut ProtocolRegistry,
+    settings: &TransportSettings,
+    protocol: concord_core::ProtocolId,
+    codec: C,
+) -> Result<tokio::sync::mpsc::Receiver<crate::remote::Inbound<C::Message>>, LayerError> {
+    registry
+        .register(protocol, Arc::new(codec), settings.inbound_queue_size)
+        .map_err(|e| LayerError {
+            layer,
+            message: e.to_string(),
+        })
+}
+
+/// One input of a layer's driver task (see [`DriverInputs`]).
+pub enum DriverInput<J, M> {
+    /// The node is gone (membership ended) or every handle was dropped: stop.
+    Stop,
+    /// A job from a handle.
+    Job(J),
+    /// Messages of the layer's protocol from one peer.
+    Inbound(crate::remote::Inbound<M>),
+    /// A new membership view.
+    View(Arc<concord_core::MembershipView>),
+    /// The machine's deadline passed.
+    Timeout,
+    /// The periodic tick (metrics, housekeeping).
+    Tick,
+}
+
+/// What a layer's driver task waits on: jobs from its handles, its protocol's inbound
+/// messages, membership views, its machine's next deadline and a periodic tick; ends
+/// when the node's membership has ended.
+pub struct DriverInputs<J, M> {
+    jobs: tokio::sync::mpsc::Receiver<J>,
+    inbound: tokio::sync::mpsc::Receiver<crate::remote::Inbound<M>>,
+    views: tokio::sync::watch::Receiver<Arc<concord_core::MembershipView>>,
+    cluster: Cluster,
+    tick: tokio::time::Interval,
+}
+
+impl<J, M> DriverInputs<J, M> {
+    /// Inputs from these channels; `tick` is the housekeeping period.
+    pub fn new(
+        jobs: tokio::sync::mpsc::Receiver<J>,
+        inbound: tokio::sync::mpsc::Receiver<crate::remote::Inbound<M>>,
+        cluster: Cluster,
+        tick: std::time::Duration,
+    ) -> Self {
+        let mut tick = tokio::time::interval(tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        DriverInputs {
+            jobs,
+            inbound,
+            views: cluster.membership(),
+            cluster,
+            tick,
+        }
+    }
+
+    /// The current membership view (marked seen).
+    pub fn view(&mut self) -> Arc<concord_core::MembershipView> {
+        self.views.borrow_and_update().clone()
+    }
+
+    /// The next input; `deadline` is the machine's next timer (a tokio instant).
+    pub async fn next(&mut self, deadline: Option<tokio::time::Instant>) -> DriverInput<J, M> {
+        tokio::select! {
+            biased;
+            _ = self.cluster.wait_membership_ended() => DriverInput::Stop,
+            job = self.jobs.recv() => job.map_or(DriverInput::Stop, DriverInput::Job),
+            batch = self.inbound.recv() => batch.map_or(DriverInput::Stop, DriverInput::Inbound),
+            changed = self.views.changed() => match changed {
+                Ok(()) => DriverInput::View(self.views.borrow_and_update().clone()),
+                Err(_) => DriverInput::Stop,
+            },
+            _ = crate::clock::sleep_until(deadline) => DriverInput::Timeout,
+            _ = self.tick.tick() => DriverInput::Tick,
+        }
+    }
+}

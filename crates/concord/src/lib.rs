@@ -82,6 +82,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod coordinated_shutdown;
+pub mod ddata;
 pub mod demo;
 pub mod discovery;
 pub mod layer;
@@ -90,6 +91,7 @@ pub mod management;
 pub mod metrics;
 pub mod node;
 pub mod remote;
+pub mod singleton;
 
 pub use cluster::{Cluster, ClusterError, Subscription, SubscriptionItem};
 pub use concord_core;

@@ -20,6 +20,22 @@
 //!   `concord_remote_unknown_messages_total{node,protocol}` — by registered protocol
 //! - `concord_remote_unknown_protocol_total{node}`, `concord_remote_wrong_incarnation_total{node}`,
 //!   `concord_remote_malformed_frames_total{node}`, `concord_remote_handshakes_refused_total{node}`
+//!
+//! Distributed Data:
+//! - `concord_ddata_keys{node}` — keys held, tombstones included (gauge)
+//! - `concord_ddata_gossip_bytes_total{node}` — bytes of anti-entropy `Status`/`Gossip` sent
+//! - `concord_ddata_deltas_sent_total{node}`, `..._deltas_applied_total`, `..._delta_nacks_total`,
+//!   `..._read_repairs_total`, `..._unknown_types_total`, `..._bad_values_total`,
+//!   `..._too_large_total`, `..._keys_refused_total`, `..._pruning_performed_total`
+//! - `concord_ddata_timeouts_total{node,op}` — reads/writes that missed their consistency
+//! - `concord_ddata_request_duration_seconds{node,op,consistency}` — get/update/delete latency
+//!   (summary)
+//! - `concord_ddata_store_failures_total{node}` — durable writes that failed
+//!
+//! Cluster Singleton:
+//! - `concord_singleton_running{node,name}` — 1 while this node runs the instance (gauge)
+//! - `concord_singleton_instances_started_total{node,name}`, `concord_singleton_hand_overs_total{node,name}`
+//! - `concord_singleton_proxy_buffered{node,name}` (gauge), `concord_singleton_proxy_dropped_total{node,name}`
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
@@ -139,4 +155,76 @@ pub fn record_transport(node: &concord_core::Address, t: &TransportStats) {
     ] {
         metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));
     }
+}
+
+/// Distributed Data counters, copied from the replicator's stats.
+pub(crate) fn record_replicator(
+    node: &str,
+    keys: usize,
+    s: &concord_core::ddata::replicator::ReplicatorStats,
+) {
+    let _ = handle();
+    metrics::gauge!("concord_ddata_keys", "node" => node.to_string()).set(keys as f64);
+    for (name, v) in [
+        ("concord_ddata_deltas_sent_total", s.deltas_sent),
+        ("concord_ddata_deltas_applied_total", s.deltas_applied),
+        ("concord_ddata_delta_nacks_total", s.delta_nacks),
+        ("concord_ddata_read_repairs_total", s.read_repairs),
+        ("concord_ddata_unknown_types_total", s.unknown_types),
+        ("concord_ddata_bad_values_total", s.bad_values),
+        ("concord_ddata_too_large_total", s.too_large),
+        ("concord_ddata_keys_refused_total", s.keys_refused),
+        ("concord_ddata_pruning_performed_total", s.pruning_performed),
+    ] {
+        metrics::counter!(name, "node" => node.to_string()).absolute(v);
+    }
+    for (op, v) in [("read", s.read_timeouts), ("write", s.write_timeouts)] {
+        metrics::counter!("concord_ddata_timeouts_total", "node" => node.to_string(), "op" => op)
+            .absolute(v);
+    }
+}
+
+/// Bytes of a Distributed Data anti-entropy message sent.
+pub(crate) fn ddata_gossip_bytes(node: &str, bytes: usize) {
+    let _ = handle();
+    metrics::counter!("concord_ddata_gossip_bytes_total", "node" => node.to_string())
+        .increment(bytes as u64);
+}
+
+/// The latency of one Distributed Data request.
+pub(crate) fn ddata_request(node: &str, op: &'static str, consistency: &'static str, secs: f64) {
+    let _ = handle();
+    metrics::histogram!(
+        "concord_ddata_request_duration_seconds",
+        "node" => node.to_string(),
+        "op" => op,
+        "consistency" => consistency
+    )
+    .record(secs);
+}
+
+/// A durable write failed.
+pub(crate) fn ddata_store_failure(node: &str) {
+    let _ = handle();
+    metrics::counter!("concord_ddata_store_failures_total", "node" => node.to_string())
+        .increment(1);
+}
+
+/// Cluster Singleton gauges and counters of one named singleton on one node.
+pub(crate) fn record_singleton(
+    node: &str,
+    name: &str,
+    running: bool,
+    manager: &concord_core::singleton::ManagerStats,
+    proxy: &concord_core::singleton::ProxyStats,
+    buffered: usize,
+) {
+    let _ = handle();
+    let labels = [("node", node.to_string()), ("name", name.to_string())];
+    metrics::gauge!("concord_singleton_running", &labels).set(if running { 1.0 } else { 0.0 });
+    metrics::counter!("concord_singleton_instances_started_total", &labels)
+        .absolute(manager.instances_started);
+    metrics::counter!("concord_singleton_hand_overs_total", &labels).absolute(manager.hand_overs);
+    metrics::gauge!("concord_singleton_proxy_buffered", &labels).set(buffered as f64);
+    metrics::counter!("concord_singleton_proxy_dropped_total", &labels).absolute(proxy.dropped);
 }

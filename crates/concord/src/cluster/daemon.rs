@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::subscription::EventBatch;
 use super::Shared;
-use crate::clock::Clock;
+use crate::clock::{sleep_until, Clock};
 use crate::lease::Lease;
 use crate::metrics;
 use crate::remote::membership_codec::MembershipCodec;
@@ -267,12 +267,5 @@ impl Daemon {
             changed
         });
         self.shared.shutdown.abort(ShutdownReason::Stopped);
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

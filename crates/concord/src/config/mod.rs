@@ -13,6 +13,7 @@ mod bootstrap;
 mod cluster;
 mod coordinated_shutdown;
 mod discovery;
+mod distributed_data;
 mod duration;
 mod management;
 mod remote;
@@ -33,6 +34,9 @@ pub(crate) use discovery::unknown_method;
 pub use discovery::{
     parse_name_server, AggregateDiscoveryConfig, ConfigDiscoveryConfig, DiscoveryConfig,
     DnsDiscoveryConfig, ServiceEndpoint, ServiceEndpoints, AGGREGATED_METHODS, DISCOVERY_METHODS,
+};
+pub use distributed_data::{
+    DeltaCrdtConfig, DistributedDataConfig, DurableConfig, SingletonConfig, SingletonProxyConfig,
 };
 pub use management::ManagementConfig;
 pub use remote::RemoteConfig;
@@ -94,6 +98,15 @@ pub struct Config {
     pub coordinated_shutdown: CoordinatedShutdownConfig,
     /// Test and chaos tooling (`[testkit]`).
     pub testkit: TestkitConfig,
+    /// Where the node keeps its files (durable Distributed Data); "" =
+    /// `concord-data/<system>-<host>-<port>` under the working directory.
+    pub data_dir: String,
+    /// Distributed Data (`akka.cluster.distributed-data`).
+    pub distributed_data: DistributedDataConfig,
+    /// Cluster Singleton managers (`akka.cluster.singleton`).
+    pub singleton: SingletonConfig,
+    /// Cluster Singleton proxies (`akka.cluster.singleton-proxy`).
+    pub singleton_proxy: SingletonProxyConfig,
 }
 
 impl Default for Config {
@@ -107,6 +120,10 @@ impl Default for Config {
             discovery: DiscoveryConfig::default(),
             coordinated_shutdown: CoordinatedShutdownConfig::default(),
             testkit: TestkitConfig::default(),
+            data_dir: String::new(),
+            distributed_data: DistributedDataConfig::default(),
+            singleton: SingletonConfig::default(),
+            singleton_proxy: SingletonProxyConfig::default(),
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod faults;
 pub mod gossip_wire;
 mod handshake;
 mod inbound;
-mod log_limit;
+pub(crate) mod log_limit;
 pub mod membership_codec;
 mod outbound_lane;
 pub mod registry;

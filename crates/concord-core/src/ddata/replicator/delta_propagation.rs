@@ -8,7 +8,8 @@
 //! yet, in order. A receiver applies a key's deltas only in sequence; on a gap it answers
 //! `DeltaNack` and gets the full state. Deltas every node has been sent are dropped, and
 //! at most `max-delta-size` are kept per key (a node that misses older ones gets the full
-//! state), so memory stays bounded. A delta larger than its value is sent as the value.
+//! state), so memory stays bounded. A key's first delta, and a delta larger than its
+//! value, are sent as the value.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +67,7 @@ impl Replicator {
                 continue;
             };
             e.dirty_delta = false;
+            let seq = e.envelope.delta_versions.get(self.replica) + 1;
             let Some(value) = e.envelope.value_mut() else {
                 continue;
             };
@@ -73,10 +75,11 @@ impl Replicator {
             let Some(delta) = value.take_delta_encoded() else {
                 continue;
             };
-            // A delta larger than its value goes as the value.
-            let (full, bytes) = if delta.len() > 4096 {
+            // The first delta of a key goes as the value (receivers do not have the key
+            // yet), and so does a delta larger than its value.
+            let (full, bytes) = if seq == 1 || delta.len() > 4096 {
                 let whole = value.encode();
-                if whole.len() <= delta.len() {
+                if seq == 1 || whole.len() <= delta.len() {
                     (true, whole)
                 } else {
                     (false, delta)

@@ -1,0 +1,335 @@
+//! [`ClusterSingletons`]: the layer that hosts a node's named singletons (manager and
+//! proxy of each), and [`SingletonRef`], the proxy handle to one of them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use concord_core::singleton::{ClusterSingleton, SingletonSettings};
+use concord_core::ProtocolId;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{warn, Instrument};
+
+use super::codec::SingletonCodec;
+use super::driver::{Driver, Factory, Hosted, Job};
+use super::instance::SingletonContext;
+use crate::clock::Clock;
+use crate::coordinated_shutdown::Phase;
+use crate::layer::{
+    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
+};
+use crate::lease::{FileLease, Lease};
+use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+
+const JOB_QUEUE: usize = 4096;
+
+/// Why a message to a singleton was not answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SingletonError {
+    /// No reply within the timeout (the instance may be moving, or the message was lost).
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// The proxy's buffer was full and this message was the oldest: dropped.
+    #[error("dropped: {0}")]
+    Dropped(String),
+    /// The message or the reply does not encode or decode.
+    #[error("encoding: {0}")]
+    Encoding(String),
+    /// The node is shutting down.
+    #[error("the singleton layer has stopped")]
+    Stopped,
+}
+
+/// What singleton messages and replies must be: encodable (with serde, as `postcard`)
+/// and sendable.
+pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
+
+/// A singleton's behaviour: an async function of its [`SingletonContext`] that handles
+/// messages until `recv` gives `None`, then returns.
+pub trait Behaviour<M, R>: Send + Sync + 'static {
+    /// The running behaviour.
+    type Running: Future<Output = ()> + Send + 'static;
+    /// Starts the behaviour for one incarnation.
+    fn start(&self, ctx: SingletonContext<M, R>) -> Self::Running;
+}
+
+impl<M, R, F, Fut> Behaviour<M, R> for F
+where
+    F: Fn(SingletonContext<M, R>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    type Running = Fut;
+    fn start(&self, ctx: SingletonContext<M, R>) -> Fut {
+        self(ctx)
+    }
+}
+
+/// A singleton to host, typed away for the driver.
+struct Spec {
+    settings: Option<SingletonSettings>,
+    make: Box<dyn FnOnce(concord_core::Address) -> Factory + Send>,
+}
+
+/// The Cluster Singleton layer; add singletons with [`ClusterSingletons::singleton`],
+/// then add the layer to the node.
+///
+/// ```no_run
+/// # async fn demo(config: concord::Config) -> Result<(), Box<dyn std::error::Error>> {
+/// use concord::singleton::{ClusterSingletons, SingletonContext};
+/// use std::time::Duration;
+/// let mut singletons = ClusterSingletons::new();
+/// // A counter that exists once in the cluster, on the oldest node.
+/// let counter = singletons.singleton("counter", |mut ctx: SingletonContext<u64, u64>| async move {
+///     let mut total = 0;
+///     while let Some(env) = ctx.recv().await {
+///         total += env.message;
+///         if let Some(r) = env.reply {
+///             r.reply(total);
+///         }
+///     }
+///     // Stopped: handed over (or the node leaves); state would be saved here.
+/// });
+/// let node = concord::Node::builder(config).layer(singletons).start().await?;
+/// counter.tell(&5).await?;
+/// let total = counter.ask(&1, Duration::from_secs(3)).await?;
+/// # drop((node, total)); Ok(()) }
+/// ```
+pub struct ClusterSingletons {
+    specs: BTreeMap<String, Spec>,
+    jobs: mpsc::Receiver<Job>,
+    jobs_tx: mpsc::Sender<Job>,
+    inbound: Option<mpsc::Receiver<Inbound<concord_core::singleton::SingletonMessage>>>,
+}
+
+impl Default for ClusterSingletons {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The proxy to one singleton: messages go to wherever its instance runs, in order.
+pub struct SingletonRef<M, R> {
+    name: String,
+    jobs: mpsc::Sender<Job>,
+    _types: PhantomData<fn(M) -> R>,
+}
+
+impl<M, R> Clone for SingletonRef<M, R> {
+    fn clone(&self) -> Self {
+        SingletonRef {
+            name: self.name.clone(),
+            jobs: self.jobs.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl ClusterSingletons {
+    /// No singletons yet.
+    pub fn new() -> Self {
+        let (jobs_tx, jobs) = mpsc::channel(JOB_QUEUE);
+        ClusterSingletons {
+            specs: BTreeMap::new(),
+            jobs,
+            jobs_tx,
+            inbound: None,
+        }
+    }
+
+    /// Hosts singleton `name` (settings from the node's `[singleton]` and
+    /// `[singleton-proxy]`): `behaviour` runs on the oldest node whenever it is started
+    /// there and must return when its context's `recv` gives `None`. Returns the proxy.
+    pub fn singleton<M: Wire, R: Wire>(
+        &mut self,
+        name: &str,
+        behaviour: impl Behaviour<M, R>,
+    ) -> SingletonRef<M, R> {
+        self.add(name, None, behaviour)
+    }
+
+    /// Like [`ClusterSingletons::singleton`] with explicit settings (`settings.name` is
+    /// replaced by `name`).
+    pub fn singleton_with_settings<M: Wire, R: Wire>(
+        &mut self,
+        name: &str,
+        settings: SingletonSettings,
+        behaviour: impl Behaviour<M, R>,
+    ) -> SingletonRef<M, R> {
+        self.add(name, Some(settings), behaviour)
+    }
+
+    fn add<M: Wire, R: Wire>(
+        &mut self,
+        name: &str,
+        settings: Option<SingletonSettings>,
+        behaviour: impl Behaviour<M, R>,
+    ) -> SingletonRef<M, R> {
+        let behaviour = Arc::new(behaviour);
+        let make = Box::new(move |node: concord_core::Address| -> Factory {
+            Box::new(move |name, incarnation, mailbox, replies| {
+                let ctx = SingletonContext::<M, R>::new(
+                    name,
+                    node.clone(),
+                    incarnation,
+                    mailbox,
+                    replies,
+                );
+                Box::pin(behaviour.start(ctx))
+            })
+        });
+        self.specs.insert(name.to_string(), Spec { settings, make });
+        SingletonRef {
+            name: name.to_string(),
+            jobs: self.jobs_tx.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<M: Serialize, R: DeserializeOwned> SingletonRef<M, R> {
+    /// The singleton's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn send(
+        &self,
+        message: &M,
+        ask: Option<oneshot::Sender<Result<Vec<u8>, String>>>,
+    ) -> Result<(), SingletonError> {
+        let payload =
+            postcard::to_stdvec(message).map_err(|e| SingletonError::Encoding(e.to_string()))?;
+        let name = self.name.clone();
+        self.jobs
+            .send(Box::new(move |d: &mut Driver| {
+                let now = d.now();
+                if let Some(h) = d.singletons.get_mut(&name) {
+                    let ask = ask.map(|tx| {
+                        let id = h.next_ask();
+                        h.asks.insert(id, tx);
+                        id
+                    });
+                    h.machine.tell(now, payload, ask);
+                }
+            }))
+            .await
+            .map_err(|_| SingletonError::Stopped)
+    }
+
+    /// Sends `message` to the instance, wherever it runs (buffered while it moves).
+    pub async fn tell(&self, message: &M) -> Result<(), SingletonError> {
+        self.send(message, None).await
+    }
+
+    /// Sends `message` and waits up to `timeout` for the instance's reply.
+    pub async fn ask(&self, message: &M, timeout: Duration) -> Result<R, SingletonError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(message, Some(tx)).await?;
+        match tokio::time::timeout(timeout, rx).await {
+            Err(_) => Err(SingletonError::Timeout(timeout)),
+            Ok(Err(_)) => Err(SingletonError::Stopped),
+            Ok(Ok(Err(reason))) => Err(SingletonError::Dropped(reason)),
+            Ok(Ok(Ok(bytes))) => {
+                postcard::from_bytes(&bytes).map_err(|e| SingletonError::Encoding(e.to_string()))
+            }
+        }
+    }
+}
+
+fn error(message: impl std::fmt::Display) -> LayerError {
+    LayerError {
+        layer: "singleton",
+        message: message.to_string(),
+    }
+}
+
+impl Layer for ClusterSingletons {
+    fn name(&self) -> &'static str {
+        "singleton"
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        self.inbound = Some(register_protocol(
+            "singleton",
+            registry,
+            settings,
+            ProtocolId::SINGLETON,
+            SingletonCodec,
+        )?);
+        Ok(())
+    }
+
+    fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let ClusterSingletons {
+            specs,
+            jobs,
+            jobs_tx,
+            inbound,
+        } = *self;
+        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let me = ctx.cluster.self_unique_address().clone();
+        let mut hosted = BTreeMap::new();
+        for (name, spec) in specs {
+            let mut settings = spec
+                .settings
+                .unwrap_or_else(|| ctx.config.singleton_settings(&name));
+            settings.name = name.clone();
+            let lease: Option<Arc<dyn Lease>> = settings.use_lease.then(|| {
+                let lm = &ctx.config.cluster.split_brain_resolver.lease_majority;
+                let dir = if lm.lease_directory.is_empty() {
+                    std::env::temp_dir().join("concord-leases")
+                } else {
+                    lm.lease_directory.clone().into()
+                };
+                Arc::new(FileLease::new(
+                    dir,
+                    &format!("{}-singleton-{name}", ctx.config.system),
+                    me.address.to_string(),
+                    lm.release_after,
+                )) as Arc<dyn Lease>
+            });
+            let machine = ClusterSingleton::new(settings, me.clone(), rand::random());
+            hosted.insert(
+                name,
+                Hosted::new(machine, (spec.make)(me.address.clone()), lease),
+            );
+        }
+        let sender = ProtocolSender::new(
+            ctx.transport.clone(),
+            ProtocolId::SINGLETON,
+            Arc::new(SingletonCodec),
+        );
+        let driver = Driver::new(hosted, Clock::new(), sender, me.clone(), jobs_tx.clone());
+        // The hand-over of a leaving node runs before remoting closes.
+        let exiting_jobs = jobs_tx.clone();
+        if let Err(e) = ctx.coordinated_shutdown.add_task(
+            Phase::ClusterExiting,
+            "singleton-exiting",
+            move || async move {
+                let (tx, rx) = oneshot::channel();
+                let job: Job = Box::new(move |d: &mut Driver| d.self_exiting(tx));
+                if exiting_jobs.send(job).await.is_ok() {
+                    let _ = rx.await;
+                }
+            },
+        ) {
+            warn!(error = %e, "cannot add the singleton hand-over to coordinated shutdown");
+        }
+        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), Duration::from_secs(1));
+        tokio::spawn(
+            driver
+                .run(inputs)
+                .instrument(tracing::info_span!("singletons")),
+        );
+        Ok(LayerStarted::default())
+    }
+}
