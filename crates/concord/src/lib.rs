@@ -91,6 +91,7 @@ pub mod management;
 pub mod metrics;
 pub mod node;
 pub mod remote;
+pub mod sample;
 pub mod singleton;
 
 pub use cluster::{Cluster, ClusterError, Subscription, SubscriptionItem};

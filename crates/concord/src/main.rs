@@ -7,6 +7,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use concord::client::{members_table, ManagementClient};
 use concord::config::{env_overrides, Config};
+use concord::ddata::DistributedData;
+use concord::sample::SampleLayer;
+use concord::singleton::ClusterSingletons;
 use concord::Node;
 use tracing::{info, warn};
 
@@ -66,6 +69,13 @@ enum Commands {
         /// Roles, comma-separated.
         #[arg(long, value_delimiter = ',')]
         roles: Option<Vec<String>>,
+        /// Directory for the node's files (durable Distributed Data; `data-dir`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Run the sample application: a singleton and a replicated counter on the
+        /// management port (`/sample/...`, see docs/SAMPLE.md).
+        #[arg(long)]
+        sample: bool,
     },
     /// Show the members as one node sees them.
     Members {
@@ -149,18 +159,20 @@ async fn main() -> ExitCode {
             management_port,
             seed_nodes,
             roles,
+            data_dir,
+            sample,
         } => {
             init_logging("info");
-            run_node(
-                config,
+            let overrides = node_overrides(
                 system,
                 host,
                 port,
                 management_port,
                 seed_nodes,
                 roles,
-            )
-            .await
+                data_dir,
+            );
+            run_node(config, overrides, sample).await
         }
         Commands::Members { m, json } => members(&m.management, json).await,
         Commands::Join { address, m } => print_result(m.client().join(&address).await),
@@ -243,16 +255,16 @@ async fn members(url: &str, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_node(
-    config: Option<PathBuf>,
+/// The configuration overrides of `concord node`'s flags (on top of the environment's).
+fn node_overrides(
     system: Option<String>,
     host: Option<String>,
     port: Option<u16>,
     management_port: Option<u16>,
     seed_nodes: Option<Vec<String>>,
     roles: Option<Vec<String>>,
-) -> anyhow::Result<()> {
+    data_dir: Option<PathBuf>,
+) -> Vec<(String, String)> {
     let mut overrides = env_overrides(std::env::vars());
     let quote = |s: &str| toml::Value::String(s.to_string()).to_string();
     let list = |v: &[String]| {
@@ -282,8 +294,37 @@ async fn run_node(
     if let Some(r) = roles {
         overrides.push(("cluster.roles".into(), list(&r)));
     }
-    let config = Config::load(config.as_deref(), &overrides)?;
-    let node = Node::start(config).await.context("cannot start the node")?;
+    if let Some(d) = data_dir {
+        overrides.push(("data-dir".into(), quote(&d.display().to_string())));
+    }
+    overrides
+}
+
+async fn run_node(
+    config: Option<PathBuf>,
+    overrides: Vec<(String, String)>,
+    sample: bool,
+) -> anyhow::Result<()> {
+    let mut config = Config::load(config.as_deref(), &overrides)?;
+    if sample {
+        config
+            .distributed_data
+            .durable
+            .keys
+            .push(concord::sample::COUNTER_KEYS.into());
+    }
+    let (ddata, replicator) = DistributedData::new();
+    let mut singletons = ClusterSingletons::new();
+    let mut builder = Node::builder(config).layer(ddata);
+    if sample {
+        let proxy = concord::sample::add_singleton(&mut singletons);
+        builder = builder.layer(SampleLayer::new(replicator, proxy));
+    }
+    let node = builder
+        .layer(singletons)
+        .start()
+        .await
+        .context("cannot start the node")?;
     info!(address = %node.self_address(), management = ?node.management_addr(), "node running");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot install SIGTERM handler")?;

@@ -82,6 +82,19 @@ impl Node {
         seeds: &[u16],
         extra_env: &[(&str, &str)],
     ) -> Node {
+        Node::start_with_args(host, system, port, management_port, seeds, extra_env, &[])
+    }
+
+    /// Like [`Node::start_on`], with extra `concord node` arguments (e.g. `--sample`).
+    pub fn start_with_args(
+        host: &str,
+        system: &str,
+        port: u16,
+        management_port: u16,
+        seeds: &[u16],
+        extra_env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Node {
         let dir = std::env::temp_dir().join(format!("concord-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("node-{port}-{}.log", rand_suffix()));
@@ -102,6 +115,7 @@ impl Node {
             &port.to_string(),
         ])
         .args(["--management-port", &management_port.to_string()])
+        .args(args)
         .env("CONCORD__MANAGEMENT__HOSTNAME", host)
         .envs(FAST_ENV)
         .envs(extra_env.iter().copied())

@@ -1,0 +1,246 @@
+//! `concord node --sample` as real processes on loopback: the sample singleton runs once
+//! (activation intervals from every node's log, against the machine's one wall clock: any
+//! overlap fails) across a graceful leave and a crash of its node, and the sample counter
+//! is replicated with majority/all consistency and survives a full cluster restart from
+//! its durable store.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{all_up, free_ports, runtime, serial, wait_until, Node};
+use nix::sys::signal::Signal;
+
+const SYSTEM: &str = "sample";
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn start(port: u16, mgmt: u16, seeds: &[u16], dir: &std::path::Path) -> Node {
+    let data = dir.join(format!("node-{port}"));
+    let data = data.display().to_string();
+    Node::start_with_args(
+        "127.0.0.1",
+        SYSTEM,
+        port,
+        mgmt,
+        seeds,
+        &[
+            ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "2s"),
+            ("CONCORD__SINGLETON__REMOVAL_MARGIN", "2s"),
+        ],
+        &["--sample", "--data-dir", data.as_str()],
+    )
+}
+
+/// Sends `req`; the status and JSON body (`None` if no answer or not JSON).
+fn send(
+    rt: &tokio::runtime::Runtime,
+    req: reqwest::RequestBuilder,
+) -> Option<(u16, serde_json::Value)> {
+    rt.block_on(async {
+        let r = req.timeout(Duration::from_secs(5)).send().await.ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.json().await.ok()?))
+    })
+}
+
+fn get_json(rt: &tokio::runtime::Runtime, url: &str) -> Option<(u16, serde_json::Value)> {
+    send(rt, reqwest::Client::new().get(url))
+}
+
+fn post_form(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    form: &[(&str, &str)],
+) -> Option<(u16, serde_json::Value)> {
+    send(rt, reqwest::Client::new().post(url).form(form))
+}
+
+/// (node, incarnation) the sample singleton reports through `n`'s proxy.
+fn singleton_at(rt: &tokio::runtime::Runtime, n: &Node) -> Option<(String, u64)> {
+    let (status, v) = get_json(rt, &format!("{}/sample/singleton", n.management_url()))?;
+    if status != 200 {
+        return None;
+    }
+    Some((v["node"].as_str()?.to_string(), v["incarnation"].as_u64()?))
+}
+
+/// Activation intervals from the logs: (node port, incarnation, start, end).
+fn intervals(nodes: &[&Node], killed: &[(u16, u64)]) -> Vec<(u16, u64, u64, u64)> {
+    let mut v = Vec::new();
+    for n in nodes {
+        let text = n.log_text();
+        let field = |line: &str, name: &str| -> Option<u64> {
+            let i = line.find(&format!("{name}="))?;
+            line[i + name.len() + 1..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        };
+        for line in text
+            .lines()
+            .filter(|l| l.contains("sample singleton started"))
+        {
+            let (Some(inc), Some(start)) = (field(line, "incarnation"), field(line, "at_ms"))
+            else {
+                continue;
+            };
+            let end = text
+                .lines()
+                .filter(|l| l.contains("sample singleton stopped"))
+                .find(|l| field(l, "incarnation") == Some(inc))
+                .and_then(|l| field(l, "at_ms"))
+                .or_else(|| killed.iter().find(|(p, _)| *p == n.port).map(|(_, t)| *t))
+                .unwrap_or(u64::MAX);
+            v.push((n.port, inc, start, end));
+        }
+    }
+    v.sort_by_key(|x| x.2);
+    v
+}
+
+fn check_no_overlap(v: &[(u16, u64, u64, u64)]) {
+    for w in v.windows(2) {
+        assert!(
+            w[0].3 <= w[1].2,
+            "two sample singletons at once: {:?} and {:?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+#[test]
+fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
+    let _g = serial();
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(10);
+    let (remoting, mgmt) = ports.split_at(5);
+    let seeds = [remoting[0], remoting[1]];
+    let mut nodes: Vec<Node> = (0..5)
+        .map(|i| start(remoting[i], mgmt[i], &seeds, dir.path()))
+        .collect();
+    let addrs: Vec<String> = nodes.iter().map(Node::address).collect();
+    let refs: Vec<&Node> = nodes.iter().collect();
+    wait_until("5 nodes Up", Duration::from_secs(60), &refs, || {
+        all_up(&rt, &refs, &addrs)
+    });
+    drop(refs);
+
+    // One singleton, the same answer from every node.
+    let mut first = None;
+    wait_until(
+        "every proxy finds the singleton",
+        Duration::from_secs(30),
+        &[],
+        || {
+            let answers: Vec<_> = nodes.iter().map(|n| singleton_at(&rt, n)).collect();
+            let same = answers.iter().all(|a| a.is_some() && *a == answers[0]);
+            if same {
+                first = answers[0].clone();
+            }
+            same
+        },
+    );
+    let (at, inc) = first.unwrap();
+
+    // The counter: a majority write on one node, an all read on another.
+    let url = |n: &Node| format!("{}/sample/ddata/counter/visits", n.management_url());
+    let (s, v) = post_form(
+        &rt,
+        &url(&nodes[1]),
+        &[("delta", "7"), ("consistency", "majority")],
+    )
+    .unwrap();
+    assert_eq!((s, v["value"].as_i64()), (200, Some(7)), "{v}");
+    let (s, v) = post_form(
+        &rt,
+        &url(&nodes[2]),
+        &[("delta", "-2"), ("consistency", "all")],
+    )
+    .unwrap();
+    assert_eq!((s, v["value"].as_i64()), (200, Some(5)), "{v}");
+    let (s, v) = get_json(&rt, &format!("{}?consistency=all", url(&nodes[4]))).unwrap();
+    assert_eq!((s, v["value"].as_i64()), (200, Some(5)), "{v}");
+    let (s, _) = get_json(
+        &rt,
+        &format!(
+            "{}/sample/ddata/counter/none?consistency=majority",
+            nodes[0].management_url()
+        ),
+    )
+    .unwrap();
+    assert_eq!(s, 404);
+    let (s, _) = post_form(&rt, &url(&nodes[0]), &[("delta", "x")]).unwrap();
+    assert_eq!(s, 400);
+
+    // Graceful leave of the singleton's node: it moves, after the old one stopped.
+    let holder = nodes
+        .iter()
+        .position(|n| n.address() == at)
+        .expect("a member runs it");
+    nodes[holder].signal(Signal::SIGTERM);
+    assert_eq!(nodes[holder].wait_exit(Duration::from_secs(30)), Some(0));
+    let rest: Vec<usize> = (0..5).filter(|i| *i != holder).collect();
+    let mut moved = None;
+    wait_until(
+        "the singleton moves after a leave",
+        Duration::from_secs(30),
+        &[],
+        || {
+            moved = singleton_at(&rt, &nodes[rest[0]]).filter(|(a, i)| *a != at && *i != inc);
+            moved.is_some()
+        },
+    );
+    let (at2, _) = moved.unwrap();
+
+    // Crash of the new holder: it moves again only after downing and the removal margin.
+    let holder2 = nodes.iter().position(|n| n.address() == at2).unwrap();
+    nodes[holder2].kill9();
+    let killed = vec![(nodes[holder2].port, wall_ms())];
+    let live: Vec<usize> = rest.iter().copied().filter(|i| *i != holder2).collect();
+    wait_until(
+        "the singleton moves after a crash",
+        Duration::from_secs(60),
+        &[],
+        || singleton_at(&rt, &nodes[live[0]]).is_some_and(|(a, _)| a != at2 && a != at),
+    );
+    let v = intervals(&nodes.iter().collect::<Vec<_>>(), &killed);
+    assert!(v.len() >= 3, "three activations: {v:?}");
+    check_no_overlap(&v);
+
+    // Full cluster restart: the durable counter is back on every node.
+    for i in &live {
+        nodes[*i].signal(Signal::SIGTERM);
+    }
+    for i in &live {
+        nodes[*i].wait_exit(Duration::from_secs(30));
+    }
+    let restarted: Vec<Node> = (0..5)
+        .map(|i| start(remoting[i], mgmt[i], &seeds, dir.path()))
+        .collect();
+    let refs: Vec<&Node> = restarted.iter().collect();
+    wait_until(
+        "the restarted cluster is Up",
+        Duration::from_secs(60),
+        &refs,
+        || all_up(&rt, &refs, &addrs),
+    );
+    for n in &restarted {
+        let (s, v) = get_json(&rt, &format!("{}?consistency=local", url(n))).unwrap();
+        assert_eq!(
+            (s, v["value"].as_i64()),
+            (200, Some(5)),
+            "{}: {v}",
+            n.address()
+        );
+    }
+    drop(nodes);
+}
