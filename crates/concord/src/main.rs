@@ -135,6 +135,29 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Time from a graceful leave of the singleton's node to the new instance running
+    /// (default timings; Akka measured 5.3-7.1 s).
+    Singleton {
+        /// Hand-overs to measure (the cluster starts with runs + 2 nodes).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Distributed Data on 5 nodes: WriteMajority/ReadMajority latency, ORSet updates/s
+    /// and convergence at 10k and 100k elements, steady-state traffic.
+    Ddata {
+        /// Quorum requests of each kind.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// ORSet sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        set_sizes: Vec<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn init_logging(default: &str) {
@@ -192,6 +215,42 @@ async fn main() -> ExitCode {
         } => {
             init_logging("warn");
             bench_remote(payload_bytes, duration, json).await
+        }
+        Commands::Bench {
+            bench: BenchCommand::Singleton { runs, json },
+        } => {
+            init_logging("warn");
+            match concord::bench::singleton::run_singleton(runs).await {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", concord::bench::singleton::report(&r));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Commands::Bench {
+            bench:
+                BenchCommand::Ddata {
+                    requests,
+                    set_sizes,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let settings = concord::bench::ddata::DdataBenchSettings {
+                requests,
+                set_sizes,
+                ..Default::default()
+            };
+            match concord::bench::ddata::run_ddata(&settings).await {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", concord::bench::ddata::report(&r));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
         }
     };
     match result {
@@ -348,4 +407,9 @@ async fn run_node(
         node.coordinated_shutdown()
             .run(concord_core::ShutdownReason::Requested);
     }
+}
+
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(v)?);
+    Ok(())
 }

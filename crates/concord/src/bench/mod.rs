@@ -2,11 +2,18 @@
 //!
 //! - [`remote`]: messaging throughput of the ordinary lane between two nodes on loopback,
 //!   against a raw tokio TCP baseline measured in the same run.
+//! - [`singleton`]: hand-over time of a singleton on graceful leave of its node.
+//! - [`ddata`]: Distributed Data quorum latency, big-ORSet updates and convergence, and
+//!   steady-state traffic on 5 nodes.
+//! - [`cluster`]: in-process clusters for the benchmarks.
 //! - [`layer`]: [`BenchLayer`], the layer that carries the benchmark's payloads
 //!   ([`concord_core::ProtocolId::BENCH`]); tests use it to flood a lane.
 
+pub mod cluster;
+pub mod ddata;
 pub mod layer;
 pub mod remote;
+pub mod singleton;
 
 pub use layer::{BenchLayer, BenchProbe};
 pub use remote::{run_remote, RemoteBenchResult, RemoteBenchSettings};

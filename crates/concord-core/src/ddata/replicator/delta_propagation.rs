@@ -76,10 +76,12 @@ impl Replicator {
                 continue;
             };
             // The first delta of a key goes as the value (receivers do not have the key
-            // yet), and so does a delta larger than its value.
+            // yet) if that fits a message, and so does a delta larger than its value.
             let (full, bytes) = if seq == 1 || delta.len() > 4096 {
                 let whole = value.encode();
-                if seq == 1 || whole.len() <= delta.len() {
+                if (seq == 1 && whole.len() <= self.settings.max_message_bytes)
+                    || whole.len() <= delta.len()
+                {
                     (true, whole)
                 } else {
                     (false, delta)
@@ -87,7 +89,7 @@ impl Replicator {
             } else {
                 (false, delta)
             };
-            let seq = e.envelope.delta_versions.increment(self.replica);
+            e.envelope.delta_versions.observe(self.replica, seq);
             let entries = self.deltas.pending.entry(key.clone()).or_default();
             entries.insert(
                 seq,
