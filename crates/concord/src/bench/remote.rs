@@ -22,9 +22,9 @@ use concord_core::{ClusterEvent, MemberStatus};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::cluster::bench_config;
 use super::layer::{payload_frame, BenchLayer, BenchProbe};
 use crate::cluster::SubscriptionItem;
-use crate::config::Config;
 use crate::node::Node;
 
 /// What to measure.
@@ -100,22 +100,9 @@ pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<Remote
     })
 }
 
-fn bench_config(seed: Option<u16>) -> Config {
-    let mut c = Config {
-        system: "bench".into(),
-        ..Config::default()
-    };
-    c.remote.port = 0;
-    c.management.enabled = false;
-    c.cluster.seed_nodes = seed
-        .map(|p| vec![format!("127.0.0.1:{p}")])
-        .unwrap_or_default();
-    c
-}
-
 async fn start_bench_node(seed: Option<u16>) -> anyhow::Result<(Node, BenchProbe)> {
     let (layer, probe) = BenchLayer::new();
-    let node = Node::builder(bench_config(seed))
+    let node = Node::builder(bench_config("bench", seed))
         .layer(layer)
         .start()
         .await?;
