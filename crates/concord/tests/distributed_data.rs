@@ -412,3 +412,65 @@ async fn management_lists_keys_and_subscribers_hear_changes() {
         m.node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sample_routes_answer_and_obey_the_management_access_rules() {
+    use concord::sample::{add_singleton, SampleLayer};
+    use concord::singleton::ClusterSingletons;
+    let start_sample = |token: Option<&str>| {
+        let mut c = fast_config("dd-sample", &[]);
+        c.management.bearer_token = token.map(str::to_string);
+        let (ddata, replicator) = DistributedData::with_settings(settings());
+        let mut singletons = ClusterSingletons::new();
+        let proxy = add_singleton(&mut singletons);
+        Node::builder(c)
+            .layer(ddata)
+            .layer(SampleLayer::new(replicator, proxy))
+            .layer(singletons)
+            .start()
+    };
+    let node = start_sample(Some("s3cret")).await.unwrap();
+    let me = node.self_address().clone();
+    node.cluster().join(me).await.unwrap();
+    let base = format!("http://{}", node.management_addr().unwrap());
+    let http = reqwest::Client::new();
+    let url = format!("{base}/sample/ddata/counter/c");
+    // Without the token a write is refused and changes nothing.
+    let r = http
+        .post(&url)
+        .form(&[("delta", "3")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = http
+        .post(&url)
+        .bearer_auth("s3cret")
+        .form(&[("delta", "3"), ("consistency", "local")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["value"], 3);
+    // The sample singleton answers through the proxy.
+    let mut answer = None;
+    for _ in 0..100 {
+        let r = http
+            .get(format!("{base}/sample/singleton"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            answer = Some(r.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = answer.expect("the sample singleton answers");
+    assert_eq!(answer["node"], node.self_address().to_string());
+    assert!(answer["incarnation"].as_u64().is_some());
+    node.stop().await;
+}

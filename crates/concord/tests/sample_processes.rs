@@ -1,6 +1,7 @@
 //! `concord node --sample` as real processes on loopback: the sample singleton runs once
 //! (activation intervals from every node's log, against the machine's one wall clock: any
-//! overlap fails) across a graceful leave and a crash of its node, and the sample counter
+//! overlap fails) across a graceful leave of its node, a crash, and a partition that cuts
+//! it off from the majority, and the sample counter
 //! is replicated with majority/all consistency and survives a full cluster restart from
 //! its durable store.
 
@@ -32,6 +33,7 @@ fn start(port: u16, mgmt: u16, seeds: &[u16], dir: &std::path::Path) -> Node {
         &[
             ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "2s"),
             ("CONCORD__SINGLETON__REMOVAL_MARGIN", "2s"),
+            ("CONCORD__TESTKIT__FAULT_INJECTION", "true"),
         ],
         &["--sample", "--data-dir", data.as_str()],
     )
@@ -212,15 +214,62 @@ fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
         &[],
         || singleton_at(&rt, &nodes[live[0]]).is_some_and(|(a, _)| a != at2 && a != at),
     );
+    // A partition cuts the holder off from the two others: the majority's resolver downs
+    // it, it downs itself and stops, and only then does the singleton start on the majority.
+    let mut third = None;
+    wait_until(
+        "the third holder is known",
+        Duration::from_secs(30),
+        &[],
+        || {
+            third = singleton_at(&rt, &nodes[live[0]]);
+            third.is_some()
+        },
+    );
+    let (at3, _) = third.unwrap();
+    let holder3 = live
+        .iter()
+        .copied()
+        .find(|i| nodes[*i].address() == at3)
+        .unwrap();
+    let majority: Vec<usize> = live.iter().copied().filter(|i| *i != holder3).collect();
+    let http = reqwest::Client::new();
+    for &m in &majority {
+        for (from, to) in [(holder3, m), (m, holder3)] {
+            let url = format!(
+                "{}/testkit/faults/{}",
+                nodes[from].management_url(),
+                nodes[to].address()
+            );
+            let r = rt
+                .block_on(http.put(url).form(&[("blackhole", "both")]).send())
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    }
+    wait_until(
+        "the singleton moves to the majority side",
+        Duration::from_secs(60),
+        &[],
+        || {
+            singleton_at(&rt, &nodes[majority[0]])
+                .is_some_and(|(a, _)| a != at3 && a != at2 && a != at)
+        },
+    );
+    assert_eq!(
+        nodes[holder3].wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "the cut-off node downed itself"
+    );
     let v = intervals(&nodes.iter().collect::<Vec<_>>(), &killed);
-    assert!(v.len() >= 3, "three activations: {v:?}");
+    assert!(v.len() >= 4, "four activations: {v:?}");
     check_no_overlap(&v);
 
     // Full cluster restart: the durable counter is back on every node.
-    for i in &live {
+    for i in &majority {
         nodes[*i].signal(Signal::SIGTERM);
     }
-    for i in &live {
+    for i in &majority {
         nodes[*i].wait_exit(Duration::from_secs(30));
     }
     let restarted: Vec<Node> = (0..5)

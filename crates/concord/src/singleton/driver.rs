@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::layer::{DriverInput, DriverInputs};
 use crate::lease::Lease;
 use crate::metrics;
+use crate::remote::log_limit::LogLimiter;
 use crate::remote::ProtocolSender;
 
 /// Messages waiting in a running instance's mailbox, at most; more are dropped and counted.
@@ -97,6 +98,8 @@ pub(crate) struct Driver {
     node_label: String,
     /// The driver's own job queue: instances, lease tasks and replies report through it.
     jobs: mpsc::Sender<Job>,
+    /// One warning per kind at most every 10 s (buffer overflow, full mailbox).
+    warnings: LogLimiter,
 }
 
 impl Driver {
@@ -114,6 +117,7 @@ impl Driver {
             node_label: self_node.address.to_string(),
             self_node,
             jobs,
+            warnings: LogLimiter::new(std::time::Duration::from_secs(10)),
         }
     }
 
@@ -312,8 +316,8 @@ impl Driver {
                             });
                             if !delivered {
                                 h.mailbox_full += 1;
-                                if h.mailbox_full.is_power_of_two() {
-                                    warn!(singleton = %name, dropped = h.mailbox_full, "singleton mailbox full; message dropped");
+                                if let Some(suppressed) = self.warnings.allow("mailbox") {
+                                    warn!(singleton = %name, dropped = h.mailbox_full, suppressed, "singleton mailbox full; message dropped");
                                 }
                             }
                         }
@@ -323,6 +327,10 @@ impl Driver {
                             }
                         }
                         SingletonEvent::Dropped { ask } => {
+                            if let Some(suppressed) = self.warnings.allow("dropped") {
+                                warn!(singleton = %name, dropped = h.machine.proxy_stats().dropped, suppressed,
+                                    "singleton proxy buffer full while the instance moves; the oldest message was dropped");
+                            }
                             if let Some(tx) = ask.and_then(|a| h.asks.remove(&a)) {
                                 let _ = tx.send(Err("the proxy's buffer was full".into()));
                             }
