@@ -138,9 +138,7 @@ impl Driver {
                     metrics::record_replicator(&self.node, self.machine.key_count(), &stats);
                     self.warn_bad_input(&last_stats, &stats);
                     last_stats = stats;
-                    for subs in self.subscribers.values_mut() {
-                        subs.retain(|s| !s.is_closed());
-                    }
+                    self.drop_closed_subscriptions();
                 }
             }
             self.flush().await;
@@ -251,6 +249,19 @@ impl Driver {
             p.started.elapsed().as_secs_f64(),
         );
         Some(p.reply)
+    }
+
+    /// Forgets subscribers that went away (the machine stops tracking their keys).
+    fn drop_closed_subscriptions(&mut self) {
+        let machine = &mut self.machine;
+        self.subscribers.retain(|key, subs| {
+            let before = subs.len();
+            subs.retain(|s| !s.is_closed());
+            for _ in subs.len()..before {
+                machine.unsubscribe(key);
+            }
+            !subs.is_empty()
+        });
     }
 
     fn notify(&mut self, key: &str, n: Notification) {
