@@ -208,3 +208,50 @@ async fn crash_of_the_oldest_moves_it_after_downing_and_the_removal_margin() {
         m.node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_use_lease_the_instance_starts_only_while_the_lease_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    // Another owner holds the lease far into the future.
+    let lease_file = dir.path().join("sgl-lease-singleton-leased.lease");
+    std::fs::write(&lease_file, "someone-else 99999999999999").unwrap();
+    let log: Log = Arc::default();
+    let received: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let mut c = fast_config("sgl-lease", &[]);
+    c.cluster
+        .split_brain_resolver
+        .lease_majority
+        .lease_directory = dir.path().display().to_string();
+    let settings = concord_core::singleton::SingletonSettings {
+        use_lease: true,
+        lease_retry_interval_ms: 200,
+        ..Default::default()
+    };
+    let mut singletons = ClusterSingletons::new();
+    let proxy: SingletonRef<Msg, (u16, u64)> =
+        singletons.singleton_with_settings("leased", settings, behaviour(log.clone(), received));
+    let node = Node::builder(c).layer(singletons).start().await.unwrap();
+    let me = node.self_address().clone();
+    node.cluster().join(me).await.unwrap();
+    // Up and oldest, but no lease: no instance.
+    wait_for("self Up", || {
+        node.cluster()
+            .view()
+            .self_member()
+            .is_some_and(|m| m.status == concord_core::MemberStatus::Up)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(log.lock().unwrap().is_empty(), "started without the lease");
+    assert!(proxy
+        .ask(&Msg::Where, Duration::from_millis(300))
+        .await
+        .is_err());
+    // The other owner lets go: the lease is acquired on the next retry and it starts.
+    std::fs::write(&lease_file, "").unwrap();
+    let (at, _) = where_is(&proxy).await;
+    assert_eq!(at, port_of(&node));
+    let held = std::fs::read_to_string(&lease_file).unwrap();
+    assert!(held.starts_with(&node.self_address().to_string()), "{held}");
+    node.stop().await;
+}
