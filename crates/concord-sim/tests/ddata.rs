@@ -108,11 +108,17 @@ fn digests(sim: &Simulation) -> BTreeMap<Address, BTreeMap<String, Digest>> {
         .collect()
 }
 
+/// Every member holds both keys, with the same digests.
 fn converged(sim: &Simulation) -> bool {
+    same_digests(sim, true)
+}
+
+/// Every member holds the same digests (`with_keys`: and both keys).
+fn same_digests(sim: &Simulation, with_keys: bool) -> bool {
     let d = digests(sim);
     let mut it = d.values();
     let first = it.next();
-    first.is_some_and(|f| f.len() == 2 && it.all(|x| x == f))
+    first.is_some_and(|f| (!with_keys || f.len() == 2) && it.all(|x| x == f))
 }
 
 fn counter_value(sim: &Simulation, a: &Address) -> Option<u64> {
@@ -194,7 +200,12 @@ fn a_partition_then_heal_converges_and_keeps_every_update() {
 #[test]
 fn random_faults_then_heal_converge_without_double_counting() {
     let mut checked = 0;
-    for seed in 0..12 {
+    let seeds = seeds(12);
+    let first: u64 = std::env::var("CONCORD_SIM_SEED_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + seeds {
         let mut sim = sim(1_000 + seed, 0.01);
         let addrs = sim.form_cluster(5, 60_000).expect("forms");
         let mut total = 0u64;
@@ -225,6 +236,17 @@ fn random_faults_then_heal_converge_without_double_counting() {
                         let uid = sim.node(&a).core.self_unique_address().uid;
                         let v = counter_value(&sim, &a).unwrap_or(0);
                         let last = seen.entry(uid).or_insert(0);
+                        if v < *last || v > total {
+                            for b in members(&sim) {
+                                let h = sim.machine::<HostedReplicator>(&b).unwrap();
+                                eprintln!(
+                                    "{b} uid {} env {:?}",
+                                    sim.node(&b).core.self_unique_address().uid,
+                                    h.machine.local_value("counter")
+                                );
+                            }
+                            eprintln!("faults {faults:?}");
+                        }
                         assert!(
                             v >= *last && v <= total,
                             "seed {seed}: {a} went {last} -> {v} (total {total})"
@@ -263,8 +285,33 @@ fn random_faults_then_heal_converge_without_double_counting() {
             }
             panic!("seed {seed}: membership converges; faults {faults:?}");
         }
-        sim.run_until_cond(60_000, 200, converged)
-            .unwrap_or_else(|| panic!("seed {seed}: replicas converge; faults {faults:?}"));
+        // (All replicas that held the data may be gone: then the survivors agree on none.)
+        if sim
+            .run_until_cond(60_000, 200, |s| same_digests(s, false))
+            .is_none()
+        {
+            for b in members(&sim) {
+                let h = sim.machine::<HostedReplicator>(&b).unwrap();
+                eprintln!(
+                    "{b} uid {} nodes {:?} stats {:?}\n  counter {:?}\n  set {:?}",
+                    sim.node(&b).core.self_unique_address().uid,
+                    h.machine
+                        .nodes()
+                        .map(|n| n.address.host.clone())
+                        .collect::<Vec<_>>(),
+                    h.machine.stats(),
+                    h.machine
+                        .local_value("counter")
+                        .map(|e| (e.digest(), e.pruning.clone())),
+                    h.machine.local_value("set").map(|e| (
+                        e.digest(),
+                        e.pruning.clone(),
+                        e.value().map(|v| v.replicas())
+                    )),
+                );
+            }
+            panic!("seed {seed}: replicas converge; faults {faults:?}");
+        }
         for a in members(&sim) {
             let v = counter_value(&sim, &a).unwrap_or(0);
             assert!(
@@ -274,8 +321,8 @@ fn random_faults_then_heal_converge_without_double_counting() {
         }
     }
     assert!(
-        checked >= 6,
-        "most schedules leave a cluster to check ({checked} of 12)"
+        checked >= seeds / 2,
+        "most schedules leave a cluster to check ({checked} of {seeds})"
     );
 }
 
@@ -368,4 +415,12 @@ fn write_majority_then_read_majority_with_a_minority_crashed() {
             _ => None,
         });
     assert_eq!(got, Some(5));
+}
+
+/// Seeds of the randomized test: `CONCORD_SIM_SEEDS` (a soak), else `default`.
+fn seeds(default: u64) -> u64 {
+    std::env::var("CONCORD_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }

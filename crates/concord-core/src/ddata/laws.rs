@@ -372,3 +372,60 @@ fn ormap_pruning_moves_a_removed_replicas_counts_and_dots() {
     m.merge(&l);
     assert_eq!((m.get(&"x"), m.get(&"y")), (Some(7), Some(1)));
 }
+
+/// What a replica that applies the pruning node's deltas ends with, after dropping the
+/// removed replica's entries (the marker comes with the delta): the pruned value, no count
+/// twice, no element lost.
+fn prune_by_delta<D>(mut with_removed: D, removed: ReplicaId, into: ReplicaId) -> (D, D)
+where
+    D: DeltaReplicatedData + RemovedNodePruning,
+{
+    let _ = with_removed.take_delta();
+    let mut pruner = with_removed.clone();
+    pruner.prune(removed, into);
+    let delta = pruner.take_delta();
+    let mut other = with_removed;
+    other.prune_cleanup(removed);
+    if let Some(d) = delta {
+        other.merge_delta(&d);
+    }
+    (pruner, other)
+}
+
+#[test]
+fn pruning_deltas_applied_after_cleanup_give_the_pruned_value() {
+    let (a, c, gone) = (ReplicaId(1), ReplicaId(2), ReplicaId(3));
+    let mut g = GCounter::new();
+    g.increment(a, 2);
+    g.increment(gone, 5);
+    let (p, o) = prune_by_delta(g, gone, c);
+    assert_eq!((p.value(), o.value()), (7, 7));
+
+    let mut s = ORSet::new();
+    s.add(gone, "x");
+    s.add(a, "y");
+    s.add(gone, "y");
+    let (p, o) = prune_by_delta(s, gone, c);
+    assert_eq!(
+        p.elements().collect::<Vec<_>>(),
+        o.elements().collect::<Vec<_>>()
+    );
+    assert_eq!(o.elements().count(), 2);
+    // Later adds by the pruning replica do not hide the re-added elements.
+    let mut later = p.clone();
+    later.add(c, "z");
+    let mut o2 = o.clone();
+    o2.merge_delta(&later.take_delta().unwrap());
+    assert_eq!(o2.merged(&later).elements().count(), 3);
+
+    let mut m = PNCounterMap::new();
+    m.increment(a, "k", 1);
+    m.increment(gone, "k", 4);
+    m.increment(gone, "j", -2);
+    let (p, o) = prune_by_delta(m, gone, c);
+    assert_eq!((o.get(&"k"), o.get(&"j")), (Some(5), Some(-2)));
+    assert_eq!(
+        p.entries().collect::<Vec<_>>(),
+        o.entries().collect::<Vec<_>>()
+    );
+}

@@ -401,7 +401,8 @@ where
             })
             .map(|(k, _)| k.clone())
             .collect();
-        let pending = self.delta.take();
+        // Written again by `collapse_into`, as deltas too (the replicator sends the pruning
+        // marker with them).
         for k in affected {
             if let Some(e) = self.entries.get(&k) {
                 let mut v = e.value.clone();
@@ -410,8 +411,7 @@ where
             }
         }
         self.keys.prune(removed, collapse_into);
-        // Pruning travels as full state (with the Replicator's pruning markers), not deltas.
-        self.delta = pending;
+        let _ = self.keys.take_delta();
     }
 
     fn prune_cleanup(&mut self, removed: ReplicaId) {

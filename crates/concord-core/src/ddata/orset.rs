@@ -300,25 +300,38 @@ impl<T: Ord + Clone + std::fmt::Debug> RemovedNodePruning for ORSet<T> {
     /// The removed replica's dots become new dots of `collapse_into` (its elements are
     /// re-added there), and its context entry goes.
     fn prune(&mut self, removed: ReplicaId, collapse_into: ReplicaId) {
-        let readd: Vec<T> = self
+        let readd: Vec<(T, Dots)> = self
             .elements
             .iter()
             .filter(|(_, d)| d.has_replica(removed))
-            .map(|(e, _)| e.clone())
+            .map(|(e, d)| {
+                (
+                    e.clone(),
+                    Dots::from_entries(d.iter().filter(|(r, _)| *r == removed)),
+                )
+            })
             .collect();
-        for e in &readd {
+        for (e, _) in &readd {
             if let Some(d) = self.elements.get_mut(e) {
                 *d = d.without(removed);
             }
         }
         self.context.remove(removed);
-        for e in readd {
+        // Each element the removed replica added is added again by `collapse_into`, as a
+        // delta too: replicas that apply it after the pruning marker (which the replicator
+        // sends with it) end where a full-state merge would.
+        for (e, replaces) in readd {
             let c = self.context.increment(collapse_into);
             let dots = match self.elements.get(&e) {
                 Some(d) => Dots::from_entries(d.iter().chain([(collapse_into, c)])),
                 None => Dots::one(collapse_into, c),
             };
-            self.elements.insert(e, dots);
+            self.elements.insert(e.clone(), dots);
+            self.record(ORSetDelta::Add {
+                element: e,
+                dot: (collapse_into, c),
+                replaces,
+            });
         }
     }
 

@@ -95,8 +95,10 @@ pub(super) struct Manager {
     state: State,
     /// Members counted as gone (removed, plus the removal margin), with when.
     removed: BTreeMap<UniqueAddress, u64>,
-    /// Members seen in the membership (to notice removals).
-    known: BTreeSet<UniqueAddress>,
+    /// Members seen in the membership (to notice removals), with their up-numbers.
+    known: BTreeMap<UniqueAddress, u32>,
+    /// Removed members that were older than this node, within their removal margin.
+    removing_older: BTreeSet<UniqueAddress>,
     self_status: Option<MemberStatus>,
     /// No other member (with the role) is Down, Leaving or Exiting.
     safe_to_be_oldest: bool,
@@ -110,7 +112,8 @@ impl Manager {
         Manager {
             state: State::Start,
             removed: BTreeMap::new(),
-            known: BTreeSet::new(),
+            known: BTreeMap::new(),
+            removing_older: BTreeSet::new(),
             self_status: None,
             safe_to_be_oldest: true,
             exiting_requested: false,
@@ -159,8 +162,18 @@ impl ClusterSingleton {
         }
     }
 
-    /// Becomes the oldest: starts the instance (after the lease, with `use-lease`).
-    fn goto_oldest(&mut self) {
+    /// Becomes the oldest: starts the instance (after the lease, with `use-lease`) — unless
+    /// a member older than this node was removed less than the removal margin ago: it may
+    /// still run the instance, so wait for it as for a previous oldest.
+    fn goto_oldest(&mut self, now_ms: u64) {
+        if !self.manager.removing_older.is_empty() {
+            self.manager.state = State::BecomingOldest {
+                previous_oldest: self.manager.removing_older.iter().cloned().collect(),
+                retries: 0,
+            };
+            self.arm_retry(now_ms);
+            return;
+        }
         self.timers.cancel(&SingletonTimer::Retry);
         if self.settings.use_lease {
             self.manager.state = State::AcquiringLease;
@@ -185,7 +198,7 @@ impl ClusterSingleton {
         let oldest = self.oldest.oldest().cloned();
         if oldest.as_ref() == Some(&self.self_node) {
             if self.manager.safe_to_be_oldest {
-                self.goto_oldest();
+                self.goto_oldest(now_ms);
             } else {
                 self.manager.state = State::BecomingOldest {
                     previous_oldest: Vec::new(),
@@ -213,10 +226,25 @@ impl ClusterSingleton {
                 )
         });
         // Removals: each counts only after the removal margin.
-        let members: BTreeSet<UniqueAddress> = view.members.keys().cloned().collect();
-        let gone: Vec<UniqueAddress> = self.manager.known.difference(&members).cloned().collect();
+        let members: BTreeMap<UniqueAddress, u32> = view
+            .members
+            .iter()
+            .map(|(u, m)| (u.clone(), m.up_number))
+            .collect();
+        let me = (
+            view.self_member()
+                .map_or(crate::member::UP_NUMBER_UNSET, |m| m.up_number),
+            self.self_node.clone(),
+        );
+        let gone: Vec<(UniqueAddress, u32)> = self
+            .manager
+            .known
+            .iter()
+            .filter(|(u, _)| !members.contains_key(*u))
+            .map(|(u, n)| (u.clone(), *n))
+            .collect();
         self.manager.known = members;
-        for m in gone {
+        for (m, up_number) in gone {
             if m == self.self_node {
                 continue;
             }
@@ -232,6 +260,9 @@ impl ClusterSingleton {
                     self.goto_handing_over(running, None);
                     continue;
                 }
+            }
+            if (up_number, m.clone()) < me {
+                self.manager.removing_older.insert(m.clone());
             }
             let at = now_ms + self.settings.removal_margin_ms;
             self.timers.set(SingletonTimer::DelayedMemberRemoved(m), at);
@@ -290,7 +321,7 @@ impl ClusterSingleton {
                         .iter()
                         .all(|p| self.manager.removed.contains_key(p))
                     {
-                        self.goto_oldest();
+                        self.goto_oldest(now_ms);
                     } else {
                         let first = previous_oldest[0].clone();
                         self.send(&first, SingletonBody::HandOverToMe);
@@ -427,7 +458,7 @@ impl ClusterSingleton {
                 State::BecomingOldest {
                     previous_oldest, ..
                 },
-            ) if previous_oldest.first() == Some(from) => self.goto_oldest(),
+            ) if previous_oldest.first() == Some(from) => self.goto_oldest(now_ms),
             (
                 SingletonBody::TakeOverFromMe,
                 State::BecomingOldest {
@@ -472,7 +503,7 @@ impl ClusterSingleton {
                     .iter()
                     .all(|p| self.manager.removed.contains_key(p))
                 {
-                    self.goto_oldest();
+                    self.goto_oldest(now_ms);
                 } else {
                     self.stuck(now_ms);
                 }
@@ -526,6 +557,7 @@ impl ClusterSingleton {
     }
 
     pub(super) fn manager_delayed_member_removed(&mut self, now_ms: u64, m: UniqueAddress) {
+        self.manager.removing_older.remove(&m);
         self.manager.removed.insert(m.clone(), now_ms);
         self.timers
             .set_if_unset(SingletonTimer::CleanupRemoved, now_ms + REMEMBER_REMOVED_MS);
@@ -542,7 +574,7 @@ impl ClusterSingleton {
                 let rest: Vec<UniqueAddress> =
                     previous_oldest.into_iter().filter(|p| *p != m).collect();
                 match rest.first().cloned() {
-                    None => self.goto_oldest(),
+                    None => self.goto_oldest(now_ms),
                     Some(next) => {
                         self.send(&next, SingletonBody::HandOverToMe);
                         self.manager.state = State::BecomingOldest {

@@ -43,47 +43,31 @@ pub mod manifest {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReplicatorCodec;
 
-/// The wire form of an envelope.
-pub fn envelope_to_wire(e: &SerializedEnvelope) -> wire::DdEnvelope {
-    wire::DdEnvelope {
-        data_type: e.data_type.0,
-        data: e.data.clone().map(Bytes::from),
-        pruning: e
-            .pruning
-            .iter()
-            .map(|(r, p)| wire::DdPruningState {
-                removed_replica: r.0,
-                state: Some(match p {
-                    PruningState::Initialized { owner, seen } => {
-                        wire::dd_pruning_state::State::Initialized(wire::DdPruningInitialized {
-                            owner: Some(unique_to_wire(owner)),
-                            seen: seen.iter().map(address_to_wire).collect(),
-                        })
-                    }
-                    PruningState::Performed { obsolete_at_ms } => {
-                        wire::dd_pruning_state::State::PerformedObsoleteAtMs(*obsolete_at_ms)
-                    }
-                }),
-            })
-            .collect(),
-        delta_versions: e
-            .delta_versions
-            .iter()
-            .map(|(r, v)| wire::DdVersion {
-                replica: r.0,
-                version: *v,
-            })
-            .collect(),
-    }
+fn pruning_to_wire(pruning: &[(ReplicaId, PruningState)]) -> Vec<wire::DdPruningState> {
+    pruning
+        .iter()
+        .map(|(r, p)| wire::DdPruningState {
+            removed_replica: r.0,
+            state: Some(match p {
+                PruningState::Initialized { owner, seen } => {
+                    wire::dd_pruning_state::State::Initialized(wire::DdPruningInitialized {
+                        owner: Some(unique_to_wire(owner)),
+                        seen: seen.iter().map(address_to_wire).collect(),
+                    })
+                }
+                PruningState::Performed { obsolete_at_ms } => {
+                    wire::dd_pruning_state::State::PerformedObsoleteAtMs(*obsolete_at_ms)
+                }
+            }),
+        })
+        .collect()
 }
 
-/// An envelope from its wire form.
-///
-/// # Errors
-/// A pruning state without its state, or with an invalid address.
-pub fn envelope_from_wire(e: &wire::DdEnvelope) -> Result<SerializedEnvelope, DecodeError> {
-    let mut pruning = Vec::with_capacity(e.pruning.len());
-    for p in &e.pruning {
+fn pruning_from_wire(
+    pruning: &[wire::DdPruningState],
+) -> Result<Vec<(ReplicaId, PruningState)>, DecodeError> {
+    let mut out = Vec::with_capacity(pruning.len());
+    for p in pruning {
         let state = match p
             .state
             .as_ref()
@@ -105,8 +89,34 @@ pub fn envelope_from_wire(e: &wire::DdEnvelope) -> Result<SerializedEnvelope, De
                 PruningState::Performed { obsolete_at_ms: *t }
             }
         };
-        pruning.push((ReplicaId(p.removed_replica), state));
+        out.push((ReplicaId(p.removed_replica), state));
     }
+    Ok(out)
+}
+
+/// The wire form of an envelope.
+pub fn envelope_to_wire(e: &SerializedEnvelope) -> wire::DdEnvelope {
+    wire::DdEnvelope {
+        data_type: e.data_type.0,
+        data: e.data.clone().map(Bytes::from),
+        pruning: pruning_to_wire(&e.pruning),
+        delta_versions: e
+            .delta_versions
+            .iter()
+            .map(|(r, v)| wire::DdVersion {
+                replica: r.0,
+                version: *v,
+            })
+            .collect(),
+    }
+}
+
+/// An envelope from its wire form.
+///
+/// # Errors
+/// A pruning state without its state, or with an invalid address.
+pub fn envelope_from_wire(e: &wire::DdEnvelope) -> Result<SerializedEnvelope, DecodeError> {
+    let pruning = pruning_from_wire(&e.pruning)?;
     Ok(SerializedEnvelope {
         data_type: DataTypeId(e.data_type),
         data: e.data.as_ref().map(|d| d.to_vec()),
@@ -180,6 +190,7 @@ impl Codec for ReplicatorCodec {
                             seq: d.seq,
                             full: d.full,
                             bytes: Bytes::from(d.bytes.clone()),
+                            pruning: pruning_to_wire(&d.pruning),
                         })
                         .collect(),
                 }
@@ -262,19 +273,18 @@ impl Codec for ReplicatorCodec {
             },
             manifest::DELTA_PROPAGATION => {
                 let w = wire::DdDeltaPropagation::decode(payload)?;
-                ReplicatorMessage::DeltaPropagation {
-                    deltas: w
-                        .deltas
-                        .into_iter()
-                        .map(|d| DeltaEntry {
-                            key: d.key,
-                            data_type: DataTypeId(d.data_type),
-                            seq: d.seq,
-                            full: d.full,
-                            bytes: d.bytes.to_vec(),
-                        })
-                        .collect(),
+                let mut deltas = Vec::with_capacity(w.deltas.len());
+                for d in w.deltas {
+                    deltas.push(DeltaEntry {
+                        pruning: pruning_from_wire(&d.pruning)?,
+                        key: d.key,
+                        data_type: DataTypeId(d.data_type),
+                        seq: d.seq,
+                        full: d.full,
+                        bytes: d.bytes.to_vec(),
+                    });
                 }
+                ReplicatorMessage::DeltaPropagation { deltas }
             }
             manifest::DELTA_NACK => ReplicatorMessage::DeltaNack {
                 key: wire::DdDeltaNack::decode(payload)?.key,
@@ -374,6 +384,7 @@ mod tests {
                     seq: 8,
                     full: true,
                     bytes: vec![9],
+                    pruning: vec![(ReplicaId(4), PruningState::Performed { obsolete_at_ms: 3 })],
                 }],
             },
             ReplicatorMessage::DeltaNack { key: "k".into() },

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::address::UniqueAddress;
 
-use super::envelope::DataEnvelope;
+use super::envelope::{DataEnvelope, PruningState};
 use super::messages::{DeltaEntry, ReplicatorMessage};
 use super::{check_key_id, Replicator};
 
@@ -67,6 +67,10 @@ impl Replicator {
                 continue;
             };
             e.dirty_delta = false;
+            // Only the delta that carries this node's own pruning carries its markers: a
+            // receiver may drop a pruned replica's entries only together with the value
+            // they were folded into.
+            let pruning = std::mem::take(&mut e.pruned_here);
             let seq = e.envelope.delta_versions.get(self.replica) + 1;
             let Some(value) = e.envelope.value_mut() else {
                 continue;
@@ -90,6 +94,17 @@ impl Replicator {
                 (false, delta)
             };
             e.envelope.delta_versions.observe(self.replica, seq);
+            // A whole value is a state: it goes with every pruning marker it was cleaned by.
+            let pruning = if full {
+                e.envelope
+                    .pruning
+                    .iter()
+                    .filter(|(_, p)| matches!(p, PruningState::Performed { .. }))
+                    .map(|(r, p)| (*r, p.clone()))
+                    .collect()
+            } else {
+                pruning
+            };
             let entries = self.deltas.pending.entry(key.clone()).or_default();
             entries.insert(
                 seq,
@@ -99,6 +114,7 @@ impl Replicator {
                     seq,
                     full,
                     bytes,
+                    pruning,
                 },
             );
             while entries.len() > self.settings.max_delta_size.max(1) {
@@ -200,6 +216,7 @@ impl Replicator {
                 if d.full {
                     if let Ok(v) = self.registry.decode(d.data_type, &d.bytes) {
                         let mut env = DataEnvelope::new(v);
+                        env.pruning = d.pruning.iter().cloned().collect();
                         env.delta_versions.observe(origin, d.seq);
                         if self.write_local(&d.key, env) {
                             self.stats.deltas_applied += 1;
@@ -227,13 +244,29 @@ impl Replicator {
                 nacked.push(d.key);
                 continue;
             }
-            let Some(value) = e.envelope.value_mut() else {
-                continue;
-            };
-            if value.data_type() != d.data_type {
+            if e.envelope.data_type() != Some(d.data_type) {
                 self.stats.bad_values += 1;
                 continue;
             }
+            // The sender's pruning goes with the delta: it may hold a pruned replica's
+            // counts folded into the pruning node's, so that replica's entries go first.
+            let mut pruned = false;
+            for (r, p) in &d.pruning {
+                let merged = match e.envelope.pruning.get(r) {
+                    Some(mine) => mine.merge(p),
+                    None => p.clone(),
+                };
+                if e.envelope.pruning.get(r) != Some(&merged) {
+                    e.envelope.pruning.insert(*r, merged);
+                    pruned = true;
+                }
+            }
+            if pruned {
+                e.envelope.cleanup();
+            }
+            let Some(value) = e.envelope.value_mut() else {
+                continue;
+            };
             let applied = if d.full {
                 match self.registry.decode(d.data_type, &d.bytes) {
                     Ok(v) => value.merge_value(v.as_ref()).is_ok(),

@@ -18,6 +18,10 @@ pub struct DeltaEntry {
     pub full: bool,
     /// The encoded delta or value.
     pub bytes: Vec<u8>,
+    /// The sender's "pruning performed" markers for the key: the receiver drops the pruned
+    /// replicas' entries before it applies the delta, which may carry their counts folded
+    /// into the pruning node's (no double counting).
+    pub pruning: Vec<(crate::ddata::ReplicaId, super::envelope::PruningState)>,
 }
 
 /// A message between replicators.

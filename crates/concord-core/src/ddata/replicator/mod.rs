@@ -84,6 +84,9 @@ struct Entry {
     digest: Option<Digest>,
     /// Updated locally since the last delta propagation.
     dirty_delta: bool,
+    /// Pruning this node performed on the key since the last delta propagation: the
+    /// markers go with the delta that carries the pruned value.
+    pruned_here: Vec<(ReplicaId, PruningState)>,
 }
 
 impl Entry {
@@ -92,6 +95,7 @@ impl Entry {
             envelope,
             digest: None,
             dirty_delta: false,
+            pruned_here: Vec::new(),
         }
     }
 

@@ -114,15 +114,16 @@ impl Replicator {
                 if let Some(v) = e.envelope.value_mut() {
                     v.prune_into(r, self.replica);
                 }
-                e.envelope.pruning.insert(
-                    r,
-                    PruningState::Performed {
-                        obsolete_at_ms: now_ms.saturating_add(ttl),
-                    },
-                );
+                let marker = PruningState::Performed {
+                    obsolete_at_ms: now_ms.saturating_add(ttl),
+                };
+                e.envelope.pruning.insert(r, marker.clone());
+                e.pruned_here.push((r, marker));
                 self.stats.pruning_performed += 1;
             }
             e.digest = None;
+            // The pruned value's change goes out as deltas too, with the marker.
+            e.dirty_delta = true;
             changed.push(key.clone());
         }
         for k in changed {

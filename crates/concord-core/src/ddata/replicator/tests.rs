@@ -488,6 +488,7 @@ fn bad_requests_and_bad_data_change_nothing() {
                 seq: 1,
                 full: false,
                 bytes: vec![0xff; 3],
+                pruning: vec![],
             }],
         },
     );
