@@ -48,6 +48,29 @@ impl SimNode {
         self.alive && self.core.shutdown_reason().is_none()
     }
 
+    /// One line describing this node's view, for tracing a failing seed: whether it runs,
+    /// each member as `host:status:up-number`, and how many members it sees unreachable.
+    pub fn membership_line(&self) -> String {
+        let members: Vec<String> = self
+            .core
+            .latest_gossip()
+            .members
+            .values()
+            .map(|m| {
+                format!(
+                    "{}:{:?}:{}",
+                    m.unique_address.address.host, m.status, m.up_number
+                )
+            })
+            .collect();
+        format!(
+            "run={} {:?} unreachable={}",
+            self.is_running(),
+            members,
+            self.core.membership_state().unreachable_members().len()
+        )
+    }
+
     /// The earliest deadline of all its machines, ms.
     fn next_timeout(&self) -> Option<u64> {
         self.machines

@@ -256,6 +256,12 @@ fn random_faults_then_heal_converge_without_double_counting() {
                 }
             }
             let f = pick_fault(&mut sim, &addrs);
+            if std::env::var("CONCORD_SIM_TRACE").is_ok() {
+                eprintln!("{} {:?}", sim.now, f);
+                for (a, n) in sim.nodes.iter() {
+                    eprintln!("   {} {}", a.host, n.membership_line());
+                }
+            }
             apply(&mut sim, &f, &addrs);
             faults.push(f);
         }

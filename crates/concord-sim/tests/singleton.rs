@@ -245,30 +245,10 @@ fn run_checked(
     while sim.now - start <= max_ms {
         if trace {
             for (a, n) in sim.nodes.iter() {
-                let st: Vec<String> = n
-                    .core
-                    .latest_gossip()
-                    .members
-                    .values()
-                    .map(|m| {
-                        format!(
-                            "{}:{:?}:{}",
-                            m.unique_address.address.host, m.status, m.up_number
-                        )
-                    })
-                    .collect();
                 let h = sim
                     .machine::<Host>(a)
                     .map(|h| format!("{:?} {:?}", h.machine.inner.state(), h.machine.running()));
-                eprintln!(
-                    "    {} {} run={} {:?} {:?} unreach={}",
-                    sim.now,
-                    a.host,
-                    n.is_running(),
-                    h,
-                    st,
-                    n.core.membership_state().unreachable_members().len()
-                );
+                eprintln!("    {} {} {:?} {}", sim.now, a.host, h, n.membership_line());
             }
         }
         acts.observe(sim);

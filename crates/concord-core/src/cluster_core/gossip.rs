@@ -58,6 +58,16 @@ impl ClusterCore {
             }
         }
         let local = &self.state.latest_gossip;
+        if local.tombstones.contains_key(from) && remote.has_member(&me) {
+            // A removed node that does not know it yet (it was paused or cut off while the
+            // cluster removed it): answer with this gossip, whose tombstone tells it, so it
+            // shuts down instead of acting on its stale view — e.g. a split brain resolver
+            // deciding for a side the cluster has already downed (found by the simulator,
+            // seed 3954 of `CONCORD_SIM_SEEDS=5000 cargo test -p concord-sim --test ddata`).
+            self.stats.ignored += 1;
+            self.send_gossip_to(from);
+            return;
+        }
         if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from)
         {
             debug!(%from, "ignoring gossip from a node that is not a member or does not know this node");
@@ -112,6 +122,13 @@ impl ClusterCore {
         self.stats.gossip_status_received += 1;
         let me = self.state.self_unique_address.clone();
         let local = &self.state.latest_gossip;
+        if self.initialized && local.tombstones.contains_key(from) {
+            // A removed node that does not know it: the gossip with its tombstone tells it
+            // (see `receive_gossip`).
+            self.stats.ignored += 1;
+            self.send_gossip_to(from);
+            return;
+        }
         if !self.initialized
             || !local.has_member(from)
             || !local.overview.reachability.is_reachable_from(&me, from)

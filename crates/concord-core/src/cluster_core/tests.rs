@@ -741,3 +741,26 @@ fn downing_provider_none_never_downs() {
         .values()
         .all(|m| m.status == MemberStatus::Up));
 }
+
+#[test]
+fn a_removed_node_that_comes_back_learns_its_removal_from_the_gossip_it_sends() {
+    let (mut net, addrs) = form(3);
+    let frozen = addrs[2].clone();
+    // Frozen (a long pause): the others down and remove it.
+    net.crashed.insert(frozen.clone());
+    let now = net.now;
+    net.core(&addrs[0]).down(now, &frozen).unwrap();
+    assert!(net.run_until(10_000, |n| n.live().all(|(a, c)| a == &frozen
+        || !c
+            .latest_gossip()
+            .members
+            .keys()
+            .any(|m| m.address == frozen))));
+    // It wakes up still believing it is Up; its first gossip is answered with the gossip
+    // that holds its tombstone, and it shuts down instead of acting on its old view.
+    net.crashed.remove(&frozen);
+    assert!(
+        net.run_until(5_000, |n| n.nodes[&frozen].shutdown_reason().is_some()),
+        "the returning node learns that it was removed"
+    );
+}
