@@ -114,16 +114,28 @@ fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport,
         .ok_or_else(|| fail("the initial cluster did not form".into()))?;
     let mut checker = Checker::default();
     let mut faults = Vec::new();
+    let trace = std::env::var_os("CONCORD_SIM_TRACE").is_some();
+    let trace_step = |sim: &Simulation| {
+        if trace && sim.now.is_multiple_of(500) {
+            for (a, n) in sim.nodes.iter() {
+                eprintln!("{:>8} {} {}", sim.now, a.host, n.membership_line());
+            }
+        }
+    };
     for _ in 0..cfg.faults {
         let gap = sim.rng.random_range(cfg.gap_ms.0..=cfg.gap_ms.1);
         let end = sim.now + gap;
         while sim.now < end {
             sim.run_for(100);
+            trace_step(sim);
             checker
                 .check_step(sim)
                 .map_err(|e| fail(format!("{e}\nfaults so far: {faults:?}")))?;
         }
         let fault = pick_fault(sim, &addrs);
+        if trace {
+            eprintln!("{:>8} FAULT {fault:?}", sim.now);
+        }
         apply(sim, &fault, &addrs);
         faults.push((sim.now, fault));
     }
@@ -132,6 +144,7 @@ fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport,
     let end = sim.now + cfg.quiet_ms;
     while sim.now < end {
         sim.run_for(100);
+        trace_step(sim);
         checker
             .check_step(sim)
             .map_err(|e| fail(format!("{e}\nfaults: {faults:?}")))?;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::address::Address;
 use crate::gossip::Gossip;
-use crate::member::UP_NUMBER_UNSET;
+use crate::member::{Member, UP_NUMBER_UNSET};
 
 fn n(i: u16) -> UniqueAddress {
     UniqueAddress::new(Address::new("s", "10.0.0.1", 2550 + i), 1)
@@ -25,10 +25,21 @@ fn up(i: u16) -> Member {
     m(i, MemberStatus::Up, u32::from(i), &[])
 }
 
+/// A clean view: `unreachable` seen from a node of the other members, no indirect records.
 fn view(members: Vec<Member>, unreachable: &[u16]) -> SbrView {
+    let unreachable: BTreeSet<UniqueAddress> = unreachable.iter().map(|i| n(*i)).collect();
+    let self_node = members
+        .iter()
+        .map(|m| m.unique_address.clone())
+        .find(|a| !unreachable.contains(a))
+        .unwrap_or_else(|| n(0));
     SbrView {
-        members: members.into_iter().filter(is_counted).collect(),
-        unreachable: unreachable.iter().map(|i| n(*i)).collect(),
+        self_node,
+        members,
+        unreachable,
+        records: BTreeSet::new(),
+        seen_by: BTreeSet::new(),
+        down_unseen_by_other_side: BTreeSet::new(),
     }
 }
 
@@ -91,7 +102,7 @@ fn keep_majority_table() {
         ),
     ];
     for (name, v, want) in cases {
-        assert_eq!(decide(&KM, &v), Some(want), "{name}");
+        assert_eq!(decide(&KM, &v), want, "{name}");
     }
 }
 
@@ -108,14 +119,8 @@ fn keep_majority_with_role_counts_only_that_role() {
         role: Some("db".into()),
     };
     // Our side {1,2,3} has 1 of 3 db members: minority by role although 3 of 5 overall.
-    assert_eq!(
-        decide(&s, &view(members.clone(), &[4, 5])),
-        Some(DownReachable)
-    );
-    assert_eq!(
-        decide(&s, &view(members, &[1, 2, 3])),
-        Some(DownUnreachable)
-    );
+    assert_eq!(decide(&s, &view(members.clone(), &[4, 5])), DownReachable);
+    assert_eq!(decide(&s, &view(members, &[1, 2, 3])), DownUnreachable);
 }
 
 #[test]
@@ -125,11 +130,11 @@ fn static_quorum_table() {
         role: None,
     };
     let five = || (1..=5).map(up).collect::<Vec<_>>();
-    assert_eq!(decide(&s, &view(five(), &[4, 5])), Some(DownUnreachable));
-    assert_eq!(decide(&s, &view(five(), &[1, 2, 3])), Some(DownReachable));
+    assert_eq!(decide(&s, &view(five(), &[4, 5])), DownUnreachable);
+    assert_eq!(decide(&s, &view(five(), &[1, 2, 3])), DownReachable);
     assert_eq!(
         decide(&s, &view((1..=6).map(up).collect(), &[6])),
-        Some(DownAll),
+        DownAll,
         "more than quorum*2-1 members"
     );
 }
@@ -143,22 +148,22 @@ fn keep_oldest_table() {
     let five = || (1..=5).map(up).collect::<Vec<_>>(); // member 1 is the oldest (up-number 1)
     assert_eq!(
         decide(&s, &view(five(), &[4, 5])),
-        Some(DownUnreachable),
+        DownUnreachable,
         "oldest on our side"
     );
     assert_eq!(
         decide(&s, &view(five(), &[1, 2])),
-        Some(DownReachable),
+        DownReachable,
         "oldest on the other side, even if we are more"
     );
     assert_eq!(
         decide(&s, &view(five(), &[2, 3, 4, 5])),
-        Some(DownReachable),
+        DownReachable,
         "oldest alone downs itself"
     );
     assert_eq!(
         decide(&s, &view(five(), &[1])),
-        Some(DownUnreachable),
+        DownUnreachable,
         "the others down the lone oldest"
     );
     let no_alone = DowningStrategy::KeepOldest {
@@ -167,9 +172,9 @@ fn keep_oldest_table() {
     };
     assert_eq!(
         decide(&no_alone, &view(five(), &[2, 3, 4, 5])),
-        Some(DownUnreachable)
+        DownUnreachable
     );
-    assert_eq!(decide(&no_alone, &view(five(), &[1])), Some(DownReachable));
+    assert_eq!(decide(&no_alone, &view(five(), &[1])), DownReachable);
 }
 
 #[test]
@@ -179,7 +184,7 @@ fn down_all_downs_everyone() {
             &DowningStrategy::DownAll,
             &view((1..=3).map(up).collect(), &[3])
         ),
-        Some(DownAll)
+        DownAll
     );
 }
 
@@ -273,7 +278,10 @@ fn indirectly_connected_members_are_downed() {
     // 2 and 3 cannot talk to each other but both talk to 1 (the leader): both report the
     // other unreachable.
     let st = state((1..=3).map(up).collect(), 1, &[(2, 3), (3, 2)]);
-    assert_eq!(indirectly_connected(&st), [n(2), n(3)].into());
+    assert_eq!(
+        SbrView::from_state(&st).indirectly_connected(),
+        [n(2), n(3)].into()
+    );
     let mut sbr = SplitBrainResolver::new(settings(KM));
     sbr.tick(0, &st);
     assert_eq!(
@@ -294,9 +302,10 @@ fn indirectly_connected_with_a_real_partition() {
     let Some(SbrAction::Down { decision, nodes }) = sbr.tick(1000, &st) else {
         panic!()
     };
-    // Counted as unreachable: 3, 4, 5 → our side {1,2} is the minority.
-    assert_eq!(decision, ReverseDownIndirectlyConnected);
-    assert_eq!(nodes, [n(1), n(2), n(3), n(4)].into());
+    // 3 and 4 are downed as indirectly connected; for the rest the decision is taken as if
+    // their observations of each other did not exist: {1,2} of {1,2,5} keep 5 out.
+    assert_eq!(decision, DownIndirectlyConnected);
+    assert_eq!(nodes, [n(3), n(4), n(5)].into());
 }
 
 #[test]
@@ -318,7 +327,7 @@ fn lease_majority_asks_for_the_lease_with_a_delay_for_the_minority() {
     assert_eq!(
         sbr.tick(1200, &maj),
         Some(SbrAction::Down {
-            decision: DownUnreachable,
+            decision: AcquireLeaseAndDownUnreachable { delay_ms: 0 },
             nodes: [n(4), n(5)].into()
         })
     );
@@ -361,5 +370,4 @@ fn nothing_to_do_when_everyone_is_reachable() {
     for t in [0, 1000, 100_000] {
         assert_eq!(sbr.tick(t, &st), None);
     }
-    let _: BTreeSet<UniqueAddress> = BTreeSet::new();
 }

@@ -1,0 +1,342 @@
+//! [`SplitBrainResolver`]: automatic downing of unreachable members so that exactly one side
+//! of a partition keeps running.
+//!
+//! Spec: cluster-membership-service.md, "Leader" (split brain) and "User Actions" (downing
+//! provider); cluster-specification.md, "Membership Lifecycle" (why auto-down without a
+//! strategy creates islands). Model and source of every rule: Akka's Split Brain Resolver
+//! (documentation "Split Brain Resolver" and the decisions of its `DowningStrategy` and
+//! `SplitBrainResolver`). A node cannot tell a crash from a partition, so every side takes
+//! the same kind of decision from its own view, and the strategies ([`strategy`]) are built
+//! so that the decisions of the two sides are complementary.
+//!
+//! Timing, as Akka's: a decision waits until the unreachable members and the Up members
+//! have not changed for `stable-after`, and only the leader of each side decides. When
+//! reachability keeps changing for longer than `stable-after + down-all-when-unstable`
+//! (measured from the first change until now), every node downs all members. A decision
+//! that needs the lease (lease-majority) waits for it; without it, the decision is reversed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::address::UniqueAddress;
+use crate::member::MemberStatus;
+use crate::membership_state::MembershipState;
+
+pub mod strategy;
+
+pub use strategy::{decide, nodes_to_down, Decision, DoubleDecision, DowningStrategy, SbrView};
+
+/// Split Brain Resolver settings (units: ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SbrSettings {
+    /// The strategy.
+    pub strategy: DowningStrategy,
+    /// Unreachability must be stable this long before deciding (default 20 s).
+    pub stable_after_ms: u64,
+    /// Down all when unstable for `stable_after + this`; `None` = off. Default: 3/4 of
+    /// stable-after, at least 4 s.
+    pub down_all_when_unstable_ms: Option<u64>,
+}
+
+impl SbrSettings {
+    /// Akka's derived default for `down-all-when-unstable = on`.
+    pub fn derived_down_all_when_unstable_ms(stable_after_ms: u64) -> u64 {
+        (stable_after_ms * 3 / 4).max(4000)
+    }
+}
+
+impl Default for SbrSettings {
+    fn default() -> Self {
+        SbrSettings {
+            strategy: DowningStrategy::KeepMajority { role: None },
+            stable_after_ms: 20_000,
+            down_all_when_unstable_ms: Some(SbrSettings::derived_down_all_when_unstable_ms(20_000)),
+        }
+    }
+}
+
+/// What the resolver asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SbrAction {
+    /// Mark these members Down (self, if among them, last: one gossip update carries all).
+    Down {
+        /// The decision taken.
+        decision: Decision,
+        /// Members to down.
+        nodes: BTreeSet<UniqueAddress>,
+    },
+    /// Try to acquire the lease after `delay_ms`, then call
+    /// [`SplitBrainResolver::on_lease_result`].
+    AcquireLease {
+        /// Delay before trying, ms (0 for the majority side).
+        delay_ms: u64,
+    },
+    /// Release the lease: the members downed by the decision it was acquired for are
+    /// removed (Akka's `ReleaseLeaseCondition.WhenMembersRemoved`).
+    ReleaseLease,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LeaseState {
+    Idle,
+    /// Asked for the lease for this decision; ticks wait for the answer (as Akka's
+    /// resolver ignores ticks while waiting).
+    Pending(Decision),
+    /// The answer for this decision: granted or not.
+    Answered(Decision, bool),
+}
+
+/// The resolver's state on one node. Feed it [`SplitBrainResolver::tick`] regularly (every
+/// leader-actions tick, 1 s by default).
+#[derive(Clone, Debug)]
+pub struct SplitBrainResolver {
+    settings: SbrSettings,
+    /// The unreachable members and the counted members at the last tick.
+    signature: Option<(BTreeSet<UniqueAddress>, BTreeSet<UniqueAddress>)>,
+    stable_deadline_ms: u64,
+    /// The first reachability change since the last time every unreachable member was
+    /// healed, downed or removed, ms.
+    unstable_since_ms: Option<u64>,
+    lease: LeaseState,
+    /// The lease is held (acquired for a decision and not released yet): a new decision
+    /// uses it without asking again (Akka's `checkLease`).
+    lease_held: bool,
+    /// After a decision taken with the lease: these downed members must be removed first...
+    release_lease_when_removed: Option<BTreeSet<UniqueAddress>>,
+    /// ...then the lease is released at this time, ms.
+    release_lease_at_ms: Option<u64>,
+    /// This node has been Up (or WeaklyUp): only then is it responsible for decisions.
+    self_added: bool,
+    /// For each member Down in the current gossip: the members known to have seen a
+    /// gossip in which it is Down (bounded by the membership).
+    down_seen_by: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>>,
+}
+
+impl SplitBrainResolver {
+    /// A resolver with `settings`.
+    pub fn new(settings: SbrSettings) -> Self {
+        SplitBrainResolver {
+            settings,
+            signature: None,
+            stable_deadline_ms: 0,
+            unstable_since_ms: None,
+            lease: LeaseState::Idle,
+            lease_held: false,
+            release_lease_when_removed: None,
+            release_lease_at_ms: None,
+            self_added: false,
+            down_seen_by: BTreeMap::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SbrSettings {
+        &self.settings
+    }
+
+    /// The lease outcome requested by [`SbrAction::AcquireLease`].
+    pub fn on_lease_result(&mut self, granted: bool) {
+        if let LeaseState::Pending(decision) = self.lease {
+            self.lease = LeaseState::Answered(decision, granted);
+        }
+    }
+
+    /// True while this node holds the lease (acquired for a decision, not yet released).
+    pub fn holds_lease(&self) -> bool {
+        self.lease_held
+    }
+
+    fn release_lease_due(&mut self, now_ms: u64, state: &MembershipState) -> bool {
+        let g = &state.latest_gossip;
+        if self
+            .release_lease_when_removed
+            .as_ref()
+            .is_some_and(|downed| downed.iter().all(|n| !g.has_member(n)))
+        {
+            self.release_lease_when_removed = None;
+            let after = match &self.settings.strategy {
+                DowningStrategy::LeaseMajority {
+                    release_after_ms, ..
+                } => *release_after_ms,
+                _ => 0,
+            };
+            self.release_lease_at_ms = Some(now_ms.saturating_add(after));
+        }
+        if self.release_lease_at_ms.is_some_and(|at| now_ms >= at) {
+            self.release_lease_at_ms = None;
+            self.lease_held = false;
+            return true;
+        }
+        false
+    }
+
+    /// Observes `state` at `now_ms`; returns what to do, if anything.
+    pub fn tick(&mut self, now_ms: u64, state: &MembershipState) -> Option<SbrAction> {
+        if self.release_lease_due(now_ms, state) {
+            return Some(SbrAction::ReleaseLease);
+        }
+        let mut view = SbrView::from_state(state);
+        self.track_down_seen(state, &mut view);
+        let me = &state.self_unique_address;
+        if state
+            .latest_gossip
+            .member(me)
+            .is_some_and(|m| matches!(m.status, MemberStatus::Up | MemberStatus::WeaklyUp))
+        {
+            self.self_added = true;
+        }
+        let counted: BTreeSet<UniqueAddress> = view
+            .counted(None, false, false)
+            .into_iter()
+            .map(|m| m.unique_address.clone())
+            .collect();
+        let reachability_changed = self
+            .signature
+            .as_ref()
+            .is_none_or(|(u, _)| u != &view.unreachable);
+        let sig = (view.unreachable.clone(), counted);
+        if self.signature.as_ref() != Some(&sig) {
+            self.signature = Some(sig);
+            self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
+            if reachability_changed && !view.unreachable.is_empty() {
+                self.unstable_since_ms.get_or_insert(now_ms);
+            }
+        }
+        // Every unreachable member healed, downed, exiting or removed: stable again.
+        if !view
+            .counted(None, false, false)
+            .iter()
+            .any(|m| view.unreachable.contains(&m.unique_address))
+        {
+            self.unstable_since_ms = None;
+        }
+        match self.lease {
+            LeaseState::Pending(_) => return None,
+            LeaseState::Answered(decision, granted) => {
+                self.lease = LeaseState::Idle;
+                self.lease_held = granted;
+                let decision = if granted {
+                    decision
+                } else {
+                    self.release_lease_when_removed = None;
+                    self.release_lease_at_ms = None;
+                    decision.reversed()
+                };
+                return self.act(now_ms, &view, decision, granted);
+            }
+            LeaseState::Idle => {}
+        }
+        // Down all when unstable: on every node, not only the leader, so it happens even
+        // when the leader cannot decide.
+        if let (Some(first), Some(extra)) = (
+            self.unstable_since_ms,
+            self.settings.down_all_when_unstable_ms,
+        ) {
+            if now_ms.saturating_sub(first) > self.settings.stable_after_ms.saturating_add(extra) {
+                return self.act(now_ms, &view, Decision::DownAll, false);
+            }
+        }
+        if !self.self_added
+            || !state.is_leader(me)
+            || view.unreachable.is_empty()
+            || now_ms < self.stable_deadline_ms
+        {
+            return None;
+        }
+        let decision = decide(&self.settings.strategy, &view);
+        if decision.needs_lease() && !self.lease_held {
+            self.lease = LeaseState::Pending(decision);
+            let delay_ms = match decision {
+                Decision::AcquireLeaseAndDownUnreachable { delay_ms } => delay_ms,
+                _ => 0,
+            };
+            return Some(SbrAction::AcquireLease { delay_ms });
+        }
+        self.act(
+            now_ms,
+            &view,
+            decision,
+            self.lease_held && decision.needs_lease(),
+        )
+    }
+
+    /// Records who has seen each Down member's downing, and marks in `view` the Down
+    /// members that an unreachable member may not know about: on its side of a partition
+    /// they may still count (a decision this side took just before the partition).
+    fn track_down_seen(&mut self, state: &MembershipState, view: &mut SbrView) {
+        let g = &state.latest_gossip;
+        self.down_seen_by
+            .retain(|n, _| g.member(n).is_some_and(|m| m.status == MemberStatus::Down));
+        for m in g
+            .members
+            .values()
+            .filter(|m| m.status == MemberStatus::Down)
+        {
+            self.down_seen_by
+                .entry(m.unique_address.clone())
+                .or_default()
+                .extend(g.overview.seen.iter().cloned());
+        }
+        let unreachable_members: Vec<&UniqueAddress> = view
+            .counted(None, true, false)
+            .into_iter()
+            .map(|m| &m.unique_address)
+            .filter(|n| view.unreachable.contains(*n))
+            .collect();
+        view.down_unseen_by_other_side = self
+            .down_seen_by
+            .iter()
+            .filter(|(_, seen)| unreachable_members.iter().any(|u| !seen.contains(*u)))
+            .map(|(n, _)| n.clone())
+            .collect();
+    }
+
+    /// Carries out `decision`: the members to down, or all of them in the error case of a
+    /// second indirectly-connected decision (Akka's behaviour).
+    fn act(
+        &mut self,
+        now_ms: u64,
+        view: &SbrView,
+        decision: Decision,
+        with_lease: bool,
+    ) -> Option<SbrAction> {
+        let strategy = &self.settings.strategy;
+        let (decision, nodes) = match nodes_to_down(strategy, view, decision) {
+            Ok(nodes) => (decision, nodes),
+            Err(DoubleDecision) => (
+                Decision::DownAll,
+                nodes_to_down(strategy, view, Decision::DownAll).unwrap_or_default(),
+            ),
+        };
+        if with_lease {
+            if nodes.is_empty() {
+                if self.release_lease_when_removed.is_none() {
+                    let after = match strategy {
+                        DowningStrategy::LeaseMajority {
+                            release_after_ms, ..
+                        } => *release_after_ms,
+                        _ => 0,
+                    };
+                    self.release_lease_at_ms = Some(now_ms.saturating_add(after));
+                }
+            } else {
+                // Keep the lease until the downed members are gone, then `release-after` more.
+                let mut downed = self.release_lease_when_removed.take().unwrap_or_default();
+                downed.extend(nodes.iter().cloned());
+                self.release_lease_when_removed = Some(downed);
+                self.release_lease_at_ms = None;
+            }
+        }
+        if nodes.is_empty() {
+            return None;
+        }
+        // Start over: the downed members change the view.
+        self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
+        self.unstable_since_ms = None;
+        Some(SbrAction::Down { decision, nodes })
+    }
+}
+
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,541 @@
+//! The downing strategies: which members one side of a partition downs, decided from that
+//! side's view alone.
+//!
+//! Source: Akka documentation "Split Brain Resolver" (strategies, "Indirectly connected
+//! nodes", "Down all when unstable") and the decisions of Akka's `DowningStrategy`, which
+//! these functions reproduce rule for rule (the tests name each case). Every side evaluates
+//! the same rules on its own view; the rules are built so that the two sides of a clean
+//! partition take complementary decisions.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use crate::address::UniqueAddress;
+use crate::member::{Member, MemberStatus};
+use crate::membership_state::MembershipState;
+use crate::reachability::ReachabilityStatus;
+
+/// The configured strategy (`split-brain-resolver.active-strategy`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DowningStrategy {
+    /// `keep-majority`, optionally counting only members with `role`.
+    KeepMajority {
+        /// Only members with this role count.
+        role: Option<String>,
+    },
+    /// `static-quorum`.
+    StaticQuorum {
+        /// Minimum members for a side to survive.
+        quorum_size: usize,
+        /// Only members with this role count.
+        role: Option<String>,
+    },
+    /// `keep-oldest`.
+    KeepOldest {
+        /// An oldest member alone on its side, facing at least two members, downs itself.
+        down_if_alone: bool,
+        /// Only members with this role count.
+        role: Option<String>,
+    },
+    /// `down-all`.
+    DownAll,
+    /// `lease-majority`.
+    LeaseMajority {
+        /// Only members with this role count.
+        role: Option<String>,
+        /// Delay before the minority side tries to acquire the lease, ms (default 2000).
+        acquire_lease_delay_for_minority_ms: u64,
+        /// The holder releases the lease this long after the members it downed were
+        /// removed, ms (`release-after`, default 40000): long enough that the other side,
+        /// which asks `acquire-lease-delay-for-minority` later, is refused.
+        release_after_ms: u64,
+    },
+}
+
+impl DowningStrategy {
+    /// The strategy's name in configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DowningStrategy::KeepMajority { .. } => "keep-majority",
+            DowningStrategy::StaticQuorum { .. } => "static-quorum",
+            DowningStrategy::KeepOldest { .. } => "keep-oldest",
+            DowningStrategy::DownAll => "down-all",
+            DowningStrategy::LeaseMajority { .. } => "lease-majority",
+        }
+    }
+
+    /// The role that counts, if any.
+    pub fn role(&self) -> Option<&str> {
+        match self {
+            DowningStrategy::KeepMajority { role }
+            | DowningStrategy::StaticQuorum { role, .. }
+            | DowningStrategy::KeepOldest { role, .. }
+            | DowningStrategy::LeaseMajority { role, .. } => role.as_deref(),
+            DowningStrategy::DownAll => None,
+        }
+    }
+}
+
+/// The outcome of a strategy (Akka's `DowningStrategy.Decision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Keep this side, down the unreachable members.
+    DownUnreachable,
+    /// Down this side (including self); the other side survives.
+    DownReachable,
+    /// Down every member.
+    DownAll,
+    /// Down the indirectly connected members, plus what the strategy decides for the
+    /// rest when the observations between the indirectly connected are left out.
+    DownIndirectlyConnected,
+    /// lease-majority: acquire the lease (after `delay_ms`), then down the unreachable
+    /// members; without the lease, [`Decision::DownReachable`].
+    AcquireLeaseAndDownUnreachable {
+        /// Delay before asking, ms: `acquire-lease-delay-for-minority` on a minority side.
+        delay_ms: u64,
+    },
+    /// lease-majority with indirectly connected members: acquire the lease at once, then
+    /// as [`Decision::DownIndirectlyConnected`]; without it,
+    /// [`Decision::ReverseDownIndirectlyConnected`].
+    AcquireLeaseAndDownIndirectlyConnected,
+    /// Down this side and the indirectly connected members (the lease was refused).
+    ReverseDownIndirectlyConnected,
+}
+
+impl Decision {
+    /// True for the decisions about indirectly connected members.
+    pub fn is_indirectly_connected(self) -> bool {
+        matches!(
+            self,
+            Decision::DownIndirectlyConnected
+                | Decision::AcquireLeaseAndDownIndirectlyConnected
+                | Decision::ReverseDownIndirectlyConnected
+        )
+    }
+
+    /// True when the lease decides.
+    pub fn needs_lease(self) -> bool {
+        matches!(
+            self,
+            Decision::AcquireLeaseAndDownUnreachable { .. }
+                | Decision::AcquireLeaseAndDownIndirectlyConnected
+        )
+    }
+
+    /// The decision taken when the lease is refused.
+    pub fn reversed(self) -> Decision {
+        match self {
+            Decision::AcquireLeaseAndDownUnreachable { .. } => Decision::DownReachable,
+            Decision::AcquireLeaseAndDownIndirectlyConnected => {
+                Decision::ReverseDownIndirectlyConnected
+            }
+            other => other,
+        }
+    }
+}
+
+/// The error case of Akka's `DowningStrategy`: with the observations between the
+/// indirectly connected members left out, the strategy still finds indirectly connected
+/// members. Akka then downs all; so does the resolver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DoubleDecision;
+
+/// One side's view, as the strategies see it.
+#[derive(Clone, Debug)]
+pub struct SbrView {
+    /// The node deciding.
+    pub self_node: UniqueAddress,
+    /// Every member of the view, any status.
+    pub members: Vec<Member>,
+    /// Members other than self that this view holds unreachable, plus members that are
+    /// Down or Exiting (as Akka's resolver adds them on `MemberDowned`/`MemberExited`).
+    pub unreachable: BTreeSet<UniqueAddress>,
+    /// `(observer, subject)` of every Unreachable or Terminated record between members
+    /// (records of Down observers left out).
+    pub records: BTreeSet<(UniqueAddress, UniqueAddress)>,
+    /// Members that have seen the current gossip.
+    pub seen_by: BTreeSet<UniqueAddress>,
+    /// Members Down in this view that an unreachable member may not know are Down: over
+    /// there they may still count (filled by the resolver, which tracks who has seen each
+    /// downing; empty from [`SbrView::from_state`]).
+    pub down_unseen_by_other_side: BTreeSet<UniqueAddress>,
+}
+
+impl SbrView {
+    /// The view of `state`'s node.
+    pub fn from_state(state: &MembershipState) -> SbrView {
+        let g = &state.latest_gossip;
+        let me = &state.self_unique_address;
+        let reach = state.reachability_excluding_downed_observers();
+        let records: BTreeSet<(UniqueAddress, UniqueAddress)> = reach
+            .records()
+            .filter(|(o, s, st)| {
+                *st != ReachabilityStatus::Reachable && g.has_member(o) && g.has_member(s)
+            })
+            .map(|(o, s, _)| (o.clone(), s.clone()))
+            .collect();
+        let unreachable = reach
+            .all_unreachable_or_terminated()
+            .into_iter()
+            .filter(|n| g.has_member(n))
+            .chain(
+                g.members
+                    .values()
+                    .filter(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
+                    .map(|m| m.unique_address.clone()),
+            )
+            .filter(|n| n != me)
+            .collect();
+        SbrView {
+            self_node: me.clone(),
+            members: g.members.values().cloned().collect(),
+            unreachable,
+            records,
+            seen_by: g.overview.seen.clone(),
+            down_unseen_by_other_side: BTreeSet::new(),
+        }
+    }
+
+    /// Of the members in `down_unseen_by_other_side`, those with `role`.
+    fn down_unseen(&self, role: Option<&str>) -> Vec<&Member> {
+        self.members
+            .iter()
+            .filter(|m| self.down_unseen_by_other_side.contains(&m.unique_address))
+            .filter(|m| role.is_none_or(|r| m.has_role(r)))
+            .collect()
+    }
+
+    /// Members counted by a decision: never Down, Exiting or Removed; Joining and WeaklyUp
+    /// only with `including_possibly_up` (they may be Up on the other side); Leaving not
+    /// with `excluding_possibly_exiting` (it may be Exiting on the other side); only
+    /// members with `role` when one is set. Sorted by address.
+    pub fn counted(
+        &self,
+        role: Option<&str>,
+        including_possibly_up: bool,
+        excluding_possibly_exiting: bool,
+    ) -> Vec<&Member> {
+        let mut v: Vec<&Member> = self
+            .members
+            .iter()
+            .filter(|m| match m.status {
+                MemberStatus::Joining | MemberStatus::WeaklyUp => including_possibly_up,
+                MemberStatus::Leaving => !excluding_possibly_exiting,
+                MemberStatus::Up
+                | MemberStatus::PreparingForShutdown
+                | MemberStatus::ReadyForShutdown => true,
+                MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Removed => false,
+            })
+            .filter(|m| role.is_none_or(|r| m.has_role(r)))
+            .collect();
+        v.sort_by(|a, b| a.unique_address.cmp(&b.unique_address));
+        v
+    }
+
+    fn count(&self, role: Option<&str>, up: bool, exiting: bool, reachable: bool) -> usize {
+        self.counted(role, up, exiting)
+            .iter()
+            .filter(|m| self.unreachable.contains(&m.unique_address) != reachable)
+            .count()
+    }
+
+    fn is_unreachable(&self, m: &Member) -> bool {
+        self.unreachable.contains(&m.unique_address)
+    }
+
+    /// Members that can be downed: every member that is not Down or Exiting (a member
+    /// that is leaving anyway is removed by the normal path).
+    pub fn downable(&self) -> BTreeSet<UniqueAddress> {
+        self.members
+            .iter()
+            .filter(|m| {
+                !matches!(
+                    m.status,
+                    MemberStatus::Down | MemberStatus::Exiting | MemberStatus::Removed
+                )
+            })
+            .map(|m| m.unique_address.clone())
+            .collect()
+    }
+
+    /// The records that can show indirect connections. Concord leaves out what members
+    /// that this node itself observes as unreachable report: from here they are on the other
+    /// side, and their observations of this side reached it through a third node before
+    /// the partition settled. Akka counts them, and then each side of a clean partition
+    /// can take the other for indirectly connected and keep itself (found by the simulator).
+    fn indirect_evidence(&self) -> impl Iterator<Item = &(UniqueAddress, UniqueAddress)> {
+        let own: BTreeSet<&UniqueAddress> = self
+            .records
+            .iter()
+            .filter(|(o, _)| *o == self.self_node)
+            .map(|(_, s)| s)
+            .collect();
+        self.records.iter().filter(move |(o, _)| !own.contains(o))
+    }
+
+    /// Observers that are themselves observed unreachable (a cycle in the unreachability
+    /// graph).
+    fn observers_that_are_subjects(&self) -> BTreeSet<UniqueAddress> {
+        let subjects: BTreeSet<&UniqueAddress> = self.indirect_evidence().map(|(_, s)| s).collect();
+        self.indirect_evidence()
+            .map(|(o, _)| o)
+            .filter(|o| subjects.contains(o))
+            .cloned()
+            .collect()
+    }
+
+    /// Both ends of every record whose subject has seen the current gossip (it is reported
+    /// unreachable, yet gossip reaches it).
+    fn ends_of_records_with_seen_subject(&self) -> BTreeSet<UniqueAddress> {
+        self.indirect_evidence()
+            .filter(|(_, s)| self.seen_by.contains(s))
+            .flat_map(|(o, s)| [o.clone(), s.clone()])
+            .collect()
+    }
+
+    /// Members that are unreachable over some links but still talk to the cluster through
+    /// others: observers that are also observed unreachable, and both ends of a record
+    /// whose subject has seen the current gossip. Clean partitions and crashes produce none.
+    pub fn indirectly_connected(&self) -> BTreeSet<UniqueAddress> {
+        let mut out = self.observers_that_are_subjects();
+        out.extend(self.ends_of_records_with_seen_subject());
+        out
+    }
+
+    /// This view with the observations between indirectly connected members left out
+    /// (and those of members that cannot be downed): the view the strategy decides on for
+    /// the rest of the cluster.
+    fn without_indirect_observations(&self, downable: &BTreeSet<UniqueAddress>) -> SbrView {
+        let cycle = self.observers_that_are_subjects();
+        let seen = self.ends_of_records_with_seen_subject();
+        let records: BTreeSet<(UniqueAddress, UniqueAddress)> = self
+            .records
+            .iter()
+            .filter(|(o, s)| {
+                downable.contains(o)
+                    && downable.contains(s)
+                    && !(cycle.contains(o) && cycle.contains(s))
+                    && !(seen.contains(o) && seen.contains(s))
+            })
+            .cloned()
+            .collect();
+        SbrView {
+            self_node: self.self_node.clone(),
+            members: self.members.clone(),
+            unreachable: records.iter().map(|(_, s)| s.clone()).collect(),
+            records,
+            seen_by: self.seen_by.clone(),
+            down_unseen_by_other_side: self.down_unseen_by_other_side.clone(),
+        }
+    }
+}
+
+/// keep-majority's comparison: more members on this side keep it; on a tie the side with
+/// the lowest address (of `lowest`) is kept.
+fn majority_decision(this_side: usize, other_side: usize, lowest_unreachable: bool) -> Decision {
+    match this_side.cmp(&other_side) {
+        Ordering::Equal if lowest_unreachable => Decision::DownReachable,
+        Ordering::Equal | Ordering::Greater => Decision::DownUnreachable,
+        Ordering::Less => Decision::DownReachable,
+    }
+}
+
+/// keep-oldest's rule. `down_if_alone` applies only when the oldest is alone on its side
+/// and the other side has at least two members (with two members in total, the oldest is
+/// kept: the other side is no better).
+fn oldest_decision(
+    oldest_here: bool,
+    this_side: usize,
+    other_side: usize,
+    down_if_alone: bool,
+) -> Decision {
+    if oldest_here {
+        if down_if_alone && this_side == 1 && other_side >= 2 {
+            Decision::DownReachable
+        } else {
+            Decision::DownUnreachable
+        }
+    } else if down_if_alone && other_side == 1 && this_side >= 2 {
+        Decision::DownUnreachable
+    } else {
+        Decision::DownReachable
+    }
+}
+
+fn keep_majority(view: &SbrView, role: Option<&str>) -> Decision {
+    let ms = view.counted(role, false, false);
+    let Some(lowest) = ms.first() else {
+        return Decision::DownAll; // no member has the role
+    };
+    let first = majority_decision(
+        view.count(role, false, false, true),
+        view.count(role, false, false, false),
+        view.is_unreachable(lowest),
+    );
+    if first != Decision::DownUnreachable {
+        return first;
+    }
+    // A membership change may have happened during the partition: count as few as
+    // possible here (no Leaving: it may be Exiting over there) and as many as possible
+    // there (Joining and WeaklyUp may be Up over there). A different conclusion means the
+    // other side may also keep itself: down all. Concord adds to the other side the
+    // members this side downed without the other side seeing it (they still count there).
+    let unseen = view.down_unseen(role);
+    let ms = view.counted(role, false, true);
+    let lowest_unreachable = match (ms.first(), unseen.iter().min_by_key(|m| &m.unique_address)) {
+        (None, None) => return Decision::DownAll,
+        (Some(l), Some(u)) if u.unique_address < l.unique_address => true,
+        (Some(l), _) => view.is_unreachable(l),
+        (None, Some(_)) => true,
+    };
+    match majority_decision(
+        view.count(role, false, true, true),
+        view.count(role, true, false, false) + unseen.len(),
+        lowest_unreachable,
+    ) {
+        Decision::DownUnreachable => Decision::DownUnreachable,
+        _ => Decision::DownAll,
+    }
+}
+
+fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decision {
+    let oldest = |ms: &[&Member]| ms.iter().copied().min_by(|a, b| a.age_cmp(b)).cloned();
+    let ms = view.counted(role, false, false);
+    let Some(oldest_member) = oldest(&ms) else {
+        return Decision::DownAll; // no member has the role
+    };
+    let first = oldest_decision(
+        !view.is_unreachable(&oldest_member),
+        view.count(role, false, false, true),
+        view.count(role, false, false, false),
+        down_if_alone,
+    );
+    if first != Decision::DownUnreachable {
+        return first;
+    }
+    // Membership change during the partition: the oldest may be Exiting over there (so
+    // Leaving members are left out), and with down-if-alone, Joining members may be Up
+    // over there and change who is alone.
+    let ms = view.counted(role, false, true);
+    let Some(oldest_member) = oldest(&ms) else {
+        return Decision::DownAll;
+    };
+    match oldest_decision(
+        !view.is_unreachable(&oldest_member),
+        view.count(role, down_if_alone, true, true),
+        view.count(role, down_if_alone, true, false),
+        down_if_alone,
+    ) {
+        Decision::DownUnreachable => Decision::DownUnreachable,
+        _ => Decision::DownAll,
+    }
+}
+
+/// The strategy's decision for `view`.
+pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
+    let role = strategy.role();
+    let indirect = !view.indirectly_connected().is_empty();
+    match strategy {
+        DowningStrategy::StaticQuorum { quorum_size, .. } => {
+            if view.counted(role, false, false).len()
+                > quorum_size.saturating_mul(2).saturating_sub(1)
+            {
+                Decision::DownAll
+            } else if indirect {
+                Decision::DownIndirectlyConnected
+            } else if view.count(role, false, false, true) >= *quorum_size {
+                Decision::DownUnreachable
+            } else {
+                Decision::DownReachable
+            }
+        }
+        _ if indirect => match strategy {
+            DowningStrategy::DownAll => Decision::DownAll,
+            DowningStrategy::LeaseMajority { .. } => {
+                Decision::AcquireLeaseAndDownIndirectlyConnected
+            }
+            _ => Decision::DownIndirectlyConnected,
+        },
+        DowningStrategy::KeepMajority { .. } => keep_majority(view, role),
+        DowningStrategy::KeepOldest { down_if_alone, .. } => {
+            keep_oldest(view, role, *down_if_alone)
+        }
+        DowningStrategy::DownAll => Decision::DownAll,
+        DowningStrategy::LeaseMajority {
+            acquire_lease_delay_for_minority_ms,
+            ..
+        } => Decision::AcquireLeaseAndDownUnreachable {
+            delay_ms: if is_minority(view, role) {
+                *acquire_lease_delay_for_minority_ms
+            } else {
+                0
+            },
+        },
+    }
+}
+
+/// lease-majority's hint: a minority side (or the side without the lowest address on a
+/// tie) waits before asking for the lease. No member with the role: not a minority.
+pub fn is_minority(view: &SbrView, role: Option<&str>) -> bool {
+    let ms = view.counted(role, false, false);
+    let Some(lowest) = ms.first() else {
+        return false;
+    };
+    majority_decision(
+        view.count(role, false, false, true),
+        view.count(role, false, false, false),
+        view.is_unreachable(lowest),
+    ) == Decision::DownReachable
+}
+
+/// The members `decision` downs, from `view`. `Err` in the error case of a second
+/// indirectly-connected decision (the caller downs all, as Akka does).
+pub fn nodes_to_down(
+    strategy: &DowningStrategy,
+    view: &SbrView,
+    decision: Decision,
+) -> Result<BTreeSet<UniqueAddress>, DoubleDecision> {
+    let downable = view.downable();
+    Ok(match decision {
+        Decision::DownUnreachable | Decision::AcquireLeaseAndDownUnreachable { .. } => {
+            downable.intersection(&view.unreachable).cloned().collect()
+        }
+        Decision::DownReachable => downable.difference(&view.unreachable).cloned().collect(),
+        Decision::DownAll => downable,
+        Decision::DownIndirectlyConnected | Decision::AcquireLeaseAndDownIndirectlyConnected => {
+            let mut nodes = view.indirectly_connected();
+            nodes.extend(additional_nodes_when_indirectly_connected(
+                strategy, view, &downable,
+            )?);
+            nodes.intersection(&downable).cloned().collect()
+        }
+        Decision::ReverseDownIndirectlyConnected => {
+            let indirect = view.indirectly_connected();
+            downable
+                .iter()
+                .filter(|n| indirect.contains(*n) || !view.unreachable.contains(*n))
+                .cloned()
+                .collect()
+        }
+    })
+}
+
+/// Besides the indirectly connected members: what the strategy decides for the rest (a
+/// crash or a clean partition at the same time), deciding as if the indirectly connected
+/// observations did not exist.
+fn additional_nodes_when_indirectly_connected(
+    strategy: &DowningStrategy,
+    view: &SbrView,
+    downable: &BTreeSet<UniqueAddress>,
+) -> Result<BTreeSet<UniqueAddress>, DoubleDecision> {
+    let indirect = view.indirectly_connected();
+    if view.unreachable.iter().all(|n| indirect.contains(n)) {
+        return Ok(BTreeSet::new());
+    }
+    let filtered = view.without_indirect_observations(downable);
+    let decision = decide(strategy, &filtered);
+    if decision.is_indirectly_connected() {
+        return Err(DoubleDecision);
+    }
+    nodes_to_down(strategy, &filtered, decision)
+}
