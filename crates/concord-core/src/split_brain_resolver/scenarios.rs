@@ -54,6 +54,22 @@ fn clean(this: &[u16], other: &[u16]) -> Vec<(u16, u16)> {
         .collect()
 }
 
+/// The membership state of node `me` among members 1..=5 (Up, or Down if in `down`).
+fn state_of(me: u16, records: &[(u16, u16)], down: &[u16], seen: &[u16]) -> MembershipState {
+    let mut g = Gossip::empty();
+    for mut x in ups(1..=5) {
+        if down.contains(&(x.unique_address.address.port - 2550)) {
+            x.status = MemberStatus::Down;
+        }
+        g.members.insert(x.unique_address.clone(), x);
+    }
+    for (o, s) in records {
+        g.overview.reachability = g.overview.reachability.unreachable(&n(*o), &n(*s));
+    }
+    g.overview.seen = seen.iter().map(|i| n(*i)).collect();
+    MembershipState::new(g, n(me))
+}
+
 /// The members `strategy` downs from `view`, as numbers, with the decision.
 fn outcome(strategy: &DowningStrategy, view: &SbrView) -> (Decision, BTreeSet<u16>) {
     let d = decide(strategy, view);
@@ -336,15 +352,7 @@ fn lease_majority_with_indirectly_connected_asks_at_once_and_the_holder_downs_th
 /// not current yet: 4 is an observer and a subject; leaving out the observations between
 /// indirectly connected members (none: the cycle set is 4 alone) still finds 4.
 fn chain_of_asymmetric_links() -> MembershipState {
-    let mut g = Gossip::empty();
-    for x in ups(1..=5) {
-        g.members.insert(x.unique_address.clone(), x);
-    }
-    for (o, s) in [(3, 4), (4, 5)] {
-        g.overview.reachability = g.overview.reachability.unreachable(&n(o), &n(s));
-    }
-    g.overview.seen = [n(1), n(2)].into();
-    MembershipState::new(g, n(1))
+    state_of(1, &[(3, 4), (4, 5)], &[], &[1, 2])
 }
 
 #[test]
@@ -392,16 +400,7 @@ fn down_all_when_unstable_counts_from_the_first_change_until_now() {
         stable_after_ms: 1000,
         down_all_when_unstable_ms: Some(4000),
     };
-    let mk = |records: &[(u16, u16)]| {
-        let mut g = Gossip::empty();
-        for x in ups(1..=5) {
-            g.members.insert(x.unique_address.clone(), x);
-        }
-        for (o, s) in records {
-            g.overview.reachability = g.overview.reachability.unreachable(&n(*o), &n(*s));
-        }
-        MembershipState::new(g, n(5))
-    };
+    let mk = |records: &[(u16, u16)]| state_of(5, records, &[], &[5]);
     // 1 (the leader) is unreachable from 5 and so is 2, then 3, in turn.
     let a = mk(&[(5, 1)]);
     let b = mk(&[(5, 1), (5, 2)]);
@@ -556,21 +555,6 @@ fn the_other_sides_observations_that_crossed_over_do_not_make_it_indirectly_conn
     );
 }
 
-fn resolver_state(records: &[(u16, u16)], down: &[u16], seen: &[u16]) -> MembershipState {
-    let mut g = Gossip::empty();
-    for mut x in ups(1..=5) {
-        if down.contains(&(x.unique_address.address.port - 2550)) {
-            x.status = MemberStatus::Down;
-        }
-        g.members.insert(x.unique_address.clone(), x);
-    }
-    for (o, s) in records {
-        g.overview.reachability = g.overview.reachability.unreachable(&n(*o), &n(*s));
-    }
-    g.overview.seen = seen.iter().map(|i| n(*i)).collect();
-    MembershipState::new(g, n(2))
-}
-
 #[test]
 fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     // 1 was cut off and this side downed it; 3 and 4 were partitioned away from {2,5}
@@ -582,7 +566,7 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
         down_all_when_unstable_ms: None,
     };
     let records = [(2, 1), (5, 1), (2, 3), (2, 4), (5, 3), (5, 4)];
-    let st = resolver_state(&records, &[1], &[2, 5]);
+    let st = state_of(2, &records, &[1], &[2, 5]);
     let mut sbr = SplitBrainResolver::new(settings.clone());
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
@@ -594,7 +578,7 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     }
     // Had 3 and 4 seen 1 Down before the partition, the tie keeps this side.
     let mut sbr = SplitBrainResolver::new(settings);
-    let before = resolver_state(&[(2, 1), (5, 1)], &[1], &[2, 3, 4, 5]);
+    let before = state_of(2, &[(2, 1), (5, 1)], &[1], &[2, 3, 4, 5]);
     assert_eq!(sbr.tick(0, &before), None);
     assert_eq!(sbr.tick(100, &st), None);
     assert_eq!(
