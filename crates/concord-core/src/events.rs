@@ -108,25 +108,34 @@ fn status_event(m: &Member) -> Option<ClusterEvent> {
 }
 
 /// The domain events that turn `old` into `new`, in Akka's order: member status events,
-/// removals, unreachable, reachable, leader, role leaders.
+/// removals, unreachable, reachable, leader, role leaders — except that the removal of an
+/// incarnation whose host:port a new incarnation now holds comes first, so a subscriber
+/// keyed by address never ends with the new node missing.
 pub fn diff(old: &MembershipState, new: &MembershipState) -> Vec<ClusterEvent> {
     let mut out = Vec::new();
     let og = &old.latest_gossip;
     let ng = &new.latest_gossip;
+    let mut later_removals = Vec::new();
+    for (k, prev) in &og.members {
+        if !ng.has_member(k) {
+            let event = ClusterEvent::MemberRemoved {
+                member: prev.with_status(MemberStatus::Removed),
+                previous_status: prev.status,
+            };
+            if ng.members.keys().any(|n| n.address == k.address) {
+                out.push(event);
+            } else {
+                later_removals.push(event);
+            }
+        }
+    }
     for (k, m) in &ng.members {
         match og.member(k) {
             Some(prev) if prev.status == m.status => {}
             _ => out.extend(status_event(m)),
         }
     }
-    for (k, prev) in &og.members {
-        if !ng.has_member(k) {
-            out.push(ClusterEvent::MemberRemoved {
-                member: prev.with_status(MemberStatus::Removed),
-                previous_status: prev.status,
-            });
-        }
-    }
+    out.extend(later_removals);
     let old_unreachable: BTreeSet<UniqueAddress> = old
         .unreachable_members()
         .into_iter()
@@ -220,6 +229,25 @@ mod tests {
                 member: m(2, Removed),
                 previous_status: Exiting
             }]
+        );
+    }
+
+    #[test]
+    fn a_removed_incarnation_is_reported_before_the_new_one_at_its_address() {
+        let old_uid = m(2, Up);
+        let mut new_uid = m(2, Joining);
+        new_uid.unique_address = UniqueAddress::new(n(2).address, 99);
+        let mut g = Gossip::empty();
+        g.members.insert(n(1), m(1, Up));
+        g.members
+            .insert(new_uid.unique_address.clone(), new_uid.clone());
+        let new = MembershipState::new(g, n(1));
+        let old = st(&[(1, Up), (2, Up)]);
+        let names: Vec<&str> = diff(&old, &new).iter().map(|e| e.type_name()).collect();
+        assert_eq!(names, ["MemberRemoved", "MemberJoined"]);
+        assert_eq!(
+            diff(&old, &new)[0].member().map(|x| &x.unique_address),
+            Some(&old_uid.unique_address)
         );
     }
 

@@ -24,8 +24,9 @@ pub struct GossipOverview {
     pub reachability: Reachability,
 }
 
-/// The cluster membership state that nodes gossip to each other.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The cluster membership state that nodes gossip to each other. Two gossips are equal
+/// when every field is, members compared by [`Member::same_state`].
+#[derive(Clone, Debug, Default)]
 pub struct Gossip {
     /// Current members (never `Removed`: removed members become tombstones).
     pub members: BTreeMap<UniqueAddress, Member>,
@@ -38,6 +39,22 @@ pub struct Gossip {
     /// `prune-gossip-tombstones-after` (24 h).
     pub tombstones: BTreeMap<UniqueAddress, u64>,
 }
+
+impl PartialEq for Gossip {
+    fn eq(&self, other: &Gossip) -> bool {
+        self.members.len() == other.members.len()
+            && self
+                .members
+                .iter()
+                .zip(&other.members)
+                .all(|((ka, a), (kb, b))| ka == kb && a.same_state(b))
+            && self.overview == other.overview
+            && self.version == other.version
+            && self.tombstones == other.tombstones
+    }
+}
+
+impl Eq for Gossip {}
 
 impl Gossip {
     /// The empty gossip (not in a cluster).

@@ -54,7 +54,9 @@ impl HeartbeatNodeRing {
 
     /// The nodes `sender` sends heartbeats to: walking the ring clockwise from `sender`,
     /// take nodes until `monitored-by-nr-of-members` reachable ones are taken; unreachable
-    /// nodes met on the way are included too. With fewer nodes than that, everyone else.
+    /// nodes met on the way are included too while fewer than `monitored-by-nr-of-members`
+    /// receivers are taken (Akka's `HeartbeatNodeRing`). With fewer nodes than that,
+    /// everyone else.
     pub fn receivers(&self, sender: &UniqueAddress) -> BTreeSet<UniqueAddress> {
         let n = self.ring.len();
         let mut out = BTreeSet::new();
@@ -84,8 +86,8 @@ impl HeartbeatNodeRing {
             }
             if self.unreachable.contains(node) {
                 // Keep watching unreachable nodes in between (to see them come back),
-                // but only up to the same bound.
-                if out.len() < 2 * self.monitored_by_nr_of_members {
+                // until `monitored-by-nr-of-members` receivers are taken.
+                if out.len() < self.monitored_by_nr_of_members {
                     out.insert(node.clone());
                 }
             } else {
@@ -144,6 +146,32 @@ mod tests {
         }
         assert_eq!(monitored_by.len(), 20, "full coverage");
         assert!(monitored_by.values().all(|c| *c == k));
+    }
+
+    #[test]
+    fn unreachable_receivers_stop_once_k_receivers_are_taken() {
+        let nodes: Vec<_> = (0..20).map(n).collect();
+        for keep in 0..20u16 {
+            // Everyone unreachable except four nodes somewhere on the ring.
+            let reachable: BTreeSet<_> = (0..4).map(|i| n((keep + i * 5) % 20)).collect();
+            let unreachable: BTreeSet<_> = nodes
+                .iter()
+                .filter(|x| !reachable.contains(*x) && **x != n(0))
+                .cloned()
+                .collect();
+            let ring = HeartbeatNodeRing::new(n(0), nodes.clone(), unreachable.clone(), 3);
+            let r = ring.my_receivers();
+            let unreachable_taken = r.iter().filter(|x| unreachable.contains(*x)).count();
+            let reachable_taken = r.len() - unreachable_taken;
+            assert!(
+                unreachable_taken <= 3,
+                "{unreachable_taken} unreachable receivers"
+            );
+            assert_eq!(
+                reachable_taken,
+                reachable.iter().filter(|x| **x != n(0)).count().min(3)
+            );
+        }
     }
 
     #[test]

@@ -42,7 +42,9 @@ pub mod timers;
 pub mod vector_clock;
 
 pub use address::{Address, UniqueAddress};
-pub use cluster_core::{ClusterCore, CommandError, CoreStats, LeaseRequest, ShutdownReason};
+pub use cluster_core::{
+    ClusterCore, CommandError, CoreStats, LeaseRequest, SbrDecisionRecord, ShutdownReason,
+};
 pub use events::ClusterEvent;
 pub use gossip::{Gossip, GossipOverview};
 pub use member::{Member, MemberStatus};

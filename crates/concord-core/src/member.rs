@@ -120,7 +120,11 @@ pub const UP_NUMBER_UNSET: u32 = u32::MAX;
 /// Members are ordered by unique address (the cluster's total order). Age is given by
 /// `up_number`: the leader assigns increasing numbers when it moves members to Up, so the
 /// oldest member has the smallest up-number, ties broken by address.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Equality and hashing use the unique address only (status, roles and age ignored), as
+/// Akka's `Member`: a set of members keeps one entry per node while its status changes.
+/// [`Member::same_state`] compares everything.
+#[derive(Clone, Debug)]
 pub struct Member {
     /// Identity of the node.
     pub unique_address: UniqueAddress,
@@ -134,7 +138,30 @@ pub struct Member {
     pub app_version: String,
 }
 
+impl PartialEq for Member {
+    fn eq(&self, other: &Member) -> bool {
+        self.unique_address == other.unique_address
+    }
+}
+
+impl Eq for Member {}
+
+impl std::hash::Hash for Member {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.unique_address.hash(state);
+    }
+}
+
 impl Member {
+    /// True if every field is equal (equality proper compares the unique address only).
+    pub fn same_state(&self, other: &Member) -> bool {
+        self.unique_address == other.unique_address
+            && self.status == other.status
+            && self.roles == other.roles
+            && self.up_number == other.up_number
+            && self.app_version == other.app_version
+    }
+
     /// A new member in status `Joining`.
     pub fn joining(
         unique_address: UniqueAddress,

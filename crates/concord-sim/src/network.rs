@@ -35,10 +35,12 @@ impl Default for NetworkConfig {
 }
 
 /// Partitions: each address is in a group; messages between different groups are dropped.
-/// No partition: everyone is in group 0.
+/// No partition: everyone is in group 0. Links can also be cut in one direction only.
 #[derive(Clone, Debug, Default)]
 pub struct Partitions {
     group: BTreeMap<Address, u32>,
+    /// `(from, to)`: messages from `from` to `to` are dropped (the other way works).
+    one_way: BTreeSet<(Address, Address)>,
 }
 
 impl Partitions {
@@ -50,17 +52,27 @@ impl Partitions {
                 group.insert(a.clone(), i as u32);
             }
         }
-        Partitions { group }
+        Partitions {
+            group,
+            one_way: BTreeSet::new(),
+        }
     }
 
-    /// True if `a` and `b` can talk.
+    /// Also drops messages from `from` to `to` (an asymmetric link: `to` stops hearing
+    /// `from`, `from` still hears `to`).
+    pub fn cut_one_way(&mut self, from: Address, to: Address) {
+        self.one_way.insert((from, to));
+    }
+
+    /// True if messages from `a` reach `b`.
     pub fn connected(&self, a: &Address, b: &Address) -> bool {
         self.group.get(a).copied().unwrap_or(0) == self.group.get(b).copied().unwrap_or(0)
+            && !self.one_way.contains(&(a.clone(), b.clone()))
     }
 
-    /// True when there is no partition.
+    /// True when there is no partition and no cut link.
     pub fn is_healed(&self) -> bool {
-        self.group.values().all(|g| *g == 0)
+        self.group.values().all(|g| *g == 0) && self.one_way.is_empty()
     }
 }
 

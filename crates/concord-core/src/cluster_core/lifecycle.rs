@@ -204,6 +204,15 @@ impl ClusterCore {
                     nodes = ?nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
                     "split brain resolver decision: downing members"
                 );
+                self.stats.sbr_decisions += 1;
+                if self.sbr_decisions.len() == super::SBR_DECISIONS_KEPT {
+                    self.sbr_decisions.pop_front();
+                }
+                self.sbr_decisions.push_back(super::SbrDecisionRecord {
+                    at_ms: now_ms,
+                    decision,
+                    nodes: nodes.clone(),
+                });
                 let mut g = self.state.latest_gossip.clone();
                 for n in &nodes {
                     if let Some(m) = g.members.get(n).cloned() {

@@ -44,7 +44,7 @@ use crate::membership_view::MembershipView;
 use crate::message::ClusterMessage;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::settings::ClusterSettings;
-use crate::split_brain_resolver::SplitBrainResolver;
+use crate::split_brain_resolver::{Decision, SplitBrainResolver};
 use crate::timers::TimerTable;
 
 use join::JoinProcess;
@@ -112,6 +112,8 @@ pub struct CoreStats {
     pub heartbeats_sent: u64,
     /// Messages ignored (unknown sender, not for this incarnation, ...).
     pub ignored: u64,
+    /// Split brain resolver decisions carried out by this node.
+    pub sbr_decisions: u64,
 }
 
 /// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
@@ -152,6 +154,23 @@ pub struct ClusterCore {
     stats: CoreStats,
     state_changes: u64,
     sbr: Option<SplitBrainResolver>,
+    /// The latest split brain resolver decisions this node carried out (at most
+    /// [`SBR_DECISIONS_KEPT`]), oldest first.
+    sbr_decisions: VecDeque<SbrDecisionRecord>,
+}
+
+/// How many recent resolver decisions a node keeps for inspection.
+pub const SBR_DECISIONS_KEPT: usize = 16;
+
+/// A split brain resolver decision this node carried out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SbrDecisionRecord {
+    /// When, ms.
+    pub at_ms: u64,
+    /// The decision.
+    pub decision: Decision,
+    /// The members it marked Down.
+    pub nodes: BTreeSet<UniqueAddress>,
 }
 
 impl ClusterCore {
@@ -198,6 +217,7 @@ impl ClusterCore {
             events: VecDeque::new(),
             quarantines: VecDeque::new(),
             lease_requests: VecDeque::new(),
+            sbr_decisions: VecDeque::new(),
             stats: CoreStats::default(),
             state_changes: 0,
             sbr,
@@ -264,6 +284,13 @@ impl ClusterCore {
     /// lets a driver refresh derived views only when needed.
     pub fn state_changes(&self) -> u64 {
         self.state_changes
+    }
+
+    /// The latest split brain resolver decisions carried out by this node, oldest first
+    /// (at most [`SBR_DECISIONS_KEPT`]); the count of all of them is in
+    /// [`CoreStats::sbr_decisions`].
+    pub fn recent_sbr_decisions(&self) -> impl Iterator<Item = &SbrDecisionRecord> {
+        self.sbr_decisions.iter()
     }
 
     /// Protocol counters.

@@ -519,12 +519,13 @@ fn a_role_counts_only_its_members_but_the_decision_downs_every_member_of_the_sid
 // ---------------------------------------------------------------- Concord's stricter rules
 
 #[test]
-fn the_other_sides_observations_that_crossed_over_do_not_make_it_indirectly_connected() {
+fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing() {
     // {1,3} | {2,4}, right after a different partition: 1's and 3's observations of 2
-    // reached 2 through 4 before this partition settled. From 2's view by Akka's rule 1, 2
-    // and 3 form a cycle and are "indirectly connected", so 2 would down {1,2,3} and keep 4
-    // alone while {1,3} keeps itself: two clusters (simulator seed 220). Concord leaves out
-    // what members 2 itself cannot hear report.
+    // reached 2 through 4 before this partition settled, and 2's of 1 reached 1. By Akka's
+    // rules alone 2 sees the cycle 1-2-3, downs {1,2,3} and keeps 4; 1 sees the cycle 1-2,
+    // downs {1,2,4} and keeps 3: two clusters (simulator seed 220). Concord adds: the side
+    // this node observes itself ({2,4} against {1,3}: the tie goes to the lowest address,
+    // 1) must be one the strategy keeps, otherwise down all.
     let members = ups(1..=4);
     let b = side(
         2,
@@ -532,11 +533,11 @@ fn the_other_sides_observations_that_crossed_over_do_not_make_it_indirectly_conn
         &[(2, 1), (2, 3), (4, 1), (4, 3), (1, 2), (3, 2)],
         &[2, 4],
     );
-    assert!(b.indirectly_connected().is_empty());
+    assert!(!b.indirectly_connected().is_empty());
     let (db, downed_b) = outcome(&KEEP_MAJORITY, &b);
     assert_eq!(
         (db, downed_b.clone()),
-        (Decision::DownReachable, set(&[2, 4]))
+        (Decision::DownAll, set(&[1, 2, 3, 4]))
     );
     let a = side(
         1,
@@ -546,12 +547,14 @@ fn the_other_sides_observations_that_crossed_over_do_not_make_it_indirectly_conn
     );
     let (da, downed_a) = outcome(&KEEP_MAJORITY, &a);
     assert_eq!(
-        (da, downed_a.clone()),
-        (Decision::DownUnreachable, set(&[2, 4]))
+        da,
+        Decision::DownIndirectlyConnected,
+        "1 sees its side kept"
     );
+    assert_eq!(downed_a, set(&[1, 2, 4]));
     assert_eq!(
         survivors(&[(&[1, 3], &downed_a), (&[2, 4], &downed_b)]),
-        vec![set(&[1, 3])]
+        vec![set(&[3])]
     );
 }
 

@@ -258,26 +258,12 @@ impl SbrView {
             .collect()
     }
 
-    /// The records that can show indirect connections. Concord leaves out what members
-    /// that this node itself observes as unreachable report: from here they are on the other
-    /// side, and their observations of this side reached it through a third node before
-    /// the partition settled. Akka counts them, and then each side of a clean partition
-    /// can take the other for indirectly connected and keep itself (found by the simulator).
-    fn indirect_evidence(&self) -> impl Iterator<Item = &(UniqueAddress, UniqueAddress)> {
-        let own: BTreeSet<&UniqueAddress> = self
-            .records
-            .iter()
-            .filter(|(o, _)| *o == self.self_node)
-            .map(|(_, s)| s)
-            .collect();
-        self.records.iter().filter(move |(o, _)| !own.contains(o))
-    }
-
     /// Observers that are themselves observed unreachable (a cycle in the unreachability
     /// graph).
     fn observers_that_are_subjects(&self) -> BTreeSet<UniqueAddress> {
-        let subjects: BTreeSet<&UniqueAddress> = self.indirect_evidence().map(|(_, s)| s).collect();
-        self.indirect_evidence()
+        let subjects: BTreeSet<&UniqueAddress> = self.records.iter().map(|(_, s)| s).collect();
+        self.records
+            .iter()
             .map(|(o, _)| o)
             .filter(|o| subjects.contains(o))
             .cloned()
@@ -287,7 +273,8 @@ impl SbrView {
     /// Both ends of every record whose subject has seen the current gossip (it is reported
     /// unreachable, yet gossip reaches it).
     fn ends_of_records_with_seen_subject(&self) -> BTreeSet<UniqueAddress> {
-        self.indirect_evidence()
+        self.records
+            .iter()
             .filter(|(_, s)| self.seen_by.contains(s))
             .flat_map(|(o, s)| [o.clone(), s.clone()])
             .collect()
@@ -300,6 +287,32 @@ impl SbrView {
         let mut out = self.observers_that_are_subjects();
         out.extend(self.ends_of_records_with_seen_subject());
         out
+    }
+
+    /// This view as this node observes it itself: unreachable only what it cannot hear, no
+    /// other observations (so no indirect connections).
+    fn own_observations(&self) -> SbrView {
+        let unreachable: BTreeSet<UniqueAddress> = self
+            .records
+            .iter()
+            .filter(|(o, _)| *o == self.self_node)
+            .map(|(_, s)| s.clone())
+            .chain(
+                self.members
+                    .iter()
+                    .filter(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
+                    .map(|m| m.unique_address.clone()),
+            )
+            .filter(|n| *n != self.self_node)
+            .collect();
+        SbrView {
+            self_node: self.self_node.clone(),
+            members: self.members.clone(),
+            unreachable,
+            records: BTreeSet::new(),
+            seen_by: self.seen_by.clone(),
+            down_unseen_by_other_side: self.down_unseen_by_other_side.clone(),
+        }
     }
 
     /// This view with the observations between indirectly connected members left out
@@ -432,7 +445,26 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 }
 
 /// The strategy's decision for `view`.
+///
+/// Concord's stricter rule on top of Akka's: a [`Decision::DownIndirectlyConnected`] is
+/// taken only when the side this node observes itself is one the strategy keeps; otherwise
+/// down all. Without it, what the indirectly connected decision leaves running may be a
+/// minority while the other side keeps itself too (observations that crossed the
+/// partition before it settled make both sides look indirectly connected; found by the
+/// simulator, seeds 181, 220, 1855 and 6927).
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
+    match akka_decision(strategy, view) {
+        Decision::DownIndirectlyConnected
+            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable =>
+        {
+            Decision::DownAll
+        }
+        d => d,
+    }
+}
+
+/// The decision by Akka's rules alone.
+fn akka_decision(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     let role = strategy.role();
     let indirect = !view.indirectly_connected().is_empty();
     match strategy {
