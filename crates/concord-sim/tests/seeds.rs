@@ -14,10 +14,13 @@ fn a_set_of_random_fault_schedules_keeps_every_invariant() {
     // 5750, 7874 and 7888 a joining node left in limbo when the member that welcomed it
     // crashed; 259 a checker that confused a restarted node with its predecessor. (The
     // simulator's event order has changed since, so they are kept as schedules, not as
-    // exact reproductions.) 181 and 220 found split brains through the indirectly-connected
-    // rule (stale crossed observations; a downing the other side never saw), 1111 a checker
-    // that took a node that had just started for a healthy one.
-    for seed in (0..100).chain([8, 21, 181, 220, 259, 1111, 5750, 7874, 7888]) {
+    // exact reproductions.) 181, 220, 1712, 1855, 5049, 5870, 5924 and 6927 found split
+    // brains that Akka's rules alone allow (docs/SPLIT_BRAIN_RESOLVER.md, "Where Concord is
+    // stricter"); 1111 a checker that took a node that had just started for a healthy one.
+    let regressions = [
+        8, 21, 181, 220, 259, 1111, 1712, 1855, 5049, 5750, 5870, 5924, 6927, 7874, 7888,
+    ];
+    for seed in (0..100).chain(regressions) {
         if let Err(e) = run_seed(seed, &cfg) {
             panic!("{e}");
         }

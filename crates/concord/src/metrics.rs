@@ -9,6 +9,8 @@
 //! - `concord_cluster_unreachable_members{node}` — unreachable members (gauge)
 //! - `concord_cluster_is_leader{node}`, `concord_cluster_convergence{node}` — 0/1 (gauges)
 //! - `concord_cluster_messages_sent_total{node,kind}` / `..._received_total{node,kind}`
+//! - `concord_cluster_sbr_decisions_total{node}` — split brain resolver decisions this node
+//!   carried out (each is also logged at warn with the decision and the downed members)
 //! - `concord_cluster_gossip_rounds_total{node}`, `concord_cluster_gossip_bytes_{in,out}_total{node}`
 //! - `concord_cluster_heartbeat_rtt_seconds{node}` — heartbeat round trips (summary)
 //!
@@ -99,6 +101,8 @@ pub(crate) fn record_membership(node: &str, view: &MembershipView, stats: &CoreS
         .set(if view.is_converged() { 1.0 } else { 0.0 });
     metrics::counter!("concord_cluster_gossip_rounds_total", "node" => node.to_string())
         .absolute(stats.gossip_rounds);
+    metrics::counter!("concord_cluster_sbr_decisions_total", "node" => node.to_string())
+        .absolute(stats.sbr_decisions);
 }
 
 /// Copies the transport's counters into the registry (called when `/metrics` is scraped).

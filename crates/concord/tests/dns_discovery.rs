@@ -68,9 +68,17 @@ impl DnsServer {
         let mut catalog = Catalog::new();
         catalog.upsert(LowerName::from(origin), vec![Arc::new(zone)]);
         let addr = rt.block_on(async {
-            let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-            let addr = udp.local_addr().unwrap();
-            let tcp = tokio::net::TcpListener::bind(addr).await.unwrap();
+            // The resolver uses one port for UDP and TCP: bind UDP on port 0, then TCP on
+            // the same number; if another process holds that TCP port, try another.
+            let (udp, tcp, addr) = loop {
+                let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                let addr = udp.local_addr().unwrap();
+                match tokio::net::TcpListener::bind(addr).await {
+                    Ok(tcp) => break (udp, tcp, addr),
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                    Err(e) => panic!("binding the DNS server's TCP port {addr}: {e}"),
+                }
+            };
             let mut server = Server::new(catalog);
             server.register_socket(udp);
             server.register_listener(tcp, Duration::from_secs(5), 4096);

@@ -75,6 +75,13 @@ pub enum SbrAction {
     ReleaseLease,
 }
 
+/// What must stay unchanged for `stable-after` before a decision.
+type Signature = (
+    BTreeSet<UniqueAddress>,
+    BTreeSet<UniqueAddress>,
+    BTreeSet<(UniqueAddress, UniqueAddress)>,
+);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum LeaseState {
     Idle,
@@ -90,8 +97,9 @@ enum LeaseState {
 #[derive(Clone, Debug)]
 pub struct SplitBrainResolver {
     settings: SbrSettings,
-    /// The unreachable members and the counted members at the last tick.
-    signature: Option<(BTreeSet<UniqueAddress>, BTreeSet<UniqueAddress>)>,
+    /// The unreachable members, the counted members and the unreachability records
+    /// (observer, subject) at the last tick.
+    signature: Option<Signature>,
     stable_deadline_ms: u64,
     /// The first reachability change since the last time every unreachable member was
     /// healed, downed or removed, ms.
@@ -189,11 +197,16 @@ impl SplitBrainResolver {
             .into_iter()
             .map(|m| m.unique_address.clone())
             .collect();
+        // Concord waits for the observations themselves (who observes whom) to be stable,
+        // not only for the set of unreachable members as Akka does: a decision on records
+        // that are still moving — a new partition this node has not detected yet, records
+        // from the other side still crossing — is how two sides came to keep themselves in
+        // the simulator (seed 1712).
         let reachability_changed = self
             .signature
             .as_ref()
-            .is_none_or(|(u, _)| u != &view.unreachable);
-        let sig = (view.unreachable.clone(), counted);
+            .is_none_or(|(u, _, r)| u != &view.unreachable || r != &view.records);
+        let sig = (view.unreachable.clone(), counted, view.records.clone());
         if self.signature.as_ref() != Some(&sig) {
             self.signature = Some(sig);
             self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);

@@ -428,15 +428,23 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
     }
     // Membership change during the partition: the oldest may be Exiting over there (so
     // Leaving members are left out), and with down-if-alone, Joining members may be Up
-    // over there and change who is alone.
-    let ms = view.counted(role, false, true);
+    // over there and change who is alone. Concord adds the members downed here that the
+    // other side has not seen downed: over there they still count, and may be the oldest
+    // (simulator seed 5870).
+    let unseen = view.down_unseen(role);
+    let mut ms = view.counted(role, false, true);
+    ms.extend(unseen.iter().copied());
     let Some(oldest_member) = oldest(&ms) else {
         return Decision::DownAll;
     };
+    let oldest_here = !view.is_unreachable(&oldest_member)
+        && !view
+            .down_unseen_by_other_side
+            .contains(&oldest_member.unique_address);
     match oldest_decision(
-        !view.is_unreachable(&oldest_member),
+        oldest_here,
         view.count(role, down_if_alone, true, true),
-        view.count(role, down_if_alone, true, false),
+        view.count(role, down_if_alone, true, false) + unseen.len(),
         down_if_alone,
     ) {
         Decision::DownUnreachable => Decision::DownUnreachable,
