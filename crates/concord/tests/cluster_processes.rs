@@ -13,10 +13,10 @@ use nix::sys::signal::Signal;
 const T: Duration = Duration::from_secs(30);
 
 fn start_cluster(system: &str, n: usize) -> Vec<Node> {
-    let ports = free_ports(2 * n);
-    let seeds = [ports[0], ports[2]];
-    (0..n)
-        .map(|i| Node::start(system, ports[2 * i], ports[2 * i + 1], &seeds, &[]))
+    let first = Node::start_bound(system, &[], &[]);
+    let seeds = [first.port];
+    std::iter::once(first)
+        .chain((1..n).map(|_| Node::start_bound(system, &seeds, &[])))
         .collect()
 }
 
@@ -171,13 +171,12 @@ fn sigterm_leaves_gracefully_and_exits() {
 fn a_node_with_another_cluster_name_is_refused_and_the_log_says_why() {
     let _s = serial();
     let rt = runtime();
-    let p = free_ports(4);
-    let alpha = Node::start("alpha", p[0], p[1], &[p[0]], &[]);
+    let alpha = Node::start_bound("alpha", &[], &[]);
     wait_until("alpha Up", T, &[&alpha], || {
         all_up(&rt, &[&alpha], &[alpha.address()])
     });
     // beta's seed is alpha's host:port, so it asks concord://beta@...:alpha-port.
-    let beta = Node::start("beta", p[2], p[3], &[p[0]], &[]);
+    let beta = Node::start_bound("beta", &[alpha.port], &[]);
     wait_until("alpha logs the refusal", T, &[&alpha, &beta], || {
         alpha
             .log_text()

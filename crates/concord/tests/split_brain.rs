@@ -22,19 +22,17 @@ fn sbr_env(strategy: &'static str) -> Vec<(&'static str, &'static str)> {
 }
 
 fn start(system: &str, n: usize, env: &[(&str, &str)]) -> Vec<Node> {
-    let ports = free_ports(2 * n);
-    let seeds = [ports[0]];
-    let nodes: Vec<Node> = (0..n)
-        .map(|i| {
-            let node = Node::start(system, ports[2 * i], ports[2 * i + 1], &seeds, env);
-            if i == 0 {
-                // The first seed forms the cluster and becomes the oldest member.
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            node
-        })
-        .collect();
+    // The first node forms the cluster (it is Up before the others start, so it is the
+    // oldest member).
     let rt = runtime();
+    let first = Node::start_bound(system, &[], env);
+    wait_until("the first node Up", T, &[&first], || {
+        all_up(&rt, &[&first], &[first.address()])
+    });
+    let seeds = [first.port];
+    let nodes: Vec<Node> = std::iter::once(first)
+        .chain((1..n).map(|_| Node::start_bound(system, &seeds, env)))
+        .collect();
     let all: Vec<String> = nodes.iter().map(Node::address).collect();
     let refs: Vec<&Node> = nodes.iter().collect();
     wait_until("cluster formed", T, &refs, || all_up(&rt, &refs, &all));
@@ -134,8 +132,7 @@ fn keep_majority_tie_2_2_with_a_joining_node_keeps_the_lowest_address_side() {
     );
     // A fifth node joins the high side during the partition: it stays Joining, is not
     // counted, and goes down with its side.
-    let p = free_ports(2);
-    let joiner = Node::start("tie", p[0], p[1], &[nodes[high[0]].port], &env);
+    let joiner = Node::start_bound("tie", &[nodes[high[0]].port], &env);
     cut(
         &rt,
         &low.iter().map(|i| &nodes[*i]).collect::<Vec<_>>(),

@@ -44,6 +44,9 @@ pub const FAST_ENV: [(&str, &str); 10] = [
     ("CONCORD__CLUSTER__EXITING_SHUTDOWN_TIMEOUT", "5s"),
 ];
 
+/// Ports that were free a moment ago. Only for tests that must name ports before a node
+/// starts (static discovery lists, DNS records); everything else starts nodes on port 0
+/// with [`Node::start_bound`] and reads the ports back.
 pub fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<std::net::TcpListener> = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
@@ -138,6 +141,41 @@ impl Node {
         }
     }
 
+    /// Starts a node whose remoting and management listeners bind port 0, waits for its
+    /// "node running" log line and reads the ports it got. With no `seeds` it joins itself
+    /// (a new cluster).
+    pub fn start_bound(system: &str, seeds: &[u16], extra_env: &[(&str, &str)]) -> Node {
+        Node::start_bound_with_args(system, seeds, extra_env, &[])
+    }
+
+    /// Like [`Node::start_bound`], with extra `concord node` arguments.
+    pub fn start_bound_with_args(
+        system: &str,
+        seeds: &[u16],
+        extra_env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Node {
+        let mut node = Node::start_with_args("127.0.0.1", system, 0, 0, seeds, extra_env, args);
+        let start = Instant::now();
+        let (port, management_port) = loop {
+            if let Some(ports) = parse_running_line(&node.log_text()) {
+                break ports;
+            }
+            if !node.is_running() || start.elapsed() > Duration::from_secs(30) {
+                panic!("node did not report its ports:\n{}", node.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        node.port = port;
+        node.management_port = management_port;
+        if seeds.is_empty() {
+            let rt = runtime();
+            rt.block_on(node.client().join(&node.address()))
+                .expect("the first node joins itself");
+        }
+        node
+    }
+
     pub fn address(&self) -> String {
         format!("concord://{}@{}:{}", self.system, self.host, self.port)
     }
@@ -185,6 +223,17 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The remoting and management ports from a node's `node running address=concord://s@h:P
+/// management=Some(h:M)` log line.
+fn parse_running_line(log: &str) -> Option<(u16, u16)> {
+    let line = log.lines().find(|l| l.contains("node running"))?;
+    let address = line.split("address=").nth(1)?.split_whitespace().next()?;
+    let port = address.rsplit(':').next()?.parse().ok()?;
+    let management = line.split("management=Some(").nth(1)?.split(')').next()?;
+    let management_port = management.rsplit(':').next()?.parse().ok()?;
+    Some((port, management_port))
 }
 
 fn rand_suffix() -> u64 {
