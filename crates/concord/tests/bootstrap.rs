@@ -43,15 +43,16 @@ fn start_node(system: &str, ports: (u16, u16), env: &[(String, String)]) -> Node
 
 /// Starts `n` nodes at once in the order `order`, waits for one cluster of all of them.
 fn form(system: &str, n: usize, order: &[usize]) -> (Vec<Node>, Vec<(u16, u16)>) {
-    let p = free_ports(2 * n);
-    let ports: Vec<(u16, u16)> = (0..n).map(|i| (p[2 * i], p[2 * i + 1])).collect();
-    let env = bootstrap_env(&ports.iter().map(|x| x.1).collect::<Vec<_>>());
-    let mut slots: Vec<Option<Node>> = (0..n).map(|_| None).collect();
-    for &i in order {
-        slots[i] = Some(start_node(system, ports[i], &env));
-    }
-    let nodes: Vec<Node> = slots.into_iter().map(Option::unwrap).collect();
-    (nodes, ports)
+    start_on_free_ports(2 * n, |p| {
+        let ports: Vec<(u16, u16)> = (0..n).map(|i| (p[2 * i], p[2 * i + 1])).collect();
+        let env = bootstrap_env(&ports.iter().map(|x| x.1).collect::<Vec<_>>());
+        let mut slots: Vec<Option<Node>> = (0..n).map(|_| None).collect();
+        for &i in order {
+            slots[i] = Some(start_node(system, ports[i], &env));
+        }
+        let nodes: Vec<Node> = slots.into_iter().map(Option::unwrap).collect();
+        (nodes, ports)
+    })
 }
 
 fn one_cluster(rt: &tokio::runtime::Runtime, nodes: &[Node]) {
@@ -101,14 +102,16 @@ fn five_nodes_started_at_once_form_exactly_one_cluster_ten_times() {
 fn a_node_started_later_joins_the_existing_cluster() {
     let _s = serial();
     let rt = runtime();
-    let p = free_ports(12);
-    let ports: Vec<(u16, u16)> = (0..6).map(|i| (p[2 * i], p[2 * i + 1])).collect();
     // Discovery lists the five running nodes; the sixth, started later, sees all six.
-    let first = bootstrap_env(&ports[..5].iter().map(|x| x.1).collect::<Vec<_>>());
-    let mut nodes: Vec<Node> = ports[..5]
-        .iter()
-        .map(|pp| start_node("later", *pp, &first))
-        .collect();
+    let (mut nodes, ports) = start_on_free_ports(12, |p| {
+        let ports: Vec<(u16, u16)> = (0..6).map(|i| (p[2 * i], p[2 * i + 1])).collect();
+        let first = bootstrap_env(&ports[..5].iter().map(|x| x.1).collect::<Vec<_>>());
+        let nodes: Vec<Node> = ports[..5]
+            .iter()
+            .map(|pp| start_node("later", *pp, &first))
+            .collect();
+        (nodes, ports)
+    });
     one_cluster(&rt, &nodes);
     let all = bootstrap_env(&ports.iter().map(|x| x.1).collect::<Vec<_>>());
     nodes.push(start_node("later", ports[5], &all));

@@ -210,7 +210,6 @@ fn nodes_bootstrap_from_dns_a_records() {
     let rt = runtime();
     // Three nodes on 127.0.0.21-23, same ports: A records give the hosts, the management
     // port is the fallback port.
-    let p = free_ports(2);
     let hosts = [21u8, 22, 23];
     let dns = DnsServer::start(
         &[(
@@ -221,10 +220,13 @@ fn nodes_bootstrap_from_dns_a_records() {
     );
     let env = dns_env(dns.addr, "nodes.concord.test", false);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let nodes: Vec<Node> = hosts
-        .iter()
-        .map(|h| Node::start_on(&loopback(*h).to_string(), "dnsa", p[0], p[1], &[], &env))
-        .collect();
+    let (nodes, ()) = start_on_free_ports(2, |p| {
+        let nodes = hosts
+            .iter()
+            .map(|h| Node::start_on(&loopback(*h).to_string(), "dnsa", p[0], p[1], &[], &env))
+            .collect();
+        (nodes, ())
+    });
     expect_one_cluster(&rt, &nodes);
     // The lowest IP formed it.
     assert!(nodes[0].log_text().contains("forming a new cluster"));
@@ -235,20 +237,23 @@ fn nodes_bootstrap_from_dns_srv_records() {
     let _s = serial();
     let rt = runtime();
     // Three nodes on 127.0.0.1 with their own management ports, published as SRV records.
-    let p = free_ports(6);
     let targets = ["a.concord.test.", "b.concord.test.", "c.concord.test."];
-    let srv: Vec<(&str, u16)> = targets
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (*t, p[2 * i + 1]))
-        .collect();
     let a: Vec<(&str, Vec<Ipv4Addr>)> = targets.iter().map(|t| (*t, vec![loopback(1)])).collect();
-    let dns = DnsServer::start(&a, &[("_management._tcp.srv.concord.test.", srv)]);
-    let env = dns_env(dns.addr, "srv.concord.test", true);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let nodes: Vec<Node> = (0..3)
-        .map(|i| Node::start("dnssrv", p[2 * i], p[2 * i + 1], &[], &env))
-        .collect();
+    // The SRV records name the ports, so each attempt publishes its own (a new DNS server).
+    let (nodes, _dns) = start_on_free_ports(6, |p| {
+        let srv: Vec<(&str, u16)> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (*t, p[2 * i + 1]))
+            .collect();
+        let dns = DnsServer::start(&a, &[("_management._tcp.srv.concord.test.", srv)]);
+        let env = dns_env(dns.addr, "srv.concord.test", true);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let nodes = (0..3)
+            .map(|i| Node::start("dnssrv", p[2 * i], p[2 * i + 1], &[], &env))
+            .collect();
+        (nodes, dns)
+    });
     expect_one_cluster(&rt, &nodes);
     // Same IP for all: the host name decides the order, so `a.concord.test` formed it.
     assert!(nodes[0].log_text().contains("forming a new cluster"));

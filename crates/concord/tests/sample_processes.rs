@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{all_up, free_ports, runtime, serial, wait_until, Node};
+use common::{all_up, runtime, serial, wait_until, Node};
 use nix::sys::signal::Signal;
 
 const SYSTEM: &str = "sample";
@@ -21,20 +21,37 @@ fn wall_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn start(port: u16, mgmt: u16, seeds: &[u16], dir: &std::path::Path) -> Node {
-    let data = dir.join(format!("node-{port}"));
-    let data = data.display().to_string();
+const ENV: &[(&str, &str)] = &[
+    ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "2s"),
+    ("CONCORD__SINGLETON__REMOVAL_MARGIN", "2s"),
+    ("CONCORD__TESTKIT__FAULT_INJECTION", "true"),
+];
+
+fn data_dir(dir: &std::path::Path, i: usize) -> String {
+    dir.join(format!("node-{i}")).display().to_string()
+}
+
+/// Node `i`, first start: ports 0, read back from the node (no seeds: it joins itself).
+fn start_new(i: usize, seeds: &[u16], dir: &std::path::Path) -> Node {
+    let data = data_dir(dir, i);
+    Node::start_bound_with_args(
+        SYSTEM,
+        seeds,
+        ENV,
+        &["--sample", "--data-dir", data.as_str()],
+    )
+}
+
+/// Node `i` again, on the ports it had.
+fn restart(i: usize, port: u16, mgmt: u16, seeds: &[u16], dir: &std::path::Path) -> Node {
+    let data = data_dir(dir, i);
     Node::start_with_args(
         "127.0.0.1",
         SYSTEM,
         port,
         mgmt,
         seeds,
-        &[
-            ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "2s"),
-            ("CONCORD__SINGLETON__REMOVAL_MARGIN", "2s"),
-            ("CONCORD__TESTKIT__FAULT_INJECTION", "true"),
-        ],
+        ENV,
         &["--sample", "--data-dir", data.as_str()],
     )
 }
@@ -123,12 +140,20 @@ fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
     let _g = serial();
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(10);
-    let (remoting, mgmt) = ports.split_at(5);
-    let seeds = [remoting[0], remoting[1]];
-    let mut nodes: Vec<Node> = (0..5)
-        .map(|i| start(remoting[i], mgmt[i], &seeds, dir.path()))
+    let first = start_new(0, &[], dir.path());
+    wait_until(
+        "the first node Up",
+        Duration::from_secs(30),
+        &[&first],
+        || all_up(&rt, &[&first], &[first.address()]),
+    );
+    let first_port = first.port;
+    let mut nodes: Vec<Node> = std::iter::once(first)
+        .chain((1..5).map(|i| start_new(i, &[first_port], dir.path())))
         .collect();
+    let remoting: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let mgmt: Vec<u16> = nodes.iter().map(|n| n.management_port).collect();
+    let seeds = [remoting[0], remoting[1]];
     let addrs: Vec<String> = nodes.iter().map(Node::address).collect();
     let refs: Vec<&Node> = nodes.iter().collect();
     wait_until("5 nodes Up", Duration::from_secs(60), &refs, || {
@@ -273,7 +298,7 @@ fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
         nodes[*i].wait_exit(Duration::from_secs(30));
     }
     let restarted: Vec<Node> = (0..5)
-        .map(|i| start(remoting[i], mgmt[i], &seeds, dir.path()))
+        .map(|i| restart(i, remoting[i], mgmt[i], &seeds, dir.path()))
         .collect();
     let refs: Vec<&Node> = restarted.iter().collect();
     wait_until(

@@ -45,13 +45,35 @@ pub const FAST_ENV: [(&str, &str); 10] = [
 ];
 
 /// Ports that were free a moment ago. Only for tests that must name ports before a node
-/// starts (static discovery lists, DNS records); everything else starts nodes on port 0
-/// with [`Node::start_bound`] and reads the ports back.
+/// starts (static discovery lists, DNS records), through [`start_on_free_ports`], which
+/// retries when another process takes one in between; everything else starts nodes on
+/// port 0 with [`Node::start_bound`] and reads the ports back.
 pub fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<std::net::TcpListener> = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
     ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// Starts nodes whose configuration must name their ports in advance: picks `n` free ports,
+/// runs `start` with them, and if a node could not bind (another process took its port
+/// between the pick and the bind) stops them all and tries again with new ports.
+pub fn start_on_free_ports<T>(
+    n: usize,
+    mut start: impl FnMut(&[u16]) -> (Vec<Node>, T),
+) -> (Vec<Node>, T) {
+    for _ in 0..5 {
+        let ports = free_ports(n);
+        let (mut nodes, extra) = start(&ports);
+        if nodes
+            .iter_mut()
+            .all(|node| node.wait_running(Duration::from_secs(30)))
+        {
+            return (nodes, extra);
+        }
+        eprintln!("a port was taken before a node could bind it; trying new ports");
+    }
+    panic!("could not start the nodes on free ports in 5 attempts");
 }
 
 /// A `concord node` child process; killed when dropped.
@@ -190,6 +212,21 @@ impl Node {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the node's "node running" line; false if it exited first (or `timeout`).
+    pub fn wait_running(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if parse_running_line(&self.log_text()).is_some() {
+                return true;
+            }
+            if !self.is_running() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     pub fn is_running(&mut self) -> bool {
