@@ -157,7 +157,11 @@ async fn graceful_leave_hands_over_in_order_without_overlap() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Leave while the stream is flowing: once the first messages have arrived.
+    wait_for("the first messages delivered", || {
+        received.lock().unwrap().len() >= 10
+    })
+    .await;
     let next_oldest = port_of(&members[1].node);
     let leave_started = Instant::now();
     members[0].node.shutdown().await;
