@@ -38,6 +38,7 @@
 //! - `concord_singleton_running{node,name}` — 1 while this node runs the instance (gauge)
 //! - `concord_singleton_instances_started_total{node,name}`, `concord_singleton_hand_overs_total{node,name}`
 //! - `concord_singleton_proxy_buffered{node,name}` (gauge), `concord_singleton_proxy_dropped_total{node,name}`
+//! - `concord_singleton_lease_refused_total{node,name}` — lease acquisitions refused (`use-lease`)
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
@@ -212,6 +213,13 @@ pub(crate) fn ddata_store_failure(node: &str) {
     let _ = handle();
     metrics::counter!("concord_ddata_store_failures_total", "node" => node.to_string())
         .increment(1);
+}
+
+/// A singleton's lease was asked for and refused (another owner holds it).
+pub(crate) fn singleton_lease_refused(node: &str, name: &str) {
+    let _ = handle();
+    let labels = [("node", node.to_string()), ("name", name.to_string())];
+    metrics::counter!("concord_singleton_lease_refused_total", &labels).increment(1);
 }
 
 /// Cluster Singleton gauges and counters of one named singleton on one node.

@@ -34,7 +34,9 @@ fn partition_3_2_between_containers_minority_exits_majority_stays_ready() {
 
     // Five nodes; the first seed forms the cluster.
     net.start_node(11, &[11], &env);
-    std::thread::sleep(Duration::from_millis(500));
+    net.wait_until("the first seed forms the cluster", T, || {
+        net.all_up(&rt, &[11], &[11])
+    });
     for n in 12..=15 {
         net.start_node(n, &[11, 12], &env);
     }

@@ -245,7 +245,20 @@ async fn with_use_lease_the_instance_starts_only_while_the_lease_is_held() {
             .is_some_and(|m| m.status == concord_core::MemberStatus::Up)
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Wait until the manager has asked for the lease and been refused twice.
+    let refused = |text: &str| -> u64 {
+        let node = node.self_address().to_string();
+        text.lines()
+            .filter(|l| l.starts_with("concord_singleton_lease_refused_total"))
+            .filter(|l| l.contains(&format!("node=\"{node}\"")) && l.contains("name=\"leased\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    };
+    wait_for("the lease refused twice", || {
+        refused(&concord::metrics::render()) >= 2
+    })
+    .await;
     assert!(log.lock().unwrap().is_empty(), "started without the lease");
     assert!(proxy
         .ask(&Msg::Where, Duration::from_millis(300))

@@ -60,6 +60,23 @@ fn cut(rt: &tokio::runtime::Runtime, a: &[&Node], b: &[&Node]) {
     }
 }
 
+/// The sum of the series `name` in `n`'s `/metrics` (0 if it does not answer).
+fn metric(rt: &tokio::runtime::Runtime, n: &Node, name: &str) -> u64 {
+    let text = rt
+        .block_on(async {
+            reqwest::get(format!("{}/metrics", n.management_url()))
+                .await?
+                .text()
+                .await
+        })
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 fn survivors_up(rt: &tokio::runtime::Runtime, survivors: &[&Node]) -> bool {
     let addrs: Vec<String> = survivors.iter().map(|n| n.address()).collect();
     all_up(rt, survivors, &addrs)
@@ -231,7 +248,14 @@ fn fault_injection_is_refused_unless_enabled() {
         )
         .unwrap();
     assert_eq!(r.status(), 403);
-    std::thread::sleep(Duration::from_secs(2));
+    // Let the protocol run a few rounds (a blackhole would make the peer unreachable by
+    // then), counted by the node's gossip rounds rather than by the wall clock.
+    let rounds =
+        |rt: &tokio::runtime::Runtime| metric(rt, &nodes[0], "concord_cluster_gossip_rounds_total");
+    let before = rounds(&rt);
+    wait_until("ten more gossip rounds", T, &[&nodes[0]], || {
+        rounds(&rt) >= before + 10
+    });
     let all: Vec<String> = nodes.iter().map(Node::address).collect();
     assert!(
         all_up(&rt, &nodes.iter().collect::<Vec<_>>(), &all),
@@ -251,8 +275,13 @@ fn a_1s_pause_is_not_unreachable_a_15s_pause_is_downed_and_exits_after_resume() 
         .collect();
     env.push(("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "4s"));
     let mut nodes = start("pause", 3, &env);
-    // Let the failure detectors learn the 1 s heartbeat rhythm.
-    std::thread::sleep(Duration::from_secs(5));
+    // Let the failure detectors learn the 1 s heartbeat rhythm: a few heartbeat round
+    // trips measured on each node.
+    for n in &nodes {
+        wait_until("heartbeats measured", T, &[n], || {
+            metric(&rt, n, "concord_cluster_heartbeat_rtt_seconds_count") >= 8
+        });
+    }
     let victim = nodes[2].address();
     let others: Vec<&Node> = nodes[..2].iter().collect();
     let seen_unreachable = |rt: &tokio::runtime::Runtime| {

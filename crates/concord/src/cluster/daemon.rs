@@ -53,6 +53,10 @@ pub(crate) struct Daemon {
     pub(crate) lease: Option<Arc<dyn Lease>>,
     pub(crate) lease_results: (mpsc::UnboundedSender<bool>, mpsc::UnboundedReceiver<bool>),
     pub(crate) published: u64,
+    /// When the membership metrics were last recorded, ms: the counters (gossip rounds,
+    /// resolver decisions) move without membership changes, so they are recorded at least
+    /// once a second too.
+    pub(crate) metrics_recorded_ms: u64,
     pub(crate) node_label: String,
 }
 
@@ -192,7 +196,16 @@ impl Daemon {
             });
         }
         let version = self.core.state_changes();
-        if !events.is_empty() || version != self.published {
+        let now = self.clock.now_ms();
+        let changed = !events.is_empty() || version != self.published;
+        if changed || now.saturating_sub(self.metrics_recorded_ms) >= 1000 {
+            self.metrics_recorded_ms = now;
+            if !changed {
+                let view = self.views.borrow().clone();
+                metrics::record_membership(&self.node_label, &view, &self.core.stats());
+            }
+        }
+        if changed {
             self.published = version;
             let view = Arc::new(self.core.membership_view());
             metrics::record_membership(&self.node_label, &view, &self.core.stats());

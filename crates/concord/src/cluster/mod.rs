@@ -149,6 +149,7 @@ impl Cluster {
             lease: parts.lease,
             lease_results: mpsc::unbounded_channel(),
             published: 0,
+            metrics_recorded_ms: 0,
             node_label,
         };
         tokio::spawn(tracing::Instrument::instrument(

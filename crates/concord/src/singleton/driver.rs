@@ -229,6 +229,9 @@ impl Driver {
                 warn!(singleton = %name, "singleton lease lost");
                 h.machine.lease_lost(now);
             } else if !was_held {
+                if !granted {
+                    crate::metrics::singleton_lease_refused(&self.node_label, name);
+                }
                 h.machine.lease_result(now, granted);
             }
         }
