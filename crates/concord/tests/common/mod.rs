@@ -178,16 +178,11 @@ impl Node {
         args: &[&str],
     ) -> Node {
         let mut node = Node::start_with_args("127.0.0.1", system, 0, 0, seeds, extra_env, args);
-        let start = Instant::now();
-        let (port, management_port) = loop {
-            if let Some(ports) = parse_running_line(&node.log_text()) {
-                break ports;
-            }
-            if !node.is_running() || start.elapsed() > Duration::from_secs(30) {
-                panic!("node did not report its ports:\n{}", node.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        if !node.wait_running(Duration::from_secs(30)) {
+            panic!("node did not report its ports:\n{}", node.log_text());
+        }
+        let (port, management_port) =
+            parse_running_line(&node.log_text()).expect("the running line names the ports");
         node.port = port;
         node.management_port = management_port;
         if seeds.is_empty() {
