@@ -17,7 +17,7 @@ pub const PROTOCOL: &str = "concord";
 
 /// A node's network address within a named cluster (actor system):
 /// `concord://<system>@<host>:<port>`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Address {
     /// Cluster (actor system) name; nodes only talk to nodes with the same name.
     pub system: String,
@@ -140,7 +140,9 @@ pub fn parse_host_port(s: &str) -> Result<(String, u16), HostPortError> {
 
 /// One incarnation of a node: its [`Address`] and a random 64-bit uid chosen at start.
 /// A restart at the same address gets a new uid, and so is a different `UniqueAddress`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct UniqueAddress {
     /// Network address.
     pub address: Address,

@@ -22,6 +22,11 @@ pub enum ClockOrdering {
     Concurrent,
 }
 
+/// How far ahead of this node's own clock a received counter may be, changes (2^32: a
+/// node changing the state every millisecond needs 50 days to get that far ahead of a peer
+/// that hears nothing from it; in practice gossip keeps peers within a few changes).
+pub const MAX_VECTOR_CLOCK_JUMP: u64 = 1 << 32;
+
 /// A vector clock keyed by node incarnation.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VectorClock {
@@ -61,11 +66,33 @@ impl VectorClock {
         self.versions.get(node).copied().unwrap_or(0)
     }
 
-    /// A copy with `node`'s counter incremented by one.
+    /// A copy with `node`'s counter incremented by one (saturating: a counter never wraps;
+    /// [`VectorClock::implausible_jump`] keeps counters from the network far below the
+    /// limit).
     pub fn increment(&self, node: &UniqueAddress) -> VectorClock {
         let mut v = self.clone();
-        *v.versions.entry(node.clone()).or_insert(0) += 1;
+        let c = v.versions.entry(node.clone()).or_insert(0);
+        *c = c.saturating_add(1);
         v
+    }
+
+    /// The first entry of `self` (a clock received from the network) whose counter is more
+    /// than `max_jump` ahead of the same entry of `local` (absent entries count as 0), as
+    /// `(node, counter)`; `None` if every counter is plausible.
+    ///
+    /// A counter grows by one per change a node makes to the state, so a legitimate clock is
+    /// never billions of changes ahead of what this node has seen; a forged counter near
+    /// `u64::MAX` would otherwise make every later change of that node invisible (its
+    /// increments could not pass it). See [`MAX_VECTOR_CLOCK_JUMP`].
+    pub fn implausible_jump(
+        &self,
+        local: &VectorClock,
+        max_jump: u64,
+    ) -> Option<(&UniqueAddress, u64)> {
+        self.versions
+            .iter()
+            .find(|(k, c)| **c > local.get(k).saturating_add(max_jump))
+            .map(|(k, c)| (k, *c))
     }
 
     /// Pointwise maximum: the least clock that is after-or-same as both.

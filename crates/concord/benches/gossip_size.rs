@@ -35,7 +35,7 @@ fn main() {
     for n in [10u32, 100, 1000, 2400] {
         let g = gossip(n);
         let (_, size) = compress_gossip(&g);
-        let status = MembershipCodec
+        let status = MembershipCodec::default()
             .encode(&ClusterMessage::GossipStatus {
                 version: g.version.clone(),
                 seen_digest: g.seen_digest(),

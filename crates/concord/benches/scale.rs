@@ -35,7 +35,7 @@ fn main() {
     for n in sizes {
         let r = concord_sim::scale::study(n, 1);
         let g = &r.steady_state_gossip;
-        let status_bytes = MembershipCodec
+        let status_bytes = MembershipCodec::default()
             .encode(&ClusterMessage::GossipStatus {
                 version: g.version.clone(),
                 seen_digest: g.seen_digest(),

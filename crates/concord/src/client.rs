@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::management::{ClusterMembersJson, MessageJson};
+use crate::sharding::ShardRegionsJson;
 
 /// Errors talking to a node's management API.
 #[derive(Debug, thiserror::Error)]
@@ -45,15 +46,51 @@ pub struct ManagementClient {
 impl ManagementClient {
     /// A client for `base` (e.g. `http://127.0.0.1:8558`), with a 3 s timeout per request.
     pub fn new(base: &str) -> Self {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client_builder()
             .timeout(Duration::from_secs(3))
             .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+            // Nothing here depends on input: a client with no roots and the system
+            // resolver always builds.
+            .expect("plain HTTP client");
         ManagementClient {
             base: base.trim_end_matches('/').to_string(),
             http,
             token: None,
         }
+    }
+
+    /// Speaks HTTPS trusting the authorities in `ca_certificates` (PEM) — without checking
+    /// the server's name unless `verify_hostname` (the authority is the cluster's own) —
+    /// and presents `identity` (certificate and key PEM files, e.g. `client.root.crt` and
+    /// `client.root.key` of `concord certs create-client root`), which authorises the
+    /// write routes like the bearer token.
+    ///
+    /// # Errors
+    /// A file that cannot be read or used.
+    pub fn with_tls(
+        mut self,
+        ca_certificates: &std::path::Path,
+        identity: Option<(&std::path::Path, &std::path::Path)>,
+        verify_hostname: bool,
+    ) -> Result<Self, crate::tls::TlsError> {
+        use crate::tls::context::{
+            client_config, read_certificates, read_private_key, read_roots, TLS12_AND_13,
+        };
+        let roots = read_roots(ca_certificates)?;
+        let identity = match identity {
+            Some((cert, key)) => Some((read_certificates(cert)?, read_private_key(key)?)),
+            None => None,
+        };
+        let config = client_config(roots, identity, verify_hostname, TLS12_AND_13)?;
+        self.http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .tls_backend_preconfigured(config)
+            .build()
+            .map_err(|e| crate::tls::TlsError {
+                path: None,
+                message: e.to_string(),
+            })?;
+        Ok(self)
     }
 
     /// Sends `Authorization: Bearer <token>` with write requests (`management.bearer-token`).
@@ -97,25 +134,36 @@ impl ManagementClient {
         }
     }
 
-    /// `GET /cluster/members`.
-    pub async fn members(&self) -> Result<ClusterMembersJson, ClientError> {
+    /// `GET {path}`, its JSON answer as `T`.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let resp = self
             .http
-            .get(format!("{}/cluster/members", self.base))
+            .get(format!("{}{path}", self.base))
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
         if !resp.status().is_success() {
             let status = resp.status().as_u16();
-            return Err(ClientError::Refused {
-                status,
-                message: resp.text().await.unwrap_or_default(),
-            });
+            let text = resp.text().await.unwrap_or_default();
+            let message = serde_json::from_str::<MessageJson>(&text)
+                .map(|m| m.message)
+                .unwrap_or(text);
+            return Err(ClientError::Refused { status, message });
         }
         resp.json().await.map_err(|e| ClientError::BadAnswer {
             url: self.base.clone(),
             message: e.to_string(),
         })
+    }
+
+    /// `GET /cluster/members`.
+    pub async fn members(&self) -> Result<ClusterMembersJson, ClientError> {
+        self.get_json("/cluster/members").await
+    }
+
+    /// `GET /cluster/shards/{name}`: every region of entity type `name` with its shards.
+    pub async fn shards(&self, name: &str) -> Result<ShardRegionsJson, ClientError> {
+        self.get_json(&format!("/cluster/shards/{name}")).await
     }
 
     /// `PUT /cluster/members/{address}` with `operation`.
@@ -204,6 +252,64 @@ pub fn members_table(m: &ClusterMembersJson) -> String {
     out.push('\n');
     for r in &rows {
         out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        out.push('\n');
+    }
+    out
+}
+
+/// Renders the regions of an entity type as a table (REGION, SHARDS, ENTITIES) with totals.
+pub fn shards_table(r: &ShardRegionsJson) -> String {
+    let mut rows: Vec<[String; 3]> = r
+        .regions
+        .iter()
+        .map(|x| {
+            [
+                x.shard_region.clone(),
+                x.shards.len().to_string(),
+                x.shards
+                    .iter()
+                    .map(|s| u64::from(s.num_entities))
+                    .sum::<u64>()
+                    .to_string(),
+            ]
+        })
+        .collect();
+    rows.push([
+        "total".to_string(),
+        r.regions
+            .iter()
+            .map(|x| x.shards.len())
+            .sum::<usize>()
+            .to_string(),
+        r.regions
+            .iter()
+            .flat_map(|x| x.shards.iter())
+            .map(|s| u64::from(s.num_entities))
+            .sum::<u64>()
+            .to_string(),
+    ]);
+    let header = ["REGION", "SHARDS", "ENTITIES"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (i, c) in row.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: [&str; 3]| {
+        format!(
+            "{:w0$}  {:>w1$}  {:>w2$}",
+            cells[0],
+            cells[1],
+            cells[2],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        )
+    };
+    let mut out = line(header);
+    out.push('\n');
+    for row in &rows {
+        out.push_str(&line([&row[0], &row[1], &row[2]]));
         out.push('\n');
     }
     out

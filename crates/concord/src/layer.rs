@@ -114,6 +114,8 @@ pub struct DriverInputs<J, M> {
     views: tokio::sync::watch::Receiver<Arc<concord_core::MembershipView>>,
     cluster: Cluster,
     tick: tokio::time::Interval,
+    /// Which of jobs and inbound messages goes first in the next wait.
+    jobs_first: bool,
 }
 
 impl<J, M> DriverInputs<J, M> {
@@ -132,6 +134,7 @@ impl<J, M> DriverInputs<J, M> {
             views: cluster.membership(),
             cluster,
             tick,
+            jobs_first: false,
         }
     }
 
@@ -142,17 +145,52 @@ impl<J, M> DriverInputs<J, M> {
 
     /// The next input; `deadline` is the machine's next timer (a tokio instant).
     pub async fn next(&mut self, deadline: Option<tokio::time::Instant>) -> DriverInput<J, M> {
-        tokio::select! {
-            biased;
-            _ = self.cluster.wait_membership_ended() => DriverInput::Stop,
-            job = self.jobs.recv() => job.map_or(DriverInput::Stop, DriverInput::Job),
-            batch = self.inbound.recv() => batch.map_or(DriverInput::Stop, DriverInput::Inbound),
-            changed = self.views.changed() => match changed {
-                Ok(()) => DriverInput::View(self.views.borrow_and_update().clone()),
-                Err(_) => DriverInput::Stop,
-            },
-            _ = crate::clock::sleep_until(deadline) => DriverInput::Timeout,
-            _ = self.tick.tick() => DriverInput::Tick,
+        self.next_gated(deadline, true).await
+    }
+
+    /// Like [`DriverInputs::next`], taking no job while `accept_jobs` is false (a driver
+    /// that applies backpressure to its handles while its outbound backlog drains; inbound
+    /// messages, views and timers still come). Cancel-safe.
+    pub async fn next_gated(
+        &mut self,
+        deadline: Option<tokio::time::Instant>,
+        accept_jobs: bool,
+    ) -> DriverInput<J, M> {
+        // The end of membership first; then jobs and inbound messages in turn (under load
+        // neither the handles' jobs nor the peers' messages — the answers to those jobs
+        // among them — may starve the other).
+        self.jobs_first = !self.jobs_first;
+        macro_rules! wait {
+            ($first:ident = $first_fut:expr => $first_out:expr, $second:ident = $second_fut:expr => $second_out:expr) => {
+                tokio::select! {
+                    biased;
+                    _ = self.cluster.wait_membership_ended() => DriverInput::Stop,
+                    $first = $first_fut => { $first_out },
+                    $second = $second_fut => { $second_out },
+                    changed = self.views.changed() => match changed {
+                        Ok(()) => DriverInput::View(self.views.borrow_and_update().clone()),
+                        Err(_) => DriverInput::Stop,
+                    },
+                    _ = crate::clock::sleep_until(deadline) => DriverInput::Timeout,
+                    _ = self.tick.tick() => DriverInput::Tick,
+                }
+            };
+        }
+        let jobs_rx = &mut self.jobs;
+        let jobs = async move {
+            if accept_jobs {
+                jobs_rx.recv().await
+            } else {
+                std::future::pending().await
+            }
+        };
+        let inbound = self.inbound.recv();
+        if self.jobs_first {
+            wait!(job = jobs => job.map_or(DriverInput::Stop, DriverInput::Job),
+                  batch = inbound => batch.map_or(DriverInput::Stop, DriverInput::Inbound))
+        } else {
+            wait!(batch = inbound => batch.map_or(DriverInput::Stop, DriverInput::Inbound),
+                  job = jobs => job.map_or(DriverInput::Stop, DriverInput::Job))
         }
     }
 }

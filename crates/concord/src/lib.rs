@@ -92,7 +92,9 @@ pub mod metrics;
 pub mod node;
 pub mod remote;
 pub mod sample;
+pub mod sharding;
 pub mod singleton;
+pub mod tls;
 
 pub use cluster::{Cluster, ClusterError, Subscription, SubscriptionItem};
 pub use concord_core;

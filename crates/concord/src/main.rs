@@ -9,6 +9,7 @@ use concord::client::{members_table, ManagementClient};
 use concord::config::{env_overrides, Config};
 use concord::ddata::DistributedData;
 use concord::sample::SampleLayer;
+use concord::sharding::Sharding;
 use concord::singleton::ClusterSingletons;
 use concord::Node;
 use tracing::{info, warn};
@@ -36,11 +37,35 @@ struct ManagementArg {
     /// Bearer token for write routes (`management.bearer-token` of the node).
     #[arg(long, env = "CONCORD_MANAGEMENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// For an HTTPS management API: the certificate authorities to trust, PEM (e.g.
+    /// `certs/ca.crt`). The server's name is not checked unless `--verify-hostname`.
+    #[arg(long, env = "CONCORD_CA_CERTIFICATES")]
+    ca_certificates: Option<PathBuf>,
+    /// A client certificate to present, PEM (e.g. `certs/client.root.crt`); it authorises
+    /// write routes like the token. Needs `--client-key`.
+    #[arg(long, env = "CONCORD_CLIENT_CERTIFICATE", requires = "client_key")]
+    client_certificate: Option<PathBuf>,
+    /// The client certificate's key, PEM.
+    #[arg(long, env = "CONCORD_CLIENT_KEY", requires = "client_certificate")]
+    client_key: Option<PathBuf>,
+    /// Check that the server's certificate names the host of `--management`.
+    #[arg(long)]
+    verify_hostname: bool,
 }
 
 impl ManagementArg {
-    fn client(&self) -> ManagementClient {
-        ManagementClient::new(&self.management).with_token(self.token.clone())
+    fn client(&self) -> anyhow::Result<ManagementClient> {
+        let c = ManagementClient::new(&self.management).with_token(self.token.clone());
+        Ok(match &self.ca_certificates {
+            None => c,
+            Some(ca) => {
+                let identity = self
+                    .client_certificate
+                    .as_deref()
+                    .zip(self.client_key.as_deref());
+                c.with_tls(ca, identity, self.verify_hostname)?
+            }
+        })
     }
 }
 
@@ -72,8 +97,9 @@ enum Commands {
         /// Directory for the node's files (durable Distributed Data; `data-dir`).
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Run the sample application: a singleton and a replicated counter on the
-        /// management port (`/sample/...`, see docs/SAMPLE.md).
+        /// Run the sample application on the management port (`/sample/...`, see
+        /// docs/SAMPLE.md): a singleton, a replicated counter, and the sharded entity
+        /// types `counter` and `log`.
         #[arg(long)]
         sample: bool,
     },
@@ -99,6 +125,17 @@ enum Commands {
         #[command(flatten)]
         m: ManagementArg,
     },
+    /// Show the shards of entity type NAME: every region with its shards and entities
+    /// (GET /cluster/shards/NAME).
+    Shards {
+        /// The entity type.
+        name: String,
+        #[command(flatten)]
+        m: ManagementArg,
+        /// Print the JSON of GET /cluster/shards/NAME (with every shard).
+        #[arg(long)]
+        json: bool,
+    },
     /// Mark the member at ADDRESS as Down.
     Down {
         /// Member address.
@@ -112,11 +149,78 @@ enum Commands {
         #[arg(long, default_value_t = 5)]
         nodes: usize,
     },
+    /// Make certificates for a TLS cluster (CockroachDB's `cockroach cert`): a CA, node
+    /// certificates, client certificates, under ca.crt/ca.key, node.crt/node.key,
+    /// client.NAME.crt/client.NAME.key in one directory (docs/SECURITY.md).
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
     /// Measure Concord against a physical baseline.
     Bench {
         #[command(subcommand)]
         bench: BenchCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct CertsArgs {
+    /// The certificate directory (created if missing).
+    #[arg(long, env = "CONCORD_CERTS_DIR")]
+    dir: PathBuf,
+    /// The CA key file (default: DIR/ca.key); keep it off the nodes.
+    #[arg(long)]
+    ca_key: Option<PathBuf>,
+    /// Replace existing files.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+// The subcommands are named after CockroachDB's (`create-ca`, `create-node`, ...).
+#[allow(clippy::enum_variant_names)]
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// A new certificate authority: DIR/ca.crt and its key.
+    CreateCa {
+        #[command(flatten)]
+        args: CertsArgs,
+    },
+    /// A node certificate signed by the CA of DIR, for every HOST (DNS names or IP
+    /// addresses the node is reached at): DIR/node.crt, DIR/node.key.
+    CreateNode {
+        #[command(flatten)]
+        args: CertsArgs,
+        /// Host names and IP addresses.
+        #[arg(required = true)]
+        hosts: Vec<String>,
+    },
+    /// A client certificate named NAME signed by the CA of DIR (for the CLI and other
+    /// clients of the management API): DIR/client.NAME.crt, DIR/client.NAME.key.
+    CreateClient {
+        #[command(flatten)]
+        args: CertsArgs,
+        /// The client's name (its certificate's common name).
+        name: String,
+    },
+}
+
+fn certs(command: CertsCommand) -> anyhow::Result<()> {
+    use concord::tls::certs;
+    let written = match command {
+        CertsCommand::CreateCa { args } => {
+            certs::create_ca(&args.dir, args.ca_key.as_deref(), args.overwrite)?
+        }
+        CertsCommand::CreateNode { args, hosts } => {
+            certs::create_node(&args.dir, &hosts, args.ca_key.as_deref(), args.overwrite)?
+        }
+        CertsCommand::CreateClient { args, name } => {
+            certs::create_client(&args.dir, &name, args.ca_key.as_deref(), args.overwrite)?
+        }
+    };
+    for f in written {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -134,6 +238,10 @@ enum BenchCommand {
         /// max_heartbeat_rtt_ms, unreachable_seen.
         #[arg(long)]
         json: bool,
+        /// Remoting security of the Concord runs: plain, secret (cluster secret) or tls
+        /// (TLS 1.3, mutual authentication).
+        #[arg(long, value_enum, default_value = "plain")]
+        security: concord::bench::remote::BenchSecurity,
     },
     /// Time from a graceful leave of the singleton's node to the new instance running
     /// (default timings; Akka measured 5.3-7.1 s).
@@ -141,6 +249,26 @@ enum BenchCommand {
         /// Hand-overs to measure (the cluster starts with runs + 2 nodes).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cluster Sharding: entity tell throughput local and remote on 3 nodes next to raw
+    /// TCP, ask latency at half the peak, rebalance time to a 4th node (1000 shards,
+    /// default settings), memory per idle entity.
+    Sharding {
+        /// Message size, bytes.
+        #[arg(long, default_value_t = 100)]
+        payload_bytes: usize,
+        /// Measured time of each throughput run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Idle entities of the memory measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        entities: usize,
+        /// Skip the rebalance measurement.
+        #[arg(long)]
+        skip_rebalance: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -172,6 +300,7 @@ fn init_logging(default: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    concord::tls::install_default_provider();
     let cli = Cli::parse();
     let result = match cli.command {
         Commands::Node {
@@ -197,10 +326,18 @@ async fn main() -> ExitCode {
             );
             run_node(config, overrides, sample).await
         }
-        Commands::Members { m, json } => members(&m.management, json).await,
-        Commands::Join { address, m } => print_result(m.client().join(&address).await),
+        Commands::Members { m, json } => members(&m, json).await,
+        Commands::Join { address, m } => match m.client() {
+            Ok(c) => print_result(c.join(&address).await),
+            Err(e) => Err(e),
+        },
         Commands::Leave { address, m } => leave(&m, address).await,
-        Commands::Down { address, m } => print_result(m.client().operation(&address, "Down").await),
+        Commands::Down { address, m } => match m.client() {
+            Ok(c) => print_result(c.operation(&address, "Down").await),
+            Err(e) => Err(e),
+        },
+        Commands::Shards { name, m, json } => shards(&m, &name, json).await,
+        Commands::Certs { command } => certs(command),
         Commands::Demo { nodes } => {
             init_logging("warn");
             concord::demo::run(nodes).await
@@ -211,10 +348,11 @@ async fn main() -> ExitCode {
                     payload_bytes,
                     duration,
                     json,
+                    security,
                 },
         } => {
             init_logging("warn");
-            bench_remote(payload_bytes, duration, json).await
+            bench_remote(payload_bytes, duration, json, security).await
         }
         Commands::Bench {
             bench: BenchCommand::Singleton { runs, json },
@@ -224,6 +362,32 @@ async fn main() -> ExitCode {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
                     print!("{}", concord::bench::singleton::report(&r));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Commands::Bench {
+            bench:
+                BenchCommand::Sharding {
+                    payload_bytes,
+                    duration,
+                    entities,
+                    skip_rebalance,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let settings = concord::bench::sharding::ShardingBenchSettings {
+                payload_bytes,
+                duration,
+                entities,
+                skip_rebalance,
+            };
+            match concord::bench::sharding::run_sharding(&settings).await {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", concord::bench::sharding::report(&r));
                     Ok(())
                 }
                 Err(e) => Err(e),
@@ -266,10 +430,12 @@ async fn bench_remote(
     payload_bytes: usize,
     duration: std::time::Duration,
     json: bool,
+    security: concord::bench::remote::BenchSecurity,
 ) -> anyhow::Result<()> {
     let settings = concord::bench::RemoteBenchSettings {
         payload_bytes,
         duration,
+        security,
     };
     if !json {
         eprintln!(
@@ -293,7 +459,7 @@ fn print_result(r: Result<String, concord::client::ClientError>) -> anyhow::Resu
 }
 
 async fn leave(m: &ManagementArg, address: Option<String>) -> anyhow::Result<()> {
-    let client = m.client();
+    let client = m.client()?;
     let address = match address {
         Some(a) => a,
         None => client.members().await?.self_node,
@@ -301,8 +467,18 @@ async fn leave(m: &ManagementArg, address: Option<String>) -> anyhow::Result<()>
     print_result(client.operation(&address, "Leave").await)
 }
 
-async fn members(url: &str, json: bool) -> anyhow::Result<()> {
-    let m = ManagementClient::new(url).members().await?;
+async fn shards(m: &ManagementArg, name: &str, json: bool) -> anyhow::Result<()> {
+    let r = m.client()?.shards(name).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", concord::client::shards_table(&r));
+    }
+    Ok(())
+}
+
+async fn members(arg: &ManagementArg, json: bool) -> anyhow::Result<()> {
+    let m = arg.client()?.members().await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&m)?);
     } else {
@@ -374,13 +550,17 @@ async fn run_node(
     }
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
+    let mut sharding = Sharding::new();
+    let entities =
+        sample.then(|| concord::sample::entities::init(&mut sharding, &config, replicator.clone()));
     let mut builder = Node::builder(config).layer(ddata);
-    if sample {
+    if let Some(entities) = entities {
         let proxy = concord::sample::add_singleton(&mut singletons);
-        builder = builder.layer(SampleLayer::new(replicator, proxy));
+        builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
     }
     let node = builder
         .layer(singletons)
+        .layer(sharding)
         .start()
         .await
         .context("cannot start the node")?;

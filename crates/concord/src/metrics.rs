@@ -13,6 +13,10 @@
 //!   carried out (each is also logged at warn with the decision and the downed members)
 //! - `concord_cluster_gossip_rounds_total{node}`, `concord_cluster_gossip_bytes_{in,out}_total{node}`
 //! - `concord_cluster_heartbeat_rtt_seconds{node}` — heartbeat round trips (summary)
+//! - `concord_cluster_refused_messages_total{node,reason}` — membership messages refused:
+//!   `non-member` (gossip, status, InitJoinAck from outside the view), `implausible-clock`
+//!   (a vector-clock counter far ahead), `join-throttled` (InitJoin/Join/heartbeats of
+//!   strangers over the rate limit)
 //!
 //! Remoting (copied from the transport's counters when scraped):
 //! - `concord_remote_{frames,bytes}_{in,out}_total{node,lane}`, `concord_remote_writes_total{node,lane}`,
@@ -22,6 +26,13 @@
 //!   `concord_remote_unknown_messages_total{node,protocol}` — by registered protocol
 //! - `concord_remote_unknown_protocol_total{node}`, `concord_remote_wrong_incarnation_total{node}`,
 //!   `concord_remote_malformed_frames_total{node}`, `concord_remote_handshakes_refused_total{node}`
+//! - Security and limits: `concord_remote_authentication_failures_total{node}` (inbound TLS,
+//!   certificate name or cluster secret), `..._outbound_authentication_failures_total`,
+//!   `..._handshake_timeouts_total`, `..._connections_refused_total` (connection caps),
+//!   `..._read_timeouts_total`, `..._buffer_limit_hits_total`,
+//!   `..._decompression_limit_hits_total` (gzip bombs), `..._accept_errors_total` (e.g.
+//!   EMFILE); gauges `concord_remote_inbound_connections{node}` and
+//!   `concord_remote_max_inbound_connections{node}`; `concord_tls_reloads_total{node,result}`
 //!
 //! Distributed Data:
 //! - `concord_ddata_keys{node}` — keys held, tombstones included (gauge)
@@ -39,6 +50,24 @@
 //! - `concord_singleton_instances_started_total{node,name}`, `concord_singleton_hand_overs_total{node,name}`
 //! - `concord_singleton_proxy_buffered{node,name}` (gauge), `concord_singleton_proxy_dropped_total{node,name}`
 //! - `concord_singleton_lease_refused_total{node,name}` — lease acquisitions refused (`use-lease`)
+//!
+//! Cluster Sharding (per entity type):
+//! - `concord_sharding_shards{node,type}`, `concord_sharding_entities{node,type}` — hosted here
+//!   (gauges)
+//! - `concord_sharding_handoffs_in_progress{node,type}` (gauge),
+//!   `concord_sharding_handoffs_started_total{node,type}` (as the old home),
+//!   `concord_sharding_handoffs_completed_total{node,type}` (as the new home)
+//! - `concord_sharding_buffered_messages{node,type}` (gauge),
+//!   `concord_sharding_dropped_messages_total{node,type,reason}` (`buffer-full`,
+//!   `mailbox-full`, `other`), `concord_sharding_forwarded_messages_total{node,type}`,
+//!   `concord_sharding_held_for_order_total{node,type}`,
+//!   `concord_sharding_outbound_backlog{node}` — frames waiting for room in a peer's lane
+//! - `concord_sharding_rebalance_rounds_total{node,type}`,
+//!   `concord_sharding_shards_allocated_total{node,type}`, `concord_sharding_coordinator{node,type}`
+//!   (1 where the coordinator runs)
+//! - `concord_sharding_entities_started_total{node,type}`,
+//!   `concord_sharding_entities_passivated_total{node,type}`,
+//!   `concord_sharding_invalid_messages_total{node,type}`
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
@@ -104,6 +133,14 @@ pub(crate) fn record_membership(node: &str, view: &MembershipView, stats: &CoreS
         .absolute(stats.gossip_rounds);
     metrics::counter!("concord_cluster_sbr_decisions_total", "node" => node.to_string())
         .absolute(stats.sbr_decisions);
+    for (reason, v) in [
+        ("non-member", stats.refused_non_member),
+        ("implausible-clock", stats.implausible_clocks),
+        ("join-throttled", stats.join_requests_throttled),
+    ] {
+        metrics::counter!("concord_cluster_refused_messages_total", "node" => node.to_string(), "reason" => reason)
+            .absolute(v);
+    }
 }
 
 /// Copies the transport's counters into the registry (called when `/metrics` is scraped).
@@ -157,8 +194,55 @@ pub fn record_transport(node: &concord_core::Address, t: &TransportStats) {
             "concord_remote_handshakes_refused_total",
             &t.handshakes_refused,
         ),
+        (
+            "concord_remote_authentication_failures_total",
+            &t.authentication_failures,
+        ),
+        (
+            "concord_remote_outbound_authentication_failures_total",
+            &t.outbound_authentication_failures,
+        ),
+        (
+            "concord_remote_handshake_timeouts_total",
+            &t.handshake_timeouts,
+        ),
+        (
+            "concord_remote_connections_refused_total",
+            &t.connections_refused,
+        ),
+        ("concord_remote_read_timeouts_total", &t.read_timeouts),
+        (
+            "concord_remote_buffer_limit_hits_total",
+            &t.buffer_limit_hits,
+        ),
+        (
+            "concord_remote_decompression_limit_hits_total",
+            &t.decompression_limit_hits,
+        ),
+        ("concord_remote_accept_errors_total", &t.accept_errors),
     ] {
         metrics::counter!(name, "node" => node.clone()).absolute(v.load(Relaxed));
+    }
+}
+
+/// Inbound connections open now and the cap in effect (gauges), and the TLS reload
+/// counters when TLS is configured.
+pub fn record_connections(
+    node: &concord_core::Address,
+    open: usize,
+    cap: usize,
+    tls: Option<&crate::tls::TlsReloadStats>,
+) {
+    let _ = handle();
+    let node = node.to_string();
+    metrics::gauge!("concord_remote_inbound_connections", "node" => node.clone()).set(open as f64);
+    metrics::gauge!("concord_remote_max_inbound_connections", "node" => node.clone())
+        .set(cap as f64);
+    if let Some(t) = tls {
+        metrics::counter!("concord_tls_reloads_total", "node" => node.clone(), "result" => "ok")
+            .absolute(t.reloads.load(Relaxed));
+        metrics::counter!("concord_tls_reloads_total", "node" => node, "result" => "failed")
+            .absolute(t.failures.load(Relaxed));
     }
 }
 
@@ -239,4 +323,81 @@ pub(crate) fn record_singleton(
     metrics::counter!("concord_singleton_hand_overs_total", &labels).absolute(manager.hand_overs);
     metrics::gauge!("concord_singleton_proxy_buffered", &labels).set(buffered as f64);
     metrics::counter!("concord_singleton_proxy_dropped_total", &labels).absolute(proxy.dropped);
+}
+
+/// What an operator watches of one entity type's sharding on one node.
+pub(crate) struct ShardingGauges {
+    pub(crate) shards: usize,
+    pub(crate) entities: usize,
+    pub(crate) handoffs_in_progress: usize,
+    pub(crate) buffered: usize,
+    pub(crate) backlogged: usize,
+    pub(crate) coordinator: bool,
+    pub(crate) mailbox_dropped: u64,
+}
+
+/// Cluster Sharding gauges and counters of one entity type on one node.
+pub(crate) fn record_sharding(
+    node: &str,
+    type_name: &str,
+    g: &ShardingGauges,
+    s: &concord_core::sharding::ShardingStats,
+) {
+    let _ = handle();
+    let labels = [("node", node.to_string()), ("type", type_name.to_string())];
+    metrics::gauge!("concord_sharding_shards", &labels).set(g.shards as f64);
+    metrics::gauge!("concord_sharding_entities", &labels).set(g.entities as f64);
+    metrics::gauge!("concord_sharding_handoffs_in_progress", &labels)
+        .set(g.handoffs_in_progress as f64);
+    metrics::gauge!("concord_sharding_buffered_messages", &labels).set(g.buffered as f64);
+    metrics::gauge!("concord_sharding_outbound_backlog", "node" => node.to_string())
+        .set(g.backlogged as f64);
+    metrics::gauge!("concord_sharding_coordinator", &labels).set(if g.coordinator {
+        1.0
+    } else {
+        0.0
+    });
+    for (name, v) in [
+        (
+            "concord_sharding_handoffs_started_total",
+            s.handoffs_started,
+        ),
+        (
+            "concord_sharding_handoffs_completed_total",
+            s.handoffs_completed,
+        ),
+        ("concord_sharding_forwarded_messages_total", s.forwarded),
+        ("concord_sharding_held_for_order_total", s.held_for_order),
+        (
+            "concord_sharding_rebalance_rounds_total",
+            s.rebalance_rounds,
+        ),
+        (
+            "concord_sharding_shards_allocated_total",
+            s.shards_allocated,
+        ),
+        (
+            "concord_sharding_entities_started_total",
+            s.entities_started,
+        ),
+        (
+            "concord_sharding_entities_passivated_total",
+            s.entities_passivated,
+        ),
+        (
+            "concord_sharding_invalid_messages_total",
+            s.invalid_messages,
+        ),
+    ] {
+        metrics::counter!(name, &labels).absolute(v);
+    }
+    for (reason, v) in [
+        ("buffer-full", s.dropped_buffer_full),
+        ("mailbox-full", g.mailbox_dropped),
+        ("other", s.dropped_other),
+    ] {
+        let mut l = labels.to_vec();
+        l.push(("reason", reason.to_string()));
+        metrics::counter!("concord_sharding_dropped_messages_total", &l).absolute(v);
+    }
 }

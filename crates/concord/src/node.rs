@@ -25,6 +25,9 @@ use crate::lease::{FileLease, Lease};
 use crate::management::{self, ManagementError, ManagementState};
 use crate::remote::{ProtocolRegistry, Transport, TransportError};
 
+/// How often the TLS files are checked for changes (certificate rotation).
+pub const TLS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -87,6 +90,7 @@ impl NodeBuilder {
     /// no seed nodes and `bootstrap.contact-point-discovery.service-name` set, runs Cluster
     /// Bootstrap ([`crate::bootstrap`]).
     pub async fn start(self) -> Result<Node, NodeError> {
+        crate::tls::install_default_provider();
         let NodeBuilder {
             mut config,
             discovery,
@@ -134,14 +138,21 @@ impl NodeBuilder {
             span.in_scope(|| CoordinatedShutdown::new(config.coordinated_shutdown_settings()));
 
         // Every protocol is registered before remoting binds.
-        let transport_settings = config.transport_settings();
+        let mut transport_settings = config.transport_settings();
+        transport_settings.tls = config.remote.tls_context()?;
+        transport_settings.secret = config.remote.cluster_secret()?;
+        if let Some(tls) = &transport_settings.tls {
+            tls.spawn_reloader(TLS_RELOAD_INTERVAL, "remote");
+        }
+        for w in config.security_warnings() {
+            tracing::warn!("{w}");
+        }
         let mut registry = ProtocolRegistry::new();
-        let membership_inbound =
-            cluster::register_protocol(&mut registry, transport_settings.inbound_queue_size)
-                .map_err(|e| LayerError {
-                    layer: "membership",
-                    message: e.to_string(),
-                })?;
+        let membership_inbound = cluster::register_protocol(&mut registry, &transport_settings)
+            .map_err(|e| LayerError {
+                layer: "membership",
+                message: e.to_string(),
+            })?;
         for l in &mut layers {
             l.register(&mut registry, &transport_settings)?;
         }
@@ -230,9 +241,10 @@ impl Node {
                 cluster: self.cluster.clone(),
                 transport: self.transport.clone(),
                 fault_injection: config.testkit.fault_injection,
+                warnings: config.security_warnings(),
             };
             self.management_addr = Some(
-                management::serve(state, &config.management, routes)
+                management::serve(state, &config.management, &config.remote.hostname, routes)
                     .instrument(span.clone())
                     .await?,
             );

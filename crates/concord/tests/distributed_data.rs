@@ -425,10 +425,13 @@ async fn sample_routes_answer_and_obey_the_management_access_rules() {
         let (ddata, replicator) = DistributedData::with_settings(settings());
         let mut singletons = ClusterSingletons::new();
         let proxy = add_singleton(&mut singletons);
+        let mut sharding = concord::sharding::Sharding::new();
+        let entities = concord::sample::entities::init(&mut sharding, &c, replicator.clone());
         Node::builder(c)
             .layer(ddata)
-            .layer(SampleLayer::new(replicator, proxy))
+            .layer(SampleLayer::new(replicator, proxy, entities))
             .layer(singletons)
+            .layer(sharding)
             .start()
     };
     let node = start_sample(Some("s3cret")).await.unwrap();

@@ -18,27 +18,76 @@ const T: Duration = Duration::from_secs(90);
 
 struct Compose {
     project: String,
-    file: String,
+    files: Vec<String>,
+    env: Vec<(&'static str, String)>,
+    /// The CA of the TLS variant (the management API is HTTPS then).
+    tls_ca: Option<std::path::PathBuf>,
+}
+
+fn deploy_file(name: &str) -> String {
+    format!("{}/../../deploy/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 impl Compose {
-    fn new() -> Compose {
-        let file = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/docker-compose.yml"
-        );
+    fn new(initial: usize) -> Compose {
         Compose {
             project: format!("concordtest{}", std::process::id()),
-            file: file.to_string(),
+            files: vec![deploy_file("docker-compose.yml")],
+            env: vec![
+                ("CONCORD_IMAGE", image()),
+                ("CONCORD_INITIAL_NODES", initial.to_string()),
+                (
+                    "CONCORD_CLUSTER_SECRET",
+                    "compose-test-cluster-secret-0123456789".into(),
+                ),
+            ],
+            tls_ca: None,
+        }
+    }
+
+    /// The TLS variant (deploy/docker-compose.tls.yml) with the certificates in `certs`.
+    fn tls(initial: usize, certs: &std::path::Path) -> Compose {
+        let mut c = Compose::new(initial);
+        c.project = format!("concordtlstest{}", std::process::id());
+        c.files.push(deploy_file("docker-compose.tls.yml"));
+        c.env.retain(|(k, _)| *k != "CONCORD_CLUSTER_SECRET");
+        c.env
+            .push(("CONCORD_CERTS_DIR", certs.display().to_string()));
+        c.tls_ca = Some(certs.join("ca.crt"));
+        c
+    }
+
+    fn base_args(&self) -> Vec<String> {
+        let mut a = vec!["-p".to_string(), self.project.clone()];
+        for f in &self.files {
+            a.push("-f".into());
+            a.push(f.clone());
+        }
+        a
+    }
+
+    fn compose(&self) -> Command {
+        let mut cmd = Command::new("docker-compose");
+        cmd.args(self.base_args());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn client(&self, ip: &str) -> ManagementClient {
+        match &self.tls_ca {
+            None => ManagementClient::new(&format!("http://{ip}:8558")),
+            Some(ca) => ManagementClient::new(&format!("https://{ip}:8558"))
+                .with_tls(ca, None, false)
+                .unwrap(),
         }
     }
 
     fn run(&self, args: &[&str]) {
-        let out = Command::new("docker-compose")
-            .args(["-p", &self.project, "-f", &self.file])
+        let out = self
+            .compose()
             .args(args)
-            .env("CONCORD_IMAGE", image())
-            .env("CONCORD_INITIAL_NODES", "5")
             .output()
             .expect("run docker-compose");
         assert!(
@@ -73,7 +122,7 @@ impl Compose {
         let cs = self.containers();
         cs.len() == n
             && cs.iter().all(|c| {
-                let client = ManagementClient::new(&format!("http://{}:8558", self.ip(c)));
+                let client = self.client(&self.ip(c));
                 match rt.block_on(client.members()) {
                     Ok(m) => {
                         m.members.len() == n
@@ -93,8 +142,9 @@ impl Compose {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        let logs = Command::new("docker-compose")
-            .args(["-p", &self.project, "-f", &self.file, "logs", "--no-color"])
+        let logs = self
+            .compose()
+            .args(["logs", "--no-color"])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
             .unwrap_or_default();
@@ -104,18 +154,7 @@ impl Compose {
 
 impl Drop for Compose {
     fn drop(&mut self) {
-        let _ = Command::new("docker-compose")
-            .args([
-                "-p",
-                &self.project,
-                "-f",
-                &self.file,
-                "down",
-                "-v",
-                "-t",
-                "5",
-            ])
-            .output();
+        let _ = self.compose().args(["down", "-v", "-t", "5"]).output();
     }
 }
 
@@ -124,7 +163,7 @@ impl Drop for Compose {
 fn compose_replicas_bootstrap_one_cluster_scale_out_and_leave_gracefully() {
     let _s = serial();
     let rt = runtime();
-    let compose = Compose::new();
+    let compose = Compose::new(5);
     compose.run(&["up", "-d", "--scale", "concord=5"]);
     compose.wait("one cluster of 5", || compose.one_cluster_of(&rt, 5));
     let formers = compose
@@ -151,4 +190,31 @@ fn compose_replicas_bootstrap_one_cluster_scale_out_and_leave_gracefully() {
     compose.wait("6 members after the graceful stop", || {
         compose.one_cluster_of(&rt, 6)
     });
+}
+
+#[test]
+#[ignore = "needs Docker and the concord image: run scripts/test"]
+fn the_tls_variant_forms_one_cluster_over_mutual_tls_from_concord_certs() {
+    let _s = serial();
+    let rt = runtime();
+    let certs = tempfile::tempdir().unwrap();
+    let ca_keys = tempfile::tempdir().unwrap();
+    let ca_key = ca_keys.path().join("ca.key");
+    let d = certs.path();
+    concord::tls::certs::create_ca(d, Some(&ca_key), false).unwrap();
+    concord::tls::certs::create_node(
+        d,
+        &["concord".into(), "localhost".into()],
+        Some(&ca_key),
+        false,
+    )
+    .unwrap();
+    // The container reads the key as its own (root) user; the directory must be reachable.
+    let compose = Compose::tls(3, d);
+    compose.run(&["up", "-d", "--scale", "concord=3"]);
+    compose.wait("one TLS cluster of 3", || compose.one_cluster_of(&rt, 3));
+    // The management API is HTTPS only: plain HTTP gets no answer.
+    let ip = compose.ip(&compose.containers()[0]);
+    let plain = ManagementClient::new(&format!("http://{ip}:8558"));
+    assert!(rt.block_on(plain.members()).is_err());
 }

@@ -76,6 +76,7 @@ async fn unknown_protocols_and_message_types_are_counted_and_dropped_and_the_con
         protocol_version: PROTOCOL_VERSION,
         cluster_name: system.into(),
         lane: Lane::Control.index() as u32,
+        nonce: Default::default(),
     };
     write_frame(&mut conn, &hs.encode_to_vec()).await;
     let reply = wire::HandshakeReply::decode(read_frame(&mut conn).await).unwrap();

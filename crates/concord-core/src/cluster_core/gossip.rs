@@ -12,7 +12,7 @@ use crate::gossip::Gossip;
 use crate::member::MemberStatus;
 use crate::membership_state::adjusted_gossip_different_view_probability;
 use crate::message::ClusterMessage;
-use crate::vector_clock::{ClockOrdering, VectorClock};
+use crate::vector_clock::{ClockOrdering, VectorClock, MAX_VECTOR_CLOCK_JUMP};
 
 impl ClusterCore {
     pub(super) fn receive_gossip(
@@ -33,44 +33,32 @@ impl ClusterCore {
             self.stats.ignored += 1;
             return;
         }
+        // Who sent it decides whether the content is used at all: only a member (of this
+        // node's view, not removed) may change this node's state. A non-member's gossip is
+        // taken only as the Join it stands for, or answered when it comes from a removed
+        // node; nothing in it is acted on otherwise (a forged tombstone of this node from a
+        // stranger must not make it shut down).
+        let local = &self.state.latest_gossip;
+        let sender_is_member = local.has_member(from) && !local.tombstones.contains_key(from);
+        if !sender_is_member {
+            self.receive_gossip_from_non_member(now_ms, from, &remote);
+            return;
+        }
+        if let Some((node, counter)) = remote
+            .version
+            .implausible_jump(&local.version, MAX_VECTOR_CLOCK_JUMP)
+        {
+            debug!(%from, %node, counter, local = local.version.get(node), "refusing gossip whose vector clock jumps implausibly far ahead");
+            self.stats.implausible_clocks += 1;
+            return;
+        }
         if remote.tombstones.contains_key(&me) {
             let previous = self.state.self_member().map(|m| m.status);
             self.self_removed(previous);
             return;
         }
-        let local = &self.state.latest_gossip;
-        if remote.has_member(&me) && !local.has_member(from) && !local.tombstones.contains_key(from)
-        {
-            // A member of this cluster welcomed `from` but crashed before its gossip about
-            // the join reached anyone else: `from` now gossips as a Joining member that nobody
-            // else knows, and would stay Joining forever. Its gossip contains this node, so it
-            // was admitted by our cluster; handle it as the Join it sent (found by the
-            // simulator, seeds 5750, 7874 and 7888 of `concord-sim --seeds 10000`).
-            if let Some(m) = remote
-                .members
-                .get(from)
-                .filter(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp))
-            {
-                let (roles, version) = (m.roles.clone(), m.app_version.clone());
-                info!(node = %from, "gossip from a joining node this node did not know: taking it as its Join");
-                self.receive_join(now_ms, from, roles, version);
-                return;
-            }
-        }
-        let local = &self.state.latest_gossip;
-        if local.tombstones.contains_key(from) && remote.has_member(&me) {
-            // A removed node that does not know it yet (it was paused or cut off while the
-            // cluster removed it): answer with this gossip, whose tombstone tells it, so it
-            // shuts down instead of acting on its stale view — e.g. a split brain resolver
-            // deciding for a side the cluster has already downed (found by the simulator,
-            // seed 3954 of `CONCORD_SIM_SEEDS=5000 cargo test -p concord-sim --test ddata`).
-            self.stats.ignored += 1;
-            self.send_gossip_to(from);
-            return;
-        }
-        if !remote.has_member(&me) || !local.has_member(from) || local.tombstones.contains_key(from)
-        {
-            debug!(%from, "ignoring gossip from a node that is not a member or does not know this node");
+        if !remote.has_member(&me) {
+            debug!(%from, "ignoring gossip from a member that does not know this node");
             self.stats.ignored += 1;
             return;
         }
@@ -93,6 +81,47 @@ impl ClusterCore {
         if talkback {
             self.send_gossip_to(from);
         }
+    }
+
+    /// Gossip from a node that is not a member of this node's view.
+    fn receive_gossip_from_non_member(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        remote: &Gossip,
+    ) {
+        let me = self.state.self_unique_address.clone();
+        let local = &self.state.latest_gossip;
+        if local.tombstones.contains_key(from) && remote.has_member(&me) {
+            // A removed node that does not know it yet (it was paused or cut off while the
+            // cluster removed it): answer with this gossip, whose tombstone tells it, so it
+            // shuts down instead of acting on its stale view — e.g. a split brain resolver
+            // deciding for a side the cluster has already downed (found by the simulator,
+            // seed 3954 of `CONCORD_SIM_SEEDS=5000 cargo test -p concord-sim --test ddata`).
+            self.stats.ignored += 1;
+            self.send_gossip_to(from);
+            return;
+        }
+        if remote.has_member(&me) && !local.tombstones.contains_key(from) {
+            // A member of this cluster welcomed `from` but crashed before its gossip about
+            // the join reached anyone else: `from` now gossips as a Joining member that nobody
+            // else knows, and would stay Joining forever. Its gossip contains this node, so it
+            // was admitted by our cluster; handle it as the Join it sent (found by the
+            // simulator, seeds 5750, 7874 and 7888 of `concord-sim --seeds 10000`). It goes
+            // through the same checks as a Join.
+            if let Some(m) = remote
+                .members
+                .get(from)
+                .filter(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp))
+            {
+                let (roles, version) = (m.roles.clone(), m.app_version.clone());
+                info!(node = %from, "gossip from a joining node this node did not know: taking it as its Join");
+                self.receive_join(now_ms, from, roles, version);
+                return;
+            }
+        }
+        debug!(%from, "ignoring gossip from a node that is not a member");
+        self.stats.refused_non_member += 1;
     }
 
     /// `g` marked as seen by this node — unless `g` shows this node Exiting while its
@@ -129,10 +158,11 @@ impl ClusterCore {
             self.send_gossip_to(from);
             return;
         }
-        if !self.initialized
-            || !local.has_member(from)
-            || !local.overview.reachability.is_reachable_from(&me, from)
-        {
+        if !self.initialized || !local.has_member(from) {
+            self.stats.refused_non_member += 1;
+            return;
+        }
+        if !local.overview.reachability.is_reachable_from(&me, from) {
             self.stats.ignored += 1;
             return;
         }

@@ -248,7 +248,13 @@ impl ClusterCore {
     }
 
     pub(super) fn receive_init_join_ack(&mut self, now_ms: u64, from: &UniqueAddress) {
+        // Only a seed this node asked may direct its join (a stranger's InitJoinAck would
+        // otherwise make it join the stranger's "cluster").
         if let JoinProcess::SeedNodes { seeds, .. } = &self.join {
+            if !seeds.contains(&from.address) {
+                self.stats.refused_non_member += 1;
+                return;
+            }
             let seeds = seeds.clone();
             self.send_join(now_ms, from.address.clone(), Some(seeds));
         }

@@ -43,6 +43,7 @@ use crate::membership_state::MembershipState;
 use crate::membership_view::MembershipView;
 use crate::message::ClusterMessage;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::rate_limit::TokenBucket;
 use crate::settings::ClusterSettings;
 use crate::split_brain_resolver::{Decision, SplitBrainResolver};
 use crate::timers::TimerTable;
@@ -114,6 +115,15 @@ pub struct CoreStats {
     pub ignored: u64,
     /// Split brain resolver decisions carried out by this node.
     pub sbr_decisions: u64,
+    /// Messages refused because the sender is not a member (gossip, status, heartbeats
+    /// from a node outside this node's view; only InitJoin and Join may come from one).
+    pub refused_non_member: u64,
+    /// Gossip refused because a vector-clock counter was implausibly far ahead
+    /// ([`crate::vector_clock::MAX_VECTOR_CLOCK_JUMP`]).
+    pub implausible_clocks: u64,
+    /// InitJoin and Join requests from non-members dropped by the rate limit
+    /// ([`JOIN_REQUESTS_PER_SECOND`], burst [`JOIN_REQUEST_BURST`]).
+    pub join_requests_throttled: u64,
 }
 
 /// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
@@ -152,12 +162,23 @@ pub struct ClusterCore {
     quarantines: VecDeque<UniqueAddress>,
     lease_requests: VecDeque<LeaseRequest>,
     stats: CoreStats,
+    /// Rate limit of InitJoin, Join and heartbeats answered for non-members.
+    non_member_requests: TokenBucket,
     state_changes: u64,
     sbr: Option<SplitBrainResolver>,
     /// The latest split brain resolver decisions this node carried out (at most
     /// [`SBR_DECISIONS_KEPT`]), oldest first.
     sbr_decisions: VecDeque<SbrDecisionRecord>,
 }
+
+/// InitJoin, Join and heartbeat requests from non-members a node answers per second (on
+/// average); more are dropped and counted ([`CoreStats::join_requests_throttled`]). A
+/// joining node retries, so a legitimate join is only delayed by a flood.
+pub const JOIN_REQUESTS_PER_SECOND: u64 = 20;
+
+/// Non-member requests answered at once before [`JOIN_REQUESTS_PER_SECOND`] applies (a
+/// large cluster starting all at once).
+pub const JOIN_REQUEST_BURST: u64 = 100;
 
 /// How many recent resolver decisions a node keeps for inspection.
 pub const SBR_DECISIONS_KEPT: usize = 16;
@@ -219,6 +240,7 @@ impl ClusterCore {
             lease_requests: VecDeque::new(),
             sbr_decisions: VecDeque::new(),
             stats: CoreStats::default(),
+            non_member_requests: TokenBucket::new(JOIN_REQUEST_BURST, JOIN_REQUESTS_PER_SECOND),
             state_changes: 0,
             sbr,
         }
@@ -389,17 +411,34 @@ impl ClusterCore {
 
     // ------------------------------------------------------------------ messages
 
+    /// True if a request from `from` may be answered: always for a member of this node's
+    /// view; for anyone else within the rate limit of [`JOIN_REQUESTS_PER_SECOND`] (each
+    /// answer may open a connection to the address the request claims).
+    fn admit_non_member_request(&mut self, now_ms: u64, from: &UniqueAddress) -> bool {
+        if self.state.latest_gossip.has_member(from) || self.non_member_requests.try_take(now_ms) {
+            return true;
+        }
+        self.stats.join_requests_throttled += 1;
+        false
+    }
+
     /// Handles a message from `from` (authenticated by the transport handshake).
     pub fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, msg: ClusterMessage) {
         if self.shutdown.is_some() {
             return;
         }
         match msg {
-            ClusterMessage::InitJoin => self.receive_init_join(from),
+            ClusterMessage::InitJoin => {
+                if self.admit_non_member_request(now_ms, from) {
+                    self.receive_init_join(from);
+                }
+            }
             ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
             ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
             ClusterMessage::Join { roles, app_version } => {
-                self.receive_join(now_ms, from, roles, app_version)
+                if self.admit_non_member_request(now_ms, from) {
+                    self.receive_join(now_ms, from, roles, app_version);
+                }
             }
             ClusterMessage::Welcome { gossip } => self.receive_welcome(now_ms, from, gossip),
             ClusterMessage::GossipEnvelope { to, gossip } => {
@@ -412,13 +451,19 @@ impl ClusterCore {
             ClusterMessage::Heartbeat {
                 sequence_nr,
                 creation_time_ms,
-            } => self.send(
-                from,
-                ClusterMessage::HeartbeatRsp {
-                    sequence_nr,
-                    creation_time_ms,
-                },
-            ),
+            } => {
+                // A member that joined after this node's latest gossip may heartbeat it
+                // first: non-members are answered too, within the rate limit.
+                if self.admit_non_member_request(now_ms, from) {
+                    self.send(
+                        from,
+                        ClusterMessage::HeartbeatRsp {
+                            sequence_nr,
+                            creation_time_ms,
+                        },
+                    );
+                }
+            }
             ClusterMessage::HeartbeatRsp { .. } => self.receive_heartbeat_rsp(now_ms, from),
         }
     }

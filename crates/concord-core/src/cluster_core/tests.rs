@@ -671,3 +671,4 @@ fn shutdown_after_unsuccessful_join_seed_nodes() {
 }
 
 mod downing;
+mod hostile;

@@ -166,6 +166,21 @@ impl ClusterSingleton {
     /// a member older than this node was removed less than the removal margin ago: it may
     /// still run the instance, so wait for it as for a previous oldest.
     fn goto_oldest(&mut self, now_ms: u64) {
+        // A node that is leaving never starts an instance: the others stopped counting it
+        // as a candidate when they saw it Leaving, so one of them may start its own. (It
+        // still counts itself until its `cluster-exiting` phase, which may come later —
+        // e.g. after sharding's hand-over phase — so that an instance it runs is handed
+        // over in order.)
+        if matches!(
+            self.manager.self_status,
+            Some(MemberStatus::Leaving) | Some(MemberStatus::Exiting)
+        ) {
+            self.timers.cancel(&SingletonTimer::Retry);
+            self.manager.state = State::Younger {
+                previous_oldest: Vec::new(),
+            };
+            return;
+        }
         if !self.manager.removing_older.is_empty() {
             self.manager.state = State::BecomingOldest {
                 previous_oldest: self.manager.removing_older.iter().cloned().collect(),

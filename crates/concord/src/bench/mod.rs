@@ -5,6 +5,8 @@
 //! - [`singleton`]: hand-over time of a singleton on graceful leave of its node.
 //! - [`ddata`]: Distributed Data quorum latency, big-ORSet updates and convergence, and
 //!   steady-state traffic on 5 nodes.
+//! - [`sharding`]: entity tell throughput (local, remote) next to the raw TCP baseline, ask
+//!   latency at half the peak, rebalance time to a new node, memory per idle entity.
 //! - [`cluster`]: in-process clusters for the benchmarks.
 //! - [`layer`]: [`BenchLayer`], the layer that carries the benchmark's payloads
 //!   ([`concord_core::ProtocolId::BENCH`]); tests use it to flood a lane.
@@ -13,6 +15,7 @@ pub mod cluster;
 pub mod ddata;
 pub mod layer;
 pub mod remote;
+pub mod sharding;
 pub mod singleton;
 
 pub use layer::{BenchLayer, BenchProbe};

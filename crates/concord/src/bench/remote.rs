@@ -27,6 +27,19 @@ use super::layer::{payload_frame, BenchLayer, BenchProbe};
 use crate::cluster::SubscriptionItem;
 use crate::node::Node;
 
+/// How the two bench nodes protect remoting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BenchSecurity {
+    /// Plain TCP, no authentication (loopback default).
+    #[default]
+    Plain,
+    /// Plain TCP with a cluster secret proven in each handshake.
+    Secret,
+    /// TLS 1.3 with mutual authentication (certificates made by `concord certs` code).
+    Tls,
+}
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct RemoteBenchSettings {
@@ -34,6 +47,8 @@ pub struct RemoteBenchSettings {
     pub payload_bytes: usize,
     /// Measured time per run, after a 1 s warm-up (default 10 s).
     pub duration: Duration,
+    /// Remoting security of the Concord runs (the raw TCP baseline is always plain).
+    pub security: BenchSecurity,
 }
 
 impl Default for RemoteBenchSettings {
@@ -41,6 +56,7 @@ impl Default for RemoteBenchSettings {
         RemoteBenchSettings {
             payload_bytes: 100,
             duration: Duration::from_secs(10),
+            security: BenchSecurity::Plain,
         }
     }
 }
@@ -70,6 +86,8 @@ pub struct RemoteBenchResult {
     pub payload_bytes: usize,
     /// Measured seconds per run.
     pub duration_s: f64,
+    /// Remoting security of the Concord runs.
+    pub security: BenchSecurity,
 }
 
 const WARM_UP: Duration = Duration::from_secs(1);
@@ -81,8 +99,11 @@ pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<Remote
     let payload = Bytes::from_static(Box::leak(
         vec![0x5a; settings.payload_bytes].into_boxed_slice(),
     ));
-    let (concord, rtt, unreachable) = concord_run(&payload, settings.duration, SEND_BATCH).await?;
-    let (single, rtt1, unreachable1) = concord_run(&payload, settings.duration, 1).await?;
+    let security = Security::new(settings.security)?;
+    let (concord, rtt, unreachable) =
+        concord_run(&payload, settings.duration, SEND_BATCH, &security).await?;
+    let (single, rtt1, unreachable1) =
+        concord_run(&payload, settings.duration, 1, &security).await?;
     let baseline = baseline_run(&payload, settings.duration).await?;
     Ok(RemoteBenchResult {
         concord_msgs_per_s: concord,
@@ -97,15 +118,68 @@ pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<Remote
         unreachable_seen: unreachable || unreachable1,
         payload_bytes: settings.payload_bytes,
         duration_s: settings.duration.as_secs_f64(),
+        security: settings.security,
     })
 }
 
-async fn start_bench_node(seed: Option<u16>) -> anyhow::Result<(Node, BenchProbe)> {
+/// The configuration a [`BenchSecurity`] adds, with the certificate directory it made
+/// (removed when dropped).
+struct Security {
+    mode: BenchSecurity,
+    certs: Option<std::path::PathBuf>,
+}
+
+impl Security {
+    fn new(mode: BenchSecurity) -> anyhow::Result<Self> {
+        let certs = if mode == BenchSecurity::Tls {
+            let dir =
+                std::env::temp_dir().join(format!("concord-bench-certs-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            crate::tls::certs::create_ca(&dir, None, true)?;
+            crate::tls::certs::create_node(&dir, &["127.0.0.1".into()], None, true)?;
+            Some(dir)
+        } else {
+            None
+        };
+        Ok(Security { mode, certs })
+    }
+
+    fn apply(&self, c: &mut crate::config::Config) {
+        match (self.mode, &self.certs) {
+            (BenchSecurity::Secret, _) => {
+                c.remote.secret = Some(crate::config::SecretString(
+                    "concord-bench-cluster-secret-0123456789".into(),
+                ));
+            }
+            (BenchSecurity::Tls, Some(d)) => {
+                c.remote.tls = Some(crate::config::TlsConfig {
+                    certificate: d.join("node.crt"),
+                    private_key: d.join("node.key"),
+                    ca_certificates: d.join("ca.crt"),
+                    verify_peer_hostname: true,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Security {
+    fn drop(&mut self) {
+        if let Some(d) = &self.certs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+async fn start_bench_node(
+    seed: Option<u16>,
+    security: &Security,
+) -> anyhow::Result<(Node, BenchProbe)> {
     let (layer, probe) = BenchLayer::new();
-    let node = Node::builder(bench_config("bench", seed))
-        .layer(layer)
-        .start()
-        .await?;
+    let mut config = bench_config("bench", seed);
+    security.apply(&mut config);
+    let node = Node::builder(config).layer(layer).start().await?;
     if seed.is_none() {
         let me = node.self_address().clone();
         node.cluster().join(me).await?;
@@ -155,9 +229,10 @@ async fn concord_run(
     payload: &Bytes,
     duration: Duration,
     batch: usize,
+    security: &Security,
 ) -> anyhow::Result<(f64, u64, bool)> {
-    let (a, _) = start_bench_node(None).await?;
-    let (b, probe) = start_bench_node(Some(a.remoting_addr().port())).await?;
+    let (a, _) = start_bench_node(None, security).await?;
+    let (b, probe) = start_bench_node(Some(a.remoting_addr().port()), security).await?;
     let result = async {
         wait_both_up(&a, &b).await?;
         let unreachable = Arc::new(AtomicBool::new(false));
@@ -207,7 +282,8 @@ async fn concord_run(
     result
 }
 
-async fn baseline_run(payload: &Bytes, duration: Duration) -> anyhow::Result<f64> {
+/// Messages/s of `payload` one way over raw tokio TCP (the physical baseline).
+pub(crate) async fn baseline_run(payload: &Bytes, duration: Duration) -> anyhow::Result<f64> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let received = Arc::new(AtomicU64::new(0));
@@ -265,7 +341,7 @@ async fn baseline_run(payload: &Bytes, duration: Duration) -> anyhow::Result<f64
 /// The human-readable report.
 pub fn report(r: &RemoteBenchResult) -> String {
     format!(
-        "concord bench remote: {} B payloads, one way, ordinary lane, {:.0} s measured after a 1 s warm-up, {} CPUs\n\
+        "concord bench remote: {} B payloads, one way, ordinary lane, remoting {:?}, {:.0} s measured after a 1 s warm-up, {} CPUs\n\
          \x20 concord ({:>2} per send) {:>12.0} msg/s\n\
          \x20 concord (1 per send)  {:>12.0} msg/s\n\
          \x20 raw tokio TCP         {:>12.0} msg/s\n\
@@ -273,6 +349,7 @@ pub fn report(r: &RemoteBenchResult) -> String {
          \x20 max heartbeat RTT     {:>12} ms\n\
          \x20 unreachable seen      {:>12}\n",
         r.payload_bytes,
+        r.security,
         r.duration_s,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         SEND_BATCH,

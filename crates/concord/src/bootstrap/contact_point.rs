@@ -78,15 +78,15 @@ pub fn seed_nodes_json(self_node: &str, v: &MembershipView) -> SeedNodesJson {
     }
 }
 
-/// The URL of a contact point's seed-nodes route.
-pub fn seed_nodes_url(target: &ResolvedTarget, default_port: u16) -> String {
+/// The URL of a contact point's seed-nodes route (`scheme`: `http` or `https`).
+pub fn seed_nodes_url(scheme: &str, target: &ResolvedTarget, default_port: u16) -> String {
     let host = match target.address {
         Some(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
         Some(ip) => ip.to_string(),
         None => target.host.clone(),
     };
     format!(
-        "http://{host}:{}/bootstrap/seed-nodes",
+        "{scheme}://{host}:{}/bootstrap/seed-nodes",
         target.port.unwrap_or(default_port)
     )
 }
@@ -94,11 +94,12 @@ pub fn seed_nodes_url(target: &ResolvedTarget, default_port: u16) -> String {
 /// Probes one contact point; errors (unreachable, timeout, not our JSON) as text.
 pub async fn probe(
     http: &reqwest::Client,
+    scheme: &str,
     target: &ResolvedTarget,
     default_port: u16,
     timeout: Duration,
 ) -> Result<SeedNodesJson, String> {
-    let url = seed_nodes_url(target, default_port);
+    let url = seed_nodes_url(scheme, target, default_port);
     let resp = http
         .get(&url)
         .timeout(timeout)

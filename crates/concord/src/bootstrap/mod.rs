@@ -60,6 +60,10 @@ pub struct BootstrapSettings {
     pub required_contact_point_nr: usize,
     /// The default decider's settings.
     pub decider: JoinDeciderSettings,
+    /// `[management.tls]`: contact points are probed over HTTPS, trusting its
+    /// `ca-certificates` (and checking the contact point's name with
+    /// `verify-peer-hostname`); `None`: plain HTTP.
+    pub management_tls: Option<crate::config::TlsConfig>,
 }
 
 impl BootstrapSettings {
@@ -101,6 +105,37 @@ impl BootstrapSettings {
                 contact_with_all_contact_points: d.contact_with_all_contact_points,
                 new_cluster_enabled: config.bootstrap.new_cluster_enabled,
             },
+            management_tls: config.management.tls.clone(),
+        }
+    }
+
+    /// The HTTP client for probes: HTTPS trusting `management_tls`'s authorities when set.
+    fn http_client(&self) -> reqwest::Client {
+        let builder = crate::tls::http_client_builder();
+        let builder = match &self.management_tls {
+            None => builder,
+            Some(t) => match crate::tls::TlsContext::for_management(t) {
+                Ok(ctx) => builder.tls_backend_preconfigured((*ctx.client_config()).clone()),
+                Err(e) => {
+                    warn!(error = %e, "cluster bootstrap: management TLS files unusable; probes will fail");
+                    builder
+                }
+            },
+        };
+        builder.build().unwrap_or_else(|e| {
+            warn!(error = %e, "cluster bootstrap: HTTPS client unusable; probes will fail");
+            crate::tls::http_client_builder()
+                .build()
+                .expect("plain HTTP client")
+        })
+    }
+
+    /// `http` or `https` (for the probe URLs).
+    fn scheme(&self) -> &'static str {
+        if self.management_tls.is_some() {
+            "https"
+        } else {
+            "http"
         }
     }
 }
@@ -283,8 +318,9 @@ impl Bootstrap {
             self.probing.insert(target.clone());
             let (http, tx) = (self.http.clone(), self.tx.clone());
             let (port, timeout) = (s.fallback_port, s.probing_failure_timeout);
+            let scheme = s.scheme();
             tokio::spawn(async move {
-                let r = contact_point::probe(&http, &target, port, timeout).await;
+                let r = contact_point::probe(&http, scheme, &target, port, timeout).await;
                 let _ = tx.send(Input::Probe(target, r));
             });
         }
@@ -345,6 +381,7 @@ pub async fn run(
         "cluster bootstrap started"
     );
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
+    let http = settings.http_client();
     let mut b = Bootstrap {
         system: cluster.self_address().system.clone(),
         cluster,
@@ -360,7 +397,7 @@ pub async fn run(
         },
         clock,
         rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
-        http: reqwest::Client::new(),
+        http,
         tx,
         lookup_attempt: 0,
         next_lookup: Instant::now(),

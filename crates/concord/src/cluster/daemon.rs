@@ -22,8 +22,9 @@ use crate::metrics;
 use crate::remote::membership_codec::MembershipCodec;
 use crate::remote::{Inbound, ProtocolSender, Transport, TransportEvent};
 
-/// How long the daemon waits for queued messages to be written when it stops, at most.
-const DRAIN_ON_STOP: Duration = Duration::from_millis(300);
+/// How long a graceful stop waits for queued messages to be written, at most (it goes on
+/// as soon as every lane's queue is empty; a loaded machine may need more than a moment).
+const DRAIN_ON_STOP: Duration = Duration::from_secs(2);
 
 type Reply = oneshot::Sender<Result<(), CommandError>>;
 
@@ -58,6 +59,8 @@ pub(crate) struct Daemon {
     /// once a second too.
     pub(crate) metrics_recorded_ms: u64,
     pub(crate) node_label: String,
+    /// When refusals were last logged, ms, and the counters then.
+    pub(crate) refusals_logged: (u64, concord_core::CoreStats),
 }
 
 impl Daemon {
@@ -197,6 +200,7 @@ impl Daemon {
         }
         let version = self.core.state_changes();
         let now = self.clock.now_ms();
+        self.publish_stats(now);
         let changed = !events.is_empty() || version != self.published;
         if changed || now.saturating_sub(self.metrics_recorded_ms) >= 1000 {
             self.metrics_recorded_ms = now;
@@ -218,6 +222,35 @@ impl Daemon {
                     .send(Arc::new(EventBatch { view, events }));
             }
         }
+    }
+
+    /// Shares the core's counters and logs, at most once per 10 s, how many messages it
+    /// refused since the last line (strangers' gossip, implausible clocks, join floods).
+    fn publish_stats(&mut self, now: u64) {
+        let stats = self.core.stats();
+        let refused = |s: &concord_core::CoreStats| {
+            (
+                s.refused_non_member,
+                s.implausible_clocks,
+                s.join_requests_throttled,
+            )
+        };
+        let (a, b, c) = refused(&stats);
+        let (a0, b0, c0) = refused(&self.refusals_logged.1);
+        if (a, b, c) != (a0, b0, c0) && now.saturating_sub(self.refusals_logged.0) >= 10_000 {
+            warn!(
+                from_non_members = a - a0,
+                implausible_clocks = b - b0,
+                join_requests_throttled = c - c0,
+                "refused membership messages since the last report"
+            );
+            self.refusals_logged = (now, stats);
+        }
+        *self
+            .shared
+            .core_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = stats;
     }
 
     fn lease_request(&mut self, r: LeaseRequest) {

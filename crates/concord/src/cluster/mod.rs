@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CoordinatedShutdown,
     pub(crate) remoting_addr: SocketAddr,
     pub(crate) max_heartbeat_rtt_ms: AtomicU64,
+    /// The core's counters as of its last output.
+    pub(crate) core_stats: std::sync::Mutex<concord_core::CoreStats>,
 }
 
 /// Handle to this node's membership. Cheap to clone.
@@ -85,12 +87,14 @@ pub struct Cluster {
 /// Registers the membership protocol; its inbound messages arrive on the returned queue.
 pub(crate) fn register_protocol(
     registry: &mut ProtocolRegistry,
-    queue_size: usize,
+    settings: &crate::remote::TransportSettings,
 ) -> Result<mpsc::Receiver<Inbound<ClusterMessage>>, DuplicateProtocol> {
     registry.register(
         ProtocolId::MEMBERSHIP,
-        Arc::new(MembershipCodec),
-        queue_size,
+        Arc::new(MembershipCodec {
+            max_decompressed_gossip_bytes: settings.maximum_decompressed_gossip_size,
+        }),
+        settings.inbound_queue_size,
     )
 }
 
@@ -132,6 +136,7 @@ impl Cluster {
             shutdown: parts.shutdown.clone(),
             remoting_addr: parts.transport.local_addr(),
             max_heartbeat_rtt_ms: AtomicU64::new(0),
+            core_stats: std::sync::Mutex::default(),
         });
         let node_label = parts.self_unique_address.address.to_string();
         let daemon = daemon::Daemon {
@@ -140,7 +145,7 @@ impl Cluster {
             sender: ProtocolSender::new(
                 parts.transport.clone(),
                 ProtocolId::MEMBERSHIP,
-                Arc::new(MembershipCodec),
+                Arc::new(MembershipCodec::default()),
             ),
             transport: parts.transport,
             shared: shared.clone(),
@@ -151,6 +156,7 @@ impl Cluster {
             published: 0,
             metrics_recorded_ms: 0,
             node_label,
+            refusals_logged: (0, concord_core::CoreStats::default()),
         };
         tokio::spawn(tracing::Instrument::instrument(
             daemon.run(command_rx, parts.inbound, parts.transport_events),
@@ -274,6 +280,16 @@ impl Cluster {
     /// Waits until the node has shut down (every coordinated-shutdown phase ran).
     pub async fn terminated(&self) -> ShutdownReason {
         self.shared.shutdown.completed().await
+    }
+
+    /// The membership machine's counters (gossip, messages refused from non-members,
+    /// implausible vector clocks, throttled join requests, ...), as of its last output.
+    pub fn core_stats(&self) -> concord_core::CoreStats {
+        *self
+            .shared
+            .core_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The largest heartbeat round trip (control lane) seen since the start or the last

@@ -17,8 +17,10 @@ mod distributed_data;
 mod duration;
 mod management;
 mod remote;
+mod sharding;
 mod split_brain_resolver;
 mod testkit;
+mod tls;
 mod validate;
 
 use std::path::Path;
@@ -39,12 +41,16 @@ pub use distributed_data::{
     DeltaCrdtConfig, DistributedDataConfig, DurableConfig, SingletonConfig, SingletonProxyConfig,
 };
 pub use management::ManagementConfig;
-pub use remote::RemoteConfig;
+pub use remote::{RemoteConfig, SecretString};
+pub use sharding::{
+    AllocationConfig, CoordinatorStateConfig, PassivationConfig, RecoveryRateConfig, ShardingConfig,
+};
 pub use split_brain_resolver::{
     KeepOldestConfig, LeaseMajorityConfig, RoleOnlyConfig, SplitBrainResolverConfig,
     StaticQuorumConfig,
 };
 pub use testkit::TestkitConfig;
+pub use tls::TlsConfig;
 
 /// A configuration problem, naming the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,6 +113,8 @@ pub struct Config {
     pub singleton: SingletonConfig,
     /// Cluster Singleton proxies (`akka.cluster.singleton-proxy`).
     pub singleton_proxy: SingletonProxyConfig,
+    /// Cluster Sharding (`akka.cluster.sharding`).
+    pub sharding: ShardingConfig,
 }
 
 impl Default for Config {
@@ -124,6 +132,7 @@ impl Default for Config {
             distributed_data: DistributedDataConfig::default(),
             singleton: SingletonConfig::default(),
             singleton_proxy: SingletonProxyConfig::default(),
+            sharding: ShardingConfig::default(),
         }
     }
 }

@@ -1,11 +1,26 @@
 //! `[remote]`: remoting (Akka `akka.remote.artery`).
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, Config};
+use super::{duration, Config, ConfigError, TlsConfig};
+use crate::remote::cluster_secret::{ClusterSecret, RECOMMENDED_SECRET_BYTES};
 use crate::remote::TransportSettings;
+use crate::tls::TlsContext;
+
+/// A secret from the configuration: its `Debug` form does not show it.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct SecretString(pub String);
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
 
 /// `[remote]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -34,6 +49,27 @@ pub struct RemoteConfig {
     /// Most bytes queued per peer and lane (8388608); a lane's queue holds at least one
     /// frame of its limit.
     pub outbound_queue_max_bytes: usize,
+    /// TLS 1.3 with mutual authentication on every lane (`[remote.tls]`: `certificate`,
+    /// `private-key`, `ca-certificates`, `verify-peer-hostname`); unset: plain TCP.
+    pub tls: Option<TlsConfig>,
+    /// The cluster secret every node proves in the handshake (Erlang's cookie), for
+    /// clusters without TLS; unset or blank: none. Prefer `secret-file`.
+    pub secret: Option<SecretString>,
+    /// A file holding the cluster secret (surrounding whitespace ignored).
+    pub secret_file: Option<PathBuf>,
+    /// Allow binding remoting beyond loopback with neither TLS nor a secret (false): anyone
+    /// who can reach the port can then join the cluster or disturb it.
+    pub insecure: bool,
+    /// An inbound frame must arrive completely within this once begun ("10s").
+    #[serde(deserialize_with = "duration::de")]
+    pub read_timeout: Duration,
+    /// Most inbound connections at once (4096), never more than half the process's
+    /// file-descriptor limit.
+    pub max_inbound_connections: usize,
+    /// Most bytes all inbound connections hold in large frames still arriving (67108864).
+    pub max_inbound_buffered_bytes: usize,
+    /// Largest gossip accepted after decompression, bytes (1048576).
+    pub maximum_decompressed_gossip_size: usize,
 }
 
 impl Default for RemoteConfig {
@@ -49,11 +85,100 @@ impl Default for RemoteConfig {
             outbound_control_queue_size: 20_000,
             outbound_large_message_queue_size: 256,
             outbound_queue_max_bytes: 8 * 1024 * 1024,
+            tls: None,
+            secret: None,
+            secret_file: None,
+            insecure: false,
+            read_timeout: Duration::from_secs(10),
+            max_inbound_connections: 4096,
+            max_inbound_buffered_bytes: 64 * 1024 * 1024,
+            maximum_decompressed_gossip_size: 1024 * 1024,
         }
     }
 }
 
 impl RemoteConfig {
+    /// The interface remoting binds: `bind-hostname`, or `hostname`.
+    pub fn bind_host(&self) -> &str {
+        self.bind_hostname.as_deref().unwrap_or(&self.hostname)
+    }
+
+    /// True if remoting binds only a loopback interface (`localhost`, 127.0.0.0/8, ::1).
+    pub fn binds_loopback_only(&self) -> bool {
+        let host = self.bind_host();
+        host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// True if peers must authenticate: TLS or a cluster secret is configured.
+    pub fn authenticates_peers(&self) -> bool {
+        self.tls.is_some() || self.secret().is_some() || self.secret_file.is_some()
+    }
+
+    /// `secret`, unless unset or blank (an empty `CONCORD__REMOTE__SECRET` means none).
+    fn secret(&self) -> Option<&str> {
+        self.secret
+            .as_ref()
+            .map(|s| s.0.trim())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The cluster secret of `secret` or `secret-file`, if any.
+    ///
+    /// # Errors
+    /// Both keys set, an unreadable file, or an empty secret.
+    pub fn cluster_secret(&self) -> Result<Option<ClusterSecret>, ConfigError> {
+        let (key, value) = match (self.secret(), &self.secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "remote.secret-file",
+                    "set either remote.secret or remote.secret-file, not both",
+                ))
+            }
+            (Some(s), None) => ("remote.secret", s.to_string()),
+            (None, Some(path)) => (
+                "remote.secret-file",
+                std::fs::read_to_string(path)
+                    .map_err(|e| {
+                        ConfigError::new(
+                            "remote.secret-file",
+                            format!("cannot read {}: {e}", path.display()),
+                        )
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => return Ok(None),
+        };
+        if value.len() < RECOMMENDED_SECRET_BYTES && !value.is_empty() {
+            tracing::warn!(
+                key,
+                "the cluster secret is shorter than {RECOMMENDED_SECRET_BYTES} bytes; use a long random one (e.g. `head -c 32 /dev/urandom | base64`)"
+            );
+        }
+        ClusterSecret::new(value.as_bytes())
+            .map(Some)
+            .map_err(|e| ConfigError::new(key, e))
+    }
+
+    /// The TLS context of `[remote.tls]`, if configured (files loaded now).
+    ///
+    /// # Errors
+    /// A file that cannot be read or used, naming the key.
+    pub fn tls_context(&self) -> Result<Option<Arc<TlsContext>>, ConfigError> {
+        self.tls
+            .as_ref()
+            .map(|t| {
+                TlsContext::for_remoting(t)
+                    .map_err(|e| ConfigError::new("remote.tls", e.to_string()))
+            })
+            .transpose()
+    }
+
     /// The socket address to bind: `bind-hostname` (default `hostname`) and `port`.
     pub fn bind_address(&self) -> String {
         let host = self.bind_hostname.as_deref().unwrap_or(&self.hostname);
@@ -66,7 +191,20 @@ impl RemoteConfig {
 }
 
 impl Config {
-    /// The transport settings.
+    /// Warnings about this configuration's security, for the log and `GET /cluster/members`.
+    pub fn security_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.remote.binds_loopback_only() && !self.remote.authenticates_peers() {
+            w.push(format!(
+                "remote.insecure: remoting listens on {} beyond loopback with neither TLS nor a cluster secret; anyone who reaches the port can join or disturb the cluster",
+                self.remote.bind_host()
+            ));
+        }
+        w
+    }
+
+    /// The transport settings, without the TLS context and cluster secret (which read
+    /// files: see [`RemoteConfig::tls_context`] and [`RemoteConfig::cluster_secret`]).
     pub fn transport_settings(&self) -> TransportSettings {
         TransportSettings {
             maximum_frame_size: self.remote.maximum_frame_size,
@@ -76,6 +214,10 @@ impl Config {
             outbound_control_queue_size: self.remote.outbound_control_queue_size,
             outbound_large_message_queue_size: self.remote.outbound_large_message_queue_size,
             outbound_queue_max_bytes: self.remote.outbound_queue_max_bytes,
+            read_timeout: self.remote.read_timeout,
+            max_inbound_connections: self.remote.max_inbound_connections,
+            max_inbound_buffered_bytes: self.remote.max_inbound_buffered_bytes,
+            maximum_decompressed_gossip_size: self.remote.maximum_decompressed_gossip_size,
             ..TransportSettings::default()
         }
     }

@@ -27,6 +27,7 @@ fn file_keys_are_kebab_case_with_duration_strings() {
         [remote]
         hostname = "10.0.0.5"
         port = 2552
+        secret = "shop-cluster-secret-0123456789"
         [cluster]
         seed-nodes = ["concord://shop@10.0.0.1:2552", "10.0.0.2:2552"]
         gossip-interval = "200ms"

@@ -19,10 +19,36 @@ impl Config {
         if self.remote.hostname.is_empty() {
             return Err(ConfigError::new("remote.hostname", "must not be empty"));
         }
+        self.validate_remote_security()?;
+        self.sharding.validate()?;
         if self.remote.maximum_frame_size < 1024 {
             return Err(ConfigError::new(
                 "remote.maximum-frame-size",
                 "must be at least 1024 bytes",
+            ));
+        }
+        if self.remote.maximum_decompressed_gossip_size < self.remote.maximum_frame_size {
+            return Err(ConfigError::new(
+                "remote.maximum-decompressed-gossip-size",
+                "must be at least remote.maximum-frame-size",
+            ));
+        }
+        if self.remote.read_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "remote.read-timeout",
+                "must be greater than zero",
+            ));
+        }
+        if self.remote.max_inbound_connections == 0 {
+            return Err(ConfigError::new(
+                "remote.max-inbound-connections",
+                "must be at least 1",
+            ));
+        }
+        if self.remote.max_inbound_buffered_bytes < self.remote.maximum_large_frame_size {
+            return Err(ConfigError::new(
+                "remote.max-inbound-buffered-bytes",
+                "must be at least remote.maximum-large-frame-size",
             ));
         }
         if self.remote.maximum_large_frame_size < self.remote.maximum_frame_size {
@@ -107,6 +133,32 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Secure by default: remoting reachable beyond loopback needs TLS or a cluster secret,
+    /// or an explicit `remote.insecure = true`.
+    fn validate_remote_security(&self) -> Result<(), ConfigError> {
+        let r = &self.remote;
+        if r.secret.as_ref().is_some_and(|s| !s.0.trim().is_empty()) && r.secret_file.is_some() {
+            return Err(ConfigError::new(
+                "remote.secret-file",
+                "set either remote.secret or remote.secret-file, not both",
+            ));
+        }
+        if r.binds_loopback_only() || r.authenticates_peers() || r.insecure {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            "remote.bind-hostname",
+            format!(
+                "remoting binds `{}`, beyond loopback, with no protection: anyone who reaches the \
+                 port could join or disturb the cluster. Configure TLS ([remote.tls] certificate, \
+                 private-key, ca-certificates; `concord certs` makes them) or a cluster secret \
+                 (remote.secret-file or remote.secret), or set remote.insecure = true to accept \
+                 the risk",
+                r.bind_host()
+            ),
+        ))
     }
 
     fn validate_bootstrap(&self) -> Result<(), ConfigError> {

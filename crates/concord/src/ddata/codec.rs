@@ -322,7 +322,7 @@ impl Codec for ReplicatorCodec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use concord_core::{Address, UniqueAddress};
 
@@ -347,9 +347,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_message_round_trips() {
-        let msgs = vec![
+    /// One message of every kind (also the seeds of the wire fuzz tests).
+    pub(crate) fn all_messages() -> Vec<ReplicatorMessage> {
+        vec![
             ReplicatorMessage::Read {
                 request: 1,
                 key: "k".into(),
@@ -397,8 +397,12 @@ mod tests {
                 entries: vec![("k".into(), env())],
                 send_back: true,
             },
-        ];
-        for m in msgs {
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in all_messages() {
             let (manifest, bytes) = ReplicatorCodec.encode(&m);
             assert_eq!(ReplicatorCodec.decode(manifest, bytes).unwrap(), m);
         }

@@ -50,7 +50,16 @@ impl DurableStore {
     /// The directory cannot be created, or the file is not a redb database (corrupt, or
     /// held by another process).
     pub fn open(dir: &Path) -> Result<DurableStore, DurableError> {
-        let file = dir.join(STORE_FILE);
+        Self::open_file(dir, STORE_FILE)
+    }
+
+    /// Opens (or creates) `<dir>/<file_name>` (another replicator's durable keys, e.g. the
+    /// sharding layer's).
+    ///
+    /// # Errors
+    /// As [`DurableStore::open`].
+    pub fn open_file(dir: &Path, file_name: &str) -> Result<DurableStore, DurableError> {
+        let file = dir.join(file_name);
         let err = |message: String| DurableError {
             file: file.clone(),
             message,

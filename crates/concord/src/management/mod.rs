@@ -25,6 +25,7 @@
 
 mod access;
 mod domain_events;
+mod https;
 
 use std::net::SocketAddr;
 
@@ -39,7 +40,7 @@ use concord_core::{Address, Member, MemberStatus, MembershipView};
 use serde::{Deserialize, Serialize};
 use tracing::{info, Instrument};
 
-pub use access::ManagementAccess;
+pub use access::{ManagementAccess, VerifiedClientCertificate};
 pub use domain_events::{event_json, EVENT_TYPES};
 
 use crate::cluster::{Cluster, ClusterError};
@@ -64,6 +65,9 @@ pub struct ManagementState {
     pub transport: Transport,
     /// `testkit.fault-injection`: the `/testkit` routes answer only when set.
     pub fault_injection: bool,
+    /// Warnings about this node's configuration shown in `GET /cluster/members`
+    /// (`warnings`), e.g. remoting exposed without protection (`remote.insecure`).
+    pub warnings: Vec<String>,
 }
 
 /// `ClusterMember` JSON.
@@ -106,6 +110,10 @@ pub struct ClusterMembersJson {
     /// Oldest Up member, omitted when none.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub oldest: Option<String>,
+    /// Warnings about this node's configuration, omitted when none (e.g.
+    /// `remote.insecure`: remoting reachable beyond loopback without TLS or a secret).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub warnings: Vec<String>,
 }
 
 /// `{"message": ...}`.
@@ -149,6 +157,29 @@ pub fn members_json(self_node: &Address, v: &MembershipView) -> ClusterMembersJs
         unreachable,
         leader: v.leader.as_ref().map(|a| a.address.to_string()),
         oldest: v.oldest(None).map(|m| m.address().to_string()),
+        warnings: Vec::new(),
+    }
+}
+
+/// A request body over `management.max-body-size`.
+struct BodyTooLarge;
+
+impl BodyTooLarge {
+    fn response(self) -> Response {
+        message(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large (management.max-body-size)",
+        )
+    }
+}
+
+/// The form of a write, `None` if absent or malformed; `Err` when the body is over the
+/// limit (answered 413).
+fn form_of<T>(form: Result<Form<T>, FormRejection>) -> Result<Option<T>, BodyTooLarge> {
+    match form {
+        Ok(Form(f)) => Ok(Some(f)),
+        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(BodyTooLarge),
+        Err(_) => Ok(None),
     }
 }
 
@@ -182,7 +213,9 @@ fn decode_path(raw: &str) -> String {
 }
 
 async fn get_members(State(s): State<ManagementState>) -> Json<ClusterMembersJson> {
-    Json(members_json(s.cluster.self_address(), &s.cluster.view()))
+    let mut body = members_json(s.cluster.self_address(), &s.cluster.view());
+    body.warnings = s.warnings.clone();
+    Json(body)
 }
 
 async fn get_member(State(s): State<ManagementState>, Path(address): Path<String>) -> Response {
@@ -224,7 +257,10 @@ async fn put_member(
             format!("Member [{address}] not found"),
         );
     };
-    let op = form.ok().and_then(|f| f.0.operation).unwrap_or_default();
+    let op = match form_of(form) {
+        Ok(f) => f.and_then(|f| f.operation).unwrap_or_default(),
+        Err(too_large) => return too_large.response(),
+    };
     let target = m.address().clone();
     match op.to_ascii_lowercase().as_str() {
         "down" => match c.down(target.clone()).await {
@@ -271,13 +307,29 @@ async fn post_members(
     form: Result<Form<JoinForm>, FormRejection>,
 ) -> Response {
     let c = &s.cluster;
-    let Some(raw) = form.ok().and_then(|f| f.0.address) else {
+    let raw = match form_of(form) {
+        Ok(f) => f.and_then(|f| f.address),
+        Err(too_large) => return too_large.response(),
+    };
+    let Some(raw) = raw else {
         return message(StatusCode::BAD_REQUEST, "missing form field `address`");
     };
+
     let address = match crate::config::parse_node_address(&raw, &c.self_address().system) {
         Ok(a) => a,
         Err(e) => return message(StatusCode::BAD_REQUEST, e),
     };
+    if let Some(me) = c.view().self_member() {
+        if me.status != MemberStatus::Removed {
+            return message(
+                StatusCode::CONFLICT,
+                format!(
+                    "this node is already a member of a cluster ({}); a node joins once",
+                    me.status
+                ),
+            );
+        }
+    }
     match c.join(address.clone()).await {
         Ok(()) => message(StatusCode::OK, format!("Joining {address}")),
         Err(e) => command_error(e),
@@ -314,6 +366,13 @@ async fn alive() -> &'static str {
 
 async fn metrics_text(State(s): State<ManagementState>) -> Response {
     crate::metrics::record_transport(s.cluster.self_address(), s.transport.stats());
+    let (open, cap) = s.transport.inbound_connections();
+    crate::metrics::record_connections(
+        s.cluster.self_address(),
+        open,
+        cap,
+        s.transport.settings().tls.as_deref().map(|t| &t.stats),
+    );
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -386,11 +445,15 @@ async fn put_fault(
         Ok(a) => a,
         Err(e) => return message(StatusCode::BAD_REQUEST, e),
     };
-    let Ok(Form(f)) = form else {
-        return message(
-            StatusCode::BAD_REQUEST,
-            "expected form fields blackhole, drop-probability, delay",
-        );
+    let f = match form_of(form) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "expected form fields blackhole, drop-probability, delay",
+            )
+        }
+        Err(too_large) => return too_large.response(),
     };
     let mut faults = LinkFaults::default();
     match f
@@ -444,7 +507,10 @@ async fn put_cluster(
     form: Result<Form<OperationForm>, FormRejection>,
 ) -> Response {
     let c = &s.cluster;
-    let op = form.ok().and_then(|f| f.0.operation).unwrap_or_default();
+    let op = match form_of(form) {
+        Ok(f) => f.and_then(|f| f.operation).unwrap_or_default(),
+        Err(too_large) => return too_large.response(),
+    };
     if !op.eq_ignore_ascii_case("prepare-for-full-shutdown") {
         return message(
             StatusCode::BAD_REQUEST,
@@ -496,24 +562,40 @@ pub fn router(state: ManagementState, access: ManagementAccess, extra: Vec<Route
     for e in extra {
         r = r.merge(e);
     }
+    let limit = access.max_body_bytes;
     r.fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(access, access::guard))
 }
 
 /// Binds `management.hostname:port` and serves the API (with the layers' `extra` routes)
-/// until the node terminates. Returns the bound address.
+/// until the node terminates — over HTTPS when `[management.tls]` is set (the certificate
+/// files are re-read when they change). `advertised_host` is the node's
+/// `remote.hostname` (a name writes may be addressed to). Returns the bound address.
+///
+/// # Errors
+/// The port cannot be bound, or the TLS files cannot be used.
 pub async fn serve(
     state: ManagementState,
     config: &crate::config::ManagementConfig,
+    advertised_host: &str,
     extra: Vec<Router>,
 ) -> Result<SocketAddr, ManagementError> {
     let (host, port) = (config.hostname.as_str(), config.port);
-    let access = ManagementAccess::from_config(config);
     let bind = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
     };
+    let tls = config
+        .tls
+        .as_ref()
+        .map(crate::tls::TlsContext::for_management)
+        .transpose()
+        .map_err(|e| ManagementError {
+            addr: bind.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        })?;
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
         .map_err(|source| ManagementError {
@@ -523,23 +605,41 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|source| ManagementError { addr: bind, source })?;
+    let access = ManagementAccess::from_config(config, Some(addr), advertised_host);
     if access.read_only {
         info!("management API is read-only: write routes answer 403 (management.read-only)");
     }
     let cluster = state.cluster.clone();
     let app = router(state, access, extra);
     let span = tracing::Span::current();
-    tokio::spawn(
-        async move {
-            let shutdown = async move {
-                cluster.terminated().await;
-            };
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await;
+    match tls {
+        Some(tls) => {
+            tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, "management");
+            let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(
+                async move {
+                    cluster.terminated().await;
+                    let _ = stop_tx.send(true);
+                }
+                .instrument(span.clone()),
+            );
+            tokio::spawn(https::serve_https(listener, tls, app, stop_rx).instrument(span));
+            info!(%addr, "management HTTPS API listening");
         }
-        .instrument(span),
-    );
-    info!(%addr, "management HTTP API listening");
+        None => {
+            tokio::spawn(
+                async move {
+                    let shutdown = async move {
+                        cluster.terminated().await;
+                    };
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await;
+                }
+                .instrument(span),
+            );
+            info!(%addr, "management HTTP API listening");
+        }
+    }
     Ok(addr)
 }

@@ -6,7 +6,8 @@
 //! The writer connects when the first frame is queued (with exponential backoff on
 //! failure, dropping what was queued for an unreachable peer), runs the handshake, then
 //! takes everything queued at once and writes it with one call, so a busy lane costs few
-//! system calls. Order is kept per (sender, receiver, lane). Delivery is at most once:
+//! system calls. A lane whose peer cannot be reached and that has nothing more to send
+//! after the back-off is retired. Order is kept per (sender, receiver, lane). Delivery is at most once:
 //! frames in a write that fails are lost, as in Akka. A lane with nothing to send for
 //! `idle-timeout` closes.
 
@@ -14,19 +15,21 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use concord_core::{Address, Lane, UniqueAddress};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tracing::{debug, info, warn};
 
 use super::handshake::{connect, ConnectError};
 use super::outbound_lane::LaneQueue;
 use super::stats::{add, inc};
+use super::stream::Stream;
 use super::transport::{Inner, TransportEvent};
 
 struct Connection {
-    read: OwnedReadHalf,
-    write: OwnedWriteHalf,
+    read: ReadHalf<Stream>,
+    write: WriteHalf<Stream>,
+    /// The peer; its uid is 0 when the peer did not reveal it (no authentication).
     peer: UniqueAddress,
+    tls: bool,
 }
 
 pub(crate) async fn run_lane_writer(
@@ -90,8 +93,14 @@ pub(crate) async fn run_lane_writer(
                         logged_failure = false;
                     }
                     debug!(%peer, lane = lane.as_str(), "outbound association established");
-                    let (read, write) = stream.into_split();
-                    conn = Some(Connection { read, write, peer });
+                    let tls = stream.is_tls();
+                    let (read, write) = tokio::io::split(stream);
+                    conn = Some(Connection {
+                        read,
+                        write,
+                        peer,
+                        tls,
+                    });
                 }
                 Err(e) => {
                     log_connect_error(&inner, &to, e, logged_failure);
@@ -106,6 +115,12 @@ pub(crate) async fn run_lane_writer(
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(inner.settings.connect_backoff_max);
+                    // Nothing new to send after the back-off: the lane is retired (its task
+                    // and queue freed; the next message starts a new one), so messages to
+                    // addresses nobody listens on hold no state for `idle-timeout`.
+                    if queue.is_empty() && inner.retire_lane(&to, lane, &queue) {
+                        return;
+                    }
                     continue;
                 }
             }
@@ -114,12 +129,17 @@ pub(crate) async fn run_lane_writer(
         let Some(taken) = queue.take(&mut out) else {
             continue;
         };
-        if inner.is_quarantined(&c.peer) {
+        if c.peer.uid != 0 && inner.is_quarantined(&c.peer) {
             inner.stats.dropped(lane, taken.frames);
             conn = None;
             continue;
         }
-        if let Err(e) = c.write.write_all(&out).await {
+        let written = match c.write.write_all(&out).await {
+            // TLS buffers records: flush them out with the batch.
+            Ok(()) if c.tls => c.write.flush().await,
+            other => other,
+        };
+        if let Err(e) = written {
             debug!(to = %c.peer, lane = lane.as_str(), error = %e, "write failed; reconnecting");
             inner.stats.dropped(lane, taken.frames);
             conn = None;
@@ -135,14 +155,26 @@ fn log_connect_error(inner: &Inner, to: &Address, e: ConnectError, already_faili
     match e {
         ConnectError::Refused(reason) => {
             inc(&inner.stats.handshakes_refused);
-            warn!(%to, %reason, "handshake refused by peer");
+            if let Some(suppressed) = inner.log.allow(&format!("connect-{to}")) {
+                warn!(%to, %reason, suppressed, "handshake refused by peer");
+            }
         }
         ConnectError::Quarantined(reason) => {
             inc(&inner.stats.handshakes_refused);
             warn!(%to, %reason, "handshake refused by peer: this incarnation is quarantined");
             let _ = inner.events.send(TransportEvent::QuarantinedBy(to.clone()));
         }
-        ConnectError::Protocol(reason) => warn!(%to, %reason, "handshake failed"),
+        ConnectError::Protocol(reason) => {
+            if let Some(suppressed) = inner.log.allow(&format!("connect-{to}")) {
+                warn!(%to, %reason, suppressed, "handshake failed");
+            }
+        }
+        ConnectError::Authentication(reason) => {
+            inc(&inner.stats.outbound_authentication_failures);
+            if let Some(suppressed) = inner.log.allow(&format!("connect-{to}")) {
+                warn!(%to, %reason, suppressed, "peer failed authentication; not connecting");
+            }
+        }
         ConnectError::Io(err) => {
             if !already_failing {
                 debug!(%to, error = %err, "cannot connect; will retry with backoff");

@@ -20,8 +20,10 @@ use prost::Message;
 use super::registry::DecodeError;
 use super::wire;
 
-/// Largest decompressed gossip accepted, bytes (protects against gzip bombs).
-pub const MAX_DECOMPRESSED_GOSSIP_BYTES: u64 = 64 * 1024 * 1024;
+/// Default largest decompressed gossip accepted, bytes: 4 × the default
+/// `maximum-frame-size` (gossip of 2400 members is 184 KB before compression; see
+/// docs/BENCHMARKS.md). Protects against gzip bombs.
+pub const DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES: usize = 1024 * 1024;
 
 /// Encoded sizes of a gossip state, bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -296,16 +298,17 @@ pub fn compress_gossip(g: &Gossip) -> (Vec<u8>, GossipSize) {
     (out, size)
 }
 
-/// gzip(protobuf) → Gossip. Refuses payloads that decompress beyond
-/// [`MAX_DECOMPRESSED_GOSSIP_BYTES`].
-pub fn decompress_gossip(bytes: &[u8]) -> Result<Gossip, DecodeError> {
+/// gzip(protobuf) → Gossip. Refuses payloads that decompress beyond `limit` bytes
+/// ([`DecodeError::DecompressedTooLarge`]); inflating stops at the limit, so a bomb costs
+/// at most `limit` bytes of memory.
+pub fn decompress_gossip(bytes: &[u8], limit: usize) -> Result<Gossip, DecodeError> {
     let mut raw = Vec::new();
     GzDecoder::new(bytes)
-        .take(MAX_DECOMPRESSED_GOSSIP_BYTES + 1)
+        .take(limit as u64 + 1)
         .read_to_end(&mut raw)
         .map_err(|e| DecodeError::Gzip(e.to_string()))?;
-    if raw.len() as u64 > MAX_DECOMPRESSED_GOSSIP_BYTES {
-        return Err(DecodeError::Gzip("decompressed gossip too large".into()));
+    if raw.len() > limit {
+        return Err(DecodeError::DecompressedTooLarge(limit));
     }
     gossip_from_wire(&wire::Gossip::decode(raw.as_slice())?)
 }

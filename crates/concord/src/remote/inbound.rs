@@ -8,101 +8,310 @@
 //! a malformed envelope or payload closes that one connection and is counted; nothing from
 //! the network can panic the node. A protocol whose queue is full slows its connection
 //! down (backpressure).
+//!
+//! Limits (see [`super::TransportSettings`]): inbound connections in total (at most half the
+//! file-descriptor limit) and per peer address, connections in their handshake, the time
+//! a frame may take to arrive once begun (`read-timeout`) and an idle connection may stay,
+//! and the bytes all connections hold in large frames still arriving. A failed accept
+//! (out of descriptors) backs off instead of spinning. Every refusal is counted; log lines
+//! are rate-limited.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use concord_core::{Lane, ProtocolId, UniqueAddress};
-use futures_util::{SinkExt, StreamExt};
-use prost::Message;
+use concord_core::{Address, Lane, ProtocolId, UniqueAddress};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::Framed;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::envelope::{decode_envelope_at, FRAME_HEADER_BYTES};
-use super::handshake::{acceptance, check_inbound, frame_codec, refusal, MAX_HANDSHAKE_BYTES};
-use super::registry::Delivery;
+use super::handshake::accept;
+use super::registry::{DecodeError, Delivery};
+use super::settings::READ_BUFFER_BYTES;
 use super::stats::{add, inc};
 use super::transport::Inner;
-use super::wire;
+
+/// The counts behind the inbound limits of [`super::TransportSettings`].
+#[derive(Debug, Default)]
+pub(crate) struct InboundLimits {
+    /// Connections accepted and not yet closed (handshakes included).
+    open: AtomicUsize,
+    /// Connections in their handshake.
+    pending: AtomicUsize,
+    /// Established connections per claimed peer address.
+    per_peer: Mutex<HashMap<Address, usize>>,
+    /// Bytes held beyond [`READ_BUFFER_BYTES`] by all connections.
+    buffered: AtomicUsize,
+    /// `max-inbound-connections`, lowered to half the file-descriptor limit.
+    max_open: usize,
+}
+
+impl InboundLimits {
+    pub(crate) fn new(max_inbound_connections: usize) -> Self {
+        InboundLimits {
+            max_open: max_inbound_connections.min(fd_budget()).max(1),
+            ..InboundLimits::default()
+        }
+    }
+
+    /// The effective cap on inbound connections.
+    pub(crate) fn max_open(&self) -> usize {
+        self.max_open
+    }
+
+    /// Inbound connections open now.
+    pub(crate) fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// Half the process's soft limit of file descriptors (the rest stays for everything else
+/// the node opens); unlimited if the limit cannot be read.
+fn fd_budget() -> usize {
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => usize::try_from(soft / 2).unwrap_or(usize::MAX),
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Decrements a counter when dropped.
+struct Held<'a>(&'a AtomicUsize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes one of `max` places of `counter`, if one is free.
+fn take_place(counter: &AtomicUsize, max: usize) -> Option<Held<'_>> {
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Held(counter))
+}
+
+/// One established connection counted against its peer's limit.
+struct PeerPlace<'a> {
+    limits: &'a InboundLimits,
+    peer: Address,
+}
+
+impl<'a> PeerPlace<'a> {
+    fn take(limits: &'a InboundLimits, peer: &Address, max: usize) -> Option<Self> {
+        let mut map = limits.per_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(peer.clone()).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerPlace {
+            limits,
+            peer: peer.clone(),
+        })
+    }
+}
+
+impl Drop for PeerPlace<'_> {
+    fn drop(&mut self) {
+        let mut map = self
+            .limits
+            .per_peer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// The bytes one connection holds beyond [`READ_BUFFER_BYTES`], counted in the shared budget.
+struct BufferAccount<'a> {
+    limits: &'a InboundLimits,
+    budget: usize,
+    held: usize,
+}
+
+impl BufferAccount<'_> {
+    /// Accounts a buffer of `capacity` bytes; false if the budget cannot hold it.
+    fn set(&mut self, capacity: usize) -> bool {
+        let excess = capacity.saturating_sub(READ_BUFFER_BYTES);
+        if excess > self.held {
+            let more = excess - self.held;
+            let before = self.limits.buffered.fetch_add(more, Ordering::Relaxed);
+            if before.saturating_add(more) > self.budget {
+                self.limits.buffered.fetch_sub(more, Ordering::Relaxed);
+                return false;
+            }
+        } else {
+            self.limits
+                .buffered
+                .fetch_sub(self.held - excess, Ordering::Relaxed);
+        }
+        self.held = excess;
+        true
+    }
+}
+
+impl Drop for BufferAccount<'_> {
+    fn drop(&mut self) {
+        self.limits.buffered.fetch_sub(self.held, Ordering::Relaxed);
+    }
+}
+
+/// First delay after a failed accept (e.g. EMFILE: out of file descriptors), doubled up to
+/// [`ACCEPT_BACKOFF_MAX`] while accepts keep failing.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
     let mut shutdown = inner.shutdown.subscribe();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
             res = listener.accept() => match res {
                 Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let span = tracing::Span::current();
-                    tokio::spawn(tracing::Instrument::instrument(handle_inbound(inner.clone(), stream, peer), span));
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    admit(&inner, stream, peer);
                 }
                 Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    inc(&inner.stats.accept_errors);
+                    if let Some(suppressed) = inner.log.allow("accept") {
+                        warn!(error = %e, suppressed, retry_in = ?backoff, "accepting a remoting connection failed");
+                    }
+                    tokio::select! {
+                        _ = shutdown.changed() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 }
             }
         }
     }
 }
 
-async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
-    let mut framed = Framed::new(stream, frame_codec(MAX_HANDSHAKE_BYTES));
-    let mut shutdown = inner.shutdown.subscribe();
-    let first = match tokio::time::timeout(inner.settings.handshake_timeout, framed.next()).await {
-        Ok(Some(Ok(f))) => f,
-        Ok(Some(Err(e))) => {
-            inc(&inner.stats.malformed_frames);
-            warn!(%peer, error = %e, "closing inbound connection: malformed first frame");
-            return;
-        }
-        Ok(None) => return,
-        Err(_) => {
-            debug!(%peer, "closing inbound connection: no handshake within handshake-timeout");
-            return;
+/// Starts serving an accepted connection, or closes it at once when the node is at its
+/// connection or handshake cap.
+fn admit(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
+    let limits = &inner.inbound;
+    let refuse = |why: &str| {
+        inc(&inner.stats.connections_refused);
+        if let Some(suppressed) = inner.log.allow("inbound-cap") {
+            warn!(%peer, suppressed, "closing an inbound connection: {why}");
         }
     };
-    let hs = match wire::Handshake::decode(first.freeze()) {
-        Ok(h) => h,
-        Err(e) => {
-            inc(&inner.stats.malformed_frames);
-            warn!(%peer, error = %e, "closing inbound connection: malformed handshake");
-            return;
-        }
-    };
-    let (from, lane) = match check_inbound(&inner, &hs) {
-        Ok(ok) => ok,
-        Err((reason, quarantined)) => {
-            inc(&inner.stats.handshakes_refused);
-            warn!(%peer, %reason, "refused inbound connection");
-            let _ = framed.send(refusal(reason, quarantined)).await;
-            return;
-        }
-    };
-    if framed.send(acceptance(&inner.self_address)).await.is_err() {
+    // Places are taken here, in the accept loop, so the caps hold however fast clients
+    // connect; the task releases them.
+    if take_place(&limits.open, limits.max_open)
+        .map(std::mem::forget)
+        .is_none()
+    {
+        refuse("at remote.max-inbound-connections");
         return;
     }
-    debug!(%from, %peer, lane = lane.as_str(), "inbound association established");
-    // The handshake's codec may hold bytes that arrived with it: they are frames.
-    let parts = framed.into_parts();
-    let mut buf = parts.read_buf;
-    let mut stream = parts.io;
+    if take_place(&limits.pending, inner.settings.max_pending_handshakes)
+        .map(std::mem::forget)
+        .is_none()
+    {
+        limits.open.fetch_sub(1, Ordering::Relaxed);
+        refuse("too many connections in their handshake");
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let span = tracing::Span::current();
+    tokio::spawn(tracing::Instrument::instrument(
+        handle_inbound(inner.clone(), stream, peer),
+        span,
+    ));
+}
+
+async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
+    let limits = &inner.inbound;
+    let _open = Held(&limits.open);
+    let pending = Held(&limits.pending);
+    let mut shutdown = inner.shutdown.subscribe();
+    let accepted = tokio::select! {
+        _ = shutdown.changed() => return,
+        a = accept(&inner, stream, peer) => a,
+    };
+    drop(pending);
+    let Some(accepted) = accepted else { return };
+    let (from, lane) = (accepted.from, accepted.lane);
+    let Some(_place) = PeerPlace::take(
+        limits,
+        &from.address,
+        inner.settings.max_inbound_connections_per_peer,
+    ) else {
+        inc(&inner.stats.connections_refused);
+        if let Some(suppressed) = inner.log.allow(&format!("inbound-{}", peer.ip())) {
+            warn!(%from, %peer, suppressed, "closing an inbound connection: too many from this peer");
+        }
+        return;
+    };
+    let mut buf = accepted.read_buf;
+    let mut stream = accepted.stream;
+    let mut account = BufferAccount {
+        limits,
+        budget: inner.settings.max_inbound_buffered_bytes,
+        held: 0,
+    };
     let limit = inner.settings.frame_limit(lane);
+    let read_timeout = inner.settings.read_timeout;
+    let idle_timeout = (inner.settings.idle_timeout * 2).max(read_timeout);
     let mut batches = Batches::default();
+    // When the frame now arriving began (None: nothing partial buffered), and when the last
+    // complete frame arrived.
+    let mut frame_started: Option<Instant> = (!buf.is_empty()).then(Instant::now);
+    let mut last_frame = Instant::now();
     loop {
         match complete_frames(&buf, limit) {
             Err(len) => {
                 inc(&inner.stats.malformed_frames);
-                warn!(%from, lane = lane.as_str(), len, limit, "closing inbound connection: frame larger than the lane's limit");
+                if let Some(suppressed) = inner.log.allow(&format!("malformed-{}", from.address)) {
+                    warn!(%from, lane = lane.as_str(), len, limit, suppressed, "closing inbound connection: frame larger than the lane's limit");
+                }
                 return;
             }
             Ok((0, need)) => {
-                buf.reserve(need.saturating_sub(buf.len()).max(MIN_READ_BUFFER_BYTES));
+                if !buf.is_empty() && frame_started.is_none() {
+                    frame_started = Some(Instant::now());
+                }
+                // Grow by what arrives, not by what the frame announces: a peer holds only
+                // as much memory as it has sent.
+                let want = need
+                    .saturating_sub(buf.len())
+                    .clamp(MIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES);
+                buf.reserve(want);
+                if !account.set(buf.capacity()) {
+                    inc(&inner.stats.buffer_limit_hits);
+                    if let Some(suppressed) = inner.log.allow("inbound-buffer") {
+                        warn!(%from, lane = lane.as_str(), need, suppressed, "closing inbound connection: remote.max-inbound-buffered-bytes reached");
+                    }
+                    return;
+                }
+                let deadline = match frame_started {
+                    Some(t) => t + read_timeout,
+                    None => last_frame + idle_timeout,
+                };
                 let n = tokio::select! {
                     _ = shutdown.changed() => return,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        inc(&inner.stats.read_timeouts);
+                        let what = if frame_started.is_some() { "an unfinished frame" } else { "an idle connection" };
+                        debug!(%from, lane = lane.as_str(), "closing inbound connection: {what} (read timeout)");
+                        return;
+                    }
                     r = stream.read_buf(&mut buf) => r,
                 };
                 match n {
@@ -117,9 +326,13 @@ async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) 
                 // the threads that drop them should not contend with this one on it. It is
                 // sized by the traffic: a quiet lane does not pin 64 KiB per message.
                 let size = (end * 2).clamp(MIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES);
-                let mut fresh = BytesMut::with_capacity(need.max(size));
+                let mut fresh =
+                    BytesMut::with_capacity(need.min(READ_BUFFER_BYTES).max(size).max(buf.len()));
                 fresh.extend_from_slice(&buf);
                 buf = fresh;
+                let _ = account.set(buf.capacity());
+                last_frame = Instant::now();
+                frame_started = (!buf.is_empty()).then_some(last_frame);
                 if !route_chunk(&inner, &from, lane, chunk, &mut batches).await {
                     return;
                 }
@@ -127,9 +340,6 @@ async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) 
         }
     }
 }
-
-/// Largest read buffer, bytes (a read takes whatever the socket has, up to this).
-const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Smallest read buffer, bytes.
 const MIN_READ_BUFFER_BYTES: usize = 4 * 1024;
@@ -149,7 +359,7 @@ impl AsRef<[u8]> for Chunk {
 
 /// The length of the complete frames at the start of `buf`, and the capacity needed to
 /// hold the next (incomplete) frame; `Err(len)` if a frame announces more than `limit`.
-fn complete_frames(buf: &[u8], limit: usize) -> Result<(usize, usize), usize> {
+pub(crate) fn complete_frames(buf: &[u8], limit: usize) -> Result<(usize, usize), usize> {
     let mut pos = 0;
     loop {
         let rest = &buf[pos..];
@@ -216,7 +426,9 @@ async fn route_chunk(
             Ok(env) => env,
             Err(e) => {
                 inc(&inner.stats.malformed_frames);
-                warn!(%from, lane = lane.as_str(), error = %e, "closing inbound connection: malformed envelope");
+                if let Some(suppressed) = inner.log.allow(&format!("malformed-{}", from.address)) {
+                    warn!(%from, lane = lane.as_str(), error = %e, suppressed, "closing inbound connection: malformed envelope");
+                }
                 keep = false;
                 break;
             }
@@ -253,8 +465,13 @@ async fn route_chunk(
             }
         }
         if let Some((manifest, e)) = routed.malformed {
+            if matches!(e, DecodeError::DecompressedTooLarge(_)) {
+                inc(&inner.stats.decompression_limit_hits);
+            }
             inc(&inner.stats.malformed_frames);
-            warn!(%from, %protocol, manifest, error = %e, "closing inbound connection: malformed message");
+            if let Some(suppressed) = inner.log.allow(&format!("malformed-{}", from.address)) {
+                warn!(%from, %protocol, manifest, error = %e, suppressed, "closing inbound connection: malformed message");
+            }
             keep = false;
         }
         if let Delivery::Blocked(wait) = routed.delivery {

@@ -29,6 +29,13 @@ impl LogLimiter {
     pub(crate) fn allow(&self, key: &str) -> Option<u64> {
         let now = Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.len() >= self.max_keys && !last.contains_key(key) {
+            // Forget keys whose interval is over and that suppressed nothing since.
+            let interval = self.interval;
+            last.retain(|_, (at, suppressed)| {
+                *suppressed > 0 || now.duration_since(*at) < interval
+            });
+        }
         let key = if last.len() >= self.max_keys && !last.contains_key(key) {
             "<other>"
         } else {

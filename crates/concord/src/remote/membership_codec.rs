@@ -11,7 +11,7 @@ use prost::Message;
 
 pub use super::gossip_wire::{
     compress_gossip, decompress_gossip, gossip_from_wire, gossip_to_wire, GossipSize,
-    MAX_DECOMPRESSED_GOSSIP_BYTES,
+    DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES,
 };
 use super::gossip_wire::{unique_from_wire, unique_to_wire};
 use super::registry::Codec;
@@ -41,8 +41,20 @@ pub mod manifest {
 }
 
 /// The codec of [`concord_core::ProtocolId::MEMBERSHIP`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MembershipCodec;
+#[derive(Clone, Copy, Debug)]
+pub struct MembershipCodec {
+    /// Largest gossip accepted after decompression, bytes
+    /// (`remote.maximum-decompressed-gossip-size`).
+    pub max_decompressed_gossip_bytes: usize,
+}
+
+impl Default for MembershipCodec {
+    fn default() -> Self {
+        MembershipCodec {
+            max_decompressed_gossip_bytes: DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES,
+        }
+    }
+}
 
 impl Codec for MembershipCodec {
     type Message = ClusterMessage;
@@ -144,7 +156,10 @@ impl Codec for MembershipCodec {
                 }
             }
             manifest::WELCOME => ClusterMessage::Welcome {
-                gossip: decompress_gossip(&wire::Welcome::decode(payload)?.gossip)?,
+                gossip: decompress_gossip(
+                    &wire::Welcome::decode(payload)?.gossip,
+                    self.max_decompressed_gossip_bytes,
+                )?,
             },
             manifest::GOSSIP_ENVELOPE => {
                 let e = wire::GossipEnvelope::decode(payload)?;
@@ -153,7 +168,7 @@ impl Codec for MembershipCodec {
                         e.to.as_ref()
                             .ok_or(DecodeError::MissingField("gossip_envelope.to"))?,
                     )?,
-                    gossip: decompress_gossip(&e.gossip)?,
+                    gossip: decompress_gossip(&e.gossip, self.max_decompressed_gossip_bytes)?,
                 }
             }
             manifest::GOSSIP_STATUS => {
@@ -199,7 +214,6 @@ impl Codec for MembershipCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remote::gossip_wire::MAX_DECOMPRESSED_GOSSIP_BYTES;
     use concord_core::gossip::Gossip;
     use concord_core::member::Member;
     use concord_core::{Address, UniqueAddress};
@@ -238,7 +252,7 @@ mod tests {
         let g = sample_gossip(10);
         let (bytes, size) = compress_gossip(&g);
         assert!(size.compressed < size.raw);
-        assert_eq!(decompress_gossip(&bytes).unwrap(), g);
+        assert_eq!(decompress_gossip(&bytes, 1 << 20).unwrap(), g);
     }
 
     #[test]
@@ -271,8 +285,11 @@ mod tests {
             },
         ];
         for m in msgs {
-            let (manifest, bytes) = MembershipCodec.encode(&m);
-            assert_eq!(MembershipCodec.decode(manifest, bytes).unwrap(), m);
+            let (manifest, bytes) = MembershipCodec::default().encode(&m);
+            assert_eq!(
+                MembershipCodec::default().decode(manifest, bytes).unwrap(),
+                m
+            );
         }
     }
 
@@ -296,25 +313,40 @@ mod tests {
             gossip_from_wire(&w),
             Err(DecodeError::BadPort(70000))
         ));
-        assert!(MembershipCodec
+        assert!(MembershipCodec::default()
             .decode(manifest::JOIN, Bytes::from_static(&[0xff]))
             .is_err());
         assert!(matches!(
-            MembershipCodec.decode(99, Bytes::new()),
+            MembershipCodec::default().decode(99, Bytes::new()),
             Err(DecodeError::UnknownManifest(99))
         ));
-        assert!(decompress_gossip(b"not gzip").is_err());
+        assert!(decompress_gossip(b"not gzip", 1 << 20).is_err());
     }
 
     #[test]
     fn gzip_bomb_is_refused() {
-        let zeros = vec![0u8; (MAX_DECOMPRESSED_GOSSIP_BYTES + 10) as usize];
+        // 64 MiB of zeros gzip to about 65 KB: a stranger's frame that would inflate 1000×.
+        let zeros = vec![0u8; 64 << 20];
         let mut enc = GzEncoder::new(Vec::new(), Compression::best());
         enc.write_all(&zeros).unwrap();
         let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 70_000);
+        let limit = DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
         assert!(matches!(
-            decompress_gossip(&bomb),
-            Err(DecodeError::Gzip(_))
+            decompress_gossip(&bomb, limit),
+            Err(DecodeError::DecompressedTooLarge(l)) if l == limit
+        ));
+        // Through the codec too, with its configured limit.
+        let codec = MembershipCodec {
+            max_decompressed_gossip_bytes: 4096,
+        };
+        let env = wire::GossipEnvelope {
+            to: Some(unique_to_wire(&ua(1))),
+            gossip: Bytes::from(bomb),
+        };
+        assert!(matches!(
+            codec.decode(manifest::GOSSIP_ENVELOPE, Bytes::from(env.encode_to_vec())),
+            Err(DecodeError::DecompressedTooLarge(4096))
         ));
     }
 
@@ -322,9 +354,9 @@ mod tests {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             for m in 0..12 {
-                let _ = MembershipCodec.decode(m, Bytes::from(bytes.clone()));
+                let _ = MembershipCodec::default().decode(m, Bytes::from(bytes.clone()));
             }
-            let _ = decompress_gossip(&bytes);
+            let _ = decompress_gossip(&bytes, 1 << 20);
         }
     }
 }

@@ -14,8 +14,11 @@
 //!   (accept, read, route a batch per read).
 
 mod association;
+pub mod cluster_secret;
 pub mod envelope;
 pub mod faults;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod gossip_wire;
 mod handshake;
 mod inbound;
@@ -26,6 +29,7 @@ pub mod registry;
 pub mod sender;
 pub mod settings;
 pub mod stats;
+mod stream;
 pub mod transport;
 
 /// Protobuf types generated from `proto/concord.proto`.
@@ -44,5 +48,6 @@ pub use transport::{OutboundLane, SendError, Transport, TransportError, Transpor
 
 /// Version of the wire protocol; a peer with another version is refused. Version 2: the
 /// frame body is an `Envelope` (protocol id, manifest, payload, recipient uid) and the
-/// handshake names the lane.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// handshake names the lane. Version 3: the cluster-secret challenge and the uid withheld
+/// from unauthenticated peers.
+pub const PROTOCOL_VERSION: u32 = 3;

@@ -126,6 +126,32 @@ impl LaneQueue {
         }
     }
 
+    /// Encodes as many frames of `frames` as fit into the queue, in order, under one lock,
+    /// without waiting; the rest stay in `frames`. `Err` if the lane closed.
+    pub(crate) fn try_push_all(
+        &self,
+        frames: &mut std::collections::VecDeque<Frame>,
+    ) -> Result<(), PushError> {
+        let wake_writer = {
+            let mut s = self.lock();
+            if s.closed {
+                return Err(PushError::Closed);
+            }
+            let mut pushed = false;
+            while s.frames < self.queue_size && (s.frames == 0 || s.buf.len() < self.max_bytes) {
+                let Some(f) = frames.pop_front() else { break };
+                f.write(&mut s.buf);
+                s.frames += 1;
+                pushed = true;
+            }
+            pushed && std::mem::take(&mut s.writer_waiting)
+        };
+        if wake_writer {
+            self.data.notify_one();
+        }
+        Ok(())
+    }
+
     /// Encodes the frames of `frames` into the queue in order, under one lock, waiting
     /// while it is full; `Err` (with the frames not queued) if the lane closed.
     pub(crate) async fn push_all_wait(

@@ -40,9 +40,13 @@ pub enum DecodeError {
     /// Unknown enum value.
     #[error("unknown {0} value {1}")]
     BadEnum(&'static str, i32),
-    /// The gzip payload is corrupt or too large.
+    /// The gzip payload is corrupt.
     #[error("bad gzip payload: {0}")]
     Gzip(String),
+    /// The gzip payload inflates beyond the limit, bytes (`maximum-decompressed-gossip-size`;
+    /// a decompression bomb). Counted apart from other malformed input.
+    #[error("gzip payload inflates beyond {0} bytes")]
+    DecompressedTooLarge(usize),
     /// Any other reason a protocol's codec refuses the bytes.
     #[error("{0}")]
     Invalid(String),

@@ -1,13 +1,43 @@
 //! [`TransportSettings`]: the knobs of remoting (`[remote]` in the configuration), with
 //! Akka Artery's defaults where Artery has the same knob.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use concord_core::Lane;
 
+use super::cluster_secret::ClusterSecret;
+use super::gossip_wire::DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
+use crate::tls::TlsContext;
+
 /// Transport settings.
 #[derive(Clone, Debug)]
 pub struct TransportSettings {
+    /// TLS 1.3 with mutual authentication on every lane (`[remote.tls]`); `None`: plain TCP.
+    pub tls: Option<Arc<TlsContext>>,
+    /// The cluster secret proven in every handshake (`remote.secret`); `None`: no secret.
+    pub secret: Option<ClusterSecret>,
+    /// An inbound frame must arrive completely within this once its first byte has (default
+    /// 10 s); an inbound connection that brings no frame for `2 × idle_timeout` is closed
+    /// too. Either closes only that connection (counted).
+    pub read_timeout: Duration,
+    /// Most inbound connections at once, handshakes included (default 4096; never more
+    /// than half the process's file-descriptor limit, so the rest of the node — the
+    /// management API, outbound lanes, storage — always has descriptors). More are closed
+    /// at once and counted.
+    pub max_inbound_connections: usize,
+    /// Most inbound connections from one peer address (default 8: three lanes and their
+    /// reconnections).
+    pub max_inbound_connections_per_peer: usize,
+    /// Most inbound connections in their handshake at once (default 128); each has
+    /// `handshake_timeout` to finish it.
+    pub max_pending_handshakes: usize,
+    /// Most bytes all inbound connections together hold beyond [`READ_BUFFER_BYTES`] each
+    /// — frames larger than that still arriving — default 64 MiB. A connection that needs
+    /// more when the budget is spent is closed and counted.
+    pub max_inbound_buffered_bytes: usize,
+    /// Largest gossip accepted after decompression, bytes (default 1 MiB).
+    pub maximum_decompressed_gossip_size: usize,
     /// Largest frame on the control and ordinary lanes, bytes (default 256 KiB, Artery's
     /// `maximum-frame-size`). A larger message travels on the large lane.
     pub maximum_frame_size: usize,
@@ -59,11 +89,28 @@ impl Default for TransportSettings {
             lane_buffer_bytes: 64 * 1024,
             outbound_queue_max_bytes: 8 * 1024 * 1024,
             inbound_queue_size: 4096,
+            tls: None,
+            secret: None,
+            read_timeout: Duration::from_secs(10),
+            max_inbound_connections: 4096,
+            max_inbound_connections_per_peer: 8,
+            max_pending_handshakes: 128,
+            max_inbound_buffered_bytes: 64 * 1024 * 1024,
+            maximum_decompressed_gossip_size: DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES,
         }
     }
 }
 
+/// The read buffer a busy inbound connection keeps, bytes; only what a connection holds
+/// beyond this counts against `max_inbound_buffered_bytes`.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
 impl TransportSettings {
+    /// True if peers are authenticated (TLS or the cluster secret).
+    pub fn authenticates_peers(&self) -> bool {
+        self.tls.is_some() || self.secret.is_some()
+    }
+
     /// The frame limit of `lane`, bytes.
     pub fn frame_limit(&self, lane: Lane) -> usize {
         match lane {

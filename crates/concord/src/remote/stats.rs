@@ -61,6 +61,24 @@ pub struct TransportStats {
     pub unknown_protocol: AtomicU64,
     /// Envelopes for another incarnation of this address: dropped.
     pub wrong_incarnation: AtomicU64,
+    /// Inbound connections whose peer failed to authenticate: TLS handshake, certificate
+    /// name (`verify-peer-hostname`), or the cluster secret.
+    pub authentication_failures: AtomicU64,
+    /// Inbound handshakes not finished within `handshake-timeout`.
+    pub handshake_timeouts: AtomicU64,
+    /// Inbound connections closed at once: at `max-inbound-connections`, too many in their
+    /// handshake, or too many from one peer.
+    pub connections_refused: AtomicU64,
+    /// Inbound connections closed by `read-timeout` (an unfinished frame) or as idle.
+    pub read_timeouts: AtomicU64,
+    /// Inbound connections closed because `max-inbound-buffered-bytes` was spent.
+    pub buffer_limit_hits: AtomicU64,
+    /// Gossip refused because it inflates beyond `maximum-decompressed-gossip-size`.
+    pub decompression_limit_hits: AtomicU64,
+    /// Failed accepts (e.g. out of file descriptors), each followed by a back-off.
+    pub accept_errors: AtomicU64,
+    /// Outbound connections whose peer failed to authenticate (TLS, cluster secret).
+    pub outbound_authentication_failures: AtomicU64,
 }
 
 impl TransportStats {

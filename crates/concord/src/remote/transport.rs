@@ -16,7 +16,7 @@ use tracing::{info, warn, Instrument};
 use super::association::run_lane_writer;
 use super::envelope::{Frame, Outbound, ENVELOPE_OVERHEAD_MAX};
 use super::faults::{FaultTable, LinkFaults};
-use super::inbound::accept_loop;
+use super::inbound::{accept_loop, InboundLimits};
 use super::log_limit::LogLimiter;
 use super::outbound_lane::{LaneQueue, PushError};
 use super::registry::ProtocolRegistry;
@@ -69,6 +69,7 @@ pub(crate) struct Inner {
     pub(crate) shutdown: watch::Sender<bool>,
     shut_down: AtomicBool,
     pub(crate) log: LogLimiter,
+    pub(crate) inbound: InboundLimits,
 }
 
 impl Inner {
@@ -149,6 +150,7 @@ impl Transport {
                 source,
             })?;
         let (shutdown, _) = watch::channel(false);
+        let settings_max_inbound = settings.max_inbound_connections;
         let inner = Arc::new(Inner {
             self_address,
             stats: TransportStats::new(registry.protocols()),
@@ -161,6 +163,7 @@ impl Transport {
             shutdown,
             shut_down: AtomicBool::new(false),
             log: LogLimiter::new(Duration::from_secs(10)),
+            inbound: InboundLimits::new(settings_max_inbound),
         });
         let span = tracing::Span::current();
         tokio::spawn(accept_loop(inner.clone(), listener).instrument(span));
@@ -185,6 +188,22 @@ impl Transport {
     /// The settings.
     pub fn settings(&self) -> &TransportSettings {
         &self.inner.settings
+    }
+
+    /// Peers this node holds outbound lanes to (queues and writer tasks), a bound on the
+    /// outbound state (lanes to unreachable peers are retired after a few failed connects).
+    pub fn outbound_peers(&self) -> usize {
+        self.inner
+            .associations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Inbound connections open now (handshakes included) and the cap in effect
+    /// (`max-inbound-connections`, at most half the file-descriptor limit).
+    pub fn inbound_connections(&self) -> (usize, usize) {
+        (self.inner.inbound.open(), self.inner.inbound.max_open())
     }
 
     /// The lane for `frame` by size: a frame above `maximum-frame-size` moves to the
@@ -450,6 +469,101 @@ impl OutboundLane {
         } else if self.queue.push(frame).is_err() {
             self.transport.inner.stats.dropped(lane, 1);
         }
+    }
+
+    /// Like [`OutboundLane::send`], but a frame the lane's queue has no room for comes
+    /// back instead of being dropped, for a sender that keeps its own backlog and must not
+    /// wait (a layer's driver that also has to read its inbound messages). Frames that
+    /// must go elsewhere (too large for the lane, faults injected) take the general path.
+    pub fn try_send(&self, frame: Frame) -> Result<(), Frame> {
+        let t = &self.transport;
+        if t.inner.faults.get(&self.to).is_some() {
+            self.send(frame);
+            return Ok(());
+        }
+        let lane = match t.lane_for(self.lane, &frame) {
+            Ok(l) => l,
+            Err(e) => {
+                t.too_large(&self.to, &frame, e);
+                return Ok(());
+            }
+        };
+        let (protocol, bytes) = (frame.protocol, frame.payload.len() as u64);
+        if lane != self.lane {
+            t.count_out(protocol, 1, bytes);
+            t.enqueue(&self.to, lane, frame);
+            return Ok(());
+        }
+        match self.queue.push(frame) {
+            Ok(()) => {
+                t.count_out(protocol, 1, bytes);
+                Ok(())
+            }
+            Err((PushError::Full, back)) => Err(back),
+            Err((PushError::Closed, _)) => {
+                t.inner.stats.dropped(lane, 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Like [`OutboundLane::try_send`] for every frame of `frames`, in order, under one
+    /// lock of the lane's queue: the frames that do not fit stay in `frames` (the first of
+    /// them is the first that did not fit).
+    pub fn try_send_all(&self, frames: &mut std::collections::VecDeque<Frame>) {
+        let t = &self.transport;
+        if t.inner.faults.get(&self.to).is_some() {
+            for f in frames.drain(..) {
+                self.send(f);
+            }
+            return;
+        }
+        let mut batch = std::collections::VecDeque::new();
+        while let Some(frame) = frames.pop_front() {
+            match t.lane_for(self.lane, &frame) {
+                Ok(l) if l == self.lane => batch.push_back(frame),
+                Ok(l) => {
+                    // A large frame: everything before it goes first, in order.
+                    self.push_counted(&mut batch);
+                    if !batch.is_empty() {
+                        batch.push_back(frame);
+                        break;
+                    }
+                    t.count_out(frame.protocol, 1, frame.payload.len() as u64);
+                    t.enqueue(&self.to, l, frame);
+                }
+                Err(e) => t.too_large(&self.to, &frame, e),
+            }
+        }
+        self.push_counted(&mut batch);
+        // What did not fit goes back in front, in order.
+        while let Some(f) = batch.pop_back() {
+            frames.push_front(f);
+        }
+    }
+
+    /// Pushes what fits of `batch` (counting it); the rest stays in `batch`.
+    fn push_counted(&self, batch: &mut std::collections::VecDeque<Frame>) {
+        let t = &self.transport;
+        let total = batch.len();
+        let sizes: Vec<(ProtocolId, u64)> = batch
+            .iter()
+            .map(|f| (f.protocol, f.payload.len() as u64))
+            .collect();
+        if self.queue.try_push_all(batch).is_err() {
+            t.inner.stats.dropped(self.lane, batch.len() as u64);
+            batch.clear();
+            return;
+        }
+        for (p, b) in sizes.into_iter().take(total - batch.len()) {
+            t.count_out(p, 1, b);
+        }
+    }
+
+    /// True if the lane's queue is closed (the transport shut down): a sender holding this
+    /// handle should take a new one.
+    pub fn is_closed(&self) -> bool {
+        self.queue.is_closed()
     }
 
     /// Queues every frame of `frames` in order, waiting while the lane is full: one lock

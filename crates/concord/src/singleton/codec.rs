@@ -137,12 +137,12 @@ impl Codec for SingletonCodec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn every_message_round_trips() {
-        let bodies = vec![
+    /// One message body of every kind (also the seeds of the wire fuzz tests).
+    pub(crate) fn all_bodies() -> Vec<SingletonBody> {
+        vec![
             SingletonBody::HandOverToMe,
             SingletonBody::HandOverInProgress,
             SingletonBody::HandOverDone,
@@ -166,8 +166,12 @@ mod tests {
                 ask: 4,
                 payload: vec![5],
             },
-        ];
-        for body in bodies {
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for body in all_bodies() {
             let m = SingletonMessage {
                 name: "s".into(),
                 body,

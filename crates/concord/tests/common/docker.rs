@@ -112,6 +112,9 @@ impl DockerNet {
             format!("CONCORD__REMOTE__HOSTNAME={ip}"),
             "-e".into(),
             format!("CONCORD__CLUSTER__SEED_NODES={seeds}"),
+            // Remoting binds every interface in a container: a cluster secret is required.
+            "-e".into(),
+            "CONCORD__REMOTE__SECRET=docker-test-cluster-secret-0123456789".into(),
         ];
         for (k, v) in env {
             args.push("-e".into());

@@ -120,6 +120,43 @@ impl Node {
         extra_env: &[(&str, &str)],
         args: &[&str],
     ) -> Node {
+        Node::spawn(
+            host,
+            system,
+            port,
+            management_port,
+            seeds,
+            extra_env,
+            args,
+            None,
+        )
+    }
+
+    /// Like [`Node::start_bound`], the process limited to `nofile` file descriptors.
+    pub fn start_bound_with_fd_limit(
+        system: &str,
+        extra_env: &[(&str, &str)],
+        nofile: u64,
+    ) -> Node {
+        let mut node = Node::spawn("127.0.0.1", system, 0, 0, &[], extra_env, &[], Some(nofile));
+        node.wait_bound();
+        let rt = runtime();
+        rt.block_on(node.client().join(&node.address()))
+            .expect("the first node joins itself");
+        node
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn(
+        host: &str,
+        system: &str,
+        port: u16,
+        management_port: u16,
+        seeds: &[u16],
+        extra_env: &[(&str, &str)],
+        args: &[&str],
+        nofile: Option<u64>,
+    ) -> Node {
         let dir = std::env::temp_dir().join(format!("concord-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("node-{port}-{}.log", rand_suffix()));
@@ -152,6 +189,16 @@ impl Node {
         if !seeds.is_empty() {
             cmd.args(["--seed-nodes", &seeds]);
         }
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only setrlimit between fork and exec (async-signal-safe).
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
         let child = cmd.spawn().expect("start concord node");
         Node {
             host: host.to_string(),
@@ -178,19 +225,24 @@ impl Node {
         args: &[&str],
     ) -> Node {
         let mut node = Node::start_with_args("127.0.0.1", system, 0, 0, seeds, extra_env, args);
-        if !node.wait_running(Duration::from_secs(30)) {
-            panic!("node did not report its ports:\n{}", node.log_text());
-        }
-        let (port, management_port) =
-            parse_running_line(&node.log_text()).expect("the running line names the ports");
-        node.port = port;
-        node.management_port = management_port;
+        node.wait_bound();
         if seeds.is_empty() {
             let rt = runtime();
             rt.block_on(node.client().join(&node.address()))
                 .expect("the first node joins itself");
         }
         node
+    }
+
+    /// Waits for the "node running" line and reads the ports the node bound.
+    fn wait_bound(&mut self) {
+        if !self.wait_running(Duration::from_secs(30)) {
+            panic!("node did not report its ports:\n{}", self.log_text());
+        }
+        let (port, management_port) =
+            parse_running_line(&self.log_text()).expect("the running line names the ports");
+        self.port = port;
+        self.management_port = management_port;
     }
 
     pub fn address(&self) -> String {
@@ -277,6 +329,8 @@ fn rand_suffix() -> u64 {
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
+    // reqwest builds its TLS configuration from the process's rustls provider.
+    concord::tls::install_default_provider();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -407,3 +461,4 @@ pub async fn wait_self_up(n: &concord::Node) {
 pub fn count_status(n: &concord::Node, status: concord_core::MemberStatus) -> usize {
     n.cluster().view().members_with_status(status).count()
 }
+pub mod wire_peer;

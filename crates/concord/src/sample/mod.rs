@@ -1,6 +1,7 @@
 //! The sample application `concord node --sample` runs (off by default): a singleton that
-//! says where it runs, and a replicated counter — the smallest use of Cluster Singleton and
-//! Distributed Data, visible over the management port:
+//! says where it runs, a replicated counter, and two sharded entity types (`counter` and
+//! `log`, see [`entities`]) — the smallest use of Cluster Singleton, Distributed Data and
+//! Cluster Sharding, visible over the management port:
 //!
 //! - `GET /sample/singleton` → `{"node": "<address of the member running the singleton>",
 //!   "incarnation": <u64 unique per start of the instance>}`, asked through the proxy.
@@ -29,7 +30,12 @@ use tracing::info;
 use crate::ddata::{DdataError, Replicator};
 use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{ProtocolRegistry, TransportSettings};
+use crate::sharding::ShardRegion;
 use crate::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
+
+pub mod entities;
+
+pub use entities::{Counter, Log};
 
 /// The sample singleton's name.
 pub const SINGLETON_NAME: &str = "sample";
@@ -81,14 +87,23 @@ pub fn add_singleton(singletons: &mut ClusterSingletons) -> SingletonRef<SampleM
 pub struct SampleLayer {
     replicator: Replicator,
     singleton: SingletonRef<SampleMessage, Where>,
+    counters: ShardRegion<Counter>,
+    logs: ShardRegion<Log>,
 }
 
 impl SampleLayer {
-    /// Routes over the node's replicator and the sample singleton's proxy.
-    pub fn new(replicator: Replicator, singleton: SingletonRef<SampleMessage, Where>) -> Self {
+    /// Routes over the node's replicator, the sample singleton's proxy and the sample's
+    /// entity types (from [`entities::init`]).
+    pub fn new(
+        replicator: Replicator,
+        singleton: SingletonRef<SampleMessage, Where>,
+        (counters, logs): (ShardRegion<Counter>, ShardRegion<Log>),
+    ) -> Self {
         SampleLayer {
             replicator,
             singleton,
+            counters,
+            logs,
         }
     }
 }
@@ -117,13 +132,29 @@ impl Layer for SampleLayer {
             replicator: self.replicator,
             singleton: self.singleton,
         };
+        let entity_routes = entities::EntityRoutes {
+            counters: self.counters,
+            logs: self.logs,
+        };
         let routes = Router::new()
             .route("/sample/singleton", get(singleton))
             .route(
                 "/sample/ddata/counter/{key}",
                 get(read_counter).post(write_counter),
             )
-            .with_state(state);
+            .with_state(state)
+            .merge(
+                Router::new()
+                    .route(
+                        "/sample/counter/{id}",
+                        get(entities::get_counter).post(entities::post_counter),
+                    )
+                    .route(
+                        "/sample/log/{id}",
+                        get(entities::get_log).post(entities::post_log),
+                    )
+                    .with_state(entity_routes),
+            );
         Ok(LayerStarted {
             routes: Some(routes),
         })

@@ -1,0 +1,1006 @@
+//! Cluster Sharding: stateful entities addressed by id, spread over the cluster in shards,
+//! **at most one live incarnation of each**, moved between nodes as they join and leave
+//! with an order-preserving, lossless handoff (spec: `cluster-sharding-concepts.md`, the
+//! *Handoff* section of `cluster-specification-original.md`; Akka's `ShardRegion`,
+//! `Shard` and `ShardCoordinator`; research notes §1).
+//!
+//! [`ClusterSharding`] is the sans-IO machine of one entity type on one node. It holds:
+//!
+//! - the node's **`ShardRegion`** ([`region`]): it maps an entity to its shard's home,
+//!   asks the coordinator for unknown homes and buffers meanwhile (Scenarios 1 and 2 of the
+//!   spec), then sends directly; a proxy-only region hosts nothing;
+//! - the **`Shard`s** it hosts ([`shard`]): entities created on their first message,
+//!   passivated when idle or over the active-entity limit, optionally remembered;
+//! - the **`ShardCoordinator`** ([`coordinator`]), active only on the node where its
+//!   cluster singleton runs (the oldest member with the role; the machine embeds the
+//!   singleton manager, so the coordinator moves in order and never runs twice): it
+//!   allocates shards with a [`ShardAllocationStrategy`], rebalances them, and persists
+//!   its [`CoordinatorState`] in Distributed Data with `WriteMajorityPlus` /
+//!   `ReadMajorityPlus` — in the machine's own [`Replicator`] (Akka runs one replicator
+//!   per sharding role, too), which also keeps the remembered entities.
+//!
+//! # Handoff (★ beyond Akka)
+//!
+//! Akka stops a shard on its old home while every region buffers, then starts it afresh on
+//! the new home and **drops the messages the old home's region had buffered** (to avoid
+//! reordering). Concord follows the original spec's design instead (options 2b, 3b and 4a
+//! of its "Graceful Handoff"): moving shard A from N1 to N2,
+//!
+//! 1. the coordinator sends `HostShard { handoff_from: N1 }` to N2, which prepares A and
+//!    holds every message for it; N2 answers `ShardStarted`;
+//! 2. the coordinator sends `HandOff { to: N2 }` to N1 (*migration transition*): N1 stops
+//!    A's entities — each finishes the messages it already has, then hands its state over
+//!    (`EntityHandOver`) — and forwards every message for A that arrives from now on to
+//!    N2, in arrival order, each with its origin; when all entities have stopped it sends
+//!    `HandOverDone` to N2 (which starts the entities with their states and delivers what
+//!    N1 forwarded) and `ShardStopped { handed_to: N2 }` to the coordinator;
+//! 3. the coordinator persists A → N2 and sends `BeginHandOff { from: N1, to: N2 }` to
+//!    every region (*update transition*). A region switches to N2 and sends its
+//!    `BeginHandOffAck` to **N1**, on the same ordered link as everything it sent N1 before;
+//!    N1 forwards it to N2 behind those messages. N2 keeps a buffer per sending node for
+//!    messages sent to it directly, and opens it when that node's acknowledgement arrives
+//!    through N1.
+//!
+//! **Guarantee**: for any sender node and entity, messages accepted by the sender's region
+//! are delivered once and in send order across a rebalance or a graceful leave, as long as
+//! no node involved crashes. (A crash loses what the crashed node held, as in Akka; a
+//! coordinator fail-over during a handoff delays the buffered messages up to
+//! `handoff-timeout` but does not lose or reorder them.) Buffers are bounded by
+//! `buffer-size` for the whole region; beyond it messages are dropped and counted, and an
+//! ask gets an error at once.
+//!
+//! # Crash
+//!
+//! A region whose node is removed (after the split brain resolver downed it) loses its
+//! shards once `removal-margin` has passed — the time the downed node needs to notice and
+//! stop its entities; a node that sees itself Down stops all its entities at once. Shards
+//! with known homes keep serving while the coordinator fails over.
+
+pub mod allocation;
+mod coordinator;
+pub mod coordinator_state;
+pub mod extractor;
+mod handoff;
+pub mod message;
+mod rebalance;
+mod region;
+mod remember;
+pub mod settings;
+mod shard;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::address::UniqueAddress;
+use crate::ddata::replicator::{DataTypeRegistry, ReplicatorEvent};
+use crate::ddata::{GSet, LWWRegister, ORSet, Replicator, ReplicatorSettings};
+use crate::member::MemberStatus;
+use crate::membership_view::MembershipView;
+use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::singleton::{ClusterSingleton, SingletonEvent, SingletonMessage, SingletonSettings};
+use crate::timers::TimerTable;
+
+pub use allocation::{
+    compare_app_versions, LeastShardAllocationStrategy, RegionEntry, ShardAllocationStrategy,
+};
+pub use coordinator_state::{CoordinatorEvent, CoordinatorState, StateError};
+pub use extractor::{shard_id, shard_number};
+pub use message::{Delivery, ShardingBody, ShardingMessage};
+pub use settings::{
+    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
+};
+
+/// An entity's id (Akka `EntityId`).
+pub type EntityId = String;
+/// A shard's id (Akka `ShardId`).
+pub type ShardId = String;
+
+/// Shard homes per `ShardHomes` message (Akka: 500).
+pub const SHARD_HOMES_BATCH: usize = 500;
+/// Longest entity id accepted, bytes; longer ones are refused.
+pub const MAX_ENTITY_ID_BYTES: usize = 1_024;
+/// Longest shard id accepted, bytes.
+pub const MAX_SHARD_ID_BYTES: usize = 128;
+/// Most distinct shards a region knows homes of, hosts, or a coordinator allocates: a bound
+/// on what messages can make the machine hold, far above any sane `number-of-shards`.
+pub const MAX_SHARDS: usize = 100_000;
+
+/// Why an entity is asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// Idle, over the active-entity limit, or it asked itself: its state is dropped.
+    Passivate,
+    /// Its shard moves: report its state with [`ClusterSharding::entity_stopped`].
+    HandOff,
+    /// The node stops (it is Down or shutting down).
+    Shutdown,
+}
+
+/// Why a message was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The region's buffer (`buffer-size`) was full.
+    BufferFull,
+    /// The entity or shard id is invalid (too long).
+    InvalidId,
+    /// The region is shutting down and cannot take new messages.
+    ShuttingDown,
+}
+
+impl DropReason {
+    /// A short label for metrics and errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::BufferFull => "buffer-full",
+            DropReason::InvalidId => "invalid-id",
+            DropReason::ShuttingDown => "shutting-down",
+        }
+    }
+}
+
+/// What the machine asks of its runtime, or tells it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ShardingEvent {
+    /// Create the entity (with the state handed over from its previous home, if any).
+    StartEntity {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+        /// Its handed-over state.
+        state: Option<Vec<u8>>,
+    },
+    /// A message for a started entity, in delivery order.
+    Deliver {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+        /// The encoded message.
+        payload: Vec<u8>,
+        /// For an ask: pass to [`ClusterSharding::reply`].
+        reply_to: Option<(UniqueAddress, u64)>,
+    },
+    /// Stop the entity once it has handled what it was given; then report
+    /// [`ClusterSharding::entity_stopped`] (with its state for [`StopReason::HandOff`]).
+    StopEntity {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+        /// Why.
+        reason: StopReason,
+    },
+    /// The entity did not stop within the handoff's force-stop time: stop it now and
+    /// report it stopped (without a state).
+    KillEntity {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+    },
+    /// The answer to one of this node's asks.
+    Reply {
+        /// The ask.
+        ask: u64,
+        /// The encoded reply, or why there is none.
+        result: Result<Vec<u8>, String>,
+    },
+    /// A message accepted here was dropped (for an ask: fail it).
+    Dropped {
+        /// Its ask, if any.
+        ask: Option<u64>,
+        /// Why.
+        reason: DropReason,
+    },
+    /// External remember-entities store: load the shard's remembered ids and answer
+    /// [`ClusterSharding::remember_loaded`].
+    RememberLoad {
+        /// The shard.
+        shard: ShardId,
+    },
+    /// External remember-entities store: record these changes, then answer
+    /// [`ClusterSharding::remember_written`].
+    RememberUpdate {
+        /// The shard.
+        shard: ShardId,
+        /// Entities started.
+        started: Vec<EntityId>,
+        /// Entities stopped (passivated).
+        stopped: Vec<EntityId>,
+    },
+    /// A durable key of the machine's replicator changed: store it (the runtime loads
+    /// them back with [`ClusterSharding::load_durable`]).
+    Store {
+        /// The key.
+        key: String,
+        /// The envelope.
+        envelope: crate::ddata::replicator::SerializedEnvelope,
+    },
+    /// The graceful shutdown asked with [`ClusterSharding::graceful_shutdown`] is done:
+    /// every shard was handed over.
+    GracefulShutdownDone,
+    /// The coordinator's hand-over asked with [`ClusterSharding::self_exiting`] is done.
+    ExitingDone,
+    /// The answer to [`ClusterSharding::query_cluster_stats`]: every region's shards with
+    /// their numbers of entities; regions that did not answer in time are left out.
+    ClusterShardingStats {
+        /// The query.
+        request: u64,
+        /// (region, [(shard, entities)]).
+        regions: Vec<(UniqueAddress, Vec<(ShardId, u32)>)>,
+    },
+}
+
+/// Counters an operator watches (exported as metrics by the runtime).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardingStats {
+    /// Messages dropped because the region's buffer was full.
+    pub dropped_buffer_full: u64,
+    /// Messages dropped for an invalid id or during shutdown.
+    pub dropped_other: u64,
+    /// Messages forwarded by an old home during a handoff.
+    pub forwarded: u64,
+    /// Messages a new home held back in a per-sender buffer until that sender's
+    /// acknowledgement came through the old home (the order-preserving part of a handoff).
+    pub held_for_order: u64,
+    /// `GetShardHome` requests this region sent.
+    pub shard_home_requests: u64,
+    /// Handoffs this node started as the old home.
+    pub handoffs_started: u64,
+    /// Handoffs this node completed as the new home (its buffers opened).
+    pub handoffs_completed: u64,
+    /// Rebalance rounds this node's coordinator ran (that moved at least one shard).
+    pub rebalance_rounds: u64,
+    /// Shards this node's coordinator allocated.
+    pub shards_allocated: u64,
+    /// Entities started here.
+    pub entities_started: u64,
+    /// Entities passivated here.
+    pub entities_passivated: u64,
+    /// Messages refused as invalid (unknown sender, bad ids, out of place).
+    pub invalid_messages: u64,
+    /// Coordinator-state events that did not apply.
+    pub state_errors: u64,
+    /// Coordinator-state or remember-entities writes that did not reach their
+    /// consistency in time (they are retried, or spread by gossip).
+    pub write_timeouts: u64,
+}
+
+/// The machine's timers.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ShardingTimer {
+    /// Region: send `Register` again (back-off).
+    Register,
+    /// Region: ask again for the homes of buffered shards.
+    RetryShardHomes,
+    /// Coordinator: look for shards to rebalance.
+    Rebalance,
+    /// Coordinator: a removed region's margin has passed.
+    RegionTerminated(UniqueAddress),
+    /// Once a second: timeouts of handoffs, `HostShard` re-sends, queries.
+    Housekeeping,
+    /// Passivate idle entities.
+    Passivation,
+    /// Start the next batch of remembered entities.
+    Recovery,
+}
+
+/// Period of [`ShardingTimer::Housekeeping`], ms.
+const HOUSEKEEPING_MS: u64 = 1_000;
+
+/// What a request of the machine's replicator is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DdataPurpose {
+    /// The coordinator reads its state.
+    CoordinatorLoad,
+    /// The coordinator reads the remembered shards.
+    AllShardsLoad,
+    /// The coordinator writes its state.
+    CoordinatorWrite,
+    /// The coordinator records remembered shards.
+    AllShardsWrite,
+    /// A shard reads its remembered entities.
+    RememberLoad(ShardId),
+    /// A shard writes its remembered entities.
+    RememberWrite(ShardId),
+}
+
+/// The sharding machine of one entity type on one node; see the module docs.
+pub struct ClusterSharding {
+    settings: ShardingSettings,
+    self_node: UniqueAddress,
+    view: MembershipView,
+    /// This node hosts shards (not proxy-only, has the role).
+    hosting: bool,
+    /// This node has been a member (so a view without it means it was removed).
+    was_member: bool,
+    /// [`ClusterSharding::stop_hosting`] was called.
+    stopped_hosting: bool,
+    /// Members removed in the last `handoff-timeout`, with when (ms): their messages for
+    /// entities still in flight are accepted.
+    removed: BTreeMap<UniqueAddress, u64>,
+    region: region::Region,
+    shards: BTreeMap<ShardId, shard::Shard>,
+    coordinator: Option<coordinator::Coordinator>,
+    strategy: Box<dyn ShardAllocationStrategy>,
+    singleton: ClusterSingleton,
+    replicator: Replicator,
+    ddata_requests: BTreeMap<u64, DdataPurpose>,
+    next_request: u64,
+    /// Messages held in every buffer of this region (unknown homes, handoffs,
+    /// passivation, remembering), count.
+    buffered: usize,
+    /// Active-entity LRU (only with an active-entity limit): tick → (shard, entity).
+    lru: BTreeMap<u64, (ShardId, EntityId)>,
+    lru_tick: u64,
+    timers: TimerTable<ShardingTimer>,
+    transmits: VecDeque<Transmit<ShardingMessage>>,
+    events: VecDeque<ShardingEvent>,
+    /// Messages to this node itself, handled before the input that caused them returns.
+    loopback: VecDeque<ShardingBody>,
+    stats: ShardingStats,
+}
+
+impl ClusterSharding {
+    /// The machine for `settings.type_name` on `self_node`, with the default
+    /// [`LeastShardAllocationStrategy`]; `seed` seeds its random choices; its timers start
+    /// at `now_ms`.
+    pub fn new(
+        settings: ShardingSettings,
+        self_node: UniqueAddress,
+        seed: u64,
+        now_ms: u64,
+    ) -> Self {
+        let strategy = Box::new(LeastShardAllocationStrategy::new(
+            settings.least_shard_allocation,
+        ));
+        Self::with_strategy(settings, self_node, strategy, seed, now_ms)
+    }
+
+    /// As [`ClusterSharding::new`] with another allocation strategy.
+    pub fn with_strategy(
+        settings: ShardingSettings,
+        self_node: UniqueAddress,
+        strategy: Box<dyn ShardAllocationStrategy>,
+        seed: u64,
+        now_ms: u64,
+    ) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let singleton = ClusterSingleton::new(
+            SingletonSettings {
+                name: settings.coordinator_singleton_name(),
+                role: settings.role.clone(),
+                removal_margin_ms: settings.removal_margin_ms,
+                ..Default::default()
+            },
+            self_node.clone(),
+            rng.random(),
+        );
+        let replicator = Replicator::new(
+            Self::replicator_settings(&settings),
+            self_node.clone(),
+            Self::data_types(),
+            rng.random(),
+            now_ms,
+        );
+        let mut timers = TimerTable::new();
+        timers.set(ShardingTimer::Housekeeping, now_ms + HOUSEKEEPING_MS);
+        if let Some(idle) = settings.passivation_idle_timeout_ms {
+            if !settings.remember_entities {
+                timers.set(ShardingTimer::Passivation, now_ms + (idle / 2).max(1));
+            }
+        }
+        ClusterSharding {
+            view: MembershipView::empty(self_node.clone()),
+            hosting: false,
+            was_member: false,
+            stopped_hosting: false,
+            removed: BTreeMap::new(),
+            region: region::Region::new(),
+            shards: BTreeMap::new(),
+            coordinator: None,
+            strategy,
+            singleton,
+            replicator,
+            ddata_requests: BTreeMap::new(),
+            next_request: 1,
+            buffered: 0,
+            lru: BTreeMap::new(),
+            lru_tick: 0,
+            timers,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            loopback: VecDeque::new(),
+            stats: ShardingStats::default(),
+            settings,
+            self_node,
+        }
+    }
+
+    /// The settings of the machine's replicator: only among members with the role, the
+    /// oldest asked first, `shard-*` keys (remembered entities and shards) durable, as
+    /// Akka's sharding replicator.
+    pub fn replicator_settings(settings: &ShardingSettings) -> ReplicatorSettings {
+        ReplicatorSettings {
+            role: settings.role.clone(),
+            prefer_oldest: true,
+            durable_keys: vec!["shard-*".into()],
+            ..Default::default()
+        }
+    }
+
+    /// The data types the machine's replicator holds.
+    fn data_types() -> DataTypeRegistry {
+        let mut r = DataTypeRegistry::empty();
+        r.register::<LWWRegister<CoordinatorState>>();
+        r.register::<GSet<String>>();
+        r.register::<ORSet<String>>();
+        r
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ShardingSettings {
+        &self.settings
+    }
+
+    /// This node.
+    pub fn self_node(&self) -> &UniqueAddress {
+        &self.self_node
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ShardingStats {
+        &self.stats
+    }
+
+    /// The machine's replicator (its keys, for tools and tests).
+    pub fn replicator(&self) -> &Replicator {
+        &self.replicator
+    }
+
+    /// True if this node's coordinator is active (it runs the coordinator singleton and
+    /// has loaded the state).
+    pub fn is_coordinator(&self) -> bool {
+        self.coordinator.as_ref().is_some_and(|c| c.is_active())
+    }
+
+    /// The coordinator's state, when this node runs the active coordinator.
+    pub fn coordinator_state(&self) -> Option<&CoordinatorState> {
+        self.coordinator
+            .as_ref()
+            .filter(|c| c.is_active())
+            .map(|c| c.state())
+    }
+
+    /// The state of this node's coordinator singleton manager.
+    pub fn coordinator_singleton_state(&self) -> crate::singleton::ManagerState {
+        self.singleton.state()
+    }
+
+    /// The node this region is registered with (the coordinator's), if any.
+    pub fn registered_coordinator(&self) -> Option<&UniqueAddress> {
+        self.region.coordinator.as_ref()
+    }
+
+    /// Messages in the region's buffers, count.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// The shards hosted here (active, receiving or handing off) with their numbers of
+    /// entities, by shard id.
+    pub fn local_shards(&self) -> Vec<(ShardId, u32)> {
+        let mut v: Vec<(ShardId, u32)> = self
+            .shards
+            .iter()
+            .filter(|(_, s)| s.is_hosting())
+            .map(|(id, s)| {
+                (
+                    id.clone(),
+                    u32::try_from(s.entity_count()).unwrap_or(u32::MAX),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The entities alive here (started, not yet stopped) as (shard, entity).
+    pub fn local_entities(&self) -> Vec<(ShardId, EntityId)> {
+        let mut v: Vec<(ShardId, EntityId)> = self
+            .shards
+            .iter()
+            .flat_map(|(sid, s)| s.live_entities().map(move |e| (sid.clone(), e.clone())))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Handoffs in progress on this node (as old or new home), count.
+    pub fn handoffs_in_progress(&self) -> usize {
+        self.shards.values().filter(|s| s.in_handoff()).count()
+    }
+
+    /// The home this region has cached for `shard`.
+    pub fn cached_home(&self, shard: &str) -> Option<&UniqueAddress> {
+        self.region.homes.get(shard)
+    }
+
+    /// Loads a durable key of the machine's replicator stored earlier (before anything
+    /// else happens).
+    ///
+    /// # Errors
+    /// The value does not decode.
+    pub fn load_durable(
+        &mut self,
+        key: &str,
+        envelope: &crate::ddata::replicator::SerializedEnvelope,
+    ) -> Result<(), crate::ddata::replicator::DataError> {
+        self.replicator.load_durable(key, envelope)
+    }
+
+    // ---- plumbing ----
+
+    fn next_request_id(&mut self) -> u64 {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Sends `body` to `to` (handled locally, after the current input, if it is this node).
+    fn send(&mut self, to: &UniqueAddress, body: ShardingBody) {
+        if *to == self.self_node {
+            self.loopback.push_back(body);
+            return;
+        }
+        self.transmits.push_back(Transmit {
+            to: to.address.clone(),
+            to_uid: Some(to.uid),
+            lane: Lane::Ordinary,
+            message: ShardingMessage {
+                type_name: self.settings.type_name.clone(),
+                body,
+            },
+        });
+    }
+
+    /// Sends `body` to the coordinator this region is registered with (dropped if none:
+    /// the protocol retries).
+    fn send_to_coordinator(&mut self, body: ShardingBody) {
+        if let Some(c) = self.region.coordinator.clone() {
+            self.send(&c, body);
+        }
+    }
+
+    /// True if `node` is a member this node can talk sharding with (in the view, not
+    /// Removed).
+    fn is_member(&self, node: &UniqueAddress) -> bool {
+        self.view
+            .members
+            .get(node)
+            .is_some_and(|m| m.status != MemberStatus::Removed)
+    }
+
+    /// True once `node` has been out of the membership for at least `removal-margin`: a
+    /// crashed or downed node has had the time to notice and stop what it ran.
+    fn gone_for_good(&self, node: &UniqueAddress, now_ms: u64) -> bool {
+        !self.view.members.contains_key(node)
+            && self
+                .removed
+                .get(node)
+                .is_none_or(|at| at.saturating_add(self.settings.removal_margin_ms) <= now_ms)
+    }
+
+    /// True once this node is Down or removed: nothing starts here any more.
+    fn self_down(&self) -> bool {
+        self.view
+            .self_member()
+            .is_some_and(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Removed))
+            || (self.was_member && self.view.self_member().is_none())
+    }
+
+    /// Runs the loopback queue and the embedded machines' outputs until nothing is left.
+    fn settle(&mut self, now_ms: u64) {
+        loop {
+            let mut progressed = false;
+            while let Some(body) = self.loopback.pop_front() {
+                progressed = true;
+                let me = self.self_node.clone();
+                self.dispatch(now_ms, &me, body);
+            }
+            while let Some(t) = self.singleton.poll_transmit() {
+                progressed = true;
+                let SingletonMessage { body, .. } = t.message;
+                self.transmits.push_back(Transmit {
+                    to: t.to,
+                    to_uid: t.to_uid,
+                    lane: t.lane,
+                    message: ShardingMessage {
+                        type_name: self.settings.type_name.clone(),
+                        body: ShardingBody::Singleton(body),
+                    },
+                });
+            }
+            while let Some(e) = self.singleton.poll_event() {
+                progressed = true;
+                self.on_singleton_event(now_ms, e);
+            }
+            while let Some(t) = self.replicator.poll_transmit() {
+                progressed = true;
+                self.transmits.push_back(t.map(|m| ShardingMessage {
+                    type_name: self.settings.type_name.clone(),
+                    body: ShardingBody::Replicator(m),
+                }));
+            }
+            while let Some(e) = self.replicator.poll_event() {
+                progressed = true;
+                self.on_replicator_event(now_ms, e);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn on_singleton_event(&mut self, now_ms: u64, e: SingletonEvent) {
+        match e {
+            SingletonEvent::StartInstance { .. } => {
+                tracing::info!(type_name = %self.settings.type_name, "shard coordinator starting");
+                self.coordinator = Some(coordinator::Coordinator::new(&self.settings));
+                self.coordinator_start(now_ms);
+            }
+            SingletonEvent::StopInstance => {
+                if self.coordinator.take().is_some() {
+                    tracing::info!(type_name = %self.settings.type_name, "shard coordinator stopped");
+                }
+                self.timers.cancel(&ShardingTimer::Rebalance);
+                self.timers
+                    .retain(|t| !matches!(t, ShardingTimer::RegionTerminated(_)));
+                self.singleton.instance_terminated(now_ms);
+            }
+            SingletonEvent::AcquireLease => self.singleton.lease_result(now_ms, true),
+            SingletonEvent::ExitingDone => self.events.push_back(ShardingEvent::ExitingDone),
+            SingletonEvent::Stuck => {
+                tracing::warn!(type_name = %self.settings.type_name, "shard coordinator hand-over did not complete; starting over")
+            }
+            SingletonEvent::ReleaseLease
+            | SingletonEvent::Deliver { .. }
+            | SingletonEvent::Reply { .. }
+            | SingletonEvent::Dropped { .. } => {}
+        }
+    }
+
+    fn on_replicator_event(&mut self, now_ms: u64, e: ReplicatorEvent) {
+        match e {
+            ReplicatorEvent::Store { key, envelope } => self
+                .events
+                .push_back(ShardingEvent::Store { key, envelope }),
+            ReplicatorEvent::GetResponse {
+                request, result, ..
+            } => match self.ddata_requests.remove(&request.0) {
+                Some(DdataPurpose::CoordinatorLoad) => self.coordinator_loaded(now_ms, result),
+                Some(DdataPurpose::AllShardsLoad) => {
+                    self.coordinator_all_shards_loaded(now_ms, result)
+                }
+                Some(DdataPurpose::RememberLoad(shard)) => {
+                    self.remember_ddata_loaded(now_ms, &shard, result)
+                }
+                _ => {}
+            },
+            ReplicatorEvent::UpdateResponse {
+                request, result, ..
+            } => match self.ddata_requests.remove(&request.0) {
+                Some(DdataPurpose::CoordinatorWrite) => self.coordinator_written(now_ms, result),
+                Some(DdataPurpose::AllShardsWrite) => {}
+                Some(DdataPurpose::RememberWrite(shard)) => {
+                    if !matches!(result, crate::ddata::UpdateResult::Success) {
+                        self.stats.write_timeouts += 1;
+                    }
+                    self.remember_write_done(now_ms, &shard)
+                }
+                _ => {}
+            },
+            ReplicatorEvent::DeleteResponse { .. }
+            | ReplicatorEvent::Changed { .. }
+            | ReplicatorEvent::Deleted { .. } => {}
+        }
+    }
+
+    /// Routes one message (from a peer, or looped back from this node).
+    fn dispatch(&mut self, now_ms: u64, from: &UniqueAddress, body: ShardingBody) {
+        match body {
+            ShardingBody::Replicator(m) => self.replicator.handle_message(now_ms, from, m),
+            ShardingBody::Singleton(b) => self.singleton.handle_message(
+                now_ms,
+                from,
+                SingletonMessage {
+                    name: self.settings.coordinator_singleton_name(),
+                    body: b,
+                },
+            ),
+            b if b.is_for_coordinator() => self.coordinator_message(now_ms, from, b),
+            ShardingBody::RegisterAck => self.region_register_ack(now_ms, from),
+            ShardingBody::ShardHomes { homes } => {
+                if Some(from) == self.region.coordinator.as_ref() {
+                    for (shard, home) in homes {
+                        self.region_shard_home(now_ms, shard, home, None);
+                    }
+                }
+            }
+            ShardingBody::ShardHome {
+                shard,
+                home,
+                previous,
+            } => self.region_shard_home(now_ms, shard, home, previous),
+            ShardingBody::HostShard {
+                shard,
+                handoff_from,
+            } => self.region_host_shard(now_ms, from, shard, handoff_from),
+            ShardingBody::BeginHandOff {
+                shard,
+                from: old,
+                to,
+                regions,
+            } => self.region_begin_handoff(now_ms, shard, old, to, regions),
+            ShardingBody::HandOff { shard, to } => self.region_handoff(now_ms, from, shard, to),
+            ShardingBody::Deliver {
+                shard,
+                entity,
+                payload,
+                origin,
+                ask,
+            } => {
+                let origin = origin.unwrap_or_else(|| from.clone());
+                self.region_receive(
+                    now_ms,
+                    from,
+                    shard,
+                    Delivery {
+                        entity,
+                        payload,
+                        origin,
+                        ask,
+                    },
+                )
+            }
+            ShardingBody::Reply { ask, result } => {
+                self.events.push_back(ShardingEvent::Reply { ask, result })
+            }
+            ShardingBody::EntityHandOver {
+                shard,
+                entity,
+                state,
+            } => self.handoff_entity_state(from, &shard, entity, state),
+            ShardingBody::HandOverDone { shard } => {
+                self.handoff_done_received(now_ms, from, &shard)
+            }
+            ShardingBody::HandOffAckForward { shard, region } => {
+                self.handoff_ack_forwarded(now_ms, from, &shard, region)
+            }
+            ShardingBody::BeginHandOffAck { shard } => self.handoff_ack(now_ms, from, shard),
+            ShardingBody::GetShardRegionStats { request } => {
+                let shards = self.local_shards();
+                self.send(from, ShardingBody::ShardRegionStats { request, shards });
+            }
+            ShardingBody::ShardRegionStats { request, shards } => {
+                self.region_stats_answer(now_ms, from, request, shards)
+            }
+            // The remaining variants are the coordinator's (handled above).
+            _ => self.stats.invalid_messages += 1,
+        }
+    }
+
+    // ---- inputs from the runtime ----
+
+    /// Sends `payload` to `entity` in `shard` (the runtime computed the shard with its
+    /// message extractor); `ask` is set when a reply is awaited (it comes back as
+    /// [`ShardingEvent::Reply`], or [`ShardingEvent::Dropped`]).
+    pub fn tell(
+        &mut self,
+        now_ms: u64,
+        shard: ShardId,
+        entity: EntityId,
+        payload: Vec<u8>,
+        ask: Option<u64>,
+    ) {
+        if entity.len() > MAX_ENTITY_ID_BYTES || shard.len() > MAX_SHARD_ID_BYTES {
+            self.stats.dropped_other += 1;
+            self.events.push_back(ShardingEvent::Dropped {
+                ask,
+                reason: DropReason::InvalidId,
+            });
+            return;
+        }
+        let origin = self.self_node.clone();
+        self.region_route(
+            now_ms,
+            shard,
+            Delivery {
+                entity,
+                payload,
+                origin,
+                ask,
+            },
+        );
+        self.settle(now_ms);
+    }
+
+    /// The entity answers an ask of `to` (the `reply_to` of its [`ShardingEvent::Deliver`]).
+    pub fn reply(
+        &mut self,
+        now_ms: u64,
+        to: &UniqueAddress,
+        ask: u64,
+        result: Result<Vec<u8>, String>,
+    ) {
+        self.send(to, ShardingBody::Reply { ask, result });
+        self.settle(now_ms);
+    }
+
+    /// The entity stopped (after [`ShardingEvent::StopEntity`] or
+    /// [`ShardingEvent::KillEntity`], or by itself); `state` is what it hands over when it
+    /// was stopped for a handoff.
+    pub fn entity_stopped(
+        &mut self,
+        now_ms: u64,
+        shard: &str,
+        entity: &str,
+        state: Option<Vec<u8>>,
+    ) {
+        self.shard_entity_stopped(now_ms, shard, entity, state);
+        self.settle(now_ms);
+    }
+
+    /// The entity asks to be passivated (Akka's `Passivate`): it is stopped; messages that
+    /// arrive meanwhile are buffered and start it again.
+    pub fn passivate(&mut self, now_ms: u64, shard: &str, entity: &str) {
+        self.shard_passivate(now_ms, shard, entity);
+        self.settle(now_ms);
+    }
+
+    /// The answer to [`ShardingEvent::RememberLoad`].
+    pub fn remember_loaded(&mut self, now_ms: u64, shard: &str, entities: Vec<EntityId>) {
+        self.remember_ids_loaded(now_ms, shard, entities);
+        self.settle(now_ms);
+    }
+
+    /// The answer to [`ShardingEvent::RememberUpdate`].
+    pub fn remember_written(&mut self, now_ms: u64, shard: &str) {
+        self.remember_write_done(now_ms, shard);
+        self.settle(now_ms);
+    }
+
+    /// Coordinated shutdown's `cluster-sharding-shutdown-region` phase: hand every shard
+    /// over to other regions; [`ShardingEvent::GracefulShutdownDone`] follows.
+    pub fn graceful_shutdown(&mut self, now_ms: u64) {
+        self.region_graceful_shutdown(now_ms);
+        self.settle(now_ms);
+    }
+
+    /// The node stops hosting entities (its graceful shutdown could not hand everything
+    /// over in time, or it is about to stop): every entity here is stopped now, handing
+    /// nothing over, and none starts here again. Other regions get the shards after this
+    /// node is removed and `removal-margin` has passed.
+    pub fn stop_hosting(&mut self, now_ms: u64) {
+        if !self.stopped_hosting {
+            tracing::warn!(type_name = %self.settings.type_name, entities = self.shards.values().map(|s| s.entity_count()).sum::<usize>(), "stopping every entity here without handing them over");
+        }
+        self.stopped_hosting = true;
+        self.stop_all_entities(now_ms);
+        self.settle(now_ms);
+    }
+
+    /// Coordinated shutdown's `cluster-exiting` phase: hand the coordinator singleton
+    /// over; [`ShardingEvent::ExitingDone`] follows.
+    pub fn self_exiting(&mut self, now_ms: u64) {
+        self.singleton.self_exiting(now_ms);
+        self.settle(now_ms);
+    }
+
+    /// Asks every region for its shards and their entities (Akka's
+    /// `GetClusterShardingStats`); answered by [`ShardingEvent::ClusterShardingStats`]
+    /// within `shard-region-query-timeout`.
+    pub fn query_cluster_stats(&mut self, now_ms: u64, request: u64) {
+        self.region_query_stats(now_ms, request);
+        self.settle(now_ms);
+    }
+}
+
+impl ProtocolMachine for ClusterSharding {
+    type Message = ShardingMessage;
+    type Event = ShardingEvent;
+
+    fn protocol(&self) -> ProtocolId {
+        ProtocolId::SHARDING
+    }
+
+    fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, message: ShardingMessage) {
+        if message.type_name != self.settings.type_name {
+            return;
+        }
+        // Only members talk sharding (the replicator and the singleton check the same).
+        // Only members talk sharding. A node removed a moment ago (it left, or was downed)
+        // may still have messages for entities in flight: those are accepted for a while.
+        let recently_removed = self.removed.contains_key(from) && message.body.is_data();
+        if !self.is_member(from) && !recently_removed {
+            self.stats.invalid_messages += 1;
+            return;
+        }
+        self.dispatch(now_ms, from, message.body);
+        self.settle(now_ms);
+    }
+
+    fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, change: MembershipChange) {
+        for gone in self.view.members.keys() {
+            if !view.members.contains_key(gone) {
+                self.removed.insert(gone.clone(), now_ms);
+            }
+        }
+        let keep = self.settings.handoff_timeout_ms;
+        self.removed
+            .retain(|_, at| at.saturating_add(keep) > now_ms);
+        self.view = view.clone();
+        self.was_member |= view.self_member().is_some();
+        self.hosting = !self.settings.proxy_only
+            && view
+                .self_member()
+                .is_some_and(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)));
+        self.replicator.handle_membership(now_ms, view, change);
+        self.singleton.handle_membership(now_ms, view, change);
+        self.region_membership(now_ms);
+        self.coordinator_membership(now_ms);
+        self.settle(now_ms);
+    }
+
+    fn handle_timeout(&mut self, now_ms: u64) {
+        if self.replicator.poll_timeout().is_some_and(|t| t <= now_ms) {
+            self.replicator.handle_timeout(now_ms);
+        }
+        if self.singleton.poll_timeout().is_some_and(|t| t <= now_ms) {
+            self.singleton.handle_timeout(now_ms);
+        }
+        for t in self.timers.expired(now_ms) {
+            match t {
+                ShardingTimer::Register => self.region_register(now_ms),
+                ShardingTimer::RetryShardHomes => self.region_retry_shard_homes(now_ms),
+                ShardingTimer::Rebalance => self.coordinator_rebalance_tick(now_ms),
+                ShardingTimer::RegionTerminated(r) => self.coordinator_region_terminated(now_ms, r),
+                ShardingTimer::Housekeeping => {
+                    self.region_housekeeping(now_ms);
+                    self.handoff_housekeeping(now_ms);
+                    self.coordinator_housekeeping(now_ms);
+                    self.timers
+                        .set(ShardingTimer::Housekeeping, now_ms + HOUSEKEEPING_MS);
+                }
+                ShardingTimer::Passivation => self.passivate_idle(now_ms),
+                ShardingTimer::Recovery => self.remember_recovery_tick(now_ms),
+            }
+        }
+        self.settle(now_ms);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Transmit<ShardingMessage>> {
+        self.transmits.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<ShardingEvent> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        [
+            self.timers.next_deadline(),
+            self.replicator.poll_timeout(),
+            self.singleton.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}

@@ -1,0 +1,317 @@
+//! The demo's load generator and its verdict: workers send a steady stream of counter
+//! increments and log appends to the sample's sharded entities through every running
+//! node, recording what was acknowledged; at the end the entities are read back and
+//! checked (no acknowledged increment lost; every log's values in each sending node's
+//! order, none missing unless the node hosting the log crashed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use rand::Rng;
+
+/// Counter entities the load spreads over.
+pub(crate) const COUNTERS: usize = 40;
+/// Log entities the load spreads over.
+pub(crate) const LOGS: usize = 40;
+/// Concurrent workers (each owns the logs `i, i + WORKERS, ...`, so one log's appends
+/// through one node are sequential).
+pub(crate) const WORKERS: usize = 8;
+
+/// What the load knows of the nodes: (index, management port) of those it may use.
+pub(crate) type Targets = Arc<Mutex<Vec<(usize, u16)>>>;
+
+/// Everything recorded by the workers.
+#[derive(Default)]
+pub(crate) struct Record {
+    /// Counter → increments acknowledged with 200.
+    counters_acked: BTreeMap<usize, i64>,
+    /// Counter → increments attempted.
+    counters_sent: BTreeMap<usize, i64>,
+    /// (log, origin node) → seqs acknowledged (202), in send order.
+    logs_acked: BTreeMap<(usize, usize), Vec<u64>>,
+    /// (log, origin node) → seqs attempted.
+    logs_sent: BTreeMap<(usize, usize), BTreeSet<u64>>,
+    /// Latency of every answered request, µs.
+    latencies_us: Vec<u64>,
+    ok: u64,
+    failed: u64,
+}
+
+/// The running load.
+pub(crate) struct Load {
+    record: Arc<Mutex<Record>>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    started: Instant,
+}
+
+impl Load {
+    /// Starts the workers over `targets`.
+    pub(crate) fn start(targets: Targets) -> Load {
+        let record = Arc::new(Mutex::new(Record::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let http = crate::tls::http_client_builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("plain HTTP client");
+        let workers = (0..WORKERS)
+            .map(|w| {
+                let (record, stop, targets, http) =
+                    (record.clone(), stop.clone(), targets.clone(), http.clone());
+                tokio::spawn(worker(w, record, stop, targets, http))
+            })
+            .collect();
+        Load {
+            record,
+            stop,
+            workers,
+            started: Instant::now(),
+        }
+    }
+
+    /// Requests answered so far.
+    pub(crate) fn answered(&self) -> u64 {
+        self.record.lock().map(|r| r.ok).unwrap_or(0)
+    }
+
+    /// Stops the workers (waiting for the requests in flight).
+    pub(crate) async fn stop(mut self) -> Finished {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers.drain(..) {
+            let _ = w.await;
+        }
+        let elapsed = self.started.elapsed();
+        let record = std::mem::take(&mut *self.record.lock().unwrap_or_else(|p| p.into_inner()));
+        Finished { record, elapsed }
+    }
+}
+
+async fn worker(
+    w: usize,
+    record: Arc<Mutex<Record>>,
+    stop: Arc<AtomicBool>,
+    targets: Targets,
+    http: reqwest::Client,
+) {
+    let mut seqs: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut round = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let choice = {
+            let t = targets.lock().unwrap_or_else(|p| p.into_inner());
+            if t.is_empty() {
+                None
+            } else {
+                let k = rand::rng().random_range(0..t.len());
+                Some(t[k])
+            }
+        };
+        let Some((node, port)) = choice else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        round += 1;
+        let started = Instant::now();
+        let ok = if round.is_multiple_of(2) {
+            let c = rand::rng().random_range(0..COUNTERS);
+            if let Ok(mut r) = record.lock() {
+                *r.counters_sent.entry(c).or_default() += 1;
+            }
+            let resp = http
+                .post(format!("http://127.0.0.1:{port}/sample/counter/c{c}"))
+                .form(&[("delta", "1")])
+                .send()
+                .await;
+            let ok = matches!(&resp, Ok(r) if r.status() == 200);
+            if ok {
+                if let Ok(mut r) = record.lock() {
+                    *r.counters_acked.entry(c).or_default() += 1;
+                }
+            }
+            ok
+        } else {
+            // This worker's logs only: one log's appends through one node are sequential.
+            let logs: Vec<usize> = (w..LOGS).step_by(WORKERS).collect();
+            let l = logs[rand::rng().random_range(0..logs.len())];
+            let seq = seqs.entry((l, node)).or_insert(0);
+            let s = *seq;
+            *seq += 1;
+            if let Ok(mut r) = record.lock() {
+                r.logs_sent.entry((l, node)).or_default().insert(s);
+            }
+            let resp = http
+                .post(format!("http://127.0.0.1:{port}/sample/log/l{l}"))
+                .form(&[("value", format!("{node}-{s}"))])
+                .send()
+                .await;
+            let ok = matches!(&resp, Ok(r) if r.status() == 202);
+            if ok {
+                if let Ok(mut r) = record.lock() {
+                    r.logs_acked.entry((l, node)).or_default().push(s);
+                }
+            }
+            ok
+        };
+        if let Ok(mut r) = record.lock() {
+            if ok {
+                r.ok += 1;
+                r.latencies_us.push(started.elapsed().as_micros() as u64);
+            } else {
+                r.failed += 1;
+            }
+        }
+        if !ok {
+            // A node going away: do not spin on it.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The load after it stopped.
+pub(crate) struct Finished {
+    record: Record,
+    elapsed: Duration,
+}
+
+/// What the verdict found.
+pub(crate) struct Verdict {
+    /// Lines to print.
+    pub(crate) lines: Vec<String>,
+}
+
+impl Finished {
+    /// Reads every entity back through `port` and checks it; `lost_host_logs` are the logs
+    /// whose host crashed (their values were only in memory there).
+    pub(crate) async fn verify(
+        &self,
+        port: u16,
+        crashed: usize,
+        lost_host_logs: &BTreeSet<usize>,
+    ) -> anyhow::Result<Verdict> {
+        let http = crate::tls::http_client_builder()
+            .timeout(Duration::from_secs(15))
+            .build()?;
+        let r = &self.record;
+        let mut lines = Vec::new();
+        // Counters: every acknowledged increment is there, nothing beyond what was sent.
+        let mut acked_total = 0;
+        for c in 0..COUNTERS {
+            let acked = r.counters_acked.get(&c).copied().unwrap_or(0);
+            let sent = r.counters_sent.get(&c).copied().unwrap_or(0);
+            acked_total += acked;
+            let v: serde_json::Value =
+                get_json(&http, port, &format!("/sample/counter/c{c}")).await?;
+            let value = v["value"].as_i64().unwrap_or(-1);
+            if value < acked || value > sent {
+                bail!("counter c{c} is {value}: {acked} increments were acknowledged, {sent} sent");
+            }
+        }
+        lines.push(format!(
+            "✓ counters: all {acked_total} acknowledged increments are there ({COUNTERS} counters, each within [acknowledged, sent]), across the join, the leave and the crash"
+        ));
+        // Logs: per sending node in order, once each; none missing unless the host crashed.
+        let mut complete = 0;
+        let mut appended = 0;
+        for l in 0..LOGS {
+            let v: serde_json::Value = get_json(&http, port, &format!("/sample/log/l{l}")).await?;
+            let values: Vec<String> = v["values"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut by_origin: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+            for x in &values {
+                let Some((o, s)) = x.split_once('-') else {
+                    bail!("log l{l} holds a value it was never sent: {x}");
+                };
+                let (Ok(o), Ok(s)) = (o.parse::<usize>(), s.parse::<u64>()) else {
+                    bail!("log l{l} holds a value it was never sent: {x}");
+                };
+                by_origin.entry(o).or_default().push(s);
+            }
+            for (o, seqs) in &by_origin {
+                if seqs.windows(2).any(|w| w[0] >= w[1]) {
+                    bail!(
+                        "log l{l}: the values from node {} are out of order or twice: {seqs:?}",
+                        o + 1
+                    );
+                }
+                let sent = r.logs_sent.get(&(l, *o));
+                if let Some(s) = seqs.iter().find(|s| !sent.is_some_and(|x| x.contains(s))) {
+                    bail!("log l{l} holds {}-{s}, which was never sent", o + 1);
+                }
+            }
+            if !lost_host_logs.contains(&l) {
+                for ((ll, o), acked) in r.logs_acked.range((l, 0)..=(l, usize::MAX)) {
+                    debug_assert_eq!(*ll, l);
+                    if *o == crashed {
+                        continue;
+                    }
+                    let got: BTreeSet<u64> = by_origin
+                        .get(o)
+                        .map(|v| v.iter().copied().collect())
+                        .unwrap_or_default();
+                    if let Some(missing) = acked.iter().find(|s| !got.contains(s)) {
+                        bail!(
+                            "log l{l}: value {}-{missing} was accepted by node {} but is missing",
+                            o,
+                            o + 1
+                        );
+                    }
+                    appended += acked.len();
+                }
+                complete += 1;
+            }
+        }
+        lines.push(format!(
+            "✓ logs: every value in each sending node's order, none twice; {complete} of {LOGS} logs hold all {appended} appends accepted for them (the other {} lived on the crashed node: their in-memory values went with it, as documented)",
+            LOGS - complete
+        ));
+        let mut lat = r.latencies_us.clone();
+        lat.sort_unstable();
+        let pct = |p: f64| -> f64 {
+            if lat.is_empty() {
+                return 0.0;
+            }
+            let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+            lat[i] as f64 / 1000.0
+        };
+        lines.push(format!(
+            "✓ served {} requests in {:.1}s ({:.0} requests/s, {} refused while nodes left or crashed); latency p50 {:.1} ms, p99 {:.1} ms",
+            r.ok,
+            self.elapsed.as_secs_f64(),
+            r.ok as f64 / self.elapsed.as_secs_f64().max(0.001),
+            r.failed,
+            pct(0.50),
+            pct(0.99)
+        ));
+        Ok(Verdict { lines })
+    }
+}
+
+/// `GET` a JSON answer from the node at `port`, retried while the entity moves.
+pub(crate) async fn get_json(
+    http: &reqwest::Client,
+    port: u16,
+    path: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let mut last = String::new();
+    for _ in 0..30 {
+        match http
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
+            .await
+        {
+            Ok(r) if r.status().is_success() => return Ok(r.json().await?),
+            Ok(r) => last = format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("GET {path} on port {port} failed: {last}")
+}

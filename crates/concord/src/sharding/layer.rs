@@ -1,0 +1,502 @@
+//! [`Sharding`]: the layer that runs a node's entity types, and the handles an application
+//! sends through ([`ShardRegion`], [`EntityRef`]).
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use concord_core::sharding::{shard_id, ClusterSharding, ShardingSettings};
+use concord_core::ProtocolId;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn, Instrument};
+
+use super::codec::ShardingCodec;
+use super::driver::{Driver, Job, Request, TypeHost};
+use super::entity::{decode, encode, erase_factory, Entity, ErasedFactory};
+use super::outbox::Outboxes;
+use super::remember_store::RememberStore;
+use super::routes;
+use super::{AskFailure, Extractor, ShardingError};
+use crate::clock::Clock;
+use crate::coordinated_shutdown::Phase;
+use crate::ddata::durable::DurableStore;
+use crate::layer::{
+    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
+};
+use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+
+/// Requests queued from the handles before the driver takes them (callers wait when full).
+const JOB_QUEUE: usize = 8_192;
+/// The file of the sharding replicator's durable keys in the data directory.
+pub const DURABLE_FILE: &str = "sharding-ddata.redb";
+
+/// One entity type to run, typed away.
+struct Spec {
+    type_name: String,
+    settings: Option<ShardingSettings>,
+    factory: Option<ErasedFactory>,
+    extractor: Option<Extractor>,
+    proxy: bool,
+}
+
+/// The Cluster Sharding layer: start entity types with [`Sharding::init`] (the same on
+/// every node), add the layer to the node, then send messages through the returned
+/// [`ShardRegion`]s.
+///
+/// ```no_run
+/// # use concord::sharding::{Entity, EntityContext};
+/// # #[derive(Default)] struct Room { lines: Vec<String> }
+/// # impl Entity for Room {
+/// #     type Message = String; type Reply = usize; type State = Vec<String>;
+/// #     async fn handle(&mut self, _: &mut EntityContext, m: String) -> usize { self.lines.push(m); self.lines.len() }
+/// #     fn hand_off(&mut self) -> Option<Vec<String>> { Some(std::mem::take(&mut self.lines)) }
+/// # }
+/// # async fn demo(config: concord::Config) -> Result<(), Box<dyn std::error::Error>> {
+/// use concord::sharding::Sharding;
+/// use std::time::Duration;
+/// let mut sharding = Sharding::new();
+/// let rooms = sharding.init("room", |_id: &str, state: Option<Vec<String>>| Room {
+///     lines: state.unwrap_or_default(),
+/// }, None);
+/// let node = concord::Node::builder(config).layer(sharding).start().await?;
+/// let lobby = rooms.entity_ref("lobby");
+/// lobby.tell(&"hello".to_string()).await?;
+/// let lines = lobby.ask(&"again".to_string(), Duration::from_secs(3)).await?;
+/// # drop((node, lines)); Ok(()) }
+/// ```
+pub struct Sharding {
+    specs: Vec<Spec>,
+    jobs: mpsc::Receiver<Request>,
+    jobs_tx: mpsc::Sender<Request>,
+    inbound: Option<mpsc::Receiver<Inbound<concord_core::sharding::ShardingMessage>>>,
+}
+
+impl Default for Sharding {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The region of one entity type on this node: the way to its entities.
+pub struct ShardRegion<E: Entity> {
+    type_name: Arc<str>,
+    jobs: mpsc::Sender<Request>,
+    _types: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> Clone for ShardRegion<E> {
+    fn clone(&self) -> Self {
+        ShardRegion {
+            type_name: self.type_name.clone(),
+            jobs: self.jobs.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+/// One entity, by id: `tell` and `ask` it wherever it lives.
+pub struct EntityRef<E: Entity> {
+    region: ShardRegion<E>,
+    entity_id: String,
+}
+
+impl<E: Entity> Clone for EntityRef<E> {
+    fn clone(&self) -> Self {
+        EntityRef {
+            region: self.region.clone(),
+            entity_id: self.entity_id.clone(),
+        }
+    }
+}
+
+impl Sharding {
+    /// No entity types yet.
+    pub fn new() -> Self {
+        let (jobs_tx, jobs) = mpsc::channel(JOB_QUEUE);
+        Sharding {
+            specs: Vec::new(),
+            jobs,
+            jobs_tx,
+            inbound: None,
+        }
+    }
+
+    fn add<E: Entity>(&mut self, spec: Spec) -> ShardRegion<E> {
+        let type_name: Arc<str> = Arc::from(spec.type_name.as_str());
+        self.specs.push(spec);
+        ShardRegion {
+            type_name,
+            jobs: self.jobs_tx.clone(),
+            _types: PhantomData,
+        }
+    }
+
+    /// Runs entity type `entity_type` on this node (Akka's `ClusterSharding.init`): `factory`
+    /// builds an entity from its id and the state it handed over when it moved (`None` for a
+    /// fresh one). `settings`: `None` takes the node's `[sharding]` configuration. On a node
+    /// without the settings' role the region is a proxy (it hosts nothing). Shards by the
+    /// default extractor: [`concord_core::sharding::shard_id`] of the entity id.
+    pub fn init<E, F>(
+        &mut self,
+        entity_type: &str,
+        factory: F,
+        settings: Option<ShardingSettings>,
+    ) -> ShardRegion<E>
+    where
+        E: Entity,
+        F: Fn(&str, Option<E::State>) -> E + Send + Sync + 'static,
+    {
+        self.add(Spec {
+            type_name: entity_type.to_string(),
+            settings,
+            factory: Some(erase_factory::<E, F>(factory)),
+            extractor: None,
+            proxy: false,
+        })
+    }
+
+    /// Like [`Sharding::init`] with an own message extractor: entity id → shard id. It must
+    /// give the same shard for an id on every node, build and platform, and keep the
+    /// number of distinct shards small (Akka: about ten per planned node).
+    pub fn init_with_extractor<E, F>(
+        &mut self,
+        entity_type: &str,
+        factory: F,
+        settings: Option<ShardingSettings>,
+        extractor: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> ShardRegion<E>
+    where
+        E: Entity,
+        F: Fn(&str, Option<E::State>) -> E + Send + Sync + 'static,
+    {
+        self.add(Spec {
+            type_name: entity_type.to_string(),
+            settings,
+            factory: Some(erase_factory::<E, F>(factory)),
+            extractor: Some(Arc::new(extractor)),
+            proxy: false,
+        })
+    }
+
+    /// A proxy-only region of `entity_type` (Akka's `ShardRegion` proxy): it routes
+    /// messages to the entities on the nodes that host them and hosts nothing itself.
+    pub fn init_proxy<E: Entity>(
+        &mut self,
+        entity_type: &str,
+        settings: Option<ShardingSettings>,
+    ) -> ShardRegion<E> {
+        self.add(Spec {
+            type_name: entity_type.to_string(),
+            settings,
+            factory: None,
+            extractor: None,
+            proxy: true,
+        })
+    }
+}
+
+impl<E: Entity> ShardRegion<E> {
+    /// The entity type.
+    pub fn type_name(&self) -> &str {
+        &self.type_name
+    }
+
+    /// The shards this node's region hosts, with their numbers of entities (Akka's
+    /// `GetShardRegionState`).
+    ///
+    /// # Errors
+    /// [`ShardingError::Stopped`] if the node has stopped.
+    pub async fn local_shards(&self) -> Result<Vec<(String, u32)>, ShardingError> {
+        let (tx, rx) = oneshot::channel();
+        let type_name = self.type_name.clone();
+        let job: Job = Box::new(move |d: &mut Driver| {
+            let shards = d
+                .types
+                .get(&*type_name)
+                .map(|h| h.machine.local_shards())
+                .unwrap_or_default();
+            let _ = tx.send(shards);
+        });
+        self.jobs
+            .send(job.into())
+            .await
+            .map_err(|_| ShardingError::Stopped)?;
+        rx.await.map_err(|_| ShardingError::Stopped)
+    }
+
+    /// The entity `id` (nothing is created until a message arrives).
+    pub fn entity_ref(&self, id: impl Into<String>) -> EntityRef<E> {
+        EntityRef {
+            region: self.clone(),
+            entity_id: id.into(),
+        }
+    }
+
+    async fn send(
+        &self,
+        entity: &str,
+        message: &E::Message,
+        ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
+    ) -> Result<(), ShardingError> {
+        let payload = encode(message).map_err(ShardingError::Encoding)?;
+        self.jobs
+            .send(Request::Tell {
+                type_name: self.type_name.clone(),
+                entity: entity.to_string(),
+                payload,
+                ask,
+            })
+            .await
+            .map_err(|_| ShardingError::Stopped)
+    }
+}
+
+impl<E: Entity> EntityRef<E> {
+    /// The entity's id.
+    pub fn entity_id(&self) -> &str {
+        &self.entity_id
+    }
+
+    /// Sends `message`; returns once this node's region has taken it (waiting while the
+    /// region pushes back). Delivered once and in send order with this node's other
+    /// messages to the entity, also across a rebalance or a graceful leave, unless a node
+    /// involved crashes (docs/SHARDING.md).
+    ///
+    /// # Errors
+    /// [`ShardingError::Encoding`] if the message does not encode;
+    /// [`ShardingError::Stopped`] if the node has stopped.
+    pub async fn tell(&self, message: &E::Message) -> Result<(), ShardingError> {
+        self.region.send(&self.entity_id, message, None).await
+    }
+
+    /// Sends `message` and waits up to `timeout` for the entity's reply.
+    ///
+    /// # Errors
+    /// [`ShardingError::Timeout`] (the reply may still come later and is dropped),
+    /// [`ShardingError::Dropped`] (a buffer was full: the message was not delivered),
+    /// [`ShardingError::Failed`] (the message or reply did not decode, the entity's
+    /// mailbox was full, or its handler panicked), [`ShardingError::Encoding`],
+    /// [`ShardingError::Stopped`].
+    pub async fn ask(
+        &self,
+        message: &E::Message,
+        timeout: Duration,
+    ) -> Result<E::Reply, ShardingError> {
+        let (tx, rx) = oneshot::channel();
+        let send = self.region.send(&self.entity_id, message, Some(tx));
+        let run = async {
+            send.await?;
+            match rx.await {
+                Err(_) => Err(ShardingError::Stopped),
+                Ok(Err(AskFailure::Dropped(reason))) => {
+                    Err(ShardingError::Dropped(reason.as_str().to_string()))
+                }
+                Ok(Err(AskFailure::Failed(why))) => Err(ShardingError::Failed(why)),
+                Ok(Ok(bytes)) => decode(&bytes).map_err(ShardingError::Encoding),
+            }
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Ok(r) => r,
+            Err(_) => Err(ShardingError::Timeout(timeout)),
+        }
+    }
+}
+
+impl Driver {
+    /// A message from a handle: the shard by the type's extractor, then the machine.
+    pub(crate) fn tell(
+        &mut self,
+        type_name: &str,
+        entity: String,
+        payload: Vec<u8>,
+        ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
+    ) {
+        let now = self.now();
+        let Some(h) = self.types.get_mut(type_name) else {
+            if let Some(tx) = ask {
+                let _ = tx.send(Err(AskFailure::Failed(format!(
+                    "entity type `{type_name}` is not started on this node"
+                ))));
+            }
+            return;
+        };
+        let shard = (h.extractor)(&entity);
+        let ask = ask.map(|tx| h.add_ask(tx));
+        h.machine.tell(now, shard, entity, payload, ask);
+    }
+}
+
+fn error(message: impl std::fmt::Display) -> LayerError {
+    LayerError {
+        layer: "sharding",
+        message: message.to_string(),
+    }
+}
+
+impl Layer for Sharding {
+    fn name(&self) -> &'static str {
+        "sharding"
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        self.inbound = Some(register_protocol(
+            "sharding",
+            registry,
+            settings,
+            ProtocolId::SHARDING,
+            ShardingCodec,
+        )?);
+        Ok(())
+    }
+
+    fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let Sharding {
+            specs,
+            jobs,
+            jobs_tx,
+            inbound,
+        } = *self;
+        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let me = ctx.cluster.self_unique_address().clone();
+        let clock = Clock::new();
+        let now = clock.now_ms();
+        let mut types = BTreeMap::new();
+        let mut needs_durable = false;
+        let mut needs_remember_store = false;
+        for spec in specs {
+            if types.contains_key(&spec.type_name) {
+                return Err(error(format!(
+                    "entity type `{}` is started twice",
+                    spec.type_name
+                )));
+            }
+            let mut settings = spec
+                .settings
+                .unwrap_or_else(|| ctx.config.sharding_settings(&spec.type_name));
+            settings.type_name = spec.type_name.clone();
+            settings.proxy_only |= spec.proxy;
+            if settings.remember_entities {
+                match settings.remember_entities_store {
+                    concord_core::sharding::RememberEntitiesStore::DistributedData => {
+                        needs_durable = true
+                    }
+                    concord_core::sharding::RememberEntitiesStore::External => {
+                        needs_remember_store = true
+                    }
+                }
+            }
+            let shards = settings.number_of_shards;
+            let extractor: Extractor = spec
+                .extractor
+                .unwrap_or_else(|| Arc::new(move |id: &str| shard_id(&id.to_string(), shards)));
+            let machine = ClusterSharding::new(settings, me.clone(), rand::random(), now);
+            types.insert(
+                spec.type_name,
+                TypeHost::new(machine, spec.factory, extractor),
+            );
+        }
+        let dir = ctx.config.data_dir_path();
+        let store = if needs_durable {
+            let store = DurableStore::open_file(&dir, DURABLE_FILE).map_err(error)?;
+            let records = store.load_all().map_err(error)?;
+            for (key, envelope) in &records {
+                // Keys are `shard-<type>-...`: each belongs to its type's machine.
+                if let Some(h) = types.iter_mut().find_map(|(t, h)| {
+                    key.strip_prefix("shard-")
+                        .is_some_and(|rest| rest.starts_with(&format!("{t}-")))
+                        .then_some(h)
+                }) {
+                    h.machine.load_durable(key, envelope).map_err(|e| {
+                        error(format!(
+                            "durable store {}: record `{key}`: {e}",
+                            store.file().display()
+                        ))
+                    })?;
+                }
+            }
+            info!(file = %store.file().display(), keys = records.len(), "sharding durable keys loaded");
+            Some(Arc::new(store))
+        } else {
+            None
+        };
+        let remember = if needs_remember_store {
+            Some(Arc::new(RememberStore::open(&dir).map_err(error)?))
+        } else {
+            None
+        };
+        let names: Vec<String> = types.keys().cloned().collect();
+        let sender = ProtocolSender::new(
+            ctx.transport.clone(),
+            ProtocolId::SHARDING,
+            Arc::new(ShardingCodec),
+        );
+        let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+        let driver = Driver::new(
+            types,
+            clock,
+            Outboxes::new(sender),
+            me.clone(),
+            internal_tx,
+            store,
+            remember,
+        );
+        add_shutdown_tasks(&ctx, jobs_tx.clone());
+        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), Duration::from_secs(1));
+        tokio::spawn(
+            driver
+                .run(inputs, internal_rx)
+                .instrument(tracing::info_span!("sharding")),
+        );
+        Ok(LayerStarted {
+            routes: Some(routes::routes(jobs_tx, names)),
+        })
+    }
+}
+
+/// The region hand-over in `cluster-sharding-shutdown-region` (entities stopped if it
+/// does not finish in time) and the coordinators' hand-over in `cluster-exiting`.
+fn add_shutdown_tasks(ctx: &LayerContext, jobs: mpsc::Sender<Request>) {
+    let phase = Phase::ClusterShardingShutdownRegion;
+    let budget = ctx
+        .config
+        .coordinated_shutdown_settings()
+        .timeout(phase)
+        .saturating_sub(Duration::from_millis(500))
+        .max(Duration::from_millis(500));
+    let region_jobs = jobs.clone();
+    if let Err(e) =
+        ctx.coordinated_shutdown
+            .add_task(phase, "sharding-shutdown-region", move || async move {
+                let (tx, rx) = oneshot::channel();
+                let job: Job = Box::new(move |d: &mut Driver| d.graceful_shutdown(tx));
+                if region_jobs.send(job.into()).await.is_err() {
+                    return;
+                }
+                if tokio::time::timeout(budget, rx).await.is_err() {
+                    warn!("shards were not all handed over in time; stopping their entities here");
+                    let stop: Job = Box::new(|d: &mut Driver| d.stop_hosting());
+                    let _ = region_jobs.send(stop.into()).await;
+                }
+            })
+    {
+        warn!(error = %e, "cannot add the sharding hand-over to coordinated shutdown");
+    }
+    if let Err(e) = ctx.coordinated_shutdown.add_task(
+        Phase::ClusterExiting,
+        "sharding-coordinator-exiting",
+        move || async move {
+            let (tx, rx) = oneshot::channel();
+            let job: Job = Box::new(move |d: &mut Driver| d.self_exiting(tx));
+            if jobs.send(job.into()).await.is_ok() {
+                let _ = rx.await;
+            }
+        },
+    ) {
+        warn!(error = %e, "cannot add the shard coordinator's hand-over to coordinated shutdown");
+    }
+}

@@ -1,0 +1,109 @@
+//! `GET /cluster/shards/{name}`: every region of entity type `name` with its shards and
+//! their numbers of entities, in Akka Management's shape:
+//!
+//! ```json
+//! {"regions": [{"shardRegion": "concord://shop@10.0.0.1:25520",
+//!               "shards": [{"shardId": "17", "numEntities": 3}]}]}
+//! ```
+//!
+//! Regions that do not answer within `sharding.shard-region-query-timeout` are left out
+//! (Akka's `GetClusterShardingStats`). 404 `Shard Region {name} is not started` for a type
+//! this node does not run.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use super::driver::{Driver, Job, Request};
+
+/// One shard in the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardInfoJson {
+    /// The shard.
+    pub shard_id: String,
+    /// Entities alive in it.
+    pub num_entities: u32,
+}
+
+/// One region in the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardRegionJson {
+    /// The region's node address.
+    pub shard_region: String,
+    /// Its shards.
+    pub shards: Vec<ShardInfoJson>,
+}
+
+/// The answer of `GET /cluster/shards/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRegionsJson {
+    /// Every region that answered.
+    pub regions: Vec<ShardRegionJson>,
+}
+
+#[derive(Clone)]
+struct RouteState {
+    jobs: mpsc::Sender<Request>,
+    types: Vec<String>,
+}
+
+/// The routes over the driver's job queue, for the entity types `types`.
+pub(crate) fn routes(jobs: mpsc::Sender<Request>, types: Vec<String>) -> Router {
+    Router::new()
+        .route("/cluster/shards/{name}", get(shards))
+        .with_state(RouteState { jobs, types })
+}
+
+fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "message": m.to_string() })),
+    )
+        .into_response()
+}
+
+async fn shards(State(s): State<RouteState>, Path(name): Path<String>) -> Response {
+    if !s.types.contains(&name) {
+        // Akka Management's answer for a region that is not started.
+        return message(
+            StatusCode::NOT_FOUND,
+            format!("Shard Region {name} is not started"),
+        );
+    }
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move |d: &mut Driver| d.query_stats(&name, tx));
+    if s.jobs.send(job.into()).await.is_err() {
+        return message(StatusCode::SERVICE_UNAVAILABLE, "sharding has stopped");
+    }
+    // The driver answers within the query timeout; this bound only guards a stuck node.
+    match tokio::time::timeout(Duration::from_secs(30), rx).await {
+        Ok(Ok(regions)) => Json(ShardRegionsJson {
+            regions: regions
+                .into_iter()
+                .map(|(r, shards)| ShardRegionJson {
+                    shard_region: r.address.to_string(),
+                    shards: shards
+                        .into_iter()
+                        .map(|(shard_id, num_entities)| ShardInfoJson {
+                            shard_id,
+                            num_entities,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .into_response(),
+        _ => message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the shard query did not complete",
+        ),
+    }
+}

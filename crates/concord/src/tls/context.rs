@@ -1,0 +1,339 @@
+//! [`TlsContext`]: PEM files → rustls configurations, reloaded when the files change.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use rustls::client::danger::ServerCertVerifier;
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
+use tracing::{info, warn};
+
+use super::provider;
+use super::verifier::AnyNameServerVerifier;
+use crate::config::TlsConfig;
+
+/// A TLS file could not be read or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+pub struct TlsError {
+    /// The file, when the problem is one file.
+    pub path: Option<PathBuf>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl TlsError {
+    fn file(path: &Path, message: impl Into<String>) -> Self {
+        TlsError {
+            path: Some(path.to_path_buf()),
+            message: message.into(),
+        }
+    }
+
+    fn other(message: impl std::fmt::Display) -> Self {
+        TlsError {
+            path: None,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Whether the accepting side requires a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Every client presents a certificate of a trusted authority (remoting).
+    Required,
+    /// A client may present one (management: it then authorises the write routes).
+    Optional,
+}
+
+/// Counters of certificate reloads.
+#[derive(Debug, Default)]
+pub struct TlsReloadStats {
+    /// Times changed files were loaded and took effect.
+    pub reloads: AtomicU64,
+    /// Times changed files could not be loaded (the previous certificates stay in use).
+    pub failures: AtomicU64,
+}
+
+/// The modification time and length of each file: a change of either means "reload".
+type Stamp = Vec<Option<(SystemTime, u64)>>;
+
+struct Loaded {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+    stamp: Stamp,
+}
+
+/// A node's TLS identity and trust, as rustls configurations for both directions.
+pub struct TlsContext {
+    config: TlsConfig,
+    client_auth: ClientAuth,
+    versions: &'static [&'static SupportedProtocolVersion],
+    loaded: RwLock<Loaded>,
+    /// Reload counters.
+    pub stats: TlsReloadStats,
+}
+
+impl std::fmt::Debug for TlsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsContext")
+            .field("certificate", &self.config.certificate)
+            .field("ca_certificates", &self.config.ca_certificates)
+            .field("verify_peer_hostname", &self.config.verify_peer_hostname)
+            .finish()
+    }
+}
+
+/// TLS 1.3 only (remoting).
+pub(crate) static TLS13_ONLY: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
+/// TLS 1.2 and 1.3 (management, for HTTP clients that lack 1.3).
+pub(crate) static TLS12_AND_13: &[&SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+impl TlsContext {
+    /// Loads the files of `config` for remoting: TLS 1.3, client certificates required.
+    ///
+    /// # Errors
+    /// A file that cannot be read, holds no certificate or key, or a key that does not
+    /// match the certificate.
+    pub fn for_remoting(config: &TlsConfig) -> Result<Arc<TlsContext>, TlsError> {
+        Self::load(config, ClientAuth::Required, TLS13_ONLY)
+    }
+
+    /// Loads the files of `config` for the management API: TLS 1.2 or 1.3, client
+    /// certificates optional.
+    ///
+    /// # Errors
+    /// As [`TlsContext::for_remoting`].
+    pub fn for_management(config: &TlsConfig) -> Result<Arc<TlsContext>, TlsError> {
+        Self::load(config, ClientAuth::Optional, TLS12_AND_13)
+    }
+
+    fn load(
+        config: &TlsConfig,
+        client_auth: ClientAuth,
+        versions: &'static [&'static SupportedProtocolVersion],
+    ) -> Result<Arc<TlsContext>, TlsError> {
+        let loaded = build(config, client_auth, versions)?;
+        Ok(Arc::new(TlsContext {
+            config: config.clone(),
+            client_auth,
+            versions,
+            loaded: RwLock::new(loaded),
+            stats: TlsReloadStats::default(),
+        }))
+    }
+
+    /// The configuration for connections this node accepts.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.read().server.clone()
+    }
+
+    /// The configuration for connections this node opens (it presents its certificate).
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.read().client.clone()
+    }
+
+    /// `verify-peer-hostname`.
+    pub fn verify_peer_hostname(&self) -> bool {
+        self.config.verify_peer_hostname
+    }
+
+    /// The settings the context was loaded from.
+    pub fn config(&self) -> &TlsConfig {
+        &self.config
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        self.loaded.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads the files again if any changed since they were loaded: `Ok(true)` if new
+    /// certificates took effect, `Ok(false)` if nothing changed.
+    ///
+    /// # Errors
+    /// The changed files cannot be used (e.g. a key written before its certificate during a
+    /// rotation): the previous configuration stays in effect and a later call tries again.
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let now = stamp(&self.config);
+        if now == self.read().stamp {
+            return Ok(false);
+        }
+        match build(&self.config, self.client_auth, self.versions) {
+            Ok(loaded) => {
+                *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = loaded;
+                self.stats.reloads.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks the files every `interval` and reloads them when they change, for as long as
+    /// the context is in use (the task ends when the last handle is dropped).
+    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration, what: &'static str) {
+        let weak: Weak<TlsContext> = Arc::downgrade(self);
+        let span = tracing::Span::current();
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let mut failing = false;
+                loop {
+                    tokio::time::sleep(interval).await;
+                    let Some(ctx) = weak.upgrade() else { return };
+                    match ctx.reload_if_changed() {
+                        Ok(true) => {
+                            failing = false;
+                            info!(tls = what, certificate = %ctx.config.certificate.display(), "TLS certificates reloaded");
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            if !failing {
+                                warn!(tls = what, error = %e, "TLS files changed but cannot be loaded; the previous certificates stay in use");
+                            }
+                            failing = true;
+                        }
+                    }
+                }
+            },
+            span,
+        ));
+    }
+}
+
+/// Checks that `certificate` (a peer's leaf certificate, already verified against the
+/// trusted authorities) names `host` — a DNS name or an IP address — as a subject
+/// alternative name.
+///
+/// # Errors
+/// A description of the mismatch.
+pub(crate) fn certificate_names_host(
+    certificate: &CertificateDer<'_>,
+    host: &str,
+) -> Result<(), String> {
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| format!("`{host}` is not a valid host name: {e}"))?;
+    let parsed = ParsedCertificate::try_from(certificate)
+        .map_err(|e| format!("unreadable peer certificate: {e}"))?;
+    rustls::client::verify_server_name(&parsed, &name)
+        .map_err(|e| format!("the peer's certificate does not name `{host}`: {e}"))
+}
+
+fn stamp(config: &TlsConfig) -> Stamp {
+    [
+        &config.certificate,
+        &config.private_key,
+        &config.ca_certificates,
+    ]
+    .iter()
+    .map(|p| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())))
+    })
+    .collect()
+}
+
+/// Reads a PEM certificate chain.
+pub(crate) fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| TlsError::file(path, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::file(path, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(TlsError::file(path, "no PEM certificate in the file"));
+    }
+    Ok(certs)
+}
+
+/// Reads a PEM private key.
+pub(crate) fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::file(path, e.to_string()))
+}
+
+/// A root store of the certificates in `path`.
+pub(crate) fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in read_certificates(path)? {
+        roots
+            .add(c)
+            .map_err(|e| TlsError::file(path, format!("not a usable CA certificate: {e}")))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// A client configuration trusting `roots`, presenting `identity` if given, checking the
+/// server's name or not.
+pub(crate) fn client_config(
+    roots: Arc<RootCertStore>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    verify_hostname: bool,
+    versions: &'static [&'static SupportedProtocolVersion],
+) -> Result<ClientConfig, TlsError> {
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(TlsError::other)?;
+    let verifier: Arc<dyn ServerCertVerifier> = if verify_hostname {
+        webpki
+    } else {
+        Arc::new(AnyNameServerVerifier::new(webpki))
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .map_err(TlsError::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    match identity {
+        Some((certs, key)) => builder
+            .with_client_auth_cert(certs, key)
+            .map_err(TlsError::other),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+fn build(
+    config: &TlsConfig,
+    client_auth: ClientAuth,
+    versions: &'static [&'static SupportedProtocolVersion],
+) -> Result<Loaded, TlsError> {
+    // The stamp is taken first: a change while reading is seen by the next check.
+    let stamp = stamp(config);
+    let certs = read_certificates(&config.certificate)?;
+    let key = read_private_key(&config.private_key)?;
+    let roots = read_roots(&config.ca_certificates)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
+    let verifier = match client_auth {
+        ClientAuth::Required => verifier.build(),
+        ClientAuth::Optional => verifier.allow_unauthenticated().build(),
+    }
+    .map_err(|e| TlsError::file(&config.ca_certificates, e.to_string()))?;
+    let mut server = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .map_err(TlsError::other)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs.clone(), key.clone_key())
+        .map_err(|e| TlsError::file(&config.private_key, e.to_string()))?;
+    // No session resumption: connections are long-lived, and a reader never writes.
+    server.send_tls13_tickets = 0;
+    let mut client = client_config(
+        roots,
+        Some((certs, key)),
+        config.verify_peer_hostname,
+        versions,
+    )?;
+    client.resumption = rustls::client::Resumption::disabled();
+    Ok(Loaded {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        stamp,
+    })
+}

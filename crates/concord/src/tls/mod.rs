@@ -1,0 +1,51 @@
+//! TLS for remoting and the management API: rustls with the `ring` provider.
+//!
+//! - [`TlsContext`]: a node's certificate, key and trusted authorities loaded from PEM files
+//!   (`[remote.tls]`, `[management.tls]`) into rustls server and client configurations,
+//!   re-read when the files change (certificate rotation without a restart).
+//! - [`certs`]: `concord certs`, a certificate authority and node and client certificates
+//!   made with rcgen, written under CockroachDB's file names.
+//!
+//! Remoting is TLS 1.3 only, with mutual authentication: both ends present a certificate
+//! signed by a trusted authority (Akka's `akka.remote.artery.ssl` with
+//! `require-mutual-authentication = on`). The management API accepts TLS 1.2 and 1.3; a
+//! client certificate there is optional and, when present and valid, authorises the write
+//! routes like the bearer token does.
+
+pub mod certs;
+pub(crate) mod context;
+mod verifier;
+
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+
+pub use context::{ClientAuth, TlsContext, TlsError, TlsReloadStats};
+
+/// The crypto provider every TLS configuration of this crate uses (`ring`).
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
+/// Installs `ring` as the process-wide rustls provider if none is installed yet (the HTTP
+/// client, reqwest, builds its default TLS configuration from it). Idempotent; called when a
+/// node starts and by the command-line tool.
+pub fn install_default_provider() {
+    if CryptoProvider::get_default().is_none() {
+        // Another thread may have won the race: either way a provider is installed.
+        let _ = CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+    }
+}
+
+/// A `reqwest` client builder for the management API's plain-HTTP clients (the CLI, Cluster
+/// Bootstrap's probes, the demo): it trusts no certificate authority unless the caller
+/// configures TLS itself (`tls_backend_preconfigured`), so it builds on hosts without a
+/// system CA store — the FROM-scratch image has none, and reqwest's default client panics
+/// there ("No CA certificates were loaded from the system").
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    install_default_provider();
+    reqwest::Client::builder().tls_certs_only(std::iter::empty())
+}

@@ -1,0 +1,286 @@
+//! Cluster Sharding between real `concord node --sample` processes on loopback: a fourth
+//! node joins and takes its share of the shards and a node leaves gracefully while log
+//! appends flow through two nodes — every log complete and in each sender's order; a node
+//! is SIGKILLed while counters are incremented — every acknowledged increment is kept.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{all_up, runtime, serial, wait_until, Node};
+use nix::sys::signal::Signal;
+
+const ENV: &[(&str, &str)] = &[
+    ("CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER", "2s"),
+    ("CONCORD__SHARDING__REBALANCE_INTERVAL", "1s"),
+    ("CONCORD__SHARDING__NUMBER_OF_SHARDS", "60"),
+];
+
+fn start(system: &str, seeds: &[u16], dir: &std::path::Path, i: usize) -> Node {
+    let data = dir.join(format!("node-{i}")).display().to_string();
+    Node::start_bound_with_args(
+        system,
+        seeds,
+        ENV,
+        &["--sample", "--data-dir", data.as_str()],
+    )
+}
+
+fn shards_per_region(
+    rt: &tokio::runtime::Runtime,
+    via: &Node,
+    name: &str,
+) -> BTreeMap<String, usize> {
+    rt.block_on(via.client().shards(name))
+        .map(|r| {
+            r.regions
+                .into_iter()
+                .map(|x| (x.shard_region, x.shards.len()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Appends numbered values to `logs` through `via` until `stop`; returns per log the
+/// values acknowledged (202), in send order.
+fn append_stream(
+    port: u16,
+    tag: &'static str,
+    logs: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<BTreeMap<usize, Vec<String>>> {
+    std::thread::spawn(move || {
+        let rt = runtime();
+        let http = reqwest::Client::new();
+        let mut acked: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for l in 0..logs {
+                let v = format!("{tag}-{seq}");
+                let ok = rt.block_on(async {
+                    http.post(format!("http://127.0.0.1:{port}/sample/log/log{l}"))
+                        .form(&[("value", v.as_str())])
+                        .timeout(Duration::from_secs(5))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status() == 202)
+                });
+                if ok {
+                    acked.entry(l).or_default().push(v);
+                }
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        acked
+    })
+}
+
+fn read_log(rt: &tokio::runtime::Runtime, port: u16, l: usize) -> Option<Vec<String>> {
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/sample/log/log{l}"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        let v: serde_json::Value = r.json().await.ok()?;
+        Some(
+            v["values"]
+                .as_array()?
+                .iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect(),
+        )
+    })
+}
+
+#[test]
+fn a_join_and_a_graceful_leave_keep_every_log_complete_and_in_order() {
+    let _serial = serial();
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = "shp-move";
+    let n1 = start(sys, &[], dir.path(), 1);
+    let n2 = start(sys, &[n1.port], dir.path(), 2);
+    let mut n2 = n2;
+    let n3 = start(sys, &[n1.port], dir.path(), 3);
+    let three = [n1.address(), n2.address(), n3.address()];
+    wait_until("3 Up", Duration::from_secs(60), &[&n1, &n2, &n3], || {
+        all_up(&rt, &[&n1, &n2, &n3], &three)
+    });
+    let logs = 20;
+    let stop = Arc::new(AtomicBool::new(false));
+    let a = append_stream(n1.management_port, "a", logs, stop.clone());
+    let b = append_stream(n3.management_port, "b", logs, stop.clone());
+    wait_until("the logs running", Duration::from_secs(30), &[&n1], || {
+        shards_per_region(&rt, &n1, "log").values().sum::<usize>() >= 10
+    });
+    // A fourth node joins and takes its share.
+    let n4 = start(sys, &[n1.port], dir.path(), 4);
+    let four = [n1.address(), n2.address(), n3.address(), n4.address()];
+    wait_until("4 Up", Duration::from_secs(60), &[&n1, &n4], || {
+        all_up(&rt, &[&n1, &n2, &n3, &n4], &four)
+    });
+    wait_until(
+        "the new node hosts log shards",
+        Duration::from_secs(60),
+        &[&n1, &n4],
+        || {
+            shards_per_region(&rt, &n1, "log")
+                .get(&n4.address())
+                .is_some_and(|n| *n >= 2)
+        },
+    );
+    // The second node leaves gracefully while both streams flow.
+    n2.signal(Signal::SIGTERM);
+    assert_eq!(
+        n2.wait_exit(Duration::from_secs(60)),
+        Some(0),
+        "left and exited"
+    );
+    let three = [n1.address(), n3.address(), n4.address()];
+    wait_until(
+        "3 Up after the leave",
+        Duration::from_secs(60),
+        &[&n1],
+        || all_up(&rt, &[&n1, &n3, &n4], &three),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let acked_a = a.join().unwrap();
+    let acked_b = b.join().unwrap();
+    for l in 0..logs {
+        let mut values = None;
+        for _ in 0..30 {
+            values = read_log(&rt, n1.management_port, l);
+            if values.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let values = values.unwrap_or_else(|| panic!("log{l} did not answer"));
+        for (tag, acked) in [("a", &acked_a), ("b", &acked_b)] {
+            let from: Vec<&String> = values
+                .iter()
+                .filter(|v| v.starts_with(&format!("{tag}-")))
+                .collect();
+            let want: Vec<&String> = acked
+                .get(&l)
+                .map(|v| v.iter().collect())
+                .unwrap_or_default();
+            assert_eq!(
+                from, want,
+                "log{l}, sender {tag}: every accepted value, once, in order"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_sigkilled_node_loses_no_acknowledged_counter_increment() {
+    let _serial = serial();
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = "shp-crash";
+    let n1 = start(sys, &[], dir.path(), 1);
+    let n2 = start(sys, &[n1.port], dir.path(), 2);
+    let mut n3 = start(sys, &[n1.port], dir.path(), 3);
+    let all = [n1.address(), n2.address(), n3.address()];
+    wait_until("3 Up", Duration::from_secs(60), &[&n1, &n2, &n3], || {
+        all_up(&rt, &[&n1, &n2, &n3], &all)
+    });
+    let counters = 20;
+    let acked: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
+    let sent: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = [n1.management_port, n2.management_port]
+        .into_iter()
+        .map(|port| {
+            let (acked, sent, stop) = (acked.clone(), sent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let rt = runtime();
+                let http = reqwest::Client::new();
+                let mut k = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = k % counters;
+                    k += 1;
+                    *sent.lock().unwrap().entry(c).or_default() += 1;
+                    let ok = rt.block_on(async {
+                        http.post(format!("http://127.0.0.1:{port}/sample/counter/c{c}"))
+                            .form(&[("delta", "1")])
+                            .timeout(Duration::from_secs(10))
+                            .send()
+                            .await
+                            .is_ok_and(|r| r.status() == 200)
+                    });
+                    if ok {
+                        *acked.lock().unwrap().entry(c).or_default() += 1;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_until(
+        "counters on the third node",
+        Duration::from_secs(30),
+        &[&n1],
+        || {
+            shards_per_region(&rt, &n1, "counter")
+                .get(&n3.address())
+                .is_some_and(|n| *n >= 2)
+        },
+    );
+    n3.kill9();
+    let two = [n1.address(), n2.address()];
+    wait_until(
+        "the crashed node downed and removed",
+        Duration::from_secs(60),
+        &[&n1, &n2],
+        || all_up(&rt, &[&n1, &n2], &two),
+    );
+    // Increments keep being acknowledged after the crash: its shards run again elsewhere.
+    let after = acked.lock().unwrap().values().sum::<i64>();
+    wait_until(
+        "increments acknowledged after the crash",
+        Duration::from_secs(60),
+        &[&n1, &n2],
+        || acked.lock().unwrap().values().sum::<i64>() > after + 40,
+    );
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let sent = sent.lock().unwrap().clone();
+    for c in 0..counters {
+        let v: serde_json::Value = rt
+            .block_on(async {
+                reqwest::Client::new()
+                    .get(format!(
+                        "http://127.0.0.1:{}/sample/counter/c{c}",
+                        n1.management_port
+                    ))
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await?
+                    .json()
+                    .await
+            })
+            .unwrap();
+        let value = v["value"].as_i64().unwrap_or(-1);
+        let (a, s) = (
+            acked.get(&c).copied().unwrap_or(0),
+            sent.get(&c).copied().unwrap_or(0),
+        );
+        assert!(
+            value >= a && value <= s,
+            "counter c{c}: {value}, acknowledged {a}, sent {s}"
+        );
+    }
+}
