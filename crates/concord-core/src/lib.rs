@@ -28,6 +28,7 @@ pub mod events;
 pub mod failure_detector;
 pub mod gossip;
 pub mod heartbeat_ring;
+pub mod kv;
 pub mod leader;
 pub mod member;
 pub mod membership_state;

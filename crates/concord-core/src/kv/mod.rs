@@ -1,0 +1,661 @@
+//! A Dynamo-style replicated key-value store: N/R/W quorums, dotted-version-vector
+//! siblings, read repair, hinted handoff, transfers on membership changes and
+//! anti-entropy (the original cluster spec's "Implementing a Dynamo-style Distributed
+//! Database on top of Akka Cluster"; DeCandia et al., "Dynamo: Amazon's Highly Available
+//! Key-value Store", SOSP 2007; Riak KV, its open-source descendant).
+//!
+//! [`KvMachine`] is the sans-IO machine of one node. It is at once
+//!
+//! - a **coordinator** ([`coordinator`]): any node takes a client's put, get or delete,
+//!   sends it to the key's preference list on the [`Ring`] — skipping unreachable
+//!   replicas for the next members of the ring (**fallbacks**, whose copies are hinted
+//!   writes) — and answers once W replicas acknowledged a write, or R replicas answered a
+//!   read (merged by version; concurrent versions come back as siblings). After a read it
+//!   sends the merged version to every replica that answered an older one (**read
+//!   repair**). A delete writes a tombstone, removed (**reaped**) once every replica
+//!   acknowledged it and `tombstone-grace` passed;
+//! - a **replica** ([`replica`]): it applies writes and merges to its [`ReplicaStore`]
+//!   (durable before it acknowledges: outputs are held until [`KvMachine::commit`]);
+//! - a party to **anti-entropy** ([`anti_entropy`]): with each peer that replicates the
+//!   same segments it compares a three-level hash tree — groups, 64 buckets, keys — and
+//!   exchanges the versions that differ. A node that becomes an owner of a segment pulls
+//!   it this way before its "not found" counts towards R;
+//! - a **handoff** sender ([`handoff`]): every group of keys it holds but does not own —
+//!   hinted writes, and its old segments after a join, a leave or a crash moved them — is
+//!   sent in pages to the owners, and removed here once all of them stored it.
+//!
+//! Guarantees (docs/KV_STORE.md): an acknowledged write is on W disks (W primaries; with
+//! `sloppy-quorum`, primaries and fallbacks) and is lost only if all of them are; handoff
+//! and anti-entropy bring every key back to N replicas. With W + R > N a read from the
+//! primaries sees every write acknowledged before it began. Siblings appear only for
+//! writes that did not see each other.
+
+pub mod anti_entropy;
+pub mod coordinator;
+pub mod handoff;
+pub mod message;
+pub mod object;
+pub mod replica;
+pub mod ring;
+pub mod settings;
+pub mod storage;
+pub mod store;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::address::{Address, UniqueAddress};
+use crate::member::MemberStatus;
+use crate::membership_view::MembershipView;
+use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::timers::TimerTable;
+
+pub use message::KvMessage;
+pub use object::{decode_context, encode_context, Dot, ObjectError, Sibling, Versioned, Write};
+pub use ring::{key_hash, Ring, BUCKETS, SEGMENTS};
+pub use settings::{KvSettings, Quorum};
+pub use storage::{KvStorage, MemoryStorage, StorageError, Table};
+pub use store::ReplicaStore;
+
+use coordinator::Requests;
+
+/// Why a request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KvError {
+    /// The request is malformed (key, value, context or a quorum out of range).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The value is over `max-value-size`.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A delete without a context found nothing to delete.
+    #[error("not found")]
+    NotFound,
+    /// Too many requests in progress on this node (`max-pending-requests`).
+    #[error("overloaded: {0} requests in progress")]
+    Overloaded(usize),
+    /// Fewer replicas than needed answered before the deadline.
+    #[error("{0}")]
+    Unavailable(QuorumFailure),
+    /// This node's storage failed.
+    #[error("storage failure: {0}")]
+    Storage(String),
+}
+
+/// Which replicas answered a request that did not reach its quorum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuorumFailure {
+    /// `"r"` or `"w"`.
+    pub quorum: &'static str,
+    /// The replicas needed.
+    pub needed: u8,
+    /// Replicas whose answers counted.
+    pub counted: Vec<Address>,
+    /// Replicas that answered without counting (fallbacks without `sloppy-quorum`, or
+    /// replicas still synchronising that had nothing).
+    pub uncounted: Vec<Address>,
+    /// Replicas that refused, with their reason.
+    pub failed: Vec<(Address, String)>,
+    /// Replicas that did not answer in time.
+    pub unanswered: Vec<Address>,
+}
+
+impl std::fmt::Display for QuorumFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[Address]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        write!(
+            f,
+            "{}={} not reached: counted {} ({})",
+            self.quorum,
+            self.needed,
+            self.counted.len(),
+            list(&self.counted)
+        )?;
+        if !self.uncounted.is_empty() {
+            write!(f, "; answered without counting: {}", list(&self.uncounted))?;
+        }
+        for (a, why) in &self.failed {
+            write!(f, "; {a} refused: {why}")?;
+        }
+        if !self.unanswered.is_empty() {
+            write!(f, "; no answer from {}", list(&self.unanswered))?;
+        }
+        Ok(())
+    }
+}
+
+/// The answer to a read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadResult {
+    /// The merged version of the replicas that answered (`None`: none had the key). A
+    /// version whose siblings are all tombstones reads as deleted.
+    pub object: Option<Versioned>,
+}
+
+impl ReadResult {
+    /// True if the key has no live value (absent or deleted).
+    pub fn is_not_found(&self) -> bool {
+        self.object.as_ref().is_none_or(Versioned::is_deleted)
+    }
+}
+
+/// What the machine tells its runtime.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KvEvent {
+    /// A put or delete finished.
+    WriteDone {
+        /// The runtime's request id.
+        request: u64,
+        /// The outcome.
+        result: Result<(), KvError>,
+    },
+    /// A get finished.
+    ReadDone {
+        /// The runtime's request id.
+        request: u64,
+        /// The outcome.
+        result: Result<ReadResult, KvError>,
+    },
+}
+
+/// Options of a write (`None`: the settings' default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Replication factor.
+    pub n: Option<u8>,
+    /// Write quorum.
+    pub w: Option<Quorum>,
+}
+
+/// Options of a read (`None`: the settings' default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Replication factor.
+    pub n: Option<u8>,
+    /// Read quorum.
+    pub r: Option<Quorum>,
+}
+
+/// Counters an operator watches (exported as metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvStats {
+    /// Puts and deletes coordinated here that succeeded.
+    pub writes_ok: u64,
+    /// Puts and deletes coordinated here that failed.
+    pub writes_failed: u64,
+    /// Gets coordinated here that succeeded.
+    pub reads_ok: u64,
+    /// Gets coordinated here that failed.
+    pub reads_failed: u64,
+    /// Writes sent to a fallback because a primary was unreachable (hinted writes).
+    pub hinted_writes: u64,
+    /// Read repairs sent (one per stale replica).
+    pub read_repairs: u64,
+    /// Tombstones reaped here.
+    pub tombstones_reaped: u64,
+    /// Anti-entropy exchanges this node started.
+    pub ae_exchanges: u64,
+    /// Anti-entropy exchanges that found differences.
+    pub ae_exchanges_with_differences: u64,
+    /// Versions merged here from anti-entropy that changed a key.
+    pub ae_keys_repaired: u64,
+    /// Versions sent by handoff.
+    pub handoff_keys_sent: u64,
+    /// Versions merged here from a handoff that changed a key.
+    pub handoff_keys_received: u64,
+    /// Keys removed here after every owner stored them.
+    pub handoff_keys_removed: u64,
+    /// Messages dropped: from non-members, or malformed.
+    pub invalid_messages: u64,
+    /// Storage failures.
+    pub storage_errors: u64,
+    /// Requests refused as overloaded.
+    pub overloaded: u64,
+}
+
+/// A snapshot for `GET /kv-status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvStatus {
+    /// The default replication factor.
+    pub n: u8,
+    /// The ring's members with the segments each replicates (for `n`).
+    pub ownership: Vec<(UniqueAddress, usize)>,
+    /// Keys stored here.
+    pub keys: u64,
+    /// Keys stored here in groups this node does not own (waiting for handoff).
+    pub misplaced_keys: u64,
+    /// Segments this node owns but has not synchronised with every co-owner yet.
+    pub pending_segments: usize,
+    /// Groups being handed off.
+    pub handoffs_in_progress: usize,
+    /// Anti-entropy exchanges in progress (started here).
+    pub exchanges_in_progress: usize,
+    /// Requests being coordinated here.
+    pub requests_in_progress: usize,
+}
+
+/// The machine's timers.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum KvTimer {
+    /// Request deadlines and due reaps.
+    Tick,
+    /// Start anti-entropy exchanges.
+    AntiEntropy,
+    /// Hand off misplaced groups.
+    Handoff,
+}
+
+/// Period of [`KvTimer::Tick`], ms.
+const TICK_MS: u64 = 50;
+/// Period of [`KvTimer::Handoff`], ms.
+const HANDOFF_MS: u64 = 200;
+
+/// The key-value store machine of one node; see the module docs.
+pub struct KvMachine<S: KvStorage> {
+    settings: KvSettings,
+    self_node: UniqueAddress,
+    view: MembershipView,
+    ring: Ring,
+    store: ReplicaStore<S>,
+    requests: Requests,
+    ae: anti_entropy::AntiEntropy,
+    handoffs: handoff::Handoffs,
+    timers: TimerTable<KvTimer>,
+    /// Outputs held until the writes before them are committed.
+    held_transmits: Vec<Transmit<KvMessage>>,
+    held_events: Vec<KvEvent>,
+    transmits: VecDeque<Transmit<KvMessage>>,
+    events: VecDeque<KvEvent>,
+    stats: KvStats,
+}
+
+impl<S: KvStorage> KvMachine<S> {
+    /// The machine of `self_node` over `storage`; `seed` names a new store's replica (its
+    /// random id) and seeds nothing else; timers start at `now_ms`.
+    ///
+    /// # Errors
+    /// The storage failed or holds corrupt records.
+    pub fn new(
+        settings: KvSettings,
+        self_node: UniqueAddress,
+        storage: S,
+        seed: u64,
+        now_ms: u64,
+    ) -> Result<Self, StorageError> {
+        let store = ReplicaStore::open(storage, seed)?;
+        let mut timers = TimerTable::new();
+        timers.set(KvTimer::Tick, now_ms + TICK_MS);
+        timers.set(
+            KvTimer::AntiEntropy,
+            now_ms + settings.anti_entropy_interval_ms,
+        );
+        timers.set(KvTimer::Handoff, now_ms + HANDOFF_MS);
+        Ok(KvMachine {
+            view: MembershipView::empty(self_node.clone()),
+            ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
+            store,
+            requests: Requests::default(),
+            ae: anti_entropy::AntiEntropy::default(),
+            handoffs: handoff::Handoffs::default(),
+            timers,
+            held_transmits: Vec::new(),
+            held_events: Vec::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: KvStats::default(),
+            settings,
+            self_node,
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &KvSettings {
+        &self.settings
+    }
+
+    /// This node.
+    pub fn self_node(&self) -> &UniqueAddress {
+        &self.self_node
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &KvStats {
+        &self.stats
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The local replicas (for tools and tests).
+    pub fn store(&mut self) -> &mut ReplicaStore<S> {
+        &mut self.store
+    }
+
+    /// The local replicas, read-only.
+    pub fn store_ref(&self) -> &ReplicaStore<S> {
+        &self.store
+    }
+
+    /// Keys held here in groups this node does not own: what handoff still has to move.
+    /// Zero while no member hosts data (there is nowhere to move them).
+    pub fn misplaced_keys(&self) -> u64 {
+        if self.ring.is_empty() {
+            return 0;
+        }
+        self.store
+            .groups()
+            .filter(|((s, n), _, _)| !self.ring.owns(&self.self_node, *s, *n))
+            .map(|(_, _, c)| c)
+            .sum()
+    }
+
+    /// Segments this node owns and has not synchronised with every co-owner yet.
+    pub fn pending_segments(&self) -> usize {
+        self.ae.pending_segments()
+    }
+
+    /// The status snapshot of `GET /kv-status`.
+    pub fn status(&self) -> KvStatus {
+        KvStatus {
+            n: self.settings.n,
+            ownership: self.ring.ownership(self.settings.n).into_iter().collect(),
+            keys: self.store.key_count(),
+            misplaced_keys: self.misplaced_keys(),
+            pending_segments: self.pending_segments(),
+            handoffs_in_progress: self.handoffs.in_progress(),
+            exchanges_in_progress: self.ae.in_progress(),
+            requests_in_progress: self.requests.len(),
+        }
+    }
+
+    // ---- plumbing ----
+
+    /// Queues `message` for `to` (held until the next commit).
+    fn send(&mut self, to: &UniqueAddress, message: KvMessage) {
+        self.held_transmits.push(Transmit {
+            to: to.address.clone(),
+            to_uid: Some(to.uid),
+            lane: Lane::Ordinary,
+            message,
+        });
+    }
+
+    /// Queues an event for the runtime (held until the next commit).
+    fn emit(&mut self, event: KvEvent) {
+        self.held_events.push(event);
+    }
+
+    /// True if `node` is a member this node talks to (in the view, not Removed).
+    fn is_member(&self, node: &UniqueAddress) -> bool {
+        self.view
+            .members
+            .get(node)
+            .is_some_and(|m| m.status != MemberStatus::Removed)
+    }
+
+    /// True if `node` is this node or a member no one sees unreachable.
+    fn is_reachable(&self, node: &UniqueAddress) -> bool {
+        *node == self.self_node || (self.is_member(node) && self.view.is_reachable(node))
+    }
+
+    /// Makes the writes of the inputs handled since the last commit durable, then releases
+    /// the messages and answers held back meanwhile. If the storage fails, acknowledgements
+    /// become refusals (the writes may be lost) and other outputs that depended on them are
+    /// dropped.
+    pub fn commit(&mut self, _now_ms: u64) {
+        if self.held_transmits.is_empty() && self.held_events.is_empty() {
+            // Nothing depends on the writes yet; they are committed with the next batch
+            // (or now, to keep the window short).
+            if let Err(e) = self.store.commit() {
+                self.storage_failed(&e);
+            }
+            return;
+        }
+        match self.store.commit() {
+            Ok(()) => {
+                self.transmits.extend(self.held_transmits.drain(..));
+                self.events.extend(self.held_events.drain(..));
+            }
+            Err(e) => {
+                self.storage_failed(&e);
+                let why = format!("storage failure: {e}");
+                for mut t in std::mem::take(&mut self.held_transmits) {
+                    match &mut t.message {
+                        KvMessage::PutReply { result, .. }
+                        | KvMessage::HandoffAck { result, .. }
+                            if result.is_ok() =>
+                        {
+                            *result = Err(why.clone());
+                        }
+                        KvMessage::AeObjects { .. }
+                        | KvMessage::AeWanted { .. }
+                        | KvMessage::Handoff { .. }
+                        | KvMessage::Repair { .. } => continue,
+                        _ => {}
+                    }
+                    self.transmits.push_back(t);
+                }
+                for mut ev in std::mem::take(&mut self.held_events) {
+                    if let KvEvent::WriteDone { result, .. } = &mut ev {
+                        if result.is_ok() {
+                            *result = Err(KvError::Storage(e.0.clone()));
+                        }
+                    }
+                    self.events.push_back(ev);
+                }
+            }
+        }
+    }
+
+    fn storage_failed(&mut self, e: &StorageError) {
+        self.stats.storage_errors += 1;
+        tracing::error!(error = %e, "key-value store: storage failure");
+    }
+
+    /// After each input: commit when the settings ask for it.
+    fn after_input(&mut self, now_ms: u64) {
+        if self.settings.auto_commit {
+            self.commit(now_ms);
+        }
+    }
+
+    /// The members that host data: Up, with the role if one is set.
+    fn hosting_members(&self, view: &MembershipView) -> Vec<UniqueAddress> {
+        view.members
+            .values()
+            .filter(|m| m.status == MemberStatus::Up)
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .map(|m| m.unique_address.clone())
+            .collect()
+    }
+
+    // ---- client requests ----
+
+    /// Writes `value` to `key` — `context` is the clock of the client's last read of it
+    /// (`None`: a blind write, kept next to any existing version as a sibling). Answered by
+    /// [`KvEvent::WriteDone`] with `request`.
+    pub fn put(
+        &mut self,
+        now_ms: u64,
+        request: u64,
+        key: String,
+        value: Vec<u8>,
+        context: Option<crate::ddata::VersionVector>,
+        options: WriteOptions,
+    ) {
+        self.coordinate_write(now_ms, request, key, Some(value), context, options);
+        self.after_input(now_ms);
+    }
+
+    /// Deletes `key` (writes a tombstone superseding what `context` has seen; without a
+    /// context the key is read first, with the default R, and its merged clock is used).
+    /// Answered by [`KvEvent::WriteDone`] ([`KvError::NotFound`] if there was nothing).
+    pub fn delete(
+        &mut self,
+        now_ms: u64,
+        request: u64,
+        key: String,
+        context: Option<crate::ddata::VersionVector>,
+        options: WriteOptions,
+    ) {
+        match context {
+            Some(c) => self.coordinate_write(now_ms, request, key, None, Some(c), options),
+            None => self.coordinate_delete_after_read(now_ms, request, key, options),
+        }
+        self.after_input(now_ms);
+    }
+
+    /// Reads `key`; answered by [`KvEvent::ReadDone`] with `request`.
+    pub fn get(&mut self, now_ms: u64, request: u64, key: String, options: ReadOptions) {
+        self.coordinate_read(now_ms, request, key, options);
+        self.after_input(now_ms);
+    }
+
+    // ---- membership ----
+
+    fn on_membership(&mut self, now_ms: u64, view: &MembershipView) {
+        self.view = view.clone();
+        let hosting = self.hosting_members(view);
+        if hosting.as_slice() != self.ring.members() {
+            let old = std::mem::replace(
+                &mut self.ring,
+                Ring::new(hosting, self.settings.virtual_nodes),
+            );
+            self.ae
+                .ring_changed(&old, &self.ring, &self.self_node, self.settings.n);
+            // New owners pull at once.
+            self.timers.set(KvTimer::AntiEntropy, now_ms);
+            self.timers.set(KvTimer::Handoff, now_ms);
+        }
+        let members: BTreeSet<UniqueAddress> = self
+            .view
+            .members
+            .iter()
+            .filter(|(_, m)| m.status != MemberStatus::Removed)
+            .map(|(u, _)| u.clone())
+            .collect();
+        self.ae.forget_non_members(&members);
+    }
+}
+
+impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
+    type Message = KvMessage;
+    type Event = KvEvent;
+
+    fn protocol(&self) -> ProtocolId {
+        ProtocolId::KEY_VALUE
+    }
+
+    fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, message: KvMessage) {
+        // Only members take part; the membership check runs before anything is read.
+        if !self.is_member(from) {
+            self.stats.invalid_messages += 1;
+            return;
+        }
+        match message {
+            KvMessage::PutReply { request, result } => {
+                self.write_replied(now_ms, from, request, result)
+            }
+            KvMessage::GetReply {
+                request,
+                result,
+                complete,
+            } => self.read_replied(now_ms, from, request, result, complete),
+            KvMessage::AeGroups { session, groups } => {
+                self.ae_groups(now_ms, from, session, groups)
+            }
+            KvMessage::AeBuckets {
+                session,
+                groups,
+                truncated,
+            } => self.ae_buckets(now_ms, from, session, groups, truncated),
+            KvMessage::AeKeys { session, buckets } => self.ae_keys(now_ms, from, session, buckets),
+            KvMessage::AeObjects {
+                session,
+                objects,
+                want,
+            } => self.ae_objects(now_ms, from, session, objects, want),
+            KvMessage::AeWanted { session, objects } => {
+                self.ae_wanted(now_ms, from, session, objects)
+            }
+            KvMessage::HandoffAck { session, result } => {
+                self.handoff_acked(now_ms, from, session, result)
+            }
+            other => self.replica_message(now_ms, from, other),
+        }
+        self.after_input(now_ms);
+    }
+
+    fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, _change: MembershipChange) {
+        self.on_membership(now_ms, view);
+        self.after_input(now_ms);
+    }
+
+    fn handle_timeout(&mut self, now_ms: u64) {
+        for t in self.timers.expired(now_ms) {
+            match t {
+                KvTimer::Tick => {
+                    self.expire_requests(now_ms);
+                    self.run_due_reaps(now_ms);
+                    self.timers.set(KvTimer::Tick, now_ms + TICK_MS);
+                }
+                KvTimer::AntiEntropy => {
+                    let soon = self.anti_entropy_tick(now_ms);
+                    let next = if soon {
+                        TICK_MS
+                    } else {
+                        self.settings.anti_entropy_interval_ms
+                    };
+                    self.timers.set(KvTimer::AntiEntropy, now_ms + next.max(1));
+                }
+                KvTimer::Handoff => {
+                    self.handoff_tick(now_ms);
+                    self.timers.set(KvTimer::Handoff, now_ms + HANDOFF_MS);
+                }
+            }
+        }
+        self.after_input(now_ms);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Transmit<KvMessage>> {
+        self.transmits.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<KvEvent> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.timers.next_deadline()
+    }
+}
+
+/// The addresses of `nodes`.
+fn addresses<'a>(nodes: impl IntoIterator<Item = &'a UniqueAddress>) -> Vec<Address> {
+    nodes.into_iter().map(|n| n.address.clone()).collect()
+}
+
+/// Bounds on what one message may make a node do.
+pub(crate) mod limits {
+    /// Groups listed in one `AeBuckets`.
+    pub const AE_GROUPS_PER_EXCHANGE: usize = 64;
+    /// Key digests listed in one `AeKeys`.
+    pub const AE_KEYS_PER_EXCHANGE: usize = 20_000;
+    /// Objects in one handoff page.
+    pub const HANDOFF_PAGE_OBJECTS: usize = 1_000;
+    /// Reaps waiting for their grace period.
+    pub const MAX_PENDING_REAPS: usize = 10_000;
+}
