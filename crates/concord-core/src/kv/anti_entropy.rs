@@ -403,14 +403,13 @@ impl<S: KvStorage> KvMachine<S> {
 
     /// Merges versions from a peer; true for each that changed a key.
     fn merge_all(&mut self, objects: Vec<(String, Versioned)>) -> u64 {
-        let max = self.settings.max_object_bytes;
         let mut changed = 0;
         for (k, o) in objects {
             if k.is_empty() || k.len() > self.settings.max_key_bytes || o.validate().is_err() {
                 self.stats.invalid_messages += 1;
                 continue;
             }
-            match self.store.apply(&k, Update::Merge(&o), max) {
+            match self.store.apply(&k, Update::Merge(&o)) {
                 Ok(a) if a.changed => changed += 1,
                 Ok(_) => {}
                 Err(_) => self.stats.storage_errors += 1,

@@ -7,11 +7,14 @@
 //! the primaries once they can be reached. Without `sloppy-quorum` only primaries count
 //! towards W and R.
 //!
-//! **Writes** carry a fresh dot of this node's store and the client's context; each
-//! replica applies them ([`super::object::Versioned::apply_write`]) and acknowledges once
-//! durable. The write succeeds when W acknowledgements counted; it fails with every
-//! replica's answer (or silence) named when that can no longer happen before the deadline
-//! — replicas that stored it keep it (as in Dynamo, a failed write may still be visible).
+//! **Writes** are coordinated by a target of the key — a node that is not one forwards the
+//! write to the first target (Riak's put forwarding). The coordinator applies the write to
+//! its local copy ([`super::ReplicaStore::coordinate`]: a fresh dot of the key's local
+//! actor, the client's context) and sends the resulting version to the other targets,
+//! which merge it and acknowledge once durable. The write succeeds when W
+//! acknowledgements counted; it fails with every replica's answer (or silence) named when
+//! that can no longer happen before the deadline — replicas that stored it keep it (as in
+//! Dynamo, a failed write may still be visible).
 //!
 //! **Reads** count a replica's version, or its "not found" when it is a primary that has
 //! synchronised its segment since it became an owner; the answer is the merge of every
@@ -24,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::UniqueAddress;
 use crate::ddata::VersionVector;
-use crate::kv::object::{Versioned, Write, MAX_CLOCK_ENTRIES, MAX_N};
+use crate::kv::object::{Versioned, MAX_CLOCK_ENTRIES, MAX_N};
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::settings::Quorum;
 use crate::kv::store::Update;
@@ -73,6 +76,13 @@ struct Reap {
 enum Request {
     Write(WriteRequest),
     Read(ReadRequest),
+    /// A write this node forwarded to a replica of its key.
+    Forwarded {
+        client: u64,
+        to: UniqueAddress,
+        w: u8,
+        deadline: u64,
+    },
 }
 
 impl Request {
@@ -80,8 +90,18 @@ impl Request {
         match self {
             Request::Write(w) => w.deadline,
             Request::Read(r) => r.deadline,
+            Request::Forwarded { deadline, .. } => *deadline,
         }
     }
+}
+
+/// Who a write answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Client {
+    /// This node's runtime (its request id).
+    Local(u64),
+    /// The node that forwarded the write (its request id there).
+    Remote(UniqueAddress, u64),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -98,9 +118,10 @@ struct WriteTarget {
 }
 
 struct WriteRequest {
-    client: u64,
+    client: Client,
     key: String,
-    write: Write,
+    /// The version after the write (its clock is what a reap of a tombstone needs).
+    object: Versioned,
     needed: u8,
     /// The key's whole preference list (for reaping a tombstone every primary has).
     primaries: Vec<UniqueAddress>,
@@ -235,78 +256,145 @@ impl<S: KvStorage> KvMachine<S> {
         options: WriteOptions,
     ) {
         let checked = (|| {
-            self.check_key(&key)?;
             let n = self.resolve_n(options.n)?;
             let w = Self::resolve_quorum("w", options.w.unwrap_or(self.settings.w), n)?;
-            if let Some(v) = &value {
-                if v.len() > self.settings.max_value_bytes {
-                    return Err(KvError::TooLarge(format!(
-                        "the value is {} bytes, over kv.max-value-size ({} bytes)",
-                        v.len(),
-                        self.settings.max_value_bytes
-                    )));
-                }
-            }
-            if context
-                .as_ref()
-                .is_some_and(|c| c.len() > MAX_CLOCK_ENTRIES)
-            {
-                return Err(KvError::Invalid("the context has too many entries".into()));
-            }
+            self.check_write_request(&key, value.as_deref(), context.as_ref())?;
             self.admit()?;
             Ok((n, w))
         })();
         match checked {
-            Ok((n, w)) => self.start_write(
+            Ok((n, w)) => self.route_write(
                 now_ms,
-                client,
+                Client::Local(client),
                 key,
                 value,
                 context.unwrap_or_default(),
                 n,
                 w,
             ),
-            Err(e) => self.finish_write_early(client, e),
+            Err(e) => self.answer_write(Client::Local(client), Err(e)),
         }
     }
 
-    fn finish_write_early(&mut self, client: u64, e: KvError) {
-        self.stats.writes_failed += 1;
-        self.emit(KvEvent::WriteDone {
-            request: client,
-            result: Err(e),
-        });
+    /// Checks a write's key, value and context against the limits.
+    fn check_write_request(
+        &self,
+        key: &str,
+        value: Option<&[u8]>,
+        context: Option<&VersionVector>,
+    ) -> Result<(), KvError> {
+        self.check_key(key)?;
+        if let Some(v) = value {
+            if v.len() > self.settings.max_value_bytes {
+                return Err(KvError::TooLarge(format!(
+                    "the value is {} bytes, over kv.max-value-size ({} bytes)",
+                    v.len(),
+                    self.settings.max_value_bytes
+                )));
+            }
+        }
+        if context.is_some_and(|c| c.len() > MAX_CLOCK_ENTRIES) {
+            return Err(KvError::Invalid("the context has too many entries".into()));
+        }
+        Ok(())
     }
 
+    /// Answers a write: this node's runtime, or the node that forwarded it.
+    fn answer_write(&mut self, client: Client, result: Result<(), KvError>) {
+        match client {
+            Client::Local(request) => {
+                match &result {
+                    Ok(()) => self.stats.writes_ok += 1,
+                    Err(_) => self.stats.writes_failed += 1,
+                }
+                self.emit(KvEvent::WriteDone { request, result });
+            }
+            Client::Remote(node, request) => {
+                self.send(&node, KvMessage::ForwardReply { request, result })
+            }
+        }
+    }
+
+    /// Coordinates the write here if this node is one of its targets (or the write was
+    /// forwarded to it); forwards it to the first target otherwise.
     #[allow(clippy::too_many_arguments)]
-    fn start_write(
+    fn route_write(
         &mut self,
         now_ms: u64,
-        client: u64,
+        client: Client,
         key: String,
         value: Option<Vec<u8>>,
         context: VersionVector,
         n: u8,
         w: u8,
     ) {
-        let dot = match self.store.next_dot() {
-            Ok(d) => d,
-            Err(e) => {
-                self.stats.storage_errors += 1;
-                return self.finish_write_early(client, KvError::Storage(e.0));
-            }
-        };
         let (primaries, targets) = self.targets(&key, n);
-        let write = Write {
-            context,
-            dot,
-            value,
-            n,
+        let here = targets.iter().any(|(t, _)| *t == self.self_node);
+        match (&client, targets.first()) {
+            (Client::Local(request), Some((to, _))) if !here => {
+                let to = to.clone();
+                let deadline = now_ms.saturating_add(self.settings.request_timeout_ms);
+                let id = self.requests.insert(
+                    deadline,
+                    Request::Forwarded {
+                        client: *request,
+                        to: to.clone(),
+                        w,
+                        deadline,
+                    },
+                );
+                self.send(
+                    &to,
+                    KvMessage::Forward {
+                        request: id,
+                        key,
+                        value,
+                        context,
+                        n,
+                        w,
+                    },
+                );
+            }
+            _ => self.start_write(
+                now_ms,
+                client,
+                key,
+                value,
+                context,
+                (n, w),
+                primaries,
+                targets,
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_write(
+        &mut self,
+        now_ms: u64,
+        client: Client,
+        key: String,
+        value: Option<Vec<u8>>,
+        context: VersionVector,
+        (n, w): (u8, u8),
+        primaries: Vec<UniqueAddress>,
+        targets: Vec<(UniqueAddress, bool)>,
+    ) {
+        let max = self.settings.max_object_bytes;
+        let object = match self.store.coordinate(&key, context, value, n, max) {
+            Ok(o) => o,
+            Err(e) => {
+                if matches!(e, crate::kv::store::ApplyError::Storage(_)) {
+                    self.stats.storage_errors += 1;
+                    return self.answer_write(client, Err(KvError::Storage(e.to_string())));
+                }
+                return self.answer_write(client, Err(KvError::TooLarge(e.to_string())));
+            }
         };
         let request = WriteRequest {
             client,
             key: key.clone(),
-            write: write.clone(),
+            object: object.clone(),
             needed: w,
             primaries,
             targets: targets
@@ -314,7 +402,12 @@ impl<S: KvStorage> KvMachine<S> {
                 .map(|(node, primary)| WriteTarget {
                     node: node.clone(),
                     primary: *primary,
-                    state: TargetState::Waiting,
+                    // This node's copy is written (durable at the next commit).
+                    state: if *node == self.self_node {
+                        TargetState::Acked
+                    } else {
+                        TargetState::Waiting
+                    },
                 })
                 .collect(),
             answered: false,
@@ -326,26 +419,61 @@ impl<S: KvStorage> KvMachine<S> {
             if !primary {
                 self.stats.hinted_writes += 1;
             }
-            if node == self.self_node {
-                let max = self.settings.max_object_bytes;
-                let result = self
-                    .store
-                    .apply(&key, Update::Write(&write), max)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
-                self.note_write_reply(id, &node, result);
-            } else {
+            if node != self.self_node {
                 self.send(
                     &node,
                     KvMessage::Put {
                         request: id,
                         key: key.clone(),
-                        write: write.clone(),
+                        object: object.clone(),
                     },
                 );
             }
         }
         self.check_write(now_ms, id, false);
+    }
+
+    /// A node that holds no replica of a key forwarded a write of it here.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_received(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        request: u64,
+        key: String,
+        value: Option<Vec<u8>>,
+        context: VersionVector,
+        n: u8,
+        w: u8,
+    ) {
+        let client = Client::Remote(from.clone(), request);
+        let checked = (|| {
+            if n == 0 || n > MAX_N || w == 0 || w > n {
+                return Err(KvError::Invalid(format!("n={n}, w={w}")));
+            }
+            self.check_write_request(&key, value.as_deref(), Some(&context))?;
+            self.admit()
+        })();
+        match checked {
+            Ok(()) => self.route_write(now_ms, client, key, value, context, n, w),
+            Err(e) => self.answer_write(client, Err(e)),
+        }
+    }
+
+    /// The replica this node forwarded a write to answered.
+    pub(super) fn forward_replied(
+        &mut self,
+        from: &UniqueAddress,
+        request: u64,
+        result: Result<(), KvError>,
+    ) {
+        if !matches!(self.requests.map.get(&request), Some(Request::Forwarded { to, .. }) if to == from)
+        {
+            return;
+        }
+        if let Some(Request::Forwarded { client, .. }) = self.requests.remove(request) {
+            self.answer_write(Client::Local(client), result);
+        }
     }
 
     fn note_write_reply(&mut self, id: u64, from: &UniqueAddress, result: Result<(), String>) {
@@ -417,16 +545,9 @@ impl<S: KvStorage> KvMachine<S> {
                 ),
             })));
         }
-        let client = w.client;
+        let client = w.client.clone();
         if let Some(result) = answer {
-            match &result {
-                Ok(()) => self.stats.writes_ok += 1,
-                Err(_) => self.stats.writes_failed += 1,
-            }
-            self.emit(KvEvent::WriteDone {
-                request: client,
-                result,
-            });
+            self.answer_write(client, result);
         }
         if done {
             if let Some(Request::Write(w)) = self.requests.remove(id) {
@@ -436,10 +557,8 @@ impl<S: KvStorage> KvMachine<S> {
                             .iter()
                             .any(|t| &t.node == p && t.primary && t.state == TargetState::Acked)
                     });
-                if w.write.value.is_none() && every_primary {
-                    let mut clock = w.write.context.clone();
-                    clock.observe(w.write.dot.replica, w.write.dot.counter);
-                    self.schedule_reap(now_ms, w.key, clock, w.primaries);
+                if w.object.is_deleted() && every_primary {
+                    self.schedule_reap(now_ms, w.key, w.object.clock().clone(), w.primaries);
                 }
             }
         }
@@ -488,7 +607,7 @@ impl<S: KvStorage> KvMachine<S> {
         })();
         match checked {
             Ok((n, r)) => self.start_read(now_ms, client, key, n, r, Then::Delete(options)),
-            Err(e) => self.finish_write_early(client, e),
+            Err(e) => self.answer_write(Client::Local(client), Err(e)),
         }
     }
 
@@ -647,10 +766,10 @@ impl<S: KvStorage> KvMachine<S> {
                     let n = self.resolve_n(options.n).unwrap_or(self.settings.n);
                     let w = options.w.unwrap_or(self.settings.w).resolve(n).unwrap_or(n);
                     let context = found.object.map(|o| o.clock().clone()).unwrap_or_default();
-                    self.start_write(now_ms, client, key, None, context, n, w);
+                    self.route_write(now_ms, Client::Local(client), key, None, context, n, w);
                 }
-                Ok(_) => self.finish_write_early(client, KvError::NotFound),
-                Err(e) => self.finish_write_early(client, e),
+                Ok(_) => self.answer_write(Client::Local(client), Err(KvError::NotFound)),
+                Err(e) => self.answer_write(Client::Local(client), Err(e)),
             },
         }
     }
@@ -676,8 +795,7 @@ impl<S: KvStorage> KvMachine<S> {
             }
             self.stats.read_repairs += 1;
             if t.node == self.self_node {
-                let max = self.settings.max_object_bytes;
-                if let Err(e) = self.store.apply(&r.key, Update::Merge(&merged), max) {
+                if let Err(e) = self.store.apply(&r.key, Update::Merge(&merged)) {
                     self.stats.storage_errors += 1;
                     tracing::warn!(error = %e, "key-value store: read repair not stored");
                 }
@@ -709,6 +827,23 @@ impl<S: KvStorage> KvMachine<S> {
             match self.requests.map.get(&id) {
                 Some(Request::Write(_)) => self.check_write(now_ms, id, true),
                 Some(Request::Read(_)) => self.check_read(now_ms, id, true),
+                Some(Request::Forwarded { .. }) => {
+                    if let Some(Request::Forwarded { client, to, w, .. }) = self.requests.remove(id)
+                    {
+                        let failure = QuorumFailure {
+                            quorum: "w",
+                            needed: w,
+                            counted: Vec::new(),
+                            uncounted: Vec::new(),
+                            failed: Vec::new(),
+                            unanswered: vec![to.address],
+                        };
+                        self.answer_write(
+                            Client::Local(client),
+                            Err(KvError::Unavailable(failure)),
+                        );
+                    }
+                }
                 None => {}
             }
         }
@@ -746,8 +881,7 @@ impl<S: KvStorage> KvMachine<S> {
             let reap = entry.remove();
             for node in &reap.replicas {
                 if *node == self.self_node {
-                    let max = self.settings.max_object_bytes;
-                    match self.store.apply(&reap.key, Update::Reap(&reap.clock), max) {
+                    match self.store.apply(&reap.key, Update::Reap(&reap.clock)) {
                         Ok(a) if a.changed => self.stats.tombstones_reaped += 1,
                         Ok(_) => {}
                         Err(_) => self.stats.storage_errors += 1,

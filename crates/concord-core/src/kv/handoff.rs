@@ -223,11 +223,10 @@ impl<S: KvStorage> KvMachine<S> {
         if last {
             self.handoffs.sessions.remove(&group);
         }
-        let max = self.settings.max_object_bytes;
         for (key, object) in &page.objects {
             match self
                 .store
-                .apply(key, Update::RemoveIfDigest(object.digest()), max)
+                .apply(key, Update::RemoveIfDigest(object.digest()))
             {
                 Ok(a) if a.changed => self.stats.handoff_keys_removed += 1,
                 Ok(_) => {}
@@ -254,14 +253,13 @@ impl<S: KvStorage> KvMachine<S> {
             self.stats.invalid_messages += 1;
             return;
         }
-        let max = self.settings.max_object_bytes;
         let mut result = Ok(());
         for (k, o) in &objects {
             if k.is_empty() || k.len() > self.settings.max_key_bytes || o.validate().is_err() {
                 self.stats.invalid_messages += 1;
                 continue;
             }
-            match self.store.apply(k, Update::Merge(o), max) {
+            match self.store.apply(k, Update::Merge(o)) {
                 Ok(a) if a.changed => self.stats.handoff_keys_received += 1,
                 Ok(_) => {}
                 Err(e) => {

@@ -1,9 +1,10 @@
 //! [`KvMessage`]: what the key-value store's nodes say to each other.
 //!
-//! - Coordinated requests: `Put`/`PutReply` (a write applied by each replica of the
-//!   preference list, or by a fallback), `Get`/`GetReply`; `Repair` (read repair: the
-//!   merged version for a replica that answered an older one), `Reap` (remove a fully
-//!   acknowledged tombstone).
+//! - Coordinated requests: `Forward`/`ForwardReply` (a write taken by a node that holds no
+//!   replica of the key, coordinated by one that does), `Put`/`PutReply` (the coordinator's
+//!   resulting version, merged by each other replica — or fallback — of the key),
+//!   `Get`/`GetReply`; `Repair` (read repair: the merged version for a replica that answered
+//!   an older one), `Reap` (remove a fully acknowledged tombstone).
 //! - Anti-entropy between two replicas of the same groups (initiator I, responder R):
 //!   I→R `AeGroups` (I's group hashes), R→I `AeBuckets` (the leaves of the groups that
 //!   differ), I→R `AeKeys` (I's key digests in the differing buckets), R→I `AeObjects`
@@ -12,7 +13,8 @@
 //!   moves): `Handoff` pages to every owner, `HandoffAck` once a page is stored.
 
 use crate::ddata::VersionVector;
-use crate::kv::object::{Versioned, Write};
+use crate::kv::object::Versioned;
+use crate::kv::KvError;
 
 /// The hash of one (segment, n) group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,14 +54,37 @@ pub struct BucketKeys {
 /// A message of the key-value store protocol.
 #[derive(Clone, Debug, PartialEq)]
 pub enum KvMessage {
-    /// Apply `write` to `key` and answer.
+    /// Coordinate this write (the sender holds no replica of the key) and answer with
+    /// `ForwardReply`.
+    Forward {
+        /// The sender's request.
+        request: u64,
+        /// The key.
+        key: String,
+        /// The value; `None` deletes.
+        value: Option<Vec<u8>>,
+        /// The client's context.
+        context: VersionVector,
+        /// Replication factor.
+        n: u8,
+        /// Write quorum (replicas).
+        w: u8,
+    },
+    /// The outcome of a forwarded write.
+    ForwardReply {
+        /// The sender's request.
+        request: u64,
+        /// The outcome.
+        result: Result<(), KvError>,
+    },
+    /// Merge the coordinator's resulting version of `key` and answer.
     Put {
         /// The coordinator's request.
         request: u64,
         /// The key.
         key: String,
-        /// The write.
-        write: Write,
+        /// The version after the write.
+        object: Versioned,
     },
     /// A replica's answer to `Put`.
     PutReply {
@@ -159,6 +184,8 @@ impl KvMessage {
     /// A short name, for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
+            KvMessage::Forward { .. } => "forward",
+            KvMessage::ForwardReply { .. } => "forward-reply",
             KvMessage::Put { .. } => "put",
             KvMessage::PutReply { .. } => "put-reply",
             KvMessage::Get { .. } => "get",

@@ -569,6 +569,9 @@ impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
             KvMessage::PutReply { request, result } => {
                 self.write_replied(now_ms, from, request, result)
             }
+            KvMessage::ForwardReply { request, result } => {
+                self.forward_replied(from, request, result)
+            }
             KvMessage::GetReply {
                 request,
                 result,

@@ -4,7 +4,7 @@
 //! validated before it is merged; a refused one is counted and changes nothing.
 
 use crate::address::UniqueAddress;
-use crate::kv::object::{Write, MAX_CLOCK_ENTRIES, MAX_N};
+use crate::kv::object::{Versioned, MAX_CLOCK_ENTRIES};
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::store::Update;
 use crate::kv::{KvMachine, KvMessage, KvStorage};
@@ -16,11 +16,19 @@ impl<S: KvStorage> KvMachine<S> {
             KvMessage::Put {
                 request,
                 key,
-                write,
+                object,
             } => {
-                let result = self.replica_put(&key, &write);
+                let result = self.replica_put(&key, &object);
                 self.send(from, KvMessage::PutReply { request, result });
             }
+            KvMessage::Forward {
+                request,
+                key,
+                value,
+                context,
+                n,
+                w,
+            } => self.forward_received(now_ms, from, request, key, value, context, n, w),
             KvMessage::Get { request, key } => {
                 let result = self.store.get(&key).map_err(|e| {
                     self.stats.storage_errors += 1;
@@ -41,8 +49,7 @@ impl<S: KvStorage> KvMachine<S> {
                     self.stats.invalid_messages += 1;
                     return;
                 }
-                let max = self.settings.max_object_bytes;
-                if self.store.apply(&key, Update::Merge(&object), max).is_err() {
+                if self.store.apply(&key, Update::Merge(&object)).is_err() {
                     self.stats.storage_errors += 1;
                 }
             }
@@ -51,8 +58,7 @@ impl<S: KvStorage> KvMachine<S> {
                     self.stats.invalid_messages += 1;
                     return;
                 }
-                let max = self.settings.max_object_bytes;
-                match self.store.apply(&key, Update::Reap(&clock), max) {
+                match self.store.apply(&key, Update::Reap(&clock)) {
                     Ok(a) if a.changed => self.stats.tombstones_reaped += 1,
                     Ok(_) => {}
                     Err(_) => self.stats.storage_errors += 1,
@@ -66,34 +72,26 @@ impl<S: KvStorage> KvMachine<S> {
         }
     }
 
-    /// Applies a coordinator's write, checked against this node's limits.
-    fn replica_put(&mut self, key: &str, write: &Write) -> Result<(), String> {
-        if key.is_empty() || key.len() > self.settings.max_key_bytes {
+    /// Merges a coordinator's version of a key, checked against this node's limits.
+    fn replica_put(&mut self, key: &str, object: &Versioned) -> Result<(), String> {
+        if key.is_empty() || key.len() > self.settings.max_key_bytes || object.validate().is_err() {
             self.stats.invalid_messages += 1;
-            return Err("invalid key".into());
+            return Err("invalid key or version".into());
         }
-        if write.n == 0 || write.n > MAX_N || write.context.len() > MAX_CLOCK_ENTRIES {
-            self.stats.invalid_messages += 1;
-            return Err("invalid write".into());
-        }
-        if write
-            .value
-            .as_ref()
-            .is_some_and(|v| v.len() > self.settings.max_value_bytes)
+        if object
+            .values()
+            .any(|v| v.len() > self.settings.max_value_bytes)
         {
             return Err(format!(
-                "the value is over kv.max-value-size ({} bytes) here",
+                "a value is over kv.max-value-size ({} bytes) here",
                 self.settings.max_value_bytes
             ));
         }
-        let max = self.settings.max_object_bytes;
         self.store
-            .apply(key, Update::Write(write), max)
+            .apply(key, Update::Merge(object))
             .map(|_| ())
             .map_err(|e| {
-                if matches!(e, crate::kv::store::ApplyError::Storage(_)) {
-                    self.stats.storage_errors += 1;
-                }
+                self.stats.storage_errors += 1;
                 e.to_string()
             })
     }

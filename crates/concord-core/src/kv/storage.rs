@@ -113,6 +113,15 @@ impl MemoryStorage {
         self.with(|t| t.get(&table).map_or(0, BTreeMap::len))
     }
 
+    /// Every record of `table`, in key order (for inspection in tests).
+    pub fn records(&self, table: Table) -> Vec<Record> {
+        self.with(|t| {
+            t.get(&table)
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default()
+        })
+    }
+
     /// True if `table` holds nothing.
     pub fn is_empty(&self, table: Table) -> bool {
         self.len(table) == 0

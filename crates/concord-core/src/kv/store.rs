@@ -11,22 +11,30 @@
 //! commit) and the tree is kept in memory, so start-up reads 64 rows per group, not every
 //! object.
 //!
-//! **Dots.** Writes this node coordinates get dots of its store's replica id — a random
-//! 64-bit id made when the store is created and kept in it, so a restart keeps it and a
-//! wiped data directory gets a new one — with counters reserved in blocks of
-//! [`DOT_BLOCK`] (the reservation is committed before any dot of it is used).
+//! **Dots and per-key actors.** A write is coordinated by a replica of its key: it applies
+//! the write to its local copy — the new dot continues the counter of the key's *local
+//! actor* — and the resulting object is what the other replicas merge. A version vector
+//! entry `A: c` claims "every write of A up to c is seen", which holds only if A's counters
+//! for the key are contiguous and A's copy never lost one of its own writes. So each local
+//! copy records the actor this store writes it with; a store coordinating a key it does not
+//! hold — a new key, or one it reaped or handed off — mints a fresh actor (Riak KV's
+//! per-key epochs): `xxh3_64_with_seed(epoch, store id)`, with a store id made when the
+//! store is created (a wiped data directory gets a new one) and epochs reserved in blocks
+//! of [`EPOCH_BLOCK`], committed before any of them is used, so no actor is ever reused.
 
 use std::collections::BTreeMap;
 
 use crate::ddata::{ReplicaId, VersionVector};
-use crate::kv::object::{Dot, ObjectError, Versioned, Write, WriteOutcome};
+use crate::kv::object::{Dot, ObjectError, Versioned, Write};
 use crate::kv::ring::{bucket_of, key_hash, segment_of, BUCKETS};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
-/// Counters reserved at once.
-pub const DOT_BLOCK: u64 = 1 << 16;
+/// Epochs reserved at once.
+pub const EPOCH_BLOCK: u64 = 1 << 16;
 const META_REPLICA: &[u8] = b"replica";
-const META_DOTS: &[u8] = b"dots-reserved";
+const META_EPOCHS: &[u8] = b"epochs-reserved";
+/// Format byte of a stored record: the local actor, then the object.
+const RECORD_FORMAT: u8 = 2;
 
 /// A (segment, n) group of keys: the keys one preference list holds.
 pub type Group = (u16, u8);
@@ -47,9 +55,8 @@ pub type ScanPage = (Vec<(String, Versioned)>, Option<Vec<u8>>);
 /// How an object changes.
 #[derive(Clone, Copy, Debug)]
 pub enum Update<'a> {
-    /// A client's write (coordinated by some node).
-    Write(&'a Write),
-    /// Another replica's version (read repair, anti-entropy, handoff).
+    /// Another replica's version (a coordinated write, read repair, anti-entropy,
+    /// handoff).
     Merge(&'a Versioned),
     /// Remove the object if it is a tombstone this clock has seen all of.
     Reap(&'a VersionVector),
@@ -64,6 +71,52 @@ pub struct Applied {
     pub changed: bool,
     /// The object now (`None`: absent).
     pub object: Option<Versioned>,
+}
+
+/// A stored copy: the object and the actor this store writes it with (if it has
+/// coordinated a write of it since it last did not hold it).
+#[derive(Clone, Debug, PartialEq)]
+struct Record {
+    local_actor: Option<ReplicaId>,
+    object: Versioned,
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![RECORD_FORMAT];
+        match self.local_actor {
+            Some(a) => {
+                out.push(1);
+                out.extend_from_slice(&a.0.to_le_bytes());
+            }
+            None => out.push(0),
+        }
+        out.extend(self.object.encode());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Record, ObjectError> {
+        let malformed = || ObjectError::Malformed("record".into());
+        let (&format, rest) = bytes.split_first().ok_or_else(malformed)?;
+        if format != RECORD_FORMAT {
+            return Err(ObjectError::Malformed(format!(
+                "unknown record format {format}"
+            )));
+        }
+        let (&flag, rest) = rest.split_first().ok_or_else(malformed)?;
+        let (local_actor, rest) = match flag {
+            0 => (None, rest),
+            1 => (
+                Some(ReplicaId(u64_at(rest, 0).ok_or_else(malformed)?)),
+                rest.get(8..).ok_or_else(malformed)?,
+            ),
+            _ => return Err(malformed()),
+        };
+        Ok(Record {
+            local_actor,
+            object: Versioned::decode(rest)?,
+        })
+    }
 }
 
 /// Why an update was refused.
@@ -111,6 +164,15 @@ fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
         .map(u64::from_le_bytes)
 }
 
+/// The object in a stored record of the `Objects` table (for tools and tests that read a
+/// store's tables directly).
+///
+/// # Errors
+/// The bytes are not a record.
+pub fn decode_record(bytes: &[u8]) -> Result<Versioned, ObjectError> {
+    Record::decode(bytes).map(|r| r.object)
+}
+
 /// A key's contribution to its bucket's hash.
 pub fn entry_hash(key: &str, object: &Versioned) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), object.digest())
@@ -125,7 +187,7 @@ pub struct ReplicaStore<S> {
     storage: S,
     index: BTreeMap<Group, Box<[BucketEntry; BUCKETS as usize]>>,
     replica: ReplicaId,
-    next_counter: u64,
+    next_epoch: u64,
     reserved: u64,
     keys: u64,
 }
@@ -148,9 +210,9 @@ impl<S: KvStorage> ReplicaStore<S> {
                 ReplicaId(r)
             }
         };
-        let reserved = match storage.get(Table::Meta, META_DOTS)? {
+        let reserved = match storage.get(Table::Meta, META_EPOCHS)? {
             Some(b) => {
-                u64_at(&b, 0).ok_or_else(|| StorageError("corrupt dot reservation".into()))?
+                u64_at(&b, 0).ok_or_else(|| StorageError("corrupt epoch reservation".into()))?
             }
             None => 0,
         };
@@ -158,8 +220,8 @@ impl<S: KvStorage> ReplicaStore<S> {
             storage,
             index: BTreeMap::new(),
             replica,
-            // Counters up to the last reservation may have been used before a restart.
-            next_counter: reserved.saturating_add(1),
+            // Epochs up to the last reservation may have been used before a restart.
+            next_epoch: reserved.saturating_add(1),
             reserved,
             keys: 0,
         };
@@ -197,30 +259,35 @@ impl<S: KvStorage> ReplicaStore<S> {
         Ok(())
     }
 
-    /// This store's replica id (the `replica` of the dots it makes).
+    /// This store's id (it seeds the actors of the writes it coordinates).
     pub fn replica(&self) -> ReplicaId {
         self.replica
     }
 
-    /// A fresh dot for a write this node coordinates.
-    ///
-    /// # Errors
-    /// A new block of counters could not be reserved.
-    pub fn next_dot(&mut self) -> Result<Dot, StorageError> {
-        if self.next_counter > self.reserved {
-            let reserved = self.reserved.saturating_add(DOT_BLOCK);
+    /// A fresh actor: the next epoch, hashed with the store id.
+    fn mint_actor(&mut self) -> Result<ReplicaId, StorageError> {
+        if self.next_epoch > self.reserved {
+            let reserved = self.reserved.saturating_add(EPOCH_BLOCK);
             self.storage
-                .put(Table::Meta, META_DOTS, &reserved.to_le_bytes())?;
-            // The reservation is durable before a dot of it leaves this node.
+                .put(Table::Meta, META_EPOCHS, &reserved.to_le_bytes())?;
+            // The reservation is durable before an epoch of it is used.
             self.storage.commit()?;
             self.reserved = reserved;
         }
-        let counter = self.next_counter;
-        self.next_counter = self.next_counter.saturating_add(1);
-        Ok(Dot {
-            replica: self.replica,
-            counter,
-        })
+        let epoch = self.next_epoch;
+        self.next_epoch = self.next_epoch.saturating_add(1);
+        Ok(ReplicaId(
+            xxhash_rust::xxh3::xxh3_64_with_seed(&epoch.to_le_bytes(), self.replica.0).max(1),
+        ))
+    }
+
+    fn record(&mut self, key: &str) -> Result<Option<Record>, StorageError> {
+        match self.storage.get(Table::Objects, &object_key(key))? {
+            Some(b) => Record::decode(&b)
+                .map(Some)
+                .map_err(|e| corrupt("object", e)),
+            None => Ok(None),
+        }
     }
 
     /// The stored object of `key`.
@@ -228,86 +295,124 @@ impl<S: KvStorage> ReplicaStore<S> {
     /// # Errors
     /// The storage failed or the record is corrupt.
     pub fn get(&mut self, key: &str) -> Result<Option<Versioned>, StorageError> {
-        match self.storage.get(Table::Objects, &object_key(key))? {
-            Some(b) => Versioned::decode(&b)
-                .map(Some)
-                .map_err(|e| corrupt("object", e)),
-            None => Ok(None),
-        }
+        Ok(self.record(key)?.map(|r| r.object))
     }
 
-    /// Applies `update` to `key`'s object. A write whose result would encode larger than
-    /// `max_object_bytes` is refused (merges never are: they only bring together versions
-    /// that exist).
+    /// Coordinates a client's write of `key`: a new dot of the key's local actor (minted
+    /// if this store does not hold the key), applied with `context` to the local copy.
+    /// Returns the resulting object, for the other replicas to merge. A write whose result
+    /// would encode larger than `max_object_bytes` is refused.
     ///
     /// # Errors
     /// The storage failed, or the write is refused.
-    pub fn apply(
+    pub fn coordinate(
         &mut self,
         key: &str,
-        update: Update<'_>,
+        context: VersionVector,
+        value: Option<Vec<u8>>,
+        n: u8,
         max_object_bytes: usize,
-    ) -> Result<Applied, ApplyError> {
-        let before = self.get(key)?;
+    ) -> Result<Versioned, ApplyError> {
+        let before = self.record(key)?;
+        let actor = match before.as_ref().and_then(|r| r.local_actor) {
+            Some(a) => a,
+            None => self.mint_actor()?,
+        };
+        let mut object = before
+            .as_ref()
+            .map_or_else(|| Versioned::empty(n), |r| r.object.clone());
+        let counter = object.clock().get(actor).saturating_add(1);
+        object.apply_write(&Write {
+            context,
+            dot: Dot {
+                replica: actor,
+                counter,
+            },
+            value,
+            n,
+        });
+        let bytes = object.encode().len();
+        if bytes > max_object_bytes {
+            return Err(ApplyError::TooLarge {
+                bytes,
+                siblings: object.siblings().len(),
+                limit: max_object_bytes,
+            });
+        }
+        let after = Record {
+            local_actor: Some(actor),
+            object: object.clone(),
+        };
+        self.store_record(key, before.as_ref().map(|r| &r.object), Some(&after))?;
+        Ok(object)
+    }
+
+    /// Applies `update` to `key`'s object (never refused for its size: a merge only brings
+    /// together versions that exist).
+    ///
+    /// # Errors
+    /// The storage failed.
+    pub fn apply(&mut self, key: &str, update: Update<'_>) -> Result<Applied, ApplyError> {
+        let before = self.record(key)?;
+        let current = before.as_ref().map(|r| &r.object);
         let after: Option<Versioned> = match update {
-            Update::Write(w) => {
-                let mut o = before.clone().unwrap_or_else(|| Versioned::empty(w.n));
-                if o.apply_write(w) == WriteOutcome::AlreadySeen {
-                    return Ok(Applied {
-                        changed: false,
-                        object: before,
-                    });
-                }
-                let bytes = o.encode().len();
-                if bytes > max_object_bytes {
-                    return Err(ApplyError::TooLarge {
-                        bytes,
-                        siblings: o.siblings().len(),
-                        limit: max_object_bytes,
-                    });
-                }
-                Some(o)
-            }
-            Update::Merge(other) => Some(match &before {
+            Update::Merge(other) => Some(match current {
                 Some(b) => b.merged(other),
                 None => other.clone(),
             }),
-            Update::Reap(clock) => match &before {
+            Update::Reap(clock) => match current {
                 Some(b)
                     if b.is_deleted() && b.clock().entries().all(|(r, c)| clock.has_seen(r, c)) =>
                 {
                     None
                 }
-                _ => before.clone(),
+                _ => current.cloned(),
             },
-            Update::RemoveIfDigest(d) => match &before {
+            Update::RemoveIfDigest(d) => match current {
                 Some(b) if b.digest() == d => None,
-                _ => before.clone(),
+                _ => current.cloned(),
             },
         };
-        if after == before {
+        if after.as_ref() == current {
             return Ok(Applied {
                 changed: false,
                 object: after,
             });
         }
-        let k = object_key(key);
-        match &after {
-            Some(o) => self.storage.put(Table::Objects, &k, &o.encode())?,
-            None => self.storage.remove(Table::Objects, &k)?,
-        }
-        let h = key_hash(key);
-        let (segment, bucket) = (segment_of(h), bucket_of(h));
-        if let Some(b) = &before {
-            self.adjust((segment, b.n()), bucket, entry_hash(key, b), false)?;
-        }
-        if let Some(a) = &after {
-            self.adjust((segment, a.n()), bucket, entry_hash(key, a), true)?;
-        }
+        // A merge keeps the local actor; a removal forgets it (the next write mints one).
+        let record = after.clone().map(|object| Record {
+            local_actor: before.as_ref().and_then(|r| r.local_actor),
+            object,
+        });
+        self.store_record(key, current, record.as_ref())?;
         Ok(Applied {
             changed: true,
             object: after,
         })
+    }
+
+    /// Writes (or removes) a record and moves its key's contribution in the hash tree.
+    fn store_record(
+        &mut self,
+        key: &str,
+        before: Option<&Versioned>,
+        after: Option<&Record>,
+    ) -> Result<(), StorageError> {
+        let k = object_key(key);
+        match after {
+            Some(r) => self.storage.put(Table::Objects, &k, &r.encode())?,
+            None => self.storage.remove(Table::Objects, &k)?,
+        }
+        let h = key_hash(key);
+        let (segment, bucket) = (segment_of(h), bucket_of(h));
+        if let Some(b) = before {
+            self.adjust((segment, b.n()), bucket, entry_hash(key, b), false)?;
+        }
+        if let Some(a) = after {
+            let o = &a.object;
+            self.adjust((segment, o.n()), bucket, entry_hash(key, o), true)?;
+        }
+        Ok(())
     }
 
     /// Adds (or removes) one key's contribution to a leaf, in memory and in storage.
@@ -379,7 +484,7 @@ impl<S: KvStorage> ReplicaStore<S> {
             for (k, v) in page {
                 let key = String::from_utf8(k.get(3..).unwrap_or_default().to_vec())
                     .map_err(|_| StorageError("corrupt object key".into()))?;
-                let o = Versioned::decode(&v).map_err(|e| corrupt("object", e))?;
+                let o = Record::decode(&v).map_err(|e| corrupt("object", e))?.object;
                 cursor = k;
                 cursor.push(0);
                 if n.is_some_and(|n| n != o.n()) {
@@ -416,7 +521,7 @@ impl<S: KvStorage> ReplicaStore<S> {
             let page = self.storage.range(Table::Objects, &cursor, &end, 256)?;
             let done = page.len() < 256;
             for (k, v) in page {
-                let o = Versioned::decode(&v).map_err(|e| corrupt("object", e))?;
+                let o = Record::decode(&v).map_err(|e| corrupt("object", e))?.object;
                 if o.n() == group.1 {
                     let key = String::from_utf8(k.get(3..).unwrap_or_default().to_vec())
                         .map_err(|_| StorageError("corrupt object key".into()))?;

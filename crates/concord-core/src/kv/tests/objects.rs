@@ -192,14 +192,15 @@ fn store(disk: &MemoryStorage) -> ReplicaStore<MemoryStorage> {
     ReplicaStore::open(disk.clone(), 42).expect("open")
 }
 
-fn put(s: &mut ReplicaStore<MemoryStorage>, key: &str, v: &str) {
-    let d = s.next_dot().expect("dot");
-    s.apply(
+fn put(s: &mut ReplicaStore<MemoryStorage>, key: &str, v: &str) -> Versioned {
+    s.coordinate(
         key,
-        Update::Write(&write(&VersionVector::new(), d, v)),
+        VersionVector::new(),
+        Some(v.as_bytes().to_vec()),
+        3,
         1 << 20,
     )
-    .expect("apply");
+    .expect("coordinate")
 }
 
 #[test]
@@ -214,10 +215,10 @@ fn the_hash_tree_does_not_depend_on_the_order_of_changes() {
         })
         .collect();
     for (k, o) in &objects {
-        a.apply(k, Update::Merge(o), 1 << 20).unwrap();
+        a.apply(k, Update::Merge(o)).unwrap();
     }
     for (k, o) in objects.iter().rev() {
-        b.apply(k, Update::Merge(o), 1 << 20).unwrap();
+        b.apply(k, Update::Merge(o)).unwrap();
     }
     let ga: Vec<_> = a.groups().collect();
     let gb: Vec<_> = b.groups().collect();
@@ -228,88 +229,95 @@ fn the_hash_tree_does_not_depend_on_the_order_of_changes() {
     let (k, o) = &objects[7];
     let mut o2 = o.clone();
     o2.apply_write(&write(&VersionVector::new(), dot(2, 1), "w"));
-    b.apply(k, Update::Merge(&o2), 1 << 20).unwrap();
+    b.apply(k, Update::Merge(&o2)).unwrap();
     let differing: Vec<_> = a.groups().zip(b.groups()).filter(|(x, y)| x != y).collect();
     assert_eq!(differing.len(), 1);
     // A reopened store reads the same tree from its leaves.
     drop(b);
     let b2 = store(&db);
     assert_eq!(b2.key_count(), 200);
-    assert_eq!(
-        b2.groups()
-            .map(|(g, h, _)| (g, h))
-            .collect::<Vec<_>>()
-            .len(),
-        ga.len()
-    );
+    assert_eq!(b2.groups().count(), ga.len());
+}
+
+fn actors(o: &Versioned) -> Vec<(ReplicaId, u64)> {
+    o.siblings()
+        .iter()
+        .map(|s| (s.dot.replica, s.dot.counter))
+        .collect()
 }
 
 #[test]
-fn dots_and_the_replica_id_survive_a_reopen() {
+fn a_key_keeps_its_actor_while_held_and_gets_a_fresh_one_after_it_was_not() {
     let disk = MemoryStorage::new();
     let mut s = store(&disk);
-    let r = s.replica();
-    let d1 = s.next_dot().unwrap();
-    let d2 = s.next_dot().unwrap();
-    assert!(d2.counter > d1.counter);
+    let first = put(&mut s, "k", "a");
+    let second = put(&mut s, "k", "b");
+    let (a1, a2) = (actors(&first)[0], actors(&second)[1]);
+    assert_eq!(a1.0, a2.0, "the same actor while the key is held");
+    assert_eq!((a1.1, a2.1), (1, 2), "contiguous counters");
+    // A restart keeps the key's actor (it is stored with the key).
     drop(s);
     let mut s = ReplicaStore::open(disk.clone(), 777).unwrap();
-    assert_eq!(
-        s.replica(),
-        r,
-        "the replica id is the store's, not the seed's"
-    );
-    let d3 = s.next_dot().unwrap();
-    assert!(d3.counter > d2.counter, "{d3:?} after {d2:?}");
+    let third = put(&mut s, "k", "c");
+    assert_eq!(actors(&third)[2], (a1.0, 3));
+    // Once the key was removed here, a write mints a new actor: its counter 1 cannot be
+    // mistaken for the old actor's first write, which other replicas may still hold.
+    let d = third.digest();
+    assert!(s.apply("k", Update::RemoveIfDigest(d)).unwrap().changed);
+    let again = put(&mut s, "k", "d");
+    let (actor, counter) = actors(&again)[0];
+    assert_ne!(actor, a1.0);
+    assert_eq!(counter, 1);
+    // A version merged in from elsewhere does not make this store continue an actor.
+    let mut s2 = ReplicaStore::open(MemoryStorage::new(), 43).unwrap();
+    s2.apply("k", Update::Merge(&again)).unwrap();
+    let from_s2 = put(&mut s2, "k", "e");
+    let new_actor = from_s2.siblings().last().unwrap().dot.replica;
+    assert!(new_actor != actor && new_actor != a1.0);
+    assert_eq!(from_s2.values().count(), 2, "concurrent with d: siblings");
+}
+
+#[test]
+fn actors_are_not_reused_across_a_restart() {
+    let disk = MemoryStorage::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..3 {
+        let mut s = ReplicaStore::open(disk.clone(), 5).unwrap();
+        for i in 0..50 {
+            let o = put(&mut s, &format!("r{round}-k{i}"), "v");
+            assert!(seen.insert(o.siblings()[0].dot.replica), "reused");
+        }
+    }
 }
 
 #[test]
 fn reap_and_remove_if_unchanged_remove_only_what_they_name() {
     let disk = MemoryStorage::new();
     let mut s = store(&disk);
-    put(&mut s, "k", "v");
-    let o = s.get("k").unwrap().unwrap();
+    let o = put(&mut s, "k", "v");
     // Not a tombstone: a reap leaves it.
-    assert!(
-        !s.apply("k", Update::Reap(o.clock()), 1 << 20)
-            .unwrap()
-            .changed
-    );
-    let d = s.next_dot().unwrap();
-    let del = Write {
-        context: o.clock().clone(),
-        dot: d,
-        value: None,
-        n: 3,
-    };
-    s.apply("k", Update::Write(&del), 1 << 20).unwrap();
-    let t = s.get("k").unwrap().unwrap();
+    assert!(!s.apply("k", Update::Reap(o.clock())).unwrap().changed);
+    let t = s
+        .coordinate("k", o.clock().clone(), None, 3, 1 << 20)
+        .unwrap();
     assert!(t.is_deleted());
+    assert_eq!(t.siblings().len(), 1);
     // A reap with an older clock leaves it; with its own clock removes it.
-    assert!(
-        !s.apply("k", Update::Reap(o.clock()), 1 << 20)
-            .unwrap()
-            .changed
-    );
-    assert!(
-        s.apply("k", Update::Reap(t.clock()), 1 << 20)
-            .unwrap()
-            .changed
-    );
+    assert!(!s.apply("k", Update::Reap(o.clock())).unwrap().changed);
+    assert!(s.apply("k", Update::Reap(t.clock())).unwrap().changed);
     assert_eq!(s.get("k").unwrap(), None);
     assert_eq!(s.key_count(), 0);
     assert_eq!(s.groups().count(), 0);
-    put(&mut s, "m", "1");
-    let digest = s.get("m").unwrap().unwrap().digest();
+    let first = put(&mut s, "m", "1");
     put(&mut s, "m", "2");
     assert!(
-        !s.apply("m", Update::RemoveIfDigest(digest), 1 << 20)
+        !s.apply("m", Update::RemoveIfDigest(first.digest()))
             .unwrap()
             .changed
     );
     let digest = s.get("m").unwrap().unwrap().digest();
     assert!(
-        s.apply("m", Update::RemoveIfDigest(digest), 1 << 20)
+        s.apply("m", Update::RemoveIfDigest(digest))
             .unwrap()
             .changed
     );
@@ -323,23 +331,24 @@ fn writes_that_would_make_an_object_too_large_are_refused_merges_are_not() {
     let mut s = store(&disk);
     let big = "x".repeat(600);
     put(&mut s, "k", &big);
-    let d = s.next_dot().unwrap();
     let e = s
-        .apply(
+        .coordinate(
             "k",
-            Update::Write(&write(&VersionVector::new(), d, &big)),
+            VersionVector::new(),
+            Some(big.clone().into_bytes()),
+            3,
             1000,
         )
         .unwrap_err();
     assert!(matches!(e, ApplyError::TooLarge { siblings: 2, .. }), "{e}");
     let other = Versioned::of_write(&write(&VersionVector::new(), dot(99, 1), &big));
-    assert!(s.apply("k", Update::Merge(&other), 1000).unwrap().changed);
+    assert!(s.apply("k", Update::Merge(&other)).unwrap().changed);
 }
 
 #[test]
 fn a_corrupt_record_is_an_error_not_a_panic() {
     let mut disk = MemoryStorage::new();
-    disk.put(Table::Objects, &object_key("k"), b"\x01garbage")
+    disk.put(Table::Objects, &object_key("k"), b"\x02\x00garbage")
         .unwrap();
     let mut s = store(&disk);
     assert!(s.get("k").is_err());
