@@ -111,6 +111,12 @@ impl ManagementClient {
         &self.base
     }
 
+    /// The HTTP client (its TLS settings) and the bearer token, for clients of a node's
+    /// other HTTP APIs that follow the same access rules (the key-value API).
+    pub(crate) fn http_and_token(&self) -> (&reqwest::Client, Option<&str>) {
+        (&self.http, self.token.as_deref())
+    }
+
     fn unreachable(&self, source: reqwest::Error) -> ClientError {
         ClientError::Unreachable {
             url: self.base.clone(),

@@ -85,6 +85,7 @@ pub mod coordinated_shutdown;
 pub mod ddata;
 pub mod demo;
 pub mod discovery;
+pub mod kv;
 pub mod layer;
 pub mod lease;
 pub mod management;

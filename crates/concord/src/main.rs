@@ -102,6 +102,17 @@ enum Commands {
         /// types `counter` and `log`.
         #[arg(long)]
         sample: bool,
+        /// Run the key-value store with its HTTP API on this port (`kv.http-port`; 0: any
+        /// free port); every node of the cluster should run it (docs/KV_STORE.md).
+        #[arg(long)]
+        kv_port: Option<u16>,
+    },
+    /// Read, write and delete keys of the key-value store through a node's HTTP API.
+    Kv {
+        #[command(subcommand)]
+        command: KvCommand,
+        #[command(flatten)]
+        k: KvArg,
     },
     /// Show the members as one node sees them.
     Members {
@@ -161,6 +172,171 @@ enum Commands {
         #[command(subcommand)]
         bench: BenchCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct KvArg {
+    /// Base URL of a node's key-value API.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8098", env = "CONCORD_KV")]
+    kv: String,
+    /// Bearer token (`management.bearer-token` of the node).
+    #[arg(long, global = true, env = "CONCORD_MANAGEMENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// For HTTPS: the certificate authorities to trust, PEM.
+    #[arg(long, global = true, env = "CONCORD_CA_CERTIFICATES")]
+    ca_certificates: Option<PathBuf>,
+    /// A client certificate to present, PEM (needs `--client-key`).
+    #[arg(long, global = true, env = "CONCORD_CLIENT_CERTIFICATE")]
+    client_certificate: Option<PathBuf>,
+    /// The client certificate's key, PEM.
+    #[arg(long, global = true, env = "CONCORD_CLIENT_KEY")]
+    client_key: Option<PathBuf>,
+}
+
+impl KvArg {
+    fn client(&self) -> anyhow::Result<concord::kv::KvClient> {
+        let m = ManagementArg {
+            management: self.kv.clone(),
+            token: self.token.clone(),
+            ca_certificates: self.ca_certificates.clone(),
+            client_certificate: self.client_certificate.clone(),
+            client_key: self.client_key.clone(),
+            verify_hostname: false,
+        };
+        Ok(concord::kv::KvClient::new(&m.client()?))
+    }
+}
+
+#[derive(Subcommand)]
+enum KvCommand {
+    /// Print KEY's value (read from R replicas); siblings one per line; the context to
+    /// write with goes to stderr.
+    Get {
+        key: String,
+        /// Read quorum: one, quorum, all or a number.
+        #[arg(long)]
+        r: Option<String>,
+        /// Replication factor the key was written with.
+        #[arg(long)]
+        n: Option<u8>,
+        /// Print {"key", "found", "siblings" (base64), "context"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write VALUE (or the file --file, or standard input) to KEY.
+    Put {
+        key: String,
+        value: Option<String>,
+        /// Read the value from this file.
+        #[arg(long, conflicts_with = "value")]
+        file: Option<PathBuf>,
+        /// The context of the last read (`X-Concord-Context`); without it the value is
+        /// kept next to existing versions as a sibling.
+        #[arg(long)]
+        context: Option<String>,
+        /// Write quorum: one, quorum, all or a number.
+        #[arg(long)]
+        w: Option<String>,
+        /// Replication factor.
+        #[arg(long)]
+        n: Option<u8>,
+    },
+    /// Delete KEY (with --context, or reading it first).
+    Delete {
+        key: String,
+        #[arg(long)]
+        context: Option<String>,
+        #[arg(long)]
+        w: Option<String>,
+        #[arg(long)]
+        n: Option<u8>,
+    },
+    /// Print the node's GET /kv-status.
+    Status,
+}
+
+async fn kv(command: KvCommand, k: &KvArg) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    use std::io::{Read, Write};
+    let c = k.client()?;
+    let query = |q: &[(&str, Option<String>)]| -> Vec<(&'static str, String)> {
+        q.iter()
+            .filter_map(|(name, v)| {
+                let name: &'static str = match *name {
+                    "r" => "r",
+                    "w" => "w",
+                    _ => "n",
+                };
+                v.clone().map(|v| (name, v))
+            })
+            .collect()
+    };
+    match command {
+        KvCommand::Get { key, r, n, json } => {
+            let a = c
+                .get(&key, &query(&[("r", r), ("n", n.map(|n| n.to_string()))]))
+                .await?;
+            if json {
+                let b64 = base64::engine::general_purpose::STANDARD;
+                print_json(&serde_json::json!({
+                    "key": key,
+                    "found": !a.values.is_empty(),
+                    "siblings": a.values.iter().map(|v| b64.encode(v)).collect::<Vec<_>>(),
+                    "context": a.context,
+                }))?;
+            } else {
+                if a.values.is_empty() {
+                    anyhow::bail!("{key}: not found");
+                }
+                let mut out = std::io::stdout().lock();
+                for v in &a.values {
+                    out.write_all(v)?;
+                    if a.values.len() > 1 {
+                        out.write_all(b"\n")?;
+                    }
+                }
+                out.flush()?;
+                if a.values.len() > 1 {
+                    eprintln!("{} siblings", a.values.len());
+                }
+                if let Some(ctx) = a.context {
+                    eprintln!("context: {ctx}");
+                }
+            }
+            Ok(())
+        }
+        KvCommand::Put {
+            key,
+            value,
+            file,
+            context,
+            w,
+            n,
+        } => {
+            let bytes = match (value, file) {
+                (Some(v), _) => v.into_bytes(),
+                (None, Some(f)) => std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?,
+                (None, None) => {
+                    let mut b = Vec::new();
+                    std::io::stdin().read_to_end(&mut b)?;
+                    b
+                }
+            };
+            c.put(&key, bytes, context.as_deref(), &query(&[("w", w), ("n", n.map(|n| n.to_string()))]))
+                .await?;
+            Ok(())
+        }
+        KvCommand::Delete { key, context, w, n } => {
+            c.delete(&key, context.as_deref(), &query(&[("w", w), ("n", n.map(|n| n.to_string()))]))
+                .await?;
+            Ok(())
+        }
+        KvCommand::Status => {
+            let s = c.status().await?;
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            Ok(())
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -313,9 +489,10 @@ async fn main() -> ExitCode {
             roles,
             data_dir,
             sample,
+            kv_port,
         } => {
             init_logging("info");
-            let overrides = node_overrides(
+            let mut overrides = node_overrides(
                 system,
                 host,
                 port,
@@ -324,8 +501,12 @@ async fn main() -> ExitCode {
                 roles,
                 data_dir,
             );
+            if let Some(p) = kv_port {
+                overrides.push(("kv.http-port".into(), p.to_string()));
+            }
             run_node(config, overrides, sample).await
         }
+        Commands::Kv { command, k } => kv(command, &k).await,
         Commands::Members { m, json } => members(&m, json).await,
         Commands::Join { address, m } => match m.client() {
             Ok(c) => print_result(c.join(&address).await),
@@ -548,6 +729,7 @@ async fn run_node(
             .keys
             .push(concord::sample::COUNTER_KEYS.into());
     }
+    let config_kv = config.kv.http_port.is_some();
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
     let mut sharding = Sharding::new();
@@ -558,13 +740,16 @@ async fn run_node(
         let proxy = concord::sample::add_singleton(&mut singletons);
         builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
     }
-    let node = builder
-        .layer(singletons)
-        .layer(sharding)
-        .start()
-        .await
-        .context("cannot start the node")?;
-    info!(address = %node.self_address(), management = ?node.management_addr(), "node running");
+    builder = builder.layer(singletons).layer(sharding);
+    let mut kv_store = None;
+    if config_kv {
+        let (layer, store) = concord::kv::KeyValueStore::new();
+        builder = builder.layer(layer);
+        kv_store = Some(store);
+    }
+    let node = builder.start().await.context("cannot start the node")?;
+    let kv_addr = kv_store.as_ref().and_then(|s| s.http_addr());
+    info!(address = %node.self_address(), management = ?node.management_addr(), kv = ?kv_addr, "node running");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot install SIGTERM handler")?;
     let mut signalled = false;

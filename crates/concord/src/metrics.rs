@@ -68,6 +68,22 @@
 //! - `concord_sharding_entities_started_total{node,type}`,
 //!   `concord_sharding_entities_passivated_total{node,type}`,
 //!   `concord_sharding_invalid_messages_total{node,type}`
+//!
+//! Key-value store:
+//! - `concord_kv_keys{node}` — keys stored here (gauge); `concord_kv_misplaced_keys{node}`
+//!   — keys held here that belong elsewhere, still to hand off (gauge);
+//!   `concord_kv_pending_segments{node}` — segments this node owns and has not yet
+//!   synchronised (gauge); `concord_kv_handoffs_in_progress{node}`,
+//!   `concord_kv_requests_in_progress{node}` (gauges); `concord_kv_ring_segments{node,member}`
+//!   — segments each member replicates (gauge)
+//! - `concord_kv_requests_total{node,op,result}` and
+//!   `concord_kv_request_duration_seconds{node,op}` (summary) — put, get and delete
+//!   coordinated here
+//! - `concord_kv_hinted_writes_total`, `..._read_repairs_total`, `..._tombstones_reaped_total`,
+//!   `..._anti_entropy_exchanges_total`, `..._anti_entropy_keys_repaired_total`,
+//!   `..._handoff_keys_sent_total`, `..._handoff_keys_received_total`,
+//!   `..._handoff_keys_removed_total`, `..._invalid_messages_total`,
+//!   `..._storage_errors_total`, `..._overloaded_total` (all `{node}`)
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
@@ -400,4 +416,51 @@ pub(crate) fn record_sharding(
         l.push(("reason", reason.to_string()));
         metrics::counter!("concord_sharding_dropped_messages_total", &l).absolute(v);
     }
+}
+
+/// The key-value store's gauges and counters on one node.
+pub(crate) fn record_kv(
+    node: &str,
+    status: &concord_core::kv::KvStatus,
+    s: &concord_core::kv::KvStats,
+) {
+    let _ = handle();
+    let n = || node.to_string();
+    metrics::gauge!("concord_kv_keys", "node" => n()).set(status.keys as f64);
+    metrics::gauge!("concord_kv_misplaced_keys", "node" => n()).set(status.misplaced_keys as f64);
+    metrics::gauge!("concord_kv_pending_segments", "node" => n())
+        .set(status.pending_segments as f64);
+    metrics::gauge!("concord_kv_handoffs_in_progress", "node" => n())
+        .set(status.handoffs_in_progress as f64);
+    metrics::gauge!("concord_kv_requests_in_progress", "node" => n())
+        .set(status.requests_in_progress as f64);
+    for (member, segments) in &status.ownership {
+        metrics::gauge!("concord_kv_ring_segments", "node" => n(), "member" => member.address.to_string())
+            .set(*segments as f64);
+    }
+    for (name, v) in [
+        ("concord_kv_hinted_writes_total", s.hinted_writes),
+        ("concord_kv_read_repairs_total", s.read_repairs),
+        ("concord_kv_tombstones_reaped_total", s.tombstones_reaped),
+        ("concord_kv_anti_entropy_exchanges_total", s.ae_exchanges),
+        ("concord_kv_anti_entropy_keys_repaired_total", s.ae_keys_repaired),
+        ("concord_kv_handoff_keys_sent_total", s.handoff_keys_sent),
+        ("concord_kv_handoff_keys_received_total", s.handoff_keys_received),
+        ("concord_kv_handoff_keys_removed_total", s.handoff_keys_removed),
+        ("concord_kv_invalid_messages_total", s.invalid_messages),
+        ("concord_kv_storage_errors_total", s.storage_errors),
+        ("concord_kv_overloaded_total", s.overloaded),
+    ] {
+        metrics::counter!(name, "node" => n()).absolute(v);
+    }
+}
+
+/// One key-value request coordinated on this node finished.
+pub(crate) fn kv_request(node: &str, op: &'static str, ok: bool, took: std::time::Duration) {
+    let _ = handle();
+    let result = if ok { "ok" } else { "error" };
+    metrics::counter!("concord_kv_requests_total", "node" => node.to_string(), "op" => op, "result" => result)
+        .increment(1);
+    metrics::histogram!("concord_kv_request_duration_seconds", "node" => node.to_string(), "op" => op)
+        .record(took.as_secs_f64());
 }

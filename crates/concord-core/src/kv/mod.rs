@@ -53,7 +53,9 @@ use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Trans
 use crate::timers::TimerTable;
 
 pub use message::KvMessage;
-pub use object::{decode_context, encode_context, Dot, ObjectError, Sibling, Versioned, Write};
+pub use object::{
+    decode_context, encode_context, Dot, ObjectError, Sibling, Versioned, Write, MAX_N,
+};
 pub use ring::{key_hash, Ring, BUCKETS, SEGMENTS};
 pub use settings::{KvSettings, Quorum};
 pub use storage::{KvStorage, MemoryStorage, StorageError, Table};

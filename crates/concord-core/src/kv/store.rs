@@ -599,4 +599,9 @@ impl<S: KvStorage> ReplicaStore<S> {
     pub fn storage_mut(&mut self) -> &mut S {
         &mut self.storage
     }
+
+    /// The storage, read-only (its file, its size).
+    pub fn storage_ref(&self) -> &S {
+        &self.storage
+    }
 }

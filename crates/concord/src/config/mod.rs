@@ -15,6 +15,7 @@ mod coordinated_shutdown;
 mod discovery;
 mod distributed_data;
 mod duration;
+mod kv;
 mod management;
 mod remote;
 mod sharding;
@@ -40,6 +41,7 @@ pub use discovery::{
 pub use distributed_data::{
     DeltaCrdtConfig, DistributedDataConfig, DurableConfig, SingletonConfig, SingletonProxyConfig,
 };
+pub use kv::KvConfig;
 pub use management::ManagementConfig;
 pub use remote::{RemoteConfig, SecretString};
 pub use sharding::{
@@ -115,6 +117,8 @@ pub struct Config {
     pub singleton_proxy: SingletonProxyConfig,
     /// Cluster Sharding (`akka.cluster.sharding`).
     pub sharding: ShardingConfig,
+    /// The key-value store (`[kv]`).
+    pub kv: KvConfig,
 }
 
 impl Default for Config {
@@ -133,6 +137,7 @@ impl Default for Config {
             singleton: SingletonConfig::default(),
             singleton_proxy: SingletonProxyConfig::default(),
             sharding: ShardingConfig::default(),
+            kv: KvConfig::default(),
         }
     }
 }

@@ -21,6 +21,7 @@ impl Config {
         }
         self.validate_remote_security()?;
         self.sharding.validate()?;
+        self.validate_kv()?;
         if self.remote.maximum_frame_size < 1024 {
             return Err(ConfigError::new(
                 "remote.maximum-frame-size",

@@ -43,6 +43,9 @@ pub struct ManagementAccess {
     pub allowed_hosts: BTreeSet<String>,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// Apply the write rules (authentication, `Host`/`Origin`) to reads too — for APIs
+    /// whose reads are data (the key-value API), not cluster state.
+    pub guard_reads: bool,
 }
 
 impl ManagementAccess {
@@ -59,6 +62,24 @@ impl ManagementAccess {
             client_certificates: c.tls.is_some(),
             allowed_hosts: allowed_hosts(c, bound, advertised_host),
             max_body_bytes: c.max_body_size,
+            guard_reads: false,
+        }
+    }
+
+    /// The key-value API's policy: the management API's write rules (bearer token or
+    /// client certificate, `Host`/`Origin` naming this node) for every request, reads
+    /// included; writes refused only when `management.read-only` is set explicitly; bodies
+    /// up to `kv.max-value-size` plus 64 KiB.
+    pub fn for_key_value(config: &crate::config::Config, bound: SocketAddr) -> Self {
+        let mut m = config.management.clone();
+        m.hostname = config.kv.http_hostname.clone();
+        ManagementAccess {
+            read_only: config.management.read_only == Some(true),
+            bearer_token: m.bearer_token.clone().filter(|t| !t.is_empty()),
+            client_certificates: m.tls.is_some(),
+            allowed_hosts: allowed_hosts(&m, Some(bound), &config.remote.hostname),
+            max_body_bytes: config.kv.max_value_size.saturating_add(64 * 1024),
+            guard_reads: true,
         }
     }
 }
@@ -173,10 +194,11 @@ pub async fn guard(State(access): State<ManagementAccess>, req: Request, next: N
             ),
         );
     }
-    if req.method() == Method::GET || req.method() == Method::HEAD {
+    let read = req.method() == Method::GET || req.method() == Method::HEAD;
+    if read && !access.guard_reads {
         return next.run(req).await;
     }
-    if access.read_only {
+    if access.read_only && !read {
         return message(
             StatusCode::FORBIDDEN,
             "the management API is read-only (management.read-only)",

@@ -40,7 +40,7 @@ use concord_core::{Address, Member, MemberStatus, MembershipView};
 use serde::{Deserialize, Serialize};
 use tracing::{info, Instrument};
 
-pub use access::{ManagementAccess, VerifiedClientCertificate};
+pub use access::{guard, ManagementAccess, VerifiedClientCertificate};
 pub use domain_events::{event_json, EVENT_TYPES};
 
 use crate::cluster::{Cluster, ClusterError};
@@ -568,6 +568,47 @@ pub fn router(state: ManagementState, access: ManagementAccess, extra: Vec<Route
         .layer(axum::middleware::from_fn_with_state(access, access::guard))
 }
 
+/// Serves `app` on `listener` until the node terminates — over HTTPS when `tls` is set
+/// (its files re-read when they change; one task per connection, at most 1024 at once,
+/// 10 s for the TLS handshake and each request's headers); then lets each open connection
+/// finish its request. `name` names the API in logs.
+pub(crate) fn serve_app(
+    listener: tokio::net::TcpListener,
+    tls: Option<std::sync::Arc<crate::tls::TlsContext>>,
+    app: Router,
+    cluster: Cluster,
+    name: &'static str,
+) {
+    let span = tracing::Span::current();
+    match tls {
+        Some(tls) => {
+            tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, name);
+            let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(
+                async move {
+                    cluster.terminated().await;
+                    let _ = stop_tx.send(true);
+                }
+                .instrument(span.clone()),
+            );
+            tokio::spawn(https::serve_https(listener, tls, app, stop_rx).instrument(span));
+        }
+        None => {
+            tokio::spawn(
+                async move {
+                    let shutdown = async move {
+                        cluster.terminated().await;
+                    };
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await;
+                }
+                .instrument(span),
+            );
+        }
+    }
+}
+
 /// Binds `management.hostname:port` and serves the API (with the layers' `extra` routes)
 /// until the node terminates — over HTTPS when `[management.tls]` is set (the certificate
 /// files are re-read when they change). `advertised_host` is the node's
@@ -611,35 +652,7 @@ pub async fn serve(
     }
     let cluster = state.cluster.clone();
     let app = router(state, access, extra);
-    let span = tracing::Span::current();
-    match tls {
-        Some(tls) => {
-            tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, "management");
-            let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-            tokio::spawn(
-                async move {
-                    cluster.terminated().await;
-                    let _ = stop_tx.send(true);
-                }
-                .instrument(span.clone()),
-            );
-            tokio::spawn(https::serve_https(listener, tls, app, stop_rx).instrument(span));
-            info!(%addr, "management HTTPS API listening");
-        }
-        None => {
-            tokio::spawn(
-                async move {
-                    let shutdown = async move {
-                        cluster.terminated().await;
-                    };
-                    let _ = axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await;
-                }
-                .instrument(span),
-            );
-            info!(%addr, "management HTTP API listening");
-        }
-    }
+    serve_app(listener, tls, app, cluster, "management");
+    info!(%addr, https = config.tls.is_some(), "management HTTP API listening");
     Ok(addr)
 }

@@ -1,0 +1,175 @@
+//! [`KeyValueStore`]: the layer that runs a node's part of the key-value store —
+//! registers the protocol, opens `<data-dir>/kv.redb` (before anything is served), starts
+//! the driver thread, serves the HTTP API on `kv.http-port`, and hands this node's keys to
+//! their owners inside coordinated shutdown (`cluster-exiting`) before it leaves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use concord_core::kv::{KvMachine, KvMessage, KvSettings};
+use concord_core::ProtocolId;
+use tokio::sync::mpsc;
+use tracing::{info, warn, Instrument};
+
+use super::codec::KvCodec;
+use super::driver::Driver;
+use super::handle::{Job, KvStore};
+use super::storage::RedbStorage;
+use crate::clock::Clock;
+use crate::coordinated_shutdown::Phase;
+use crate::layer::{register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted};
+use crate::management::ManagementAccess;
+use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+
+/// Requests queued from the handles before the driver takes them (callers wait when full).
+const JOB_QUEUE: usize = 8192;
+/// Housekeeping period (metrics, abandoned requests).
+const TICK: Duration = Duration::from_secs(1);
+
+fn error(message: impl std::fmt::Display) -> LayerError {
+    LayerError {
+        layer: "key-value-store",
+        message: message.to_string(),
+    }
+}
+
+/// The key-value store layer; add it with `Node::builder(config).layer(layer)` and use the
+/// [`KvStore`] handle returned with it. Every node that hosts data (every member, or those
+/// with `kv.role`) must run it.
+pub struct KeyValueStore {
+    settings: Option<KvSettings>,
+    jobs: mpsc::Receiver<Job>,
+    handle: KvStore,
+    inbound: Option<mpsc::Receiver<Inbound<KvMessage>>>,
+}
+
+impl KeyValueStore {
+    /// The layer (settings from the node's `[kv]`) and its handle.
+    pub fn new() -> (KeyValueStore, KvStore) {
+        Self::build(None)
+    }
+
+    /// The layer with explicit settings (the node's `[kv]` is ignored but for the HTTP
+    /// API's port and host).
+    pub fn with_settings(settings: KvSettings) -> (KeyValueStore, KvStore) {
+        Self::build(Some(settings))
+    }
+
+    fn build(settings: Option<KvSettings>) -> (KeyValueStore, KvStore) {
+        let (tx, rx) = mpsc::channel(JOB_QUEUE);
+        let handle = KvStore {
+            jobs: tx,
+            http: Arc::default(),
+        };
+        (
+            KeyValueStore {
+                settings,
+                jobs: rx,
+                handle: handle.clone(),
+                inbound: None,
+            },
+            handle,
+        )
+    }
+}
+
+impl Layer for KeyValueStore {
+    fn name(&self) -> &'static str {
+        "key-value-store"
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        self.inbound = Some(register_protocol(
+            "key-value-store",
+            registry,
+            settings,
+            ProtocolId::KEY_VALUE,
+            KvCodec,
+        )?);
+        Ok(())
+    }
+
+    fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let KeyValueStore {
+            settings,
+            jobs,
+            handle,
+            inbound,
+        } = *self;
+        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let settings = settings.unwrap_or_else(|| ctx.config.kv_settings());
+        let me = ctx.cluster.self_unique_address().clone();
+        let storage = RedbStorage::open(&ctx.config.data_dir_path()).map_err(error)?;
+        let file = storage.file().to_path_buf();
+        let clock = Clock::new();
+        let machine = KvMachine::new(settings, me.clone(), storage, rand::random(), clock.now_ms())
+            .map_err(|e| error(format!("{}: {e}", file.display())))?;
+        info!(file = %file.display(), keys = machine.store_ref().key_count(), "key-value store opened");
+        let sender = ProtocolSender::new(
+            ctx.transport.clone(),
+            ProtocolId::KEY_VALUE,
+            Arc::new(KvCodec),
+        );
+        let driver = Driver::new(machine, clock, sender, me.address.to_string());
+        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), TICK);
+        // The driver blocks on its storage: a thread of its own, on the node's runtime.
+        let runtime = tokio::runtime::Handle::current();
+        let span = tracing::info_span!("kv");
+        std::thread::Builder::new()
+            .name("concord-kv".into())
+            .spawn(move || runtime.block_on(driver.run(inputs).instrument(span)))
+            .map_err(|e| error(format!("cannot start the driver thread: {e}")))?;
+        // A leaving node hands its keys to their owners before it goes.
+        let waiting = handle.clone();
+        if let Err(e) = ctx.coordinated_shutdown.add_task(
+            Phase::ClusterExiting,
+            "kv-handoff",
+            move || async move {
+                if !waiting.wait_handoff(Duration::from_secs(3600)).await {
+                    warn!("key-value store: leaving before every key was handed off");
+                }
+            },
+        ) {
+            warn!(error = %e, "cannot add the key-value handoff to coordinated shutdown");
+        }
+        if let Some(port) = ctx.config.kv.http_port {
+            serve(&ctx, &handle, port)?;
+        }
+        Ok(LayerStarted {
+            routes: Some(super::http::status_router(handle)),
+        })
+    }
+}
+
+/// Binds `kv.http-hostname:port` and serves the HTTP API (HTTPS with `[management.tls]`).
+fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerError> {
+    let config = &ctx.config;
+    let host = config.kv.http_hostname.as_str();
+    let bind = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let bound = |e: std::io::Error| error(format!("cannot bind the key-value HTTP API to {bind}: {e}"));
+    let std_listener = std::net::TcpListener::bind(&bind).map_err(bound)?;
+    std_listener.set_nonblocking(true).map_err(bound)?;
+    let addr = std_listener.local_addr().map_err(bound)?;
+    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bound)?;
+    let tls = config
+        .management
+        .tls
+        .as_ref()
+        .map(crate::tls::TlsContext::for_management)
+        .transpose()
+        .map_err(error)?;
+    let access = ManagementAccess::for_key_value(config, addr);
+    let app = super::http::router(store.clone(), access);
+    crate::management::serve_app(listener, tls, app, ctx.cluster.clone(), "kv");
+    let _ = store.http.set(addr);
+    info!(%addr, https = config.management.tls.is_some(), "key-value HTTP API listening");
+    Ok(())
+}
