@@ -177,10 +177,20 @@ enum Commands {
 #[derive(clap::Args)]
 struct KvArg {
     /// Base URL of a node's key-value API.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8098", env = "CONCORD_KV")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "http://127.0.0.1:8098",
+        env = "CONCORD_KV"
+    )]
     kv: String,
     /// Bearer token (`management.bearer-token` of the node).
-    #[arg(long, global = true, env = "CONCORD_MANAGEMENT_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "CONCORD_MANAGEMENT_TOKEN",
+        hide_env_values = true
+    )]
     token: Option<String>,
     /// For HTTPS: the certificate authorities to trust, PEM.
     #[arg(long, global = true, env = "CONCORD_CA_CERTIFICATES")]
@@ -315,20 +325,31 @@ async fn kv(command: KvCommand, k: &KvArg) -> anyhow::Result<()> {
         } => {
             let bytes = match (value, file) {
                 (Some(v), _) => v.into_bytes(),
-                (None, Some(f)) => std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?,
+                (None, Some(f)) => {
+                    std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?
+                }
                 (None, None) => {
                     let mut b = Vec::new();
                     std::io::stdin().read_to_end(&mut b)?;
                     b
                 }
             };
-            c.put(&key, bytes, context.as_deref(), &query(&[("w", w), ("n", n.map(|n| n.to_string()))]))
-                .await?;
+            c.put(
+                &key,
+                bytes,
+                context.as_deref(),
+                &query(&[("w", w), ("n", n.map(|n| n.to_string()))]),
+            )
+            .await?;
             Ok(())
         }
         KvCommand::Delete { key, context, w, n } => {
-            c.delete(&key, context.as_deref(), &query(&[("w", w), ("n", n.map(|n| n.to_string()))]))
-                .await?;
+            c.delete(
+                &key,
+                context.as_deref(),
+                &query(&[("w", w), ("n", n.map(|n| n.to_string()))]),
+            )
+            .await?;
             Ok(())
         }
         KvCommand::Status => {

@@ -443,10 +443,19 @@ pub(crate) fn record_kv(
         ("concord_kv_read_repairs_total", s.read_repairs),
         ("concord_kv_tombstones_reaped_total", s.tombstones_reaped),
         ("concord_kv_anti_entropy_exchanges_total", s.ae_exchanges),
-        ("concord_kv_anti_entropy_keys_repaired_total", s.ae_keys_repaired),
+        (
+            "concord_kv_anti_entropy_keys_repaired_total",
+            s.ae_keys_repaired,
+        ),
         ("concord_kv_handoff_keys_sent_total", s.handoff_keys_sent),
-        ("concord_kv_handoff_keys_received_total", s.handoff_keys_received),
-        ("concord_kv_handoff_keys_removed_total", s.handoff_keys_removed),
+        (
+            "concord_kv_handoff_keys_received_total",
+            s.handoff_keys_received,
+        ),
+        (
+            "concord_kv_handoff_keys_removed_total",
+            s.handoff_keys_removed,
+        ),
         ("concord_kv_invalid_messages_total", s.invalid_messages),
         ("concord_kv_storage_errors_total", s.storage_errors),
         ("concord_kv_overloaded_total", s.overloaded),

@@ -123,16 +123,25 @@ impl Config {
     pub(crate) fn validate_kv(&self) -> Result<(), ConfigError> {
         let c = &self.kv;
         if !(1..=MAX_N).contains(&c.n) {
-            return Err(ConfigError::new("kv.n", format!("must be from 1 to {MAX_N}")));
+            return Err(ConfigError::new(
+                "kv.n",
+                format!("must be from 1 to {MAX_N}"),
+            ));
         }
         for (key, v) in [("kv.r", &c.r), ("kv.w", &c.w)] {
             let q = Quorum::parse(v).map_err(|e| ConfigError::new(key, e))?;
             if q.resolve(c.n).is_none() {
-                return Err(ConfigError::new(key, format!("{q} is more than kv.n = {}", c.n)));
+                return Err(ConfigError::new(
+                    key,
+                    format!("{q} is more than kv.n = {}", c.n),
+                ));
             }
         }
         if c.virtual_nodes == 0 || c.virtual_nodes > 4096 {
-            return Err(ConfigError::new("kv.virtual-nodes", "must be from 1 to 4096"));
+            return Err(ConfigError::new(
+                "kv.virtual-nodes",
+                "must be from 1 to 4096",
+            ));
         }
         if c.max_value_size == 0 || c.max_value_size > c.max_object_size {
             return Err(ConfigError::new(
@@ -147,14 +156,19 @@ impl Config {
                 format!("must leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
             ));
         }
-        if c.transfer_batch_size == 0 || c.transfer_batch_size.saturating_add(MESSAGE_OVERHEAD) > frame {
+        if c.transfer_batch_size == 0
+            || c.transfer_batch_size.saturating_add(MESSAGE_OVERHEAD) > frame
+        {
             return Err(ConfigError::new(
                 "kv.transfer-batch-size",
                 format!("must be at least 1 and leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
             ));
         }
         if c.max_pending_requests == 0 {
-            return Err(ConfigError::new("kv.max-pending-requests", "must be at least 1"));
+            return Err(ConfigError::new(
+                "kv.max-pending-requests",
+                "must be at least 1",
+            ));
         }
         let protected = self.management.tls.is_some()
             || self
@@ -208,7 +222,8 @@ mod tests {
             "[kv]\nhttp-port = 8098\nhttp-hostname = \"0.0.0.0\"\n[management]\nbearer-token = \"t\"",
         );
         assert!(ok.is_ok(), "{ok:?}");
-        let c = Config::from_toml("[kv]\nn = 5\nr = \"all\"\nw = \"one\"\nrole = \"data\"").unwrap();
+        let c =
+            Config::from_toml("[kv]\nn = 5\nr = \"all\"\nw = \"one\"\nrole = \"data\"").unwrap();
         let s = c.kv_settings();
         assert_eq!((s.n, s.r, s.w), (5, Quorum::All, Quorum::One));
         assert_eq!(s.role.as_deref(), Some("data"));

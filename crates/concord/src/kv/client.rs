@@ -57,7 +57,11 @@ impl KvClient {
         Ok(url)
     }
 
-    fn request(&self, req: reqwest::RequestBuilder, context: Option<&str>) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        req: reqwest::RequestBuilder,
+        context: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         let req = match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,
@@ -132,7 +136,11 @@ impl KvClient {
             message,
         };
         let values = match status {
-            200 => vec![resp.bytes().await.map_err(|e| self.unreachable(e))?.to_vec()],
+            200 => vec![resp
+                .bytes()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_vec()],
             300 => {
                 let v: Value = resp.json().await.map_err(|e| bad(e.to_string()))?;
                 v["siblings"]

@@ -5,7 +5,9 @@
 
 use bytes::Bytes;
 use concord_core::kv::message::{BucketKeys, GroupBuckets, GroupHash};
-use concord_core::kv::{decode_context, encode_context, KvError, KvMessage, QuorumFailure, Versioned};
+use concord_core::kv::{
+    decode_context, encode_context, KvError, KvMessage, QuorumFailure, Versioned,
+};
 use prost::Message;
 
 use crate::remote::gossip_wire::{address_from_wire, address_to_wire};
@@ -64,7 +66,9 @@ fn objects_to_wire(objects: &[(String, Versioned)]) -> Vec<wire::KvKeyObject> {
         .collect()
 }
 
-fn objects_from_wire(objects: Vec<wire::KvKeyObject>) -> Result<Vec<(String, Versioned)>, DecodeError> {
+fn objects_from_wire(
+    objects: Vec<wire::KvKeyObject>,
+) -> Result<Vec<(String, Versioned)>, DecodeError> {
     objects
         .into_iter()
         .map(|o| Ok((o.key, object(&o.object)?)))
@@ -150,7 +154,10 @@ pub fn error_from_wire(w: &wire::KvError) -> Result<KvError, DecodeError> {
                 .failed
                 .iter()
                 .map(|f| {
-                    let node = f.node.as_ref().ok_or(DecodeError::MissingField("failed.node"))?;
+                    let node = f
+                        .node
+                        .as_ref()
+                        .ok_or(DecodeError::MissingField("failed.node"))?;
                     Ok((address_from_wire(node)?, f.reason.clone()))
                 })
                 .collect::<Result<_, DecodeError>>()?,

@@ -30,8 +30,15 @@ const INPUTS_PER_COMMIT: usize = 256;
 
 /// A caller waiting for an answer.
 enum Pending {
-    Write(oneshot::Sender<Result<(), concord_core::kv::KvError>>, Instant, &'static str),
-    Read(oneshot::Sender<Result<ReadResult, concord_core::kv::KvError>>, Instant),
+    Write(
+        oneshot::Sender<Result<(), concord_core::kv::KvError>>,
+        Instant,
+        &'static str,
+    ),
+    Read(
+        oneshot::Sender<Result<ReadResult, concord_core::kv::KvError>>,
+        Instant,
+    ),
 }
 
 /// The driver's state.

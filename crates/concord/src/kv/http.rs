@@ -43,10 +43,7 @@ pub const CONTEXT_HEADER: &str = "x-concord-context";
 pub fn router(store: KvStore, access: ManagementAccess) -> Router {
     let limit = access.max_body_bytes;
     Router::new()
-        .route(
-            "/kv/{*key}",
-            get(get_key).put(put_key).delete(delete_key),
-        )
+        .route("/kv/{*key}", get(get_key).put(put_key).delete(delete_key))
         .route("/kv-status", get(status))
         .with_state(store)
         .layer(axum::extract::DefaultBodyLimit::max(limit))

@@ -17,7 +17,9 @@ use super::handle::{Job, KvStore};
 use super::storage::RedbStorage;
 use crate::clock::Clock;
 use crate::coordinated_shutdown::Phase;
-use crate::layer::{register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted};
+use crate::layer::{
+    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
+};
 use crate::management::ManagementAccess;
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
 
@@ -106,8 +108,14 @@ impl Layer for KeyValueStore {
         let storage = RedbStorage::open(&ctx.config.data_dir_path()).map_err(error)?;
         let file = storage.file().to_path_buf();
         let clock = Clock::new();
-        let machine = KvMachine::new(settings, me.clone(), storage, rand::random(), clock.now_ms())
-            .map_err(|e| error(format!("{}: {e}", file.display())))?;
+        let machine = KvMachine::new(
+            settings,
+            me.clone(),
+            storage,
+            rand::random(),
+            clock.now_ms(),
+        )
+        .map_err(|e| error(format!("{}: {e}", file.display())))?;
         info!(file = %file.display(), keys = machine.store_ref().key_count(), "key-value store opened");
         let sender = ProtocolSender::new(
             ctx.transport.clone(),
@@ -154,7 +162,8 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
     } else {
         format!("{host}:{port}")
     };
-    let bound = |e: std::io::Error| error(format!("cannot bind the key-value HTTP API to {bind}: {e}"));
+    let bound =
+        |e: std::io::Error| error(format!("cannot bind the key-value HTTP API to {bind}: {e}"));
     let std_listener = std::net::TcpListener::bind(&bind).map_err(bound)?;
     std_listener.set_nonblocking(true).map_err(bound)?;
     let addr = std_listener.local_addr().map_err(bound)?;

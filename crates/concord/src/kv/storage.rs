@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use concord_core::kv::storage::Record;
 use concord_core::kv::{KvStorage, StorageError, Table};
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 
 /// The file name inside the data directory.
 pub const STORE_FILE: &str = "kv.redb";
@@ -34,7 +36,9 @@ pub struct RedbStorage {
 
 impl std::fmt::Debug for RedbStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedbStorage").field("file", &self.file).finish()
+        f.debug_struct("RedbStorage")
+            .field("file", &self.file)
+            .finish()
     }
 }
 
@@ -52,7 +56,8 @@ impl RedbStorage {
         let db = Database::create(&file).map_err(|e| named(format!("cannot open: {e}")))?;
         let tx = db.begin_write().map_err(|e| named(e.to_string()))?;
         for t in Table::ALL {
-            tx.open_table(definition(t)).map_err(|e| named(e.to_string()))?;
+            tx.open_table(definition(t))
+                .map_err(|e| named(e.to_string()))?;
         }
         tx.commit().map_err(|e| named(e.to_string()))?;
         Ok(RedbStorage {
@@ -99,18 +104,27 @@ impl KvStorage for RedbStorage {
             let t = w.open_table(definition(table)).map_err(error)?;
             return Ok(t.get(key).map_err(error)?.map(|v| v.value().to_vec()));
         }
-        let t = self.reader()?.open_table(definition(table)).map_err(error)?;
+        let t = self
+            .reader()?
+            .open_table(definition(table))
+            .map_err(error)?;
         Ok(t.get(key).map_err(error)?.map(|v| v.value().to_vec()))
     }
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        let mut t = self.writer()?.open_table(definition(table)).map_err(error)?;
+        let mut t = self
+            .writer()?
+            .open_table(definition(table))
+            .map_err(error)?;
         t.insert(key, value).map_err(error)?;
         Ok(())
     }
 
     fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
-        let mut t = self.writer()?.open_table(definition(table)).map_err(error)?;
+        let mut t = self
+            .writer()?
+            .open_table(definition(table))
+            .map_err(error)?;
         t.remove(key).map_err(error)?;
         Ok(())
     }
@@ -145,7 +159,10 @@ impl KvStorage for RedbStorage {
             let t = w.open_table(definition(table)).map_err(error)?;
             return collect(&t, start, end, limit);
         }
-        let t = self.reader()?.open_table(definition(table)).map_err(error)?;
+        let t = self
+            .reader()?
+            .open_table(definition(table))
+            .map_err(error)?;
         collect(&t, start, end, limit)
     }
 

@@ -249,6 +249,14 @@ impl Node {
         format!("concord://{}@{}:{}", self.system, self.host, self.port)
     }
 
+    /// The key-value API's port from the "node running" line (`kv=Some(host:port)`).
+    pub fn kv_port(&self) -> Option<u16> {
+        let log = self.log_text();
+        let line = log.lines().find(|l| l.contains("node running"))?;
+        let kv = line.split("kv=Some(").nth(1)?.split(')').next()?;
+        kv.rsplit(':').next()?.parse().ok()
+    }
+
     pub fn management_url(&self) -> String {
         format!("http://{}:{}", self.host, self.management_port)
     }
