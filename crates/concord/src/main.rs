@@ -470,6 +470,26 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The key-value store on 5 nodes (N=3, R=W=2): puts/s and gets/s with p50/p99
+    /// latency at each value size, keys transferred per second to a joining 6th node,
+    /// bytes on disk per key.
+    Kv {
+        /// Value sizes, bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,10240")]
+        value_sizes: Vec<usize>,
+        /// Measured time of each put and get run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Keys stored before the 6th node joins (0: skip).
+        #[arg(long, default_value_t = 50_000)]
+        transfer_keys: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Distributed Data on 5 nodes: WriteMajority/ReadMajority latency, ORSet updates/s
     /// and convergence at 10k and 100k elements, steady-state traffic.
     Ddata {
@@ -590,6 +610,33 @@ async fn main() -> ExitCode {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
                     print!("{}", concord::bench::sharding::report(&r));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Commands::Bench {
+            bench:
+                BenchCommand::Kv {
+                    value_sizes,
+                    duration,
+                    clients,
+                    transfer_keys,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let settings = concord::bench::kv::KvBenchSettings {
+                value_sizes,
+                duration,
+                clients,
+                transfer_keys,
+                ..Default::default()
+            };
+            match concord::bench::kv::run_kv(&settings).await {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", concord::bench::kv::report(&r));
                     Ok(())
                 }
                 Err(e) => Err(e),

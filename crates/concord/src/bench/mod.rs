@@ -7,12 +7,15 @@
 //!   steady-state traffic on 5 nodes.
 //! - [`sharding`]: entity tell throughput (local, remote) next to the raw TCP baseline, ask
 //!   latency at half the peak, rebalance time to a new node, memory per idle entity.
+//! - [`kv`]: the key-value store's puts and gets per second and latency at two value
+//!   sizes, keys transferred per second to a joining node, bytes on disk per key.
 //! - [`cluster`]: in-process clusters for the benchmarks.
 //! - [`layer`]: [`BenchLayer`], the layer that carries the benchmark's payloads
 //!   ([`concord_core::ProtocolId::BENCH`]); tests use it to flood a lane.
 
 pub mod cluster;
 pub mod ddata;
+pub mod kv;
 pub mod layer;
 pub mod remote;
 pub mod sharding;
