@@ -631,7 +631,6 @@ async fn main() -> ExitCode {
                 duration,
                 clients,
                 transfer_keys,
-                ..Default::default()
             };
             match concord::bench::kv::run_kv(&settings).await {
                 Ok(r) if json => print_json(&r),
