@@ -5,8 +5,8 @@
 //!    five nodes' handles put new keys for `duration` (inserts: no siblings), then get the
 //!    keys they wrote for `duration`: operations per second, and each operation's latency
 //!    p50 / p99 (closed loop: the latency at that concurrency).
-//! 2. **Bytes on disk per key**: `transfer_keys` keys of 100 B are stored; the growth of the
-//!    five redb files divided by the replicas stored (3 per key).
+//! 2. **Bytes on disk per key**: on a fresh 5-node cluster, `transfer_keys` keys of 100 B
+//!    are stored; the five redb files' growth divided by the replicas stored (3 per key).
 //! 3. **Transfer on join**: with those keys stored, a sixth node starts; the time from it
 //!    being Up until every key has exactly three replicas and none is misplaced, and the
 //!    keys it received per second.
@@ -76,7 +76,8 @@ pub struct KvBenchResult {
     pub runs: Vec<KvRun>,
     /// Keys stored when the sixth node joined.
     pub transfer_keys: usize,
-    /// From the sixth node Up to three replicas of every key, none misplaced, s.
+    /// From the first node seeing the sixth Up to three replicas of every key, none
+    /// misplaced, s.
     pub transfer_s: f64,
     /// Keys the sixth node received, per second.
     pub transfer_keys_per_s: f64,
@@ -100,17 +101,38 @@ fn tune(dir: &std::path::Path) -> impl FnMut(&mut crate::config::Config) + '_ {
 pub async fn run_kv(s: &KvBenchSettings) -> anyhow::Result<KvBenchResult> {
     let dir = std::env::temp_dir().join(format!("concord-bench-kv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut nodes = start_cluster("bench-kv", NODES, tune(&dir), |_, builder| {
+    let runs = {
+        let nodes = start(&dir.join("runs"), "bench-kv").await?;
+        let r = put_get_runs(&nodes, s).await;
+        stop(&nodes).await;
+        r?
+    };
+    let transfer = {
+        let mut nodes = start(&dir.join("transfer"), "bench-kv-join").await?;
+        let r = disk_and_transfer(&mut nodes, s, &dir.join("transfer")).await;
+        stop(&nodes).await;
+        r?
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(KvBenchResult {
+        clients: s.clients,
+        runs,
+        ..transfer
+    })
+}
+
+async fn start(dir: &std::path::Path, system: &str) -> anyhow::Result<Vec<(Node, KvStore)>> {
+    start_cluster(system, NODES, tune(dir), |_, builder| {
         let (layer, store) = KeyValueStore::new();
         (builder.layer(layer), store)
     })
-    .await?;
-    let result = measure(&mut nodes, s, &dir).await;
-    for (n, _) in &nodes {
+    .await
+}
+
+async fn stop(nodes: &[(Node, KvStore)]) {
+    for (n, _) in nodes {
         n.stop().await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    result
 }
 
 /// Latencies of one run, its errors, and how many operations each client made.
@@ -184,11 +206,10 @@ fn options() -> (WriteOptions, ReadOptions) {
     )
 }
 
-async fn measure(
-    nodes: &mut Vec<(Node, KvStore)>,
+async fn put_get_runs(
+    nodes: &[(Node, KvStore)],
     s: &KvBenchSettings,
-    dir: &std::path::Path,
-) -> anyhow::Result<KvBenchResult> {
+) -> anyhow::Result<Vec<KvRun>> {
     let stores: Vec<KvStore> = nodes.iter().map(|(_, k)| k.clone()).collect();
     let (w, r) = options();
     let mut runs = Vec::new();
@@ -225,7 +246,18 @@ async fn measure(
         });
     }
 
-    // Transfer on join: a key space of its own, 100 B values.
+    Ok(runs)
+}
+
+/// Disk bytes per key and the transfer to a joining node; `clients` and `runs` are left
+/// empty.
+async fn disk_and_transfer(
+    nodes: &mut Vec<(Node, KvStore)>,
+    s: &KvBenchSettings,
+    dir: &std::path::Path,
+) -> anyhow::Result<KvBenchResult> {
+    let stores: Vec<KvStore> = nodes.iter().map(|(_, k)| k.clone()).collect();
+    let (w, _) = options();
     let mut disk_before = 0u64;
     for st in &stores {
         disk_before += st.status().await?.file_bytes;
@@ -262,14 +294,15 @@ async fn measure(
     let mut new_node_keys = 0;
     if s.transfer_keys > 0 {
         let seed = nodes[0].0.remoting_addr().port();
-        let mut config = bench_config("bench-kv", Some(seed));
+        let mut config = bench_config("bench-kv-join", Some(seed));
         config.data_dir = dir.join("node-new").display().to_string();
         let (layer, store) = KeyValueStore::new();
         let node = Node::builder(config).layer(layer).start().await?;
         let all: Vec<KvStore> = stores.iter().cloned().chain([store.clone()]).collect();
         nodes.push((node, store.clone()));
+        // The clock starts when any node first sees the sixth Up (the moment rings change).
         let deadline = Instant::now() + Duration::from_secs(120);
-        while nodes.iter().any(|(n, _)| {
+        while nodes.iter().all(|(n, _)| {
             n.cluster()
                 .view()
                 .members_with_status(concord_core::MemberStatus::Up)
@@ -277,7 +310,7 @@ async fn measure(
                 < NODES + 1
         }) {
             anyhow::ensure!(Instant::now() < deadline, "the sixth node did not come Up");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let up = Instant::now();
         let deadline = up + Duration::from_secs(600);
@@ -300,8 +333,8 @@ async fn measure(
         new_node_keys = store.status().await?.status.keys;
     }
     Ok(KvBenchResult {
-        clients: s.clients,
-        runs,
+        clients: 0,
+        runs: Vec::new(),
         transfer_keys: s.transfer_keys,
         transfer_s,
         transfer_keys_per_s: if transfer_s > 0.0 {

@@ -540,7 +540,7 @@ impl Codec for KvCodec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use concord_core::ddata::{ReplicaId, VersionVector};
     use concord_core::kv::{Dot, Write};
@@ -558,7 +558,8 @@ mod tests {
         })
     }
 
-    fn all() -> Vec<KvMessage> {
+    /// One message of every kind (also the fuzz tests' seeds).
+    pub(crate) fn all_messages() -> Vec<KvMessage> {
         let a = Address::new("s", "10.0.0.1", 25520);
         vec![
             KvMessage::Forward {
@@ -675,7 +676,7 @@ mod tests {
 
     #[test]
     fn every_message_round_trips() {
-        for m in all() {
+        for m in all_messages() {
             let (manifest, bytes) = KvCodec.encode(&m);
             assert_eq!(KvCodec.decode(manifest, bytes).unwrap(), m);
         }

@@ -28,6 +28,7 @@ use super::membership_codec::MembershipCodec;
 use super::registry::{Codec, DecodeError};
 use super::wire;
 use crate::ddata::codec::ReplicatorCodec;
+use crate::kv::codec::KvCodec;
 use crate::sharding::codec::ShardingCodec;
 use crate::singleton::codec::SingletonCodec;
 use concord_core::sharding::ShardingMessage;
@@ -158,13 +159,17 @@ fn valid_payloads() -> Vec<(u32, u32, Vec<u8>)> {
         let (manifest, b) = ShardingCodec.encode(&m);
         v.push((4, manifest, b.to_vec()));
     }
+    for m in crate::kv::codec::tests::all_messages() {
+        let (manifest, b) = KvCodec.encode(&m);
+        v.push((5, manifest, b.to_vec()));
+    }
     v
 }
 
 /// Decodes `payload` with the codec of `codec` (1 membership, 2 ddata, 3 singleton, 4
-/// sharding); only errors, never a panic.
+/// sharding, 5 key-value store); only errors, never a panic.
 fn decode_with(codec: u32, manifest: u32, payload: Bytes) -> Result<(), DecodeError> {
-    match codec % 4 {
+    match codec {
         1 => MembershipCodec {
             max_decompressed_gossip_bytes: 1 << 20,
         }
@@ -172,7 +177,8 @@ fn decode_with(codec: u32, manifest: u32, payload: Bytes) -> Result<(), DecodeEr
         .map(drop),
         2 => ReplicatorCodec.decode(manifest, payload).map(drop),
         3 => SingletonCodec.decode(manifest, payload).map(drop),
-        _ => ShardingCodec.decode(manifest, payload).map(drop),
+        4 => ShardingCodec.decode(manifest, payload).map(drop),
+        _ => KvCodec.decode(manifest, payload).map(drop),
     }
 }
 
@@ -285,7 +291,7 @@ proptest! {
 
     #[test]
     fn every_decoder_survives_arbitrary_bytes(
-        codec in 1u32..5,
+        codec in 1u32..6,
         manifest in 0u32..40,
         bytes in proptest::collection::vec(any::<u8>(), 0..1024),
     ) {
