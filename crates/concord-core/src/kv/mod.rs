@@ -6,15 +6,17 @@
 //!
 //! [`KvMachine`] is the sans-IO machine of one node. It is at once
 //!
-//! - a **coordinator** ([`coordinator`]): any node takes a client's put, get or delete,
-//!   sends it to the key's preference list on the [`Ring`] — skipping unreachable
-//!   replicas for the next members of the ring (**fallbacks**, whose copies are hinted
-//!   writes) — and answers once W replicas acknowledged a write, or R replicas answered a
-//!   read (merged by version; concurrent versions come back as siblings). After a read it
+//! - a **coordinator** ([`coordinator`]): any node takes a client's get and sends it to the
+//!   key's preference list on the [`Ring`] — a primary that no member can reach is replaced
+//!   by the next member of the ring (a **fallback**) — and answers once R replicas answered,
+//!   with the merge of their versions (concurrent versions come back as siblings); then it
 //!   sends the merged version to every replica that answered an older one (**read
-//!   repair**). A delete writes a tombstone, removed (**reaped**) once every replica
-//!   acknowledged it and `tombstone-grace` passed;
-//! - a **replica** ([`replica`]): it applies writes and merges to its [`ReplicaStore`]
+//!   repair**). A put or delete is coordinated by a target of the key (a node that is not
+//!   one forwards it): it applies the write to its local copy with a fresh dot of the key's
+//!   local actor and sends the resulting version to the other targets — fallbacks store
+//!   theirs as hinted writes — and answers once W acknowledged. A delete writes a
+//!   tombstone, removed (**reaped**) once every replica had it and `tombstone-grace` passed;
+//! - a **replica** ([`replica`]): it merges the versions coordinators send into its [`ReplicaStore`]
 //!   (durable before it acknowledges: outputs are held until [`KvMachine::commit`]);
 //! - a party to **anti-entropy** ([`anti_entropy`]): with each peer that replicates the
 //!   same segments it compares a three-level hash tree — groups, 64 buckets, keys — and

@@ -6,12 +6,12 @@
 //!
 //! [`ClusterSharding`] is the sans-IO machine of one entity type on one node. It holds:
 //!
-//! - the node's **`ShardRegion`** ([`region`]): it maps an entity to its shard's home,
+//! - the node's **`ShardRegion`** (`region`): it maps an entity to its shard's home,
 //!   asks the coordinator for unknown homes and buffers meanwhile (Scenarios 1 and 2 of the
 //!   spec), then sends directly; a proxy-only region hosts nothing;
-//! - the **`Shard`s** it hosts ([`shard`]): entities created on their first message,
+//! - the **`Shard`s** it hosts (`shard`): entities created on their first message,
 //!   passivated when idle or over the active-entity limit, optionally remembered;
-//! - the **`ShardCoordinator`** ([`coordinator`]), active only on the node where its
+//! - the **`ShardCoordinator`** (`coordinator`), active only on the node where its
 //!   cluster singleton runs (the oldest member with the role; the machine embeds the
 //!   singleton manager, so the coordinator moves in order and never runs twice): it
 //!   allocates shards with a [`ShardAllocationStrategy`], rebalances them, and persists
