@@ -269,23 +269,20 @@ async fn kv(command: KvCommand, k: &KvArg) -> anyhow::Result<()> {
     use base64::Engine as _;
     use std::io::{Read, Write};
     let c = k.client()?;
-    let query = |q: &[(&str, Option<String>)]| -> Vec<(&'static str, String)> {
-        q.iter()
-            .filter_map(|(name, v)| {
-                let name: &'static str = match *name {
-                    "r" => "r",
-                    "w" => "w",
-                    _ => "n",
-                };
-                v.clone().map(|v| (name, v))
-            })
-            .collect()
+    // The query of a request: the quorum (`r` or `w`) and `n`, those given.
+    let query = |quorum: (&'static str, Option<String>), n: Option<u8>| {
+        let mut q = Vec::new();
+        if let (name, Some(v)) = quorum {
+            q.push((name, v));
+        }
+        if let Some(n) = n {
+            q.push(("n", n.to_string()));
+        }
+        q
     };
     match command {
         KvCommand::Get { key, r, n, json } => {
-            let a = c
-                .get(&key, &query(&[("r", r), ("n", n.map(|n| n.to_string()))]))
-                .await?;
+            let a = c.get(&key, &query(("r", r), n)).await?;
             if json {
                 let b64 = base64::engine::general_purpose::STANDARD;
                 print_json(&serde_json::json!({
@@ -334,22 +331,13 @@ async fn kv(command: KvCommand, k: &KvArg) -> anyhow::Result<()> {
                     b
                 }
             };
-            c.put(
-                &key,
-                bytes,
-                context.as_deref(),
-                &query(&[("w", w), ("n", n.map(|n| n.to_string()))]),
-            )
-            .await?;
+            c.put(&key, bytes, context.as_deref(), &query(("w", w), n))
+                .await?;
             Ok(())
         }
         KvCommand::Delete { key, context, w, n } => {
-            c.delete(
-                &key,
-                context.as_deref(),
-                &query(&[("w", w), ("n", n.map(|n| n.to_string()))]),
-            )
-            .await?;
+            c.delete(&key, context.as_deref(), &query(("w", w), n))
+                .await?;
             Ok(())
         }
         KvCommand::Status => {

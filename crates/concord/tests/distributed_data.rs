@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config, port_of, wait_for};
+use common::{fast_config, port_of, wait_for, wait_for_async};
 use concord::ddata::{DdataError, DistributedData, Replicator};
 use concord::remote::LinkFaults;
 use concord::{Config, Node};
@@ -67,20 +67,6 @@ async fn cluster(
     members
 }
 
-async fn wait_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 async fn local<T: concord_core::ddata::ReplicatedType>(r: &Replicator, key: &Key<T>) -> Option<T>
 where
     T::Delta: serde::Serialize + serde::de::DeserializeOwned,
@@ -121,7 +107,7 @@ async fn concurrent_updates_on_five_nodes_converge() {
         t.await.unwrap();
     }
     for m in &members {
-        wait_until("every replica has every update", || async {
+        wait_for_async("every replica has every update", || async {
             local(&m.replicator, &counter).await.map(|c| c.value()) == Some(250)
                 && local(&m.replicator, &set).await.map(|s| s.len()) == Some(250)
         })
@@ -208,7 +194,7 @@ async fn a_partition_then_heal_converges() {
     // Each side converges on its own writes (1 + 2 on the left, 3 + 4 on the right); the
     // partition keeps the other side's out until the heal.
     for (m, want) in [(&left[0], 3), (&left[1], 3), (&right[0], 7), (&right[1], 7)] {
-        wait_until("each side converges on its own writes", || async {
+        wait_for_async("each side converges on its own writes", || async {
             local(&m.replicator, &key).await.map(|c| c.value()) == Some(want)
         })
         .await;
@@ -217,7 +203,7 @@ async fn a_partition_then_heal_converges() {
         m.node.transport().clear_faults();
     }
     for m in &members {
-        wait_until("healed replicas converge", || async {
+        wait_for_async("healed replicas converge", || async {
             local(&m.replicator, &key).await.map(|c| c.value()) == Some(10)
         })
         .await;
@@ -253,7 +239,7 @@ async fn read_repair_leaves_every_contacted_replica_at_the_merged_value() {
         .unwrap();
     assert_eq!(v.map(|c| c.value()), Some(30));
     for m in &members {
-        wait_until("the replica was repaired", || async {
+        wait_for_async("the replica was repaired", || async {
             local(&m.replicator, &key).await.map(|c| c.value()) == Some(30)
         })
         .await;
@@ -297,7 +283,7 @@ async fn durable_keys_survive_a_full_cluster_restart_and_a_corrupt_store_fails_s
             .unwrap();
     }
     for m in &members {
-        wait_until("the last write reached everyone", || async {
+        wait_for_async("the last write reached everyone", || async {
             local(&m.replicator, &key).await.map(|c| c.value()) == Some(15)
         })
         .await;
@@ -367,7 +353,7 @@ async fn a_removed_nodes_entries_are_pruned_and_its_counts_kept() {
     let gone = members[2].replicator.replica();
     members[2].node.shutdown().await;
     for m in &members[..2] {
-        wait_until("pruned", || async {
+        wait_for_async("pruned", || async {
             local(&m.replicator, &key)
                 .await
                 .is_some_and(|c| c.value() == 12 && c.entries().all(|(r, _)| r != gone))

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fast_config, port_of, wait_for};
+use common::{fast_config, port_of, wait_for, wait_for_async};
 use concord::kv::{KeyValueStore, KvStore};
 use concord::remote::LinkFaults;
 use concord::{Config, Node};
@@ -73,7 +73,7 @@ async fn cluster(
     .await;
     // Every node has synchronised the segments its first ring gave it.
     for m in &members {
-        wait_until("segments synchronised", || async {
+        wait_for_async("segments synchronised", || async {
             m.kv.status()
                 .await
                 .is_ok_and(|s| s.status.pending_segments == 0)
@@ -81,20 +81,6 @@ async fn cluster(
         .await;
     }
     (members, dir)
-}
-
-async fn wait_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 async fn keys(m: &Member) -> u64 {
@@ -329,7 +315,7 @@ async fn a_read_repairs_the_replica_that_missed_a_write() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    wait_until("node 2 repaired by the read", || async {
+    wait_for_async("node 2 repaired by the read", || async {
         keys(&m[2]).await == 1
     })
     .await;
@@ -355,7 +341,7 @@ async fn anti_entropy_repairs_keys_no_read_touches() {
     })
     .await;
     assert!(keys(&m[2]).await < 50);
-    wait_until("node 2 catches up by anti-entropy", || async {
+    wait_for_async("node 2 catches up by anti-entropy", || async {
         keys(&m[2]).await == 50
     })
     .await;

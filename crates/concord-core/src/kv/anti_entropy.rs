@@ -49,6 +49,9 @@ pub(crate) struct AntiEntropy {
     again: BTreeSet<UniqueAddress>,
     /// The peer of the last periodic exchange (the rotation goes on after it).
     last_peer: Option<UniqueAddress>,
+    /// The members that own a segment with this node, for the replication factor they were
+    /// computed for (forgotten when the ring changes).
+    co_owners: Option<(u8, BTreeSet<UniqueAddress>)>,
 }
 
 impl AntiEntropy {
@@ -71,6 +74,7 @@ impl AntiEntropy {
     /// before become pending with every co-owner; co-owners that left a segment's list
     /// no longer count.
     pub(crate) fn ring_changed(&mut self, old: &Ring, new: &Ring, me: &UniqueAddress, n: u8) {
+        self.co_owners = None;
         for s in 0..SEGMENTS {
             let prefs = new.preference_list(s, n);
             if !prefs.contains(&me) {
@@ -126,8 +130,8 @@ impl<S: KvStorage> KvMachine<S> {
     }
 
     /// The members that own a segment with this node (for the default `n` or any `n` it
-    /// holds keys with).
-    fn co_owners(&self) -> BTreeSet<UniqueAddress> {
+    /// holds keys with); computed once per ring and largest `n`.
+    fn co_owners(&mut self) -> BTreeSet<UniqueAddress> {
         let n = self
             .store
             .groups()
@@ -136,6 +140,11 @@ impl<S: KvStorage> KvMachine<S> {
             .max()
             .unwrap_or(self.settings.n)
             .min(MAX_N);
+        if let Some((cached_n, co)) = &self.ae.co_owners {
+            if *cached_n == n {
+                return co.clone();
+            }
+        }
         let mut out = BTreeSet::new();
         for s in 0..SEGMENTS {
             let prefs = self.ring.preference_list(s, n);
@@ -143,6 +152,7 @@ impl<S: KvStorage> KvMachine<S> {
                 out.extend(prefs.into_iter().filter(|m| **m != self.self_node).cloned());
             }
         }
+        self.ae.co_owners = Some((n, out.clone()));
         out
     }
 

@@ -454,6 +454,21 @@ pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// Like [`wait_for`], with a condition that is itself asynchronous (asks a node).
+pub async fn wait_for_async<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
 /// Waits until the in-process node `n` sees itself Up.
 pub async fn wait_self_up(n: &concord::Node) {
     wait_for("self Up", || {
