@@ -480,4 +480,6 @@ pub(crate) mod limits {
     pub const HANDOFF_PAGE_OBJECTS: usize = 1_000;
     /// Reaps waiting for their grace period.
     pub const MAX_PENDING_REAPS: usize = 10_000;
+    /// Forwarded writes remembered to recognise duplicates.
+    pub const MAX_REMEMBERED_FORWARDS: usize = 100_000;
 }

@@ -26,7 +26,7 @@
 mod read;
 mod write;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::address::UniqueAddress;
 use crate::ddata::VersionVector;
@@ -48,6 +48,10 @@ pub(crate) struct Requests {
     next: u64,
     reaps: BTreeMap<(u64, u64), Reap>,
     reap_seq: u64,
+    /// Forwarded writes coordinated here lately, (sender, its request), oldest first with
+    /// the time they may be forgotten: a duplicate of one must not become a second write.
+    forwards: VecDeque<(u64, UniqueAddress, u64)>,
+    forwards_seen: BTreeSet<(UniqueAddress, u64)>,
 }
 
 impl Requests {
@@ -62,6 +66,29 @@ impl Requests {
         self.deadlines.insert((deadline, id));
         self.map.insert(id, r);
         id
+    }
+
+    /// Records a forwarded write from `from`; false if it was seen already (a duplicate).
+    fn first_forward(
+        &mut self,
+        now_ms: u64,
+        keep_ms: u64,
+        from: &UniqueAddress,
+        request: u64,
+    ) -> bool {
+        while let Some((until, f, r)) = self.forwards.front() {
+            if *until > now_ms && self.forwards.len() < limits::MAX_REMEMBERED_FORWARDS {
+                break;
+            }
+            self.forwards_seen.remove(&(f.clone(), *r));
+            self.forwards.pop_front();
+        }
+        if !self.forwards_seen.insert((from.clone(), request)) {
+            return false;
+        }
+        self.forwards
+            .push_back((now_ms.saturating_add(keep_ms), from.clone(), request));
+        true
     }
 
     fn remove(&mut self, id: u64) -> Option<Request> {

@@ -247,6 +247,11 @@ impl<S: KvStorage> KvMachine<S> {
         n: u8,
         w: u8,
     ) {
+        // Coordinating a duplicate would write the client's value twice, with two dots.
+        let keep = self.settings.request_timeout_ms.saturating_mul(4);
+        if !self.requests.first_forward(now_ms, keep, from, request) {
+            return;
+        }
         let client = Client::Remote(from.clone(), request);
         let checked = (|| {
             if n == 0 || n > MAX_N || w == 0 || w > n {

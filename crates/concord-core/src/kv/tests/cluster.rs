@@ -354,3 +354,26 @@ fn messages_from_non_members_change_nothing() {
     assert_eq!(m.stats().invalid_messages, 1);
     assert_eq!(m.store_ref().key_count(), 0);
 }
+
+#[test]
+fn a_duplicated_forward_is_one_write_not_two() {
+    // Found by the simulator (seed 1303): a Forward the network delivered twice was
+    // coordinated twice — two dots for one client write, and a later write with the context
+    // of a read that saw one of them left the other as a sibling.
+    let mut c = TestCluster::new(5, settings());
+    let owners = c.owners("k");
+    let from = (0..5).map(node).find(|n| !owners.contains(n)).unwrap();
+    let forward = crate::kv::KvMessage::Forward {
+        request: 77,
+        key: "k".into(),
+        value: Some(b"v".to_vec()),
+        context: Default::default(),
+        n: 3,
+        w: 2,
+    };
+    c.inject(&from, &owners[0], forward.clone());
+    c.inject(&from, &owners[0], forward);
+    c.run_for(100);
+    let read = c.get(&owners[1], "k", r(3)).unwrap();
+    assert_eq!(read.object.unwrap().siblings().len(), 1);
+}

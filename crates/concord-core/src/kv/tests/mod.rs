@@ -194,6 +194,16 @@ impl TestCluster {
         }
     }
 
+    /// Delivers `message` from `from` to `to` (as the network would, also a second time).
+    pub(super) fn inject(&mut self, from: &UniqueAddress, to: &UniqueAddress, message: KvMessage) {
+        let now = self.now;
+        if let Some(m) = self.nodes.get_mut(to) {
+            m.handle_message(now, from, message);
+        }
+        self.drain(to);
+        self.deliver_all();
+    }
+
     /// Runs `ms` of time in 10 ms steps.
     pub(super) fn run_for(&mut self, ms: u64) {
         let end = self.now + ms;
