@@ -49,6 +49,8 @@ pub(crate) struct AntiEntropy {
     again: BTreeSet<UniqueAddress>,
     /// The peer of the last periodic exchange (the rotation goes on after it).
     last_peer: Option<UniqueAddress>,
+    /// When the last periodic exchange was due, ms (one per `anti-entropy-interval`).
+    last_periodic_ms: Option<u64>,
     /// The members that own a segment with this node, for the replication factor they were
     /// computed for (forgotten when the ring changes).
     co_owners: Option<(u8, BTreeSet<UniqueAddress>)>,
@@ -156,15 +158,28 @@ impl<S: KvStorage> KvMachine<S> {
         out
     }
 
-    /// Starts exchanges: first with peers this node is pending on or whose last exchange
-    /// found differences, then in rotation. True if work is waiting (tick again soon).
-    pub(super) fn anti_entropy_tick(&mut self, now_ms: u64) -> bool {
+    /// Starts exchanges: at once with peers this node is pending on or whose last exchange
+    /// found differences; one with the next co-owner in rotation per
+    /// `anti-entropy-interval`. Returns when to tick next, ms.
+    pub(super) fn anti_entropy_tick(&mut self, now_ms: u64) -> u64 {
         let timeout = self.settings.request_timeout_ms;
         self.ae
             .sessions
             .retain(|_, (_, at)| at.saturating_add(timeout) > now_ms);
+        let interval = self.settings.anti_entropy_interval_ms.max(1);
+        let periodic_due = self
+            .ae
+            .last_periodic_ms
+            .is_none_or(|t| now_ms >= t.saturating_add(interval));
+        if periodic_due {
+            self.ae.last_periodic_ms = Some(now_ms);
+        }
+        let next_periodic = self
+            .ae
+            .last_periodic_ms
+            .map_or(now_ms, |t| t.saturating_add(interval));
         if !self.ring.members().contains(&self.self_node) {
-            return false;
+            return next_periodic.max(now_ms + 1);
         }
         let co = self.co_owners();
         let busy: BTreeSet<UniqueAddress> =
@@ -189,7 +204,7 @@ impl<S: KvStorage> KvMachine<S> {
                 .collect(),
             None => co.iter().cloned().collect(),
         };
-        let mut periodic_done = false;
+        let mut periodic_left = periodic_due;
         for peer in urgent.iter().cloned().chain(rotation) {
             if self.ae.sessions.len() >= CONCURRENT_EXCHANGES {
                 break;
@@ -198,11 +213,10 @@ impl<S: KvStorage> KvMachine<S> {
                 continue;
             }
             if !urgent.contains(&peer) {
-                // One periodic exchange per tick.
-                if periodic_done {
+                if !periodic_left {
                     continue;
                 }
-                periodic_done = true;
+                periodic_left = false;
                 self.ae.last_peer = Some(peer.clone());
             }
             if self.ae.sessions.values().any(|(p, _)| *p == peer) {
@@ -210,7 +224,11 @@ impl<S: KvStorage> KvMachine<S> {
             }
             self.start_exchange(now_ms, &peer);
         }
-        !urgent.is_empty()
+        if urgent.is_empty() {
+            next_periodic.max(now_ms + 1)
+        } else {
+            next_periodic.min(now_ms + super::TICK_MS).max(now_ms + 1)
+        }
     }
 
     fn start_exchange(&mut self, now_ms: u64, peer: &UniqueAddress) {

@@ -440,13 +440,8 @@ impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
                     self.timers.set(KvTimer::Tick, now_ms + TICK_MS);
                 }
                 KvTimer::AntiEntropy => {
-                    let soon = self.anti_entropy_tick(now_ms);
-                    let next = if soon {
-                        TICK_MS
-                    } else {
-                        self.settings.anti_entropy_interval_ms
-                    };
-                    self.timers.set(KvTimer::AntiEntropy, now_ms + next.max(1));
+                    let next = self.anti_entropy_tick(now_ms);
+                    self.timers.set(KvTimer::AntiEntropy, next);
                 }
                 KvTimer::Handoff => {
                     self.handoff_tick(now_ms);
