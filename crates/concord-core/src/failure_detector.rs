@@ -169,6 +169,20 @@ impl PhiAccrualFailureDetector {
         self.phi(now_ms) < self.settings.threshold
     }
 
+    /// True if no heartbeat came for longer than four mean intervals (three lost in a
+    /// row) or half the acceptable pause past the mean, whichever is shorter, while φ is
+    /// still below the threshold: the node may be about to become unreachable — its
+    /// acceptable pause is running.
+    pub fn is_suspect(&self, now_ms: u64) -> bool {
+        let Some(last) = self.last_heartbeat_ms else {
+            return false;
+        };
+        let silence = now_ms.saturating_sub(last) as f64;
+        let mean = self.history.mean().max(1.0);
+        let limit = (4.0 * mean).min(mean + self.settings.acceptable_heartbeat_pause_ms / 2.0);
+        self.is_available(now_ms) && silence > limit
+    }
+
     /// Mean of the inter-arrival history, ms (without the acceptable pause).
     pub fn mean_interval_ms(&self) -> f64 {
         if self.history.intervals.is_empty() {
@@ -233,6 +247,31 @@ mod tests {
             prev = p;
         }
         assert!(phi(1e9, 1000.0, 100.0).is_infinite() || phi(1e9, 1000.0, 100.0) > 100.0);
+    }
+
+    #[test]
+    fn a_silent_node_is_suspect_before_it_is_unreachable() {
+        let mut d = fd(8.0, 3000.0, 100.0);
+        assert!(!d.is_suspect(0), "nothing heard yet: not suspect");
+        let mut t = 0;
+        for _ in 0..20 {
+            t += 1000;
+            d.heartbeat(t);
+        }
+        assert!(
+            !d.is_suspect(t + 2000),
+            "one lost heartbeat is no suspicion"
+        );
+        assert!(
+            d.is_suspect(t + 2600),
+            "silent for mean + half the acceptable pause"
+        );
+        assert!(d.is_available(t + 2600), "but not unreachable yet");
+        let late = (t..).step_by(100).find(|x| !d.is_available(*x)).unwrap();
+        assert!(
+            !d.is_suspect(late),
+            "once unreachable it is no longer merely suspect"
+        );
     }
 
     #[test]

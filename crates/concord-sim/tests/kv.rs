@@ -210,6 +210,37 @@ fn collect(sim: &Simulation, h: &mut History) {
     }
 }
 
+/// Prints every node's view and its latest resolver decision (`CONCORD_SIM_TRACE`).
+fn trace(sim: &Simulation) {
+    for (a, n) in sim.nodes.iter() {
+        let g = n.core.latest_gossip();
+        let recs: Vec<String> = g
+            .overview
+            .reachability
+            .records()
+            .filter(|r| r.2 != concord_core::ReachabilityStatus::Reachable)
+            .map(|(o, s, _)| format!("{}>{}", o.address.host, s.address.host))
+            .collect();
+        let decision = n.core.recent_sbr_decisions().last().map(|d| {
+            format!(
+                "{} {:?} {:?}",
+                d.at_ms,
+                d.decision,
+                d.nodes
+                    .iter()
+                    .map(|x| x.address.host.as_str())
+                    .collect::<Vec<_>>()
+            )
+        });
+        eprintln!(
+            "{:>8} {} {} {recs:?} last decision {decision:?}",
+            sim.now,
+            a.host,
+            n.membership_line()
+        );
+    }
+}
+
 /// Every version on every running node's disk: (node, key, version).
 fn stored(sim: &Simulation, disks: &Disks) -> Vec<(Address, String, Versioned)> {
     let mut out = Vec::new();
@@ -372,6 +403,7 @@ fn random_faults_lose_no_acknowledged_write_and_heal_to_n_replicas() {
         sim.run_for(2_000);
         let mut h = History::default();
         let mut faults: Vec<Fault> = Vec::new();
+        let mut membership = concord_sim::invariants::Checker::default();
         let fail = |e: String, faults: &[Fault]| -> ! {
             panic!("seed {seed}: {e}\nfaults: {faults:?}\nreplay: CONCORD_SIM_SEED_START={seed} CONCORD_SIM_SEEDS=1 cargo test -p concord-sim --test kv")
         };
@@ -386,14 +418,28 @@ fn random_faults_lose_no_acknowledged_write_and_heal_to_n_replicas() {
                 if let Err(e) = check_step(&sim, &disks, &h) {
                     fail(e, &faults);
                 }
+                if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
+                    trace(&sim);
+                }
+                if let Err(e) = membership.check_step(&sim) {
+                    fail(format!("membership: {e}"), &faults);
+                }
             }
             let f = pick_any_fault(&mut sim, &addrs);
+            if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
+                eprintln!("{:>8} FAULT {f:?}", sim.now);
+            }
             apply(&mut sim, &f, &addrs);
             faults.push(f);
         }
         // Heal, bring everyone back, and let it settle with no more load.
         sim.run_for(3_000);
         collect(&sim, &mut h);
+        if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
+            for (a, n) in sim.nodes.iter() {
+                eprintln!("before recovery {} {}", a.host, n.membership_line());
+            }
+        }
         recover_everyone(&mut sim, &addrs);
         let settled = sim.run_until_cond(120_000, 500, |s| {
             s.all_up_converged() && s.running().count() == addrs.len()

@@ -195,7 +195,14 @@ impl ClusterCore {
     // ------------------------------------------------------------------ leader and downing
 
     fn split_brain_resolver_tick(&mut self, now_ms: u64) {
+        let suspects = self
+            .failure_detectors
+            .iter()
+            .filter(|(_, fd)| fd.is_suspect(now_ms))
+            .map(|(n, _)| n.clone())
+            .collect();
         let Some(sbr) = &mut self.sbr else { return };
+        sbr.set_suspects(suspects);
         match sbr.tick(now_ms, &self.state) {
             Some(SbrAction::Down { decision, nodes }) => {
                 warn!(

@@ -388,6 +388,54 @@ fn the_resolver_downs_all_on_a_double_decision() {
     }
 }
 
+#[test]
+fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
+    // The simulator's seed 692, in small: 5 left; {2,4} | {1,3} has just begun. The
+    // leader 2 still holds older records saying 1 and 3 cannot hear each other, and has
+    // not detected the partition yet: 1 and 3 are only suspect (silent, not unreachable).
+    // On the records alone it would down 1 and 3 as indirectly connected and keep itself;
+    // were 1 and 3 unreachable, its own observations tie 2|2 and the side of 1 keeps. It
+    // waits; once the suspects are detected its view decides as the other side does.
+    let st = state_of(2, &[(1, 3), (3, 1)], &[5], &[1, 2, 3, 4]);
+    let sbr_settings = SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+    };
+    let mut sbr = SplitBrainResolver::new(sbr_settings.clone());
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down { decision, nodes }) => {
+            assert_eq!(decision, Decision::DownIndirectlyConnected);
+            assert_eq!(nodes, [n(1), n(3)].into_iter().collect());
+        }
+        other => panic!("without suspects it decides on the records: {other:?}"),
+    }
+    let mut sbr = SplitBrainResolver::new(sbr_settings);
+    assert_eq!(sbr.tick(0, &st), None);
+    sbr.set_suspects([n(1), n(3)].into_iter().collect());
+    assert_eq!(sbr.tick(1000, &st), None);
+    assert_eq!(sbr.tick(5000, &st), None);
+}
+
+#[test]
+fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
+    // 5 crashed (everyone observes it); 3 is merely slow. Keeping {1,2,3,4} holds even if
+    // 3 were gone ({1,2,4} is still a majority): the leader downs 5 at once.
+    let st = state_of(1, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
+    let mut sbr = SplitBrainResolver::new(SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+    });
+    sbr.set_suspects([n(3)].into_iter().collect());
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down { nodes, .. }) => assert_eq!(nodes, [n(5)].into_iter().collect()),
+        other => panic!("expected 5 downed, got {other:?}"),
+    }
+}
+
 // ---------------------------------------------------------------- 4. down-all-when-unstable
 
 #[test]

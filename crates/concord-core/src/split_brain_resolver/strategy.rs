@@ -291,7 +291,7 @@ impl SbrView {
 
     /// This view as this node observes it itself: unreachable only what it cannot hear, no
     /// other observations (so no indirect connections).
-    fn own_observations(&self) -> SbrView {
+    pub(super) fn own_observations(&self) -> SbrView {
         let unreachable: BTreeSet<UniqueAddress> = self
             .records
             .iter()
