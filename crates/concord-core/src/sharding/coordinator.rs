@@ -17,20 +17,19 @@
 //!   forever too). Answers (`ShardHome`, `RegisterAck`, `BeginHandOff`) go out only after
 //!   the write that justifies them succeeded.
 //!
-//! Rebalancing and the coordinator's side of handoffs are in [`super::rebalance`].
+//! Reading and writing the state are in [`super::coordinator_persistence`]; rebalancing and
+//! the coordinator's side of handoffs in [`super::rebalance`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::UniqueAddress;
-use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
-use crate::ddata::{GSet, LWWRegister, UpdateResult};
 use crate::member::MemberStatus;
 
 use super::allocation::RegionEntry;
+use super::coordinator_persistence::InFlight;
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
 use super::{
-    ClusterSharding, DdataPurpose, ShardId, ShardingBody, ShardingSettings, ShardingTimer,
-    SHARD_HOMES_BATCH,
+    ClusterSharding, ShardId, ShardingBody, ShardingSettings, ShardingTimer, SHARD_HOMES_BATCH,
 };
 
 /// What to do once a write succeeded.
@@ -77,27 +76,20 @@ pub(super) struct Worker {
     pub(super) deferred: BTreeSet<UniqueAddress>,
 }
 
-/// The write in flight: the state it writes and what follows it.
-#[derive(Debug)]
-struct InFlight {
-    next: CoordinatorState,
-    after: Vec<AfterWrite>,
-}
-
 /// The coordinator's state.
 #[derive(Debug)]
 pub(super) struct Coordinator {
-    state_loaded: bool,
-    all_shards_loaded: bool,
-    active: bool,
+    pub(super) state_loaded: bool,
+    pub(super) all_shards_loaded: bool,
+    pub(super) active: bool,
     pub(super) state: CoordinatorState,
-    writing: Option<InFlight>,
-    queued: Vec<CoordinatorEvent>,
-    queued_after: Vec<AfterWrite>,
+    pub(super) writing: Option<InFlight>,
+    pub(super) queued: Vec<CoordinatorEvent>,
+    pub(super) queued_after: Vec<AfterWrite>,
     /// Shards whose allocation is being written → (their region, the regions that asked).
-    allocating: BTreeMap<ShardId, (UniqueAddress, Vec<UniqueAddress>)>,
+    pub(super) allocating: BTreeMap<ShardId, (UniqueAddress, Vec<UniqueAddress>)>,
     /// Registrations being written.
-    registering: BTreeSet<UniqueAddress>,
+    pub(super) registering: BTreeSet<UniqueAddress>,
     /// `HostShard` not yet answered: shard → (region, when to send again).
     pub(super) unacked_host: BTreeMap<ShardId, (UniqueAddress, u64)>,
     pub(super) workers: BTreeMap<ShardId, Worker>,
@@ -106,7 +98,7 @@ pub(super) struct Coordinator {
     /// Regions removed, within their removal margin (or being written as terminated).
     pub(super) terminating: BTreeSet<UniqueAddress>,
     /// With remember-entities: every shard ever allocated.
-    remembered_shards: BTreeSet<ShardId>,
+    pub(super) remembered_shards: BTreeSet<ShardId>,
     /// A rebalance round moved shards and has not finished.
     pub(super) round_active: bool,
 }
@@ -144,102 +136,7 @@ impl Coordinator {
 }
 
 impl ClusterSharding {
-    fn state_key(&self) -> Option<Key<LWWRegister<CoordinatorState>>> {
-        Key::new(format!("{}CoordinatorState", self.settings.type_name)).ok()
-    }
-
-    fn all_shards_key(&self) -> Option<Key<GSet<String>>> {
-        Key::new(format!("shard-{}-all", self.settings.type_name)).ok()
-    }
-
-    fn coordinator_read(&mut self, now_ms: u64, key: &str, purpose: DdataPurpose) {
-        let id = self.next_request_id();
-        self.ddata_requests.insert(id, purpose);
-        let consistency = ReadConsistency::MajorityPlus {
-            additional: self.settings.coordinator_read_majority_plus,
-            timeout_ms: self.settings.waiting_for_state_timeout_ms,
-            min_cap: self.settings.majority_min_cap,
-        };
-        self.replicator.get(now_ms, RequestId(id), key, consistency);
-    }
-
-    fn write_consistency(&self) -> WriteConsistency {
-        WriteConsistency::MajorityPlus {
-            additional: self.settings.coordinator_write_majority_plus,
-            timeout_ms: self.settings.updating_state_timeout_ms,
-            min_cap: self.settings.majority_min_cap,
-        }
-    }
-
-    /// The singleton started the coordinator here: read the state.
-    pub(super) fn coordinator_start(&mut self, now_ms: u64) {
-        if let Some(k) = self.state_key() {
-            let id = k.id().to_string();
-            self.coordinator_read(now_ms, &id, DdataPurpose::CoordinatorLoad);
-        }
-        if self.settings.remember_entities {
-            if let Some(k) = self.all_shards_key() {
-                let id = k.id().to_string();
-                self.coordinator_read(now_ms, &id, DdataPurpose::AllShardsLoad);
-            }
-        }
-    }
-
-    /// The state was read (or not).
-    pub(super) fn coordinator_loaded(&mut self, now_ms: u64, result: GetResult) {
-        let remember = self.settings.remember_entities;
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        match result {
-            GetResult::Success(v) => {
-                let Some(reg) = v.as_any().downcast_ref::<LWWRegister<CoordinatorState>>() else {
-                    self.stats.state_errors += 1;
-                    return;
-                };
-                let mut s = reg.value().clone();
-                s.rebuild_index();
-                c.state = s;
-            }
-            GetResult::NotFound | GetResult::Deleted => c.state = CoordinatorState::new(remember),
-            GetResult::Failure(reason) => {
-                tracing::debug!(type_name = %self.settings.type_name, %reason, "coordinator state not read yet; retrying");
-                if let Some(k) = self.state_key() {
-                    let id = k.id().to_string();
-                    self.coordinator_read(now_ms, &id, DdataPurpose::CoordinatorLoad);
-                }
-                return;
-            }
-        }
-        c.state_loaded = true;
-        self.coordinator_maybe_activate(now_ms);
-    }
-
-    /// The remembered shards were read (or not).
-    pub(super) fn coordinator_all_shards_loaded(&mut self, now_ms: u64, result: GetResult) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        match result {
-            GetResult::Success(v) => {
-                if let Some(set) = v.as_any().downcast_ref::<GSet<String>>() {
-                    c.remembered_shards = set.elements().cloned().collect();
-                }
-            }
-            GetResult::NotFound | GetResult::Deleted => {}
-            GetResult::Failure(_) => {
-                if let Some(k) = self.all_shards_key() {
-                    let id = k.id().to_string();
-                    self.coordinator_read(now_ms, &id, DdataPurpose::AllShardsLoad);
-                }
-                return;
-            }
-        }
-        c.all_shards_loaded = true;
-        self.coordinator_maybe_activate(now_ms);
-    }
-
-    fn coordinator_maybe_activate(&mut self, now_ms: u64) {
+    pub(super) fn coordinator_maybe_activate(&mut self, now_ms: u64) {
         let Some(c) = self.coordinator.as_mut() else {
             return;
         };
@@ -506,98 +403,7 @@ impl ClusterSharding {
         entries
     }
 
-    /// Queues `events` for the next write, with what follows it.
-    pub(super) fn coordinator_write(
-        &mut self,
-        now_ms: u64,
-        events: Vec<CoordinatorEvent>,
-        after: AfterWrite,
-    ) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        c.queued.extend(events);
-        c.queued_after.push(after);
-        if c.writing.is_none() {
-            self.coordinator_start_write(now_ms);
-        }
-    }
-
-    fn coordinator_start_write(&mut self, now_ms: u64) {
-        let Some(key) = self.state_key() else {
-            return;
-        };
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if c.writing.is_some() || (c.queued.is_empty() && c.queued_after.is_empty()) {
-            return;
-        }
-        let mut next = c.state.clone();
-        for ev in std::mem::take(&mut c.queued) {
-            if let Err(e) = next.apply(&ev) {
-                tracing::debug!(type_name = %self.settings.type_name, error = %e, "coordinator event does not apply");
-                self.stats.state_errors += 1;
-            }
-        }
-        let after = std::mem::take(&mut c.queued_after);
-        c.writing = Some(InFlight {
-            next: next.clone(),
-            after,
-        });
-        self.coordinator_issue_write(now_ms, &key, next);
-    }
-
-    fn coordinator_issue_write(
-        &mut self,
-        now_ms: u64,
-        key: &Key<LWWRegister<CoordinatorState>>,
-        next: CoordinatorState,
-    ) {
-        let id = self.next_request_id();
-        self.ddata_requests
-            .insert(id, DdataPurpose::CoordinatorWrite);
-        let me = self.replicator.replica();
-        let ts = i64::try_from(now_ms).unwrap_or(i64::MAX);
-        let initial = next.clone();
-        let consistency = self.write_consistency();
-        self.replicator.update(
-            now_ms,
-            RequestId(id),
-            key,
-            consistency,
-            move || LWWRegister::new(me, initial, ts),
-            move |r| r.set(me, next, ts),
-        );
-    }
-
-    /// The write in flight finished.
-    pub(super) fn coordinator_written(&mut self, now_ms: u64, result: UpdateResult) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        let Some(flight) = c.writing.take() else {
-            return;
-        };
-        if result != UpdateResult::Success {
-            // Write the same state again (the local replica has it already).
-            self.stats.write_timeouts += 1;
-            tracing::debug!(type_name = %self.settings.type_name, result = ?result, "coordinator state write not confirmed; writing again");
-            let next = flight.next.clone();
-            c.writing = Some(flight);
-            if let Some(key) = self.state_key() {
-                self.coordinator_issue_write(now_ms, &key, next);
-            }
-            return;
-        }
-        c.state = flight.next;
-        for a in flight.after {
-            self.coordinator_after_write(now_ms, a);
-        }
-        self.coordinator_start_write(now_ms);
-    }
-
-    fn coordinator_after_write(&mut self, now_ms: u64, after: AfterWrite) {
+    pub(super) fn coordinator_after_write(&mut self, now_ms: u64, after: AfterWrite) {
         match after {
             AfterWrite::Ack(r) => {
                 if let Some(c) = self.coordinator.as_mut() {
@@ -754,35 +560,6 @@ impl ClusterSharding {
         for shard in missing {
             self.coordinator_get_shard_home(now_ms, &me, shard);
         }
-    }
-
-    /// With remember-entities: records a newly allocated shard in the durable set of
-    /// remembered shards (so a whole-cluster restart starts it again).
-    fn coordinator_remember_shard(&mut self, now_ms: u64, shard: &ShardId) {
-        if !self.settings.remember_entities {
-            return;
-        }
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if !c.remembered_shards.insert(shard.clone()) {
-            return;
-        }
-        let Some(key) = self.all_shards_key() else {
-            return;
-        };
-        let id = self.next_request_id();
-        self.ddata_requests.insert(id, DdataPurpose::AllShardsWrite);
-        let s = shard.clone();
-        let consistency = self.write_consistency();
-        self.replicator.update(
-            now_ms,
-            RequestId(id),
-            &key,
-            consistency,
-            GSet::new,
-            move |g| g.add(s),
-        );
     }
 
     /// Once a second: `HostShard` re-sends, handoff timeouts.

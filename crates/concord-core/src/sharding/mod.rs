@@ -59,7 +59,9 @@
 pub mod allocation;
 mod api;
 mod coordinator;
+mod coordinator_persistence;
 pub mod coordinator_state;
+mod dispatch;
 pub mod extractor;
 mod handoff;
 pub mod message;
@@ -78,12 +80,12 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::address::UniqueAddress;
-use crate::ddata::replicator::{DataTypeRegistry, ReplicatorEvent};
+use crate::ddata::replicator::DataTypeRegistry;
 use crate::ddata::{GSet, LWWRegister, ORSet, Replicator, ReplicatorSettings};
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
-use crate::singleton::{ClusterSingleton, SingletonEvent, SingletonMessage, SingletonSettings};
+use crate::singleton::{ClusterSingleton, SingletonSettings};
 use crate::timers::TimerTable;
 
 pub use allocation::{
@@ -443,197 +445,6 @@ impl ClusterSharding {
             .self_member()
             .is_some_and(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Removed))
             || (self.was_member && self.view.self_member().is_none())
-    }
-
-    /// Runs the loopback queue and the embedded machines' outputs until nothing is left.
-    fn settle(&mut self, now_ms: u64) {
-        loop {
-            let mut progressed = false;
-            while let Some(body) = self.loopback.pop_front() {
-                progressed = true;
-                let me = self.self_node.clone();
-                self.dispatch(now_ms, &me, body);
-            }
-            while let Some(t) = self.singleton.poll_transmit() {
-                progressed = true;
-                let SingletonMessage { body, .. } = t.message;
-                self.transmits.push_back(Transmit {
-                    to: t.to,
-                    to_uid: t.to_uid,
-                    lane: t.lane,
-                    message: ShardingMessage {
-                        type_name: self.settings.type_name.clone(),
-                        body: ShardingBody::Singleton(body),
-                    },
-                });
-            }
-            while let Some(e) = self.singleton.poll_event() {
-                progressed = true;
-                self.on_singleton_event(now_ms, e);
-            }
-            while let Some(t) = self.replicator.poll_transmit() {
-                progressed = true;
-                self.transmits.push_back(t.map(|m| ShardingMessage {
-                    type_name: self.settings.type_name.clone(),
-                    body: ShardingBody::Replicator(m),
-                }));
-            }
-            while let Some(e) = self.replicator.poll_event() {
-                progressed = true;
-                self.on_replicator_event(now_ms, e);
-            }
-            if !progressed {
-                break;
-            }
-        }
-    }
-
-    fn on_singleton_event(&mut self, now_ms: u64, e: SingletonEvent) {
-        match e {
-            SingletonEvent::StartInstance { .. } => {
-                tracing::info!(type_name = %self.settings.type_name, "shard coordinator starting");
-                self.coordinator = Some(coordinator::Coordinator::new(&self.settings));
-                self.coordinator_start(now_ms);
-            }
-            SingletonEvent::StopInstance => {
-                if self.coordinator.take().is_some() {
-                    tracing::info!(type_name = %self.settings.type_name, "shard coordinator stopped");
-                }
-                self.timers.cancel(&ShardingTimer::Rebalance);
-                self.timers
-                    .retain(|t| !matches!(t, ShardingTimer::RegionTerminated(_)));
-                self.singleton.instance_terminated(now_ms);
-            }
-            SingletonEvent::AcquireLease => self.singleton.lease_result(now_ms, true),
-            SingletonEvent::ExitingDone => self.events.push_back(ShardingEvent::ExitingDone),
-            SingletonEvent::Stuck => {
-                tracing::warn!(type_name = %self.settings.type_name, "shard coordinator hand-over did not complete; starting over")
-            }
-            SingletonEvent::ReleaseLease
-            | SingletonEvent::Deliver { .. }
-            | SingletonEvent::Reply { .. }
-            | SingletonEvent::Dropped { .. } => {}
-        }
-    }
-
-    fn on_replicator_event(&mut self, now_ms: u64, e: ReplicatorEvent) {
-        match e {
-            ReplicatorEvent::Store { key, envelope } => self
-                .events
-                .push_back(ShardingEvent::Store { key, envelope }),
-            ReplicatorEvent::GetResponse {
-                request, result, ..
-            } => match self.ddata_requests.remove(&request.0) {
-                Some(DdataPurpose::CoordinatorLoad) => self.coordinator_loaded(now_ms, result),
-                Some(DdataPurpose::AllShardsLoad) => {
-                    self.coordinator_all_shards_loaded(now_ms, result)
-                }
-                Some(DdataPurpose::RememberLoad(shard)) => {
-                    self.remember_ddata_loaded(now_ms, &shard, result)
-                }
-                _ => {}
-            },
-            ReplicatorEvent::UpdateResponse {
-                request, result, ..
-            } => match self.ddata_requests.remove(&request.0) {
-                Some(DdataPurpose::CoordinatorWrite) => self.coordinator_written(now_ms, result),
-                Some(DdataPurpose::AllShardsWrite) => {}
-                Some(DdataPurpose::RememberWrite(shard)) => {
-                    if !matches!(result, crate::ddata::UpdateResult::Success) {
-                        self.stats.write_timeouts += 1;
-                    }
-                    self.remember_write_done(now_ms, &shard)
-                }
-                _ => {}
-            },
-            ReplicatorEvent::DeleteResponse { .. }
-            | ReplicatorEvent::Changed { .. }
-            | ReplicatorEvent::Deleted { .. } => {}
-        }
-    }
-
-    /// Routes one message (from a peer, or looped back from this node).
-    fn dispatch(&mut self, now_ms: u64, from: &UniqueAddress, body: ShardingBody) {
-        match body {
-            ShardingBody::Replicator(m) => self.replicator.handle_message(now_ms, from, m),
-            ShardingBody::Singleton(b) => self.singleton.handle_message(
-                now_ms,
-                from,
-                SingletonMessage {
-                    name: self.settings.coordinator_singleton_name(),
-                    body: b,
-                },
-            ),
-            b if b.is_for_coordinator() => self.coordinator_message(now_ms, from, b),
-            ShardingBody::RegisterAck => self.region_register_ack(now_ms, from),
-            ShardingBody::ShardHomes { homes } => {
-                if Some(from) == self.region.coordinator.as_ref() {
-                    for (shard, home) in homes {
-                        self.region_shard_home(now_ms, shard, home, None);
-                    }
-                }
-            }
-            ShardingBody::ShardHome {
-                shard,
-                home,
-                previous,
-            } => self.region_shard_home(now_ms, shard, home, previous),
-            ShardingBody::HostShard {
-                shard,
-                handoff_from,
-            } => self.region_host_shard(now_ms, from, shard, handoff_from),
-            ShardingBody::BeginHandOff {
-                shard,
-                from: old,
-                to,
-                regions,
-            } => self.region_begin_handoff(now_ms, shard, old, to, regions),
-            ShardingBody::HandOff { shard, to } => self.region_handoff(now_ms, from, shard, to),
-            ShardingBody::Deliver {
-                shard,
-                entity,
-                payload,
-                origin,
-                ask,
-            } => {
-                let origin = origin.unwrap_or_else(|| from.clone());
-                self.region_receive(
-                    now_ms,
-                    from,
-                    shard,
-                    Delivery {
-                        entity,
-                        payload,
-                        origin,
-                        ask,
-                    },
-                )
-            }
-            ShardingBody::Reply { ask, result } => {
-                self.events.push_back(ShardingEvent::Reply { ask, result })
-            }
-            ShardingBody::EntityHandOver {
-                shard,
-                entity,
-                state,
-            } => self.handoff_entity_state(from, &shard, entity, state),
-            ShardingBody::HandOverDone { shard } => {
-                self.handoff_done_received(now_ms, from, &shard)
-            }
-            ShardingBody::HandOffAckForward { shard, region } => {
-                self.handoff_ack_forwarded(now_ms, from, &shard, region)
-            }
-            ShardingBody::BeginHandOffAck { shard } => self.handoff_ack(now_ms, from, shard),
-            ShardingBody::GetShardRegionStats { request } => {
-                let shards = self.local_shards();
-                self.send(from, ShardingBody::ShardRegionStats { request, shards });
-            }
-            ShardingBody::ShardRegionStats { request, shards } => {
-                self.region_stats_answer(now_ms, from, request, shards)
-            }
-            // The remaining variants are the coordinator's (handled above).
-            _ => self.stats.invalid_messages += 1,
-        }
     }
 
     // ---- inputs from the runtime ----
