@@ -18,6 +18,7 @@ pub mod network;
 pub mod scale;
 pub mod schedule;
 pub mod sim;
+pub mod trace;
 
 pub use hosted::{Hosted, HostedMachine, Payload};
 pub use lease::SimLease;

@@ -210,37 +210,6 @@ fn collect(sim: &Simulation, h: &mut History) {
     }
 }
 
-/// Prints every node's view and its latest resolver decision (`CONCORD_SIM_TRACE`).
-fn trace(sim: &Simulation) {
-    for (a, n) in sim.nodes.iter() {
-        let g = n.core.latest_gossip();
-        let recs: Vec<String> = g
-            .overview
-            .reachability
-            .records()
-            .filter(|r| r.2 != concord_core::ReachabilityStatus::Reachable)
-            .map(|(o, s, _)| format!("{}>{}", o.address.host, s.address.host))
-            .collect();
-        let decision = n.core.recent_sbr_decisions().last().map(|d| {
-            format!(
-                "{} {:?} {:?}",
-                d.at_ms,
-                d.decision,
-                d.nodes
-                    .iter()
-                    .map(|x| x.address.host.as_str())
-                    .collect::<Vec<_>>()
-            )
-        });
-        eprintln!(
-            "{:>8} {} {} {recs:?} last decision {decision:?}",
-            sim.now,
-            a.host,
-            n.membership_line()
-        );
-    }
-}
-
 /// Every version on every running node's disk: (node, key, version).
 fn stored(sim: &Simulation, disks: &Disks) -> Vec<(Address, String, Versioned)> {
     let mut out = Vec::new();
@@ -419,7 +388,7 @@ fn random_faults_lose_no_acknowledged_write_and_heal_to_n_replicas() {
                     fail(e, &faults);
                 }
                 if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
-                    trace(&sim);
+                    concord_sim::trace::print_views(&sim);
                 }
                 if let Err(e) = membership.check_step(&sim) {
                     fail(format!("membership: {e}"), &faults);

@@ -447,15 +447,22 @@ fn random_faults_never_run_an_entity_twice_and_heal_to_one_home_per_shard() {
         let mut seq = 0;
         let mut faults: Vec<Fault> = Vec::new();
         let mut last_pause: BTreeMap<Address, u64> = BTreeMap::new();
+        let mut membership = concord_sim::invariants::Checker::default();
         for _ in 0..8 {
             let gap = sim.rng.random_range(1_000..6_000);
             let end = sim.now + gap;
             while sim.now < end {
                 random_traffic(&mut sim, 3, &mut seq);
                 sim.run_for(100);
+                if trace {
+                    concord_sim::trace::print_views(&sim);
+                }
                 inc.observe(&sim);
                 inc.check(&sim)
                     .unwrap_or_else(|e| panic!("seed {seed}: {e}; faults {faults:?}"));
+                membership
+                    .check_step(&sim)
+                    .unwrap_or_else(|e| panic!("seed {seed}: membership: {e}; faults {faults:?}"));
             }
             let f = pick_any_fault(&mut sim, &addrs);
             // Pauses within the documented limit: at most one per node in any 20 s.
@@ -479,6 +486,9 @@ fn random_faults_never_run_an_entity_twice_and_heal_to_one_home_per_shard() {
         let mut ok = Err("not settled".to_string());
         while sim.now - start < 150_000 {
             sim.run_for(500);
+            if trace {
+                concord_sim::trace::print_views(&sim);
+            }
             if std::env::var("SHARD_TRACE").is_ok() {
                 for (a, n) in sim.nodes.iter() {
                     let coord = sim.machine::<Host>(a).map(|h| {

@@ -30,7 +30,7 @@ impl ClusterCore {
             return;
         }
         if !self.initialized {
-            self.stats.ignored += 1;
+            self.receive_gossip_while_joining(now_ms, from, remote);
             return;
         }
         // Who sent it decides whether the content is used at all: only a member (of this

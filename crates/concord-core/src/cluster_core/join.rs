@@ -351,6 +351,38 @@ impl ClusterCore {
         }
     }
 
+    /// Gossip before this node was welcomed: taken as the Welcome when it comes from the
+    /// cluster this node asked to join — its sender is a member of it, it holds this very
+    /// incarnation as a member, and the node this node sent its Join to is (or was) a member
+    /// of it too. Otherwise ignored. Without it, a joiner whose Welcome was lost stays out
+    /// for good once the member it joined through is gone (its retried Joins go nowhere)
+    /// while the others count it as a member that never sees their gossip, and no Down
+    /// member can ever be removed (found by the sharding simulation, seed 1043). Akka has
+    /// the same gap.
+    pub(super) fn receive_gossip_while_joining(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        gossip: Gossip,
+    ) {
+        let me = self.state.self_unique_address.clone();
+        let JoinProcess::TryingToJoin { target, .. } = &self.join else {
+            self.stats.ignored += 1;
+            return;
+        };
+        let of_that_cluster = gossip.members.keys().any(|m| m.address == *target)
+            || gossip.tombstones.keys().any(|m| m.address == *target);
+        if !(gossip.has_member(&me) && gossip.has_member(from) && of_that_cluster)
+            || gossip.tombstones.contains_key(&me)
+        {
+            self.stats.ignored += 1;
+            return;
+        }
+        info!(from = %from, "welcomed into the cluster by its gossip (the Welcome did not arrive)");
+        self.joined();
+        self.update_latest_gossip(now_ms, gossip.seen(&me));
+    }
+
     pub(super) fn receive_welcome(&mut self, now_ms: u64, from: &UniqueAddress, gossip: Gossip) {
         let expected = matches!(&self.join, JoinProcess::TryingToJoin { target, .. } if *target == from.address);
         if self.initialized || !expected {

@@ -261,6 +261,51 @@ fn a_join_lost_with_the_member_that_welcomed_it_is_learned_from_the_joiners_goss
 }
 
 #[test]
+fn a_joiner_whose_welcome_was_lost_is_welcomed_by_the_clusters_gossip() {
+    let (mut net, addrs) = form(3);
+    let (a, b, c) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
+    // d joins through c; c adds it, but nothing reaches d (the Welcome is lost), and then
+    // c crashes: d's retried Joins go to c only.
+    let d = net.start(4, 4007, ClusterSettings::fast());
+    for x in [&a, &b, &c] {
+        net.cut.insert((x.clone(), d.clone()));
+    }
+    let now = net.now;
+    net.core(&d).join(now, &c).unwrap();
+    net.run_for(300);
+    assert!(!net.nodes[&d].is_initialized(), "the Welcome was lost");
+    net.crashed.insert(c.clone());
+    net.heal();
+    // a and b know d from c's gossip; their gossip to d welcomes it, the SBR downs c, and
+    // d becomes Up.
+    assert!(
+        net.run_until(60_000, |n| n.all_up(3)),
+        "d stayed out: {:?}",
+        net.status_everywhere(&d)
+    );
+    assert!(net.nodes[&a]
+        .latest_gossip()
+        .has_member(net.nodes[&d].self_unique_address()));
+    assert!(net.nodes[&b].is_initialized());
+}
+
+#[test]
+fn gossip_of_another_cluster_does_not_welcome_a_joiner() {
+    let (mut net, addrs) = form(2);
+    // e asks 9 (nobody) to join; gossip from the formed cluster, which does not hold e,
+    // changes nothing.
+    let e = net.start(5, 5005, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&e).join(now, &addr(9)).unwrap();
+    let gossip = net.nodes[&addrs[0]].latest_gossip().clone();
+    let from = net.nodes[&addrs[0]].self_unique_address().clone();
+    let to = net.nodes[&e].self_unique_address().clone();
+    net.core(&e)
+        .handle_message(now, &from, ClusterMessage::GossipEnvelope { to, gossip });
+    assert!(!net.nodes[&e].is_initialized());
+}
+
+#[test]
 fn explicit_join_is_retried_until_welcomed() {
     let mut net = Net::new();
     let b = net.start(2, 22, ClusterSettings::fast());

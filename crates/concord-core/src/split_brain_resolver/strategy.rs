@@ -315,6 +315,32 @@ impl SbrView {
         }
     }
 
+    /// This view as it would be were the indirectly connected members cut off from this
+    /// node by a clean partition, together: they unreachable from here, no other
+    /// observations, and the members that are unreachable otherwise (crashed or cut off
+    /// cleanly — the strategy's second evaluation decides about them) left out.
+    fn with_indirectly_connected_cut_off(&self) -> SbrView {
+        let indirect = self.indirectly_connected();
+        let left_out: BTreeSet<&UniqueAddress> = self
+            .unreachable
+            .iter()
+            .filter(|n| !indirect.contains(*n))
+            .collect();
+        SbrView {
+            self_node: self.self_node.clone(),
+            members: self
+                .members
+                .iter()
+                .filter(|m| !left_out.contains(&m.unique_address))
+                .cloned()
+                .collect(),
+            unreachable: indirect,
+            records: BTreeSet::new(),
+            seen_by: self.seen_by.clone(),
+            down_unseen_by_other_side: self.down_unseen_by_other_side.clone(),
+        }
+    }
+
     /// This view with the observations between indirectly connected members left out
     /// (and those of members that cannot be downed): the view the strategy decides on for
     /// the rest of the cluster.
@@ -454,16 +480,31 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 
 /// The strategy's decision for `view`.
 ///
-/// Concord's stricter rule on top of Akka's: a [`Decision::DownIndirectlyConnected`] is
-/// taken only when the side this node observes itself is one the strategy keeps; otherwise
-/// down all. Without it, what the indirectly connected decision leaves running may be a
-/// minority while the other side keeps itself too (observations that crossed the
-/// partition before it settled make both sides look indirectly connected; found by the
-/// simulator, seeds 181, 220, 1855 and 6927).
+/// Concord's stricter rules on top of Akka's: a [`Decision::DownIndirectlyConnected`] is
+/// taken only when
+///
+/// - the side this node observes itself is one the strategy keeps (without it, what the
+///   indirectly connected decision leaves running may be a minority while the other side
+///   keeps itself too: observations that crossed the partition before it settled make both
+///   sides look indirectly connected; found by the simulator, seeds 181, 220, 1855 and
+///   6927), and
+/// - when it keeps this node: the strategy would keep this side too were the indirectly
+///   connected members on the other side of a clean partition together (the members
+///   unreachable otherwise left out). They learn of their downing only by gossip: cut off
+///   from this node the moment the decision is taken, with the links between them healed,
+///   they decide for themselves — and a majority of them keeps itself (found by the
+///   sharding simulation, seed 904: of three members, the two that could not hear each
+///   other were downed as the partition `0 | 2, 4` began, and `2, 4` kept themselves and
+///   downed `0`).
+///
+/// Otherwise the decision is to down all.
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     match akka_decision(strategy, view) {
         Decision::DownIndirectlyConnected
-            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable =>
+            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable
+                || (!view.indirectly_connected().contains(&view.self_node)
+                    && akka_decision(strategy, &view.with_indirectly_connected_cut_off())
+                        != Decision::DownUnreachable) =>
         {
             Decision::DownAll
         }

@@ -277,7 +277,7 @@ fn flapping_for_too_long_downs_all() {
 fn indirectly_connected_members_are_downed() {
     // 2 and 3 cannot talk to each other but both talk to 1 (the leader): both report the
     // other unreachable.
-    let st = state((1..=3).map(up).collect(), 1, &[(2, 3), (3, 2)]);
+    let st = state((1..=4).map(up).collect(), 1, &[(2, 3), (3, 2)]);
     assert_eq!(
         SbrView::from_state(&st).indirectly_connected(),
         [n(2), n(3)].into()
@@ -289,6 +289,23 @@ fn indirectly_connected_members_are_downed() {
         Some(SbrAction::Down {
             decision: DownIndirectlyConnected,
             nodes: [n(2), n(3)].into()
+        })
+    );
+}
+
+#[test]
+fn indirectly_connected_members_that_could_keep_themselves_make_it_down_all() {
+    // Of three members, 2 and 3 cannot talk to each other: Akka keeps 1 alone. Cut off
+    // from 1 before they learn of their downing, with their link healed, 2 and 3 would be
+    // the majority and keep themselves: Concord downs all instead (simulator, seed 904).
+    let st = state((1..=3).map(up).collect(), 1, &[(2, 3), (3, 2)]);
+    let mut sbr = SplitBrainResolver::new(settings(KM));
+    sbr.tick(0, &st);
+    assert_eq!(
+        sbr.tick(1000, &st),
+        Some(SbrAction::Down {
+            decision: DownAll,
+            nodes: [n(1), n(2), n(3)].into()
         })
     );
 }
