@@ -341,7 +341,13 @@ impl ClusterSharding {
                 );
             }
         }
-        if home != self.self_node {
+        let hosted_here = self
+            .shards
+            .get(&shard)
+            .is_some_and(|s| s.handed_to().is_none());
+        if home != self.self_node || hosted_here {
+            // Hosted here again, not handing off (handed back by a later move): an older
+            // handoff from here that was never confirmed is over.
             self.region.handed_off.remove(&shard);
         } else if self.region_handed_off_to(&shard).is_some() {
             self.region_report_handed_off(&shard);
@@ -433,6 +439,11 @@ impl ClusterSharding {
         }
         match self.shards.get(&shard) {
             None => {
+                // The coordinator moves the shard here (again): whatever older handoff from
+                // here it never confirmed, it has moved on since (found by the simulator,
+                // seed 2574: a stale entry made this node report the shard it had just
+                // received as handed to its previous home, and the coordinator wrote that).
+                self.region.handed_off.remove(&shard);
                 let handoff_from =
                     handoff_from.filter(|p| *p != self.self_node && self.is_member(p));
                 self.shard_create(now_ms, shard.clone(), handoff_from);
