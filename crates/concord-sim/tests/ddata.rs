@@ -326,9 +326,12 @@ fn random_faults_then_heal_converge_without_double_counting() {
             );
         }
     }
+    // Not vacuous: many schedules leave a cluster whose replicas are checked. The split
+    // brain resolver's stricter rules down all in some of the harshest schedules (seeds
+    // 0–1999 with every rule: 993 left a cluster; 1,077 without rules 5 and 6).
     assert!(
-        checked >= seeds / 2,
-        "most schedules leave a cluster to check ({checked} of {seeds})"
+        checked * 5 >= seeds * 2,
+        "at least two schedules in five leave a cluster to check ({checked} of {seeds})"
     );
 }
 

@@ -418,17 +418,23 @@ fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
 }
 
 #[test]
-fn an_indirectly_connected_decision_that_a_cut_off_majority_could_overturn_downs_all() {
+fn an_indirectly_connected_decision_that_the_downed_could_overturn_downs_fewer_or_all() {
     // The sharding simulation's seed 904 in a 5-member shape: 4 and 5 crashed (everyone
     // observes it), 2 and 3 cannot hear each other. Akka downs 2, 3 (indirectly connected),
-    // 4 and 5, keeping 1 alone. Were 2 and 3 cut off from 1 as the decision is taken, with
+    // 4 and 5, keeping 1 alone; were 2 and 3 cut off from 1 as the decision is taken, with
     // their own link healed, they would be the majority of {1,2,3} and keep themselves.
+    // Downing only 3 (the higher address of the pair) leaves no record between the kept
+    // 1 and 2, and {1,2} outnumbers 3.
     let mut records = clean(&[1, 2, 3], &[4, 5]);
     records.extend([(2, 3), (3, 2)]);
     let v = side(1, &ups(1..=5), &records, &[1, 2, 3]);
+    assert_eq!(
+        v.indirectly_connected_to_down(),
+        [n(3)].into_iter().collect()
+    );
     let (d, downed) = outcome(&KEEP_MAJORITY, &v);
-    assert_eq!(d, Decision::DownAll);
-    assert_eq!(downed, set(&[1, 2, 3, 4, 5]));
+    assert_eq!(d, Decision::DownSomeIndirectlyConnected);
+    assert_eq!(downed, set(&[3, 4, 5]));
     // With 1 and 4 on this side instead (only 5 crashed), keeping {1,4} against {2,3}
     // wins the tie by the lowest address whatever 2 and 3 do: Akka's decision stands.
     let mut records = clean(&[1, 2, 3, 4], &[5]);
@@ -437,6 +443,38 @@ fn an_indirectly_connected_decision_that_a_cut_off_majority_could_overturn_downs
     let (d, downed) = outcome(&KEEP_MAJORITY, &v);
     assert_eq!(d, Decision::DownIndirectlyConnected);
     assert_eq!(downed, set(&[2, 3, 5]));
+    // 2, 3 and 4 each cannot hear the next (a cycle), 5 crashed, this is 1: all three
+    // downed, {1} alone loses against them; two of them must go (each is in two records),
+    // and {1, the one kept} against the two ties, won by the lowest address.
+    let mut records = clean(&[1, 2, 3, 4], &[5]);
+    records.extend([(2, 3), (3, 4), (4, 2)]);
+    let v = side(1, &ups(1..=5), &records, &[1, 2, 3, 4]);
+    let fewer = v.indirectly_connected_to_down();
+    assert_eq!(fewer.len(), 2);
+    let (d, downed) = outcome(&KEEP_MAJORITY, &v);
+    assert_eq!(d, Decision::DownSomeIndirectlyConnected);
+    assert_eq!(downed.len(), 3);
+    assert!(downed.contains(&5));
+    // The same seen from 2, a member of the cycle: Akka's decision downs 2 itself, and
+    // nothing here overrides a decision that does not keep this node.
+    let v = side(2, &ups(1..=5), &records, &[1, 2, 3, 4]);
+    assert_eq!(
+        outcome(&KEEP_MAJORITY, &v).0,
+        Decision::DownIndirectlyConnected
+    );
+}
+
+#[test]
+fn a_member_observed_by_a_member_outside_the_indirectly_connected_is_always_downed() {
+    // 1 cannot hear 2, and 2 cannot hear 3 (which has seen the gossip): 2 and 3 are
+    // indirectly connected, and 1, outside them, observes 2. Downing 2 leaves no record
+    // between the kept.
+    let v = side(4, &ups(1..=5), &[(1, 2), (2, 3)], &[1, 3, 4, 5]);
+    assert_eq!(v.indirectly_connected(), [n(2), n(3)].into_iter().collect());
+    assert_eq!(
+        v.indirectly_connected_to_down(),
+        [n(2)].into_iter().collect()
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! partition take complementary decisions.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::UniqueAddress;
 use crate::member::{Member, MemberStatus};
@@ -100,6 +100,12 @@ pub enum Decision {
     AcquireLeaseAndDownIndirectlyConnected,
     /// Down this side and the indirectly connected members (the lease was refused).
     ReverseDownIndirectlyConnected,
+    /// Concord: down only as many of the indirectly connected members as leave no
+    /// unreachability record between the kept ones ([`SbrView::indirectly_connected_to_down`]),
+    /// plus what the strategy decides for the rest — taken instead of
+    /// [`Decision::DownIndirectlyConnected`] where the indirectly connected, all downed and
+    /// cut off together, could keep themselves (see [`decide`]).
+    DownSomeIndirectlyConnected,
 }
 
 impl Decision {
@@ -110,6 +116,7 @@ impl Decision {
             Decision::DownIndirectlyConnected
                 | Decision::AcquireLeaseAndDownIndirectlyConnected
                 | Decision::ReverseDownIndirectlyConnected
+                | Decision::DownSomeIndirectlyConnected
         )
     }
 
@@ -315,11 +322,48 @@ impl SbrView {
         }
     }
 
-    /// This view as it would be were the indirectly connected members cut off from this
-    /// node by a clean partition, together: they unreachable from here, no other
-    /// observations, and the members that are unreachable otherwise (crashed or cut off
-    /// cleanly — the strategy's second evaluation decides about them) left out.
-    fn with_indirectly_connected_cut_off(&self) -> SbrView {
+    /// Of the indirectly connected members, as few as leave no unreachability record
+    /// between the kept ones: every one that a member outside them observes unreachable,
+    /// then, one at a time, the one in the most records left between the others (ties: not
+    /// this node, then the highest address). Two members that cannot hear each other: the
+    /// one with the higher address.
+    pub fn indirectly_connected_to_down(&self) -> BTreeSet<UniqueAddress> {
+        let indirect = self.indirectly_connected();
+        let mut down: BTreeSet<UniqueAddress> = self
+            .records
+            .iter()
+            .filter(|(o, s)| indirect.contains(s) && !indirect.contains(o))
+            .map(|(_, s)| s.clone())
+            .collect();
+        let mut between: Vec<&(UniqueAddress, UniqueAddress)> = self
+            .records
+            .iter()
+            .filter(|(o, s)| o != s && indirect.contains(o) && indirect.contains(s))
+            .collect();
+        loop {
+            between.retain(|(o, s)| !down.contains(o) && !down.contains(s));
+            let mut degree: BTreeMap<&UniqueAddress, usize> = BTreeMap::new();
+            for (o, s) in &between {
+                *degree.entry(o).or_default() += 1;
+                *degree.entry(s).or_default() += 1;
+            }
+            let Some(pick) = degree
+                .into_iter()
+                .max_by_key(|(n, d)| (*d, **n != self.self_node, *n))
+                .map(|(n, _)| n.clone())
+            else {
+                return down;
+            };
+            down.insert(pick);
+        }
+    }
+
+    /// This view as it would be were the members in `cut` (some or all of the indirectly
+    /// connected) cut off from this node by a clean partition, together: they unreachable
+    /// from here, no other observations, and the members that are unreachable otherwise
+    /// (crashed or cut off cleanly — the strategy's second evaluation decides about them)
+    /// left out.
+    fn with_cut_off(&self, cut: &BTreeSet<UniqueAddress>) -> SbrView {
         let indirect = self.indirectly_connected();
         let left_out: BTreeSet<&UniqueAddress> = self
             .unreachable
@@ -334,7 +378,7 @@ impl SbrView {
                 .filter(|m| !left_out.contains(&m.unique_address))
                 .cloned()
                 .collect(),
-            unreachable: indirect,
+            unreachable: cut.clone(),
             records: BTreeSet::new(),
             seen_by: self.seen_by.clone(),
             down_unseen_by_other_side: self.down_unseen_by_other_side.clone(),
@@ -488,25 +532,37 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 ///   keeps itself too: observations that crossed the partition before it settled make both
 ///   sides look indirectly connected; found by the simulator, seeds 181, 220, 1855 and
 ///   6927), and
-/// - when it keeps this node: the strategy would keep this side too were the indirectly
-///   connected members on the other side of a clean partition together (the members
-///   unreachable otherwise left out). They learn of their downing only by gossip: cut off
-///   from this node the moment the decision is taken, with the links between them healed,
-///   they decide for themselves — and a majority of them keeps itself (found by the
+/// - when it keeps this node: the strategy would keep this side too were the members it
+///   downs as indirectly connected on the other side of a clean partition together (the
+///   members unreachable otherwise left out). They learn of their downing only by gossip:
+///   cut off from this node the moment the decision is taken, with the links between them
+///   healed, they decide for themselves — and a majority of them keeps itself (found by the
 ///   sharding simulation, seed 904: of three members, the two that could not hear each
 ///   other were downed as the partition `0 | 2, 4` began, and `2, 4` kept themselves and
-///   downed `0`).
+///   downed `0`). Where downing all of them fails this, downing only as few as break every
+///   record between the kept ones ([`Decision::DownSomeIndirectlyConnected`]) is tried.
 ///
 /// Otherwise the decision is to down all.
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
+    let keeps_against = |cut: &BTreeSet<UniqueAddress>| {
+        !cut.contains(&view.self_node)
+            && akka_decision(strategy, &view.with_cut_off(cut)) == Decision::DownUnreachable
+    };
     match akka_decision(strategy, view) {
         Decision::DownIndirectlyConnected
-            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable
-                || (!view.indirectly_connected().contains(&view.self_node)
-                    && akka_decision(strategy, &view.with_indirectly_connected_cut_off())
-                        != Decision::DownUnreachable) =>
+            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable =>
         {
             Decision::DownAll
+        }
+        Decision::DownIndirectlyConnected => {
+            let indirect = view.indirectly_connected();
+            if indirect.contains(&view.self_node) || keeps_against(&indirect) {
+                Decision::DownIndirectlyConnected
+            } else if keeps_against(&view.indirectly_connected_to_down()) {
+                Decision::DownSomeIndirectlyConnected
+            } else {
+                Decision::DownAll
+            }
         }
         d => d,
     }
@@ -583,8 +639,14 @@ pub fn nodes_to_down(
         }
         Decision::DownReachable => downable.difference(&view.unreachable).cloned().collect(),
         Decision::DownAll => downable,
-        Decision::DownIndirectlyConnected | Decision::AcquireLeaseAndDownIndirectlyConnected => {
-            let mut nodes = view.indirectly_connected();
+        Decision::DownIndirectlyConnected
+        | Decision::AcquireLeaseAndDownIndirectlyConnected
+        | Decision::DownSomeIndirectlyConnected => {
+            let mut nodes = if decision == Decision::DownSomeIndirectlyConnected {
+                view.indirectly_connected_to_down()
+            } else {
+                view.indirectly_connected()
+            };
             nodes.extend(additional_nodes_when_indirectly_connected(
                 strategy, view, &downable,
             )?);

@@ -294,18 +294,19 @@ fn indirectly_connected_members_are_downed() {
 }
 
 #[test]
-fn indirectly_connected_members_that_could_keep_themselves_make_it_down_all() {
-    // Of three members, 2 and 3 cannot talk to each other: Akka keeps 1 alone. Cut off
-    // from 1 before they learn of their downing, with their link healed, 2 and 3 would be
-    // the majority and keep themselves: Concord downs all instead (simulator, seed 904).
+fn indirectly_connected_members_that_could_keep_themselves_are_not_all_downed() {
+    // Of three members, 2 and 3 cannot talk to each other: Akka downs both and keeps 1
+    // alone. Cut off from 1 before they learn of their downing, with their link healed, 2
+    // and 3 would be the majority and keep themselves (simulator, seed 904). Concord downs
+    // only 3: {1,2} stays the majority, and no record is left between them.
     let st = state((1..=3).map(up).collect(), 1, &[(2, 3), (3, 2)]);
     let mut sbr = SplitBrainResolver::new(settings(KM));
     sbr.tick(0, &st);
     assert_eq!(
         sbr.tick(1000, &st),
         Some(SbrAction::Down {
-            decision: DownAll,
-            nodes: [n(1), n(2), n(3)].into()
+            decision: DownSomeIndirectlyConnected,
+            nodes: [n(3)].into()
         })
     );
 }
