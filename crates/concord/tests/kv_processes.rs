@@ -136,7 +136,12 @@ fn ten_thousand_keys_stay_readable_through_a_kill_and_a_join_and_regain_three_re
             failures
         })
     };
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(
+        "the reader reading before the kill",
+        Duration::from_secs(30),
+        &[],
+        || reads.load(Ordering::Relaxed) >= 20,
+    );
 
     // SIGKILL node 2: the reader stops using it at once; the split brain resolver downs it.
     live.lock().unwrap().retain(|p| *p != ports[2]);

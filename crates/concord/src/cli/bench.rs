@@ -1,0 +1,204 @@
+//! `concord bench ...`: runs one of the library's benchmarks and prints its report (a table,
+//! or one JSON object with `--json`).
+
+use clap::Subcommand;
+
+use super::print_json;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Messages/s one way on the ordinary lane between two nodes on loopback, against raw
+    /// tokio TCP in the same run, with the largest heartbeat round trip seen meanwhile.
+    Remote {
+        /// Payload size, bytes.
+        #[arg(long, default_value_t = 100)]
+        payload_bytes: usize,
+        /// Measured time per run (after a 1 s warm-up), e.g. `10s`.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Print one JSON object: concord_msgs_per_s, baseline_msgs_per_s, ratio,
+        /// max_heartbeat_rtt_ms, unreachable_seen.
+        #[arg(long)]
+        json: bool,
+        /// Remoting security of the Concord runs: plain, secret (cluster secret) or tls
+        /// (TLS 1.3, mutual authentication).
+        #[arg(long, value_enum, default_value = "plain")]
+        security: concord::bench::remote::BenchSecurity,
+    },
+    /// Time from a graceful leave of the singleton's node to the new instance running
+    /// (default timings; Akka measured 5.3-7.1 s).
+    Singleton {
+        /// Hand-overs to measure (the cluster starts with runs + 2 nodes).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cluster Sharding: entity tell throughput local and remote on 3 nodes next to raw
+    /// TCP, ask latency at half the peak, rebalance time to a 4th node (1000 shards,
+    /// default settings), memory per idle entity.
+    Sharding {
+        /// Message size, bytes.
+        #[arg(long, default_value_t = 100)]
+        payload_bytes: usize,
+        /// Measured time of each throughput run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Idle entities of the memory measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        entities: usize,
+        /// Skip the rebalance measurement.
+        #[arg(long)]
+        skip_rebalance: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The key-value store on 5 nodes (N=3, R=W=2): puts/s and gets/s with p50/p99
+    /// latency at each value size, keys transferred per second to a joining 6th node,
+    /// bytes on disk per key.
+    Kv {
+        /// Value sizes, bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,10240")]
+        value_sizes: Vec<usize>,
+        /// Measured time of each put and get run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Keys stored before the 6th node joins (0: skip).
+        #[arg(long, default_value_t = 50_000)]
+        transfer_keys: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Distributed Data on 5 nodes: WriteMajority/ReadMajority latency, ORSet updates/s
+    /// and convergence at 10k and 100k elements, steady-state traffic.
+    Ddata {
+        /// Quorum requests of each kind.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// ORSet sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        set_sizes: Vec<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs `bench` with logging at `warn`.
+pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
+    crate::init_logging("warn");
+    match bench {
+        BenchCommand::Remote {
+            payload_bytes,
+            duration,
+            json,
+            security,
+        } => bench_remote(payload_bytes, duration, json, security).await,
+        BenchCommand::Singleton { runs, json } => print_report(
+            concord::bench::singleton::run_singleton(runs).await,
+            json,
+            concord::bench::singleton::report,
+        ),
+        BenchCommand::Sharding {
+            payload_bytes,
+            duration,
+            entities,
+            skip_rebalance,
+            json,
+        } => {
+            let settings = concord::bench::sharding::ShardingBenchSettings {
+                payload_bytes,
+                duration,
+                entities,
+                skip_rebalance,
+            };
+            print_report(
+                concord::bench::sharding::run_sharding(&settings).await,
+                json,
+                concord::bench::sharding::report,
+            )
+        }
+        BenchCommand::Kv {
+            value_sizes,
+            duration,
+            clients,
+            transfer_keys,
+            json,
+        } => {
+            let settings = concord::bench::kv::KvBenchSettings {
+                value_sizes,
+                duration,
+                clients,
+                transfer_keys,
+            };
+            print_report(
+                concord::bench::kv::run_kv(&settings).await,
+                json,
+                concord::bench::kv::report,
+            )
+        }
+        BenchCommand::Ddata {
+            requests,
+            set_sizes,
+            json,
+        } => {
+            let settings = concord::bench::ddata::DdataBenchSettings {
+                requests,
+                set_sizes,
+                ..Default::default()
+            };
+            print_report(
+                concord::bench::ddata::run_ddata(&settings).await,
+                json,
+                concord::bench::ddata::report,
+            )
+        }
+    }
+}
+
+/// Prints a benchmark's result: one JSON object, or its report.
+fn print_report<R: serde::Serialize>(
+    result: anyhow::Result<R>,
+    json: bool,
+    report: fn(&R) -> String,
+) -> anyhow::Result<()> {
+    let r = result?;
+    if json {
+        print_json(&r)
+    } else {
+        print!("{}", report(&r));
+        Ok(())
+    }
+}
+
+async fn bench_remote(
+    payload_bytes: usize,
+    duration: std::time::Duration,
+    json: bool,
+    security: concord::bench::remote::BenchSecurity,
+) -> anyhow::Result<()> {
+    let settings = concord::bench::RemoteBenchSettings {
+        payload_bytes,
+        duration,
+        security,
+    };
+    if !json {
+        eprintln!(
+            "measuring: Concord ordinary lane, then raw tokio TCP, {} s each (+1 s warm-up)...",
+            duration.as_secs_f64()
+        );
+    }
+    let r = concord::bench::run_remote(&settings).await?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", concord::bench::remote::report(&r));
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The command line's subcommands that have their own arguments and output.
+
+pub mod bench;
+pub mod certs;
+pub mod kv;
+
+/// Prints `v` as one line of JSON.
+pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(v)?);
+    Ok(())
+}
