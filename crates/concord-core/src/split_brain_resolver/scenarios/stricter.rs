@@ -1,0 +1,186 @@
+//! Scenario tests of Concord's rules that are stricter than Akka's (docs/SPLIT_BRAIN_RESOLVER.md,
+//! "Where Concord is stricter than Akka"), each from the view of the side deciding.
+
+use super::*;
+
+#[test]
+fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing() {
+    // {1,3} | {2,4}, right after a different partition: 1's and 3's observations of 2
+    // reached 2 through 4 before this partition settled, and 2's of 1 reached 1. By Akka's
+    // rules alone 2 sees the cycle 1-2-3, downs {1,2,3} and keeps 4; 1 sees the cycle 1-2,
+    // downs {1,2,4} and keeps 3: two clusters (simulator seed 220). Concord adds: the side
+    // this node observes itself ({2,4} against {1,3}: the tie goes to the lowest address,
+    // 1) must be one the strategy keeps, otherwise down all.
+    let members = ups(1..=4);
+    let b = side(
+        2,
+        &members,
+        &[(2, 1), (2, 3), (4, 1), (4, 3), (1, 2), (3, 2)],
+        &[2, 4],
+    );
+    assert!(!b.indirectly_connected().is_empty());
+    let (db, downed_b) = outcome(&KEEP_MAJORITY, &b);
+    assert_eq!(
+        (db, downed_b.clone()),
+        (Decision::DownAll, set(&[1, 2, 3, 4]))
+    );
+    let a = side(
+        1,
+        &members,
+        &[(1, 2), (1, 4), (3, 2), (3, 4), (2, 1)],
+        &[1, 3],
+    );
+    let (da, downed_a) = outcome(&KEEP_MAJORITY, &a);
+    assert_eq!(
+        da,
+        Decision::DownIndirectlyConnected,
+        "1 sees its side kept"
+    );
+    assert_eq!(downed_a, set(&[1, 2, 4]));
+    assert_eq!(
+        survivors(&[(&[1, 3], &downed_a), (&[2, 4], &downed_b)]),
+        vec![set(&[3])]
+    );
+}
+
+#[test]
+fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
+    // 1 was cut off and this side downed it; 3 and 4 were partitioned away from {2,5}
+    // before they saw that. Over there 1 still counts, so {3,4} may count 1 as theirs; here
+    // the 2|2 tie (lowest address 2) would keep {2,5}: two clusters (simulator seed 181).
+    let settings = SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+    };
+    let records = [(2, 1), (5, 1), (2, 3), (2, 4), (5, 3), (5, 4)];
+    let st = state_of(2, &records, &[1], &[2, 5]);
+    let mut sbr = SplitBrainResolver::new(settings.clone());
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down { decision, nodes }) => {
+            assert_eq!(decision, Decision::DownAll);
+            assert_eq!(nodes, [n(2), n(3), n(4), n(5)].into());
+        }
+        other => panic!("expected down-all, got {other:?}"),
+    }
+    // Had 3 and 4 seen 1 Down before the partition, the tie keeps this side.
+    let mut sbr = SplitBrainResolver::new(settings);
+    let before = state_of(2, &[(2, 1), (5, 1)], &[1], &[2, 3, 4, 5]);
+    assert_eq!(sbr.tick(0, &before), None);
+    assert_eq!(sbr.tick(100, &st), None);
+    assert_eq!(
+        sbr.tick(1100, &st),
+        Some(SbrAction::Down {
+            decision: Decision::DownUnreachable,
+            nodes: [n(3), n(4)].into()
+        })
+    );
+}
+
+#[test]
+fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
+    // 5 crashed and everyone observes it; the leader 1 would down it and keep {1,2,3,4}.
+    // But {1,2} | {3,4} has just begun: 3 and 4 are only suspect (silent, not unreachable
+    // yet). Were they cut off, {1,2} would be the minority against {3,4,5}: 1 waits; once
+    // the suspects are detected, the records change and stable-after starts over. (The
+    // simulator's seed 692 was this shape with stale indirectly-connected records.)
+    let st = state_of(1, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
+    let sbr_settings = SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+    };
+    let mut sbr = SplitBrainResolver::new(sbr_settings.clone());
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down { decision, nodes }) => {
+            assert_eq!(decision, Decision::DownUnreachable);
+            assert_eq!(nodes, [n(5)].into_iter().collect());
+        }
+        other => panic!("without suspects it decides on the records: {other:?}"),
+    }
+    let mut sbr = SplitBrainResolver::new(sbr_settings);
+    assert_eq!(sbr.tick(0, &st), None);
+    sbr.set_suspects([n(3), n(4)].into_iter().collect());
+    assert_eq!(sbr.tick(1000, &st), None);
+    assert_eq!(sbr.tick(5000, &st), None);
+}
+
+#[test]
+fn an_indirectly_connected_decision_that_the_downed_could_overturn_downs_fewer_or_all() {
+    // The sharding simulation's seed 904 in a 5-member shape: 4 and 5 crashed (everyone
+    // observes it), 2 and 3 cannot hear each other. Akka downs 2, 3 (indirectly connected),
+    // 4 and 5, keeping 1 alone; were 2 and 3 cut off from 1 as the decision is taken, with
+    // their own link healed, they would be the majority of {1,2,3} and keep themselves.
+    // Downing only 3 (the higher address of the pair) leaves no record between the kept
+    // 1 and 2, and {1,2} outnumbers 3.
+    let mut records = clean(&[1, 2, 3], &[4, 5]);
+    records.extend([(2, 3), (3, 2)]);
+    let v = side(1, &ups(1..=5), &records, &[1, 2, 3]);
+    assert_eq!(
+        v.indirectly_connected_to_down(),
+        [n(3)].into_iter().collect()
+    );
+    let (d, downed) = outcome(&KEEP_MAJORITY, &v);
+    assert_eq!(d, Decision::DownSomeIndirectlyConnected);
+    assert_eq!(downed, set(&[3, 4, 5]));
+    // With 1 and 4 on this side instead (only 5 crashed), keeping {1,4} against {2,3}
+    // wins the tie by the lowest address whatever 2 and 3 do: Akka's decision stands.
+    let mut records = clean(&[1, 2, 3, 4], &[5]);
+    records.extend([(2, 3), (3, 2)]);
+    let v = side(1, &ups(1..=5), &records, &[1, 2, 3, 4]);
+    let (d, downed) = outcome(&KEEP_MAJORITY, &v);
+    assert_eq!(d, Decision::DownIndirectlyConnected);
+    assert_eq!(downed, set(&[2, 3, 5]));
+    // 2, 3 and 4 each cannot hear the next (a cycle), 5 crashed, this is 1: all three
+    // downed, {1} alone loses against them; two of them must go (each is in two records),
+    // and {1, the one kept} against the two ties, won by the lowest address.
+    let mut records = clean(&[1, 2, 3, 4], &[5]);
+    records.extend([(2, 3), (3, 4), (4, 2)]);
+    let v = side(1, &ups(1..=5), &records, &[1, 2, 3, 4]);
+    let fewer = v.indirectly_connected_to_down();
+    assert_eq!(fewer.len(), 2);
+    let (d, downed) = outcome(&KEEP_MAJORITY, &v);
+    assert_eq!(d, Decision::DownSomeIndirectlyConnected);
+    assert_eq!(downed.len(), 3);
+    assert!(downed.contains(&5));
+    // The same seen from 2, a member of the cycle: Akka's decision downs 2 itself, and
+    // nothing here overrides a decision that does not keep this node.
+    let v = side(2, &ups(1..=5), &records, &[1, 2, 3, 4]);
+    assert_eq!(
+        outcome(&KEEP_MAJORITY, &v).0,
+        Decision::DownIndirectlyConnected
+    );
+}
+
+#[test]
+fn a_member_observed_by_a_member_outside_the_indirectly_connected_is_always_downed() {
+    // 1 cannot hear 2, and 2 cannot hear 3 (which has seen the gossip): 2 and 3 are
+    // indirectly connected, and 1, outside them, observes 2. Downing 2 leaves no record
+    // between the kept.
+    let v = side(4, &ups(1..=5), &[(1, 2), (2, 3)], &[1, 3, 4, 5]);
+    assert_eq!(v.indirectly_connected(), [n(2), n(3)].into_iter().collect());
+    assert_eq!(
+        v.indirectly_connected_to_down(),
+        [n(2)].into_iter().collect()
+    );
+}
+
+#[test]
+fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
+    // 5 crashed (everyone observes it); 3 is merely slow. Keeping {1,2,3,4} holds even if
+    // 3 were gone ({1,2,4} is still a majority): the leader downs 5 at once.
+    let st = state_of(1, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
+    let mut sbr = SplitBrainResolver::new(SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+    });
+    sbr.set_suspects([n(3)].into_iter().collect());
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down { nodes, .. }) => assert_eq!(nodes, [n(5)].into_iter().collect()),
+        other => panic!("expected 5 downed, got {other:?}"),
+    }
+}
