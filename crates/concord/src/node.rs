@@ -183,6 +183,8 @@ impl NodeBuilder {
                 },
             )
         };
+        // The transport keeps handshake places for members' addresses (issue 24).
+        transport.follow_membership(cluster.membership());
         let config = Arc::new(config);
         let node = Node {
             cluster: cluster.clone(),

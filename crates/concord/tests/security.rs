@@ -46,7 +46,7 @@ fn tls(dir: &Path) -> TlsConfig {
         certificate: dir.join("node.crt"),
         private_key: dir.join("node.key"),
         ca_certificates: dir.join("ca.crt"),
-        verify_peer_hostname: true,
+        verify_peer_hostname: Some(true),
     }
 }
 

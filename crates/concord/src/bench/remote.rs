@@ -156,7 +156,7 @@ impl Security {
                     certificate: d.join("node.crt"),
                     private_key: d.join("node.key"),
                     ca_certificates: d.join("ca.crt"),
-                    verify_peer_hostname: true,
+                    verify_peer_hostname: Some(true),
                 });
             }
             _ => {}

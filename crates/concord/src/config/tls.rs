@@ -19,9 +19,13 @@ pub struct TlsConfig {
     pub ca_certificates: PathBuf,
     /// Also require the peer's certificate to name the peer's host (its DNS name or IP
     /// address as a subject alternative name): on connections this node opens, the host it
-    /// dials; on connections it accepts, the host the peer claims in the handshake. Off by
-    /// default (Akka's `hostname-verification = off`): any certificate of the trusted CA is
-    /// accepted, which lets all replicas of a deployment share one certificate.
+    /// dials; on connections it accepts, the host the peer claims in the handshake. Unset:
+    /// on for `[remote.tls]` (a node certificate then proves which node it is, not only that
+    /// it is one; Akka's `hostname-verification` defaults to off), off for
+    /// `[management.tls]` (where it applies only to Cluster Bootstrap's probes of other
+    /// nodes). Set it to `false` for remoting only when nodes share one certificate that
+    /// cannot name their addresses (replicas whose IPs are assigned at start): any node
+    /// certificate of the CA is then accepted as any node.
     #[serde(default)]
-    pub verify_peer_hostname: bool,
+    pub verify_peer_hostname: Option<bool>,
 }

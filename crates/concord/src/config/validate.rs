@@ -20,6 +20,7 @@ impl Config {
             return Err(ConfigError::new("remote.hostname", "must not be empty"));
         }
         self.validate_remote_security()?;
+        self.validate_handshake_limits()?;
         self.sharding.validate()?;
         self.validate_kv()?;
         if self.remote.maximum_frame_size < 1024 {
@@ -160,6 +161,37 @@ impl Config {
                 r.bind_host()
             ),
         ))
+    }
+
+    /// The handshake's deadlines and places (`remote.handshake-*`, `remote.max-pending-*`).
+    fn validate_handshake_limits(&self) -> Result<(), ConfigError> {
+        let r = &self.remote;
+        if r.handshake_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "remote.handshake-timeout",
+                "must be greater than zero",
+            ));
+        }
+        if r.handshake_first_byte_timeout.is_zero()
+            || r.handshake_first_byte_timeout > r.handshake_timeout
+        {
+            return Err(ConfigError::new(
+                "remote.handshake-first-byte-timeout",
+                "must be greater than zero and at most remote.handshake-timeout",
+            ));
+        }
+        for (k, v) in [
+            ("remote.max-pending-handshakes", r.max_pending_handshakes),
+            (
+                "remote.max-pending-handshakes-per-address",
+                r.max_pending_handshakes_per_address,
+            ),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::new(k, "must be at least 1"));
+            }
+        }
+        Ok(())
     }
 
     fn validate_bootstrap(&self) -> Result<(), ConfigError> {

@@ -23,8 +23,8 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// Length of a handshake nonce, bytes.
 pub const NONCE_BYTES: usize = 32;
 
-/// Shortest secret accepted without a warning, bytes.
-pub const RECOMMENDED_SECRET_BYTES: usize = 16;
+/// Shortest secret accepted, bytes (128 bits); a shorter one only with `remote.insecure`.
+pub const MIN_SECRET_BYTES: usize = 16;
 
 const SERVER_LABEL: &[u8] = b"concord server\0";
 const CLIENT_LABEL: &[u8] = b"concord client\0";

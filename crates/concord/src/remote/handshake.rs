@@ -1,20 +1,26 @@
 //! The handshake that opens every connection.
 //!
-//! 1. With `[remote.tls]`, a TLS 1.3 handshake in which both sides present a certificate
-//!    signed by a trusted authority (and, with `verify-peer-hostname`, one that names the
-//!    host: the host dialled, or the host the connecting side claims in step 2).
+//! 0. The connecting side must send its first bytes within `handshake-first-byte-timeout`
+//!    (1 s; a connection that sends nothing holds a handshake place no longer), and finish
+//!    within `handshake-timeout` of the connection's accept.
+//! 1. With `[remote.tls]`, a TLS 1.3 handshake in which both sides present a node
+//!    certificate ([`crate::tls::role`]: a client certificate of the same CA is refused on
+//!    either side) signed by a trusted authority, and — with `verify-peer-hostname`, on by
+//!    default — one that names the host: the host dialled, or the host the connecting side
+//!    claims in step 2.
 //! 2. The connecting side sends a `Handshake`: its unique address, the target address, the
 //!    cluster name, the protocol version, the lane, and a nonce when it has a cluster
 //!    secret. The accepting side refuses a wrong cluster name, an unknown protocol version,
-//!    an unknown lane or a quarantined incarnation with a clear reason on both ends.
+//!    an unknown lane, a target other than its own advertised address (host and port, as
+//!    Artery refuses a handshake "addressed to unknown local address") or a quarantined
+//!    incarnation with a clear reason on both ends.
 //! 3. With a cluster secret, the challenge–response of [`super::cluster_secret`]: the
 //!    accepting side proves the secret first, then the connecting side. A peer without the
 //!    secret, or with another, is refused.
 //! 4. The accepting side replies with its unique address. The uid in it is 0 unless the
 //!    connecting side authenticated in step 1 or 3: a stranger does not learn it.
 //!
-//! The accepting side runs all of it within `handshake-timeout`. Every refusal is counted
-//! and logged at most once per peer and interval.
+//! Every refusal is counted and logged at most once per peer and interval.
 
 use std::net::SocketAddr;
 
@@ -34,6 +40,7 @@ use super::stream::Stream;
 use super::transport::Inner;
 use super::{wire, PROTOCOL_VERSION};
 use crate::tls::context::certificate_names_host;
+use crate::tls::describe_tls_error;
 
 /// Largest handshake frame accepted, bytes (a handshake is a few hundred bytes).
 pub(crate) const MAX_HANDSHAKE_BYTES: usize = 16 * 1024;
@@ -92,14 +99,22 @@ pub(crate) fn check_handshake(
             false,
         ));
     }
-    if let Some(to) = &hs.to {
-        match address_from_wire(to) {
-            Ok(to) if to.port != me.port => {
-                return Err((format!("handshake for {to} arrived at {me}"), false));
-            }
-            Ok(_) => {}
-            Err(e) => return Err((format!("bad target address: {e}"), false)),
-        }
+    let to = hs
+        .to
+        .as_ref()
+        .ok_or_else(|| "handshake without a target address".to_string())
+        .and_then(|t| address_from_wire(t).map_err(|e| format!("bad target address: {e}")))
+        .map_err(|r| (r, false))?;
+    if !is_this_address(me, &to) {
+        return Err((
+            format!(
+                "handshake for {to} arrived at {me}: a peer must dial this node by its \
+                 advertised address (remote.hostname `{}`, port {}); seed-nodes and joins \
+                 must name it",
+                me.host, me.port
+            ),
+            false,
+        ));
     }
     if is_quarantined(&from) {
         return Err((
@@ -108,6 +123,24 @@ pub(crate) fn check_handshake(
         ));
     }
     Ok((from, lane))
+}
+
+/// True if `to` is `me`, this node's advertised address: the same system and port, and the
+/// same host — DNS names compared without case, IP addresses by value (`::1` is
+/// `[::1]` is `0:0:0:0:0:0:0:1`). Another name or address of this machine (the bind
+/// address, another interface, `localhost` for `127.0.0.1`) is not this node's address.
+pub(crate) fn is_this_address(me: &Address, to: &Address) -> bool {
+    fn ip(host: &str) -> Option<std::net::IpAddr> {
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .ok()
+    }
+    let same_host = match (ip(&me.host), ip(&to.host)) {
+        (Some(a), Some(b)) => a.to_canonical() == b.to_canonical(),
+        _ => me.host.eq_ignore_ascii_case(&to.host),
+    };
+    same_host && to.port == me.port && to.system == me.system
 }
 
 fn reply(result: wire::handshake_reply::Result, quarantined: bool) -> Bytes {
@@ -154,11 +187,39 @@ enum Refused {
     Closed,
 }
 
-/// Runs the accepting side of the handshake on `tcp` within `handshake-timeout`; `None`
-/// (counted and logged, rate-limited per peer) if the peer is refused.
-pub(crate) async fn accept(inner: &Inner, tcp: TcpStream, peer: SocketAddr) -> Option<Accepted> {
-    let result = tokio::time::timeout(
-        inner.settings.handshake_timeout,
+/// Runs the accepting side of the handshake on `tcp`: its first bytes within
+/// `handshake-first-byte-timeout`, all of it within `handshake-timeout` of `accepted_at`;
+/// `None` (counted and logged, rate-limited per peer) if the peer is refused.
+pub(crate) async fn accept(
+    inner: &Inner,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    accepted_at: tokio::time::Instant,
+) -> Option<Accepted> {
+    let settings = &inner.settings;
+    let first_byte_deadline = accepted_at
+        + settings
+            .handshake_first_byte_timeout
+            .min(settings.handshake_timeout);
+    let mut probe = [0u8; 1];
+    match tokio::time::timeout_at(first_byte_deadline, tcp.peek(&mut probe)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        // Closed (or failed) before sending anything.
+        Ok(_) => return None,
+        Err(_) => {
+            inc(&inner.stats.handshake_timeouts);
+            if let Some(suppressed) = inner.log.allow(&format!("inbound-{}", peer.ip())) {
+                let reason = format!(
+                    "no byte within handshake-first-byte-timeout ({:?})",
+                    settings.handshake_first_byte_timeout
+                );
+                warn!(%peer, %reason, suppressed, "inbound connection closed: handshake timed out");
+            }
+            return None;
+        }
+    }
+    let result = tokio::time::timeout_at(
+        accepted_at + settings.handshake_timeout,
         accept_within(inner, tcp, peer),
     )
     .await;
@@ -202,7 +263,7 @@ async fn accept_within(
             let s = acceptor
                 .accept(tcp)
                 .await
-                .map_err(|e| Refused::Authentication(format!("TLS: {e}")))?;
+                .map_err(|e| Refused::Authentication(format!("TLS: {}", describe_tls_error(&e))))?;
             Stream::Tls(Box::new(tokio_rustls::TlsStream::Server(s)))
         }
     };
@@ -234,9 +295,11 @@ async fn accept_within(
                 .and_then(|c| c.first())
                 .ok_or_else(|| Refused::Authentication("no client certificate".into()))?;
             if let Err(reason) = certificate_names_host(leaf, &from.address.host) {
-                let _ = framed
-                    .send(refusal(format!("{reason} (verify-peer-hostname)"), false))
-                    .await;
+                let reason = format!(
+                    "{reason}: its certificate must name the host it claims \
+                     (remote.tls.verify-peer-hostname; `concord certs create-node` HOST...)"
+                );
+                let _ = framed.send(refusal(reason.clone(), false)).await;
                 return Err(Refused::Authentication(reason));
             }
         }
@@ -340,10 +403,9 @@ async fn connect_within(
                 ConnectError::Protocol(format!("`{}` is not a valid TLS server name: {e}", to.host))
             })?;
             let connector = tokio_rustls::TlsConnector::from(tls.client_config());
-            let s = connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| ConnectError::Authentication(format!("TLS: {e}")))?;
+            let s = connector.connect(name, tcp).await.map_err(|e| {
+                ConnectError::Authentication(format!("TLS: {}", describe_tls_error(&e)))
+            })?;
             Stream::Tls(Box::new(tokio_rustls::TlsStream::Client(s)))
         }
     };
@@ -438,4 +500,60 @@ async fn read_reply(
     };
     wire::HandshakeReply::decode(frame.freeze())
         .map_err(|e| ConnectError::Protocol(format!("malformed handshake reply: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handshake_to(to: &Address) -> wire::Handshake {
+        let from = UniqueAddress::new(Address::new("sys", "10.0.0.9", 2552), 7);
+        wire::Handshake {
+            from: Some(unique_to_wire(&from)),
+            to: Some(address_to_wire(to)),
+            protocol_version: PROTOCOL_VERSION,
+            cluster_name: "sys".into(),
+            lane: 0,
+            nonce: Bytes::new(),
+        }
+    }
+
+    fn check(me: &Address, to: &Address) -> Result<(), String> {
+        check_handshake(me, |_| false, &handshake_to(to))
+            .map(drop)
+            .map_err(|(r, _)| r)
+    }
+
+    #[test]
+    fn a_handshake_for_another_host_on_this_port_is_refused() {
+        let me = Address::new("sys", "10.0.0.5", 2552);
+        assert_eq!(check(&me, &me), Ok(()));
+        for other in ["10.0.0.6", "node1.example", "127.0.0.1"] {
+            let r = check(&me, &Address::new("sys", other, 2552));
+            assert!(
+                r.as_ref().is_err_and(|r| r.contains(other)),
+                "{other}: {r:?}"
+            );
+        }
+        assert!(check(&me, &Address::new("sys", "10.0.0.5", 2553)).is_err());
+        assert!(check(&me, &Address::new("other", "10.0.0.5", 2552)).is_err());
+        let mut no_target = handshake_to(&me);
+        no_target.to = None;
+        assert!(check_handshake(&me, |_| false, &no_target).is_err());
+    }
+
+    #[test]
+    fn equivalent_spellings_of_this_nodes_host_are_accepted() {
+        let me = Address::new("sys", "Node1.Example", 2552);
+        assert_eq!(
+            check(&me, &Address::new("sys", "node1.example", 2552)),
+            Ok(())
+        );
+        let v6 = Address::new("sys", "::1", 2552);
+        assert_eq!(
+            check(&v6, &Address::new("sys", "0:0:0:0:0:0:0:1", 2552)),
+            Ok(())
+        );
+        assert_eq!(check(&v6, &Address::new("sys", "[::1]", 2552)), Ok(()));
+    }
 }

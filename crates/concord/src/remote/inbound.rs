@@ -10,9 +10,10 @@
 //! down (backpressure).
 //!
 //! Limits (see [`super::TransportSettings`]): inbound connections in total (at most half the
-//! file-descriptor limit) and per peer address, connections in their handshake, the time
-//! a frame may take to arrive once begun (`read-timeout`) and an idle connection may stay,
-//! and the bytes all connections hold in large frames still arriving. A failed accept
+//! file-descriptor limit) and per peer address, connections in their handshake (in total,
+//! per source address, and a reserve for members' addresses: [`super::admission`]), the
+//! time a frame may take to arrive once begun (`read-timeout`) and an idle connection may
+//! stay, and the bytes all connections hold in large frames still arriving. A failed accept
 //! (out of descriptors) backs off instead of spinning. Every refusal is counted; log lines
 //! are rate-limited.
 
@@ -29,6 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::admission::{HandshakeAdmission, HandshakePlace};
 use super::envelope::{decode_envelope_at, FRAME_HEADER_BYTES};
 use super::handshake::accept;
 use super::registry::{DecodeError, Delivery};
@@ -37,12 +39,12 @@ use super::stats::{add, inc};
 use super::transport::Inner;
 
 /// The counts behind the inbound limits of [`super::TransportSettings`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct InboundLimits {
     /// Connections accepted and not yet closed (handshakes included).
     open: AtomicUsize,
     /// Connections in their handshake.
-    pending: AtomicUsize,
+    pub(crate) handshakes: Arc<HandshakeAdmission>,
     /// Established connections per claimed peer address.
     per_peer: Mutex<HashMap<Address, usize>>,
     /// Bytes held beyond [`READ_BUFFER_BYTES`] by all connections.
@@ -52,10 +54,17 @@ pub(crate) struct InboundLimits {
 }
 
 impl InboundLimits {
-    pub(crate) fn new(max_inbound_connections: usize) -> Self {
+    pub(crate) fn new(settings: &super::TransportSettings) -> Self {
         InboundLimits {
-            max_open: max_inbound_connections.min(fd_budget()).max(1),
-            ..InboundLimits::default()
+            open: AtomicUsize::new(0),
+            handshakes: Arc::new(HandshakeAdmission::new(
+                settings.max_pending_handshakes,
+                settings.max_pending_handshakes_per_address,
+                settings.reserved_member_handshakes,
+            )),
+            per_peer: Mutex::default(),
+            buffered: AtomicUsize::new(0),
+            max_open: settings.max_inbound_connections.min(fd_budget()).max(1),
         }
     }
 
@@ -220,30 +229,33 @@ fn admit(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
         refuse("at remote.max-inbound-connections");
         return;
     }
-    if take_place(&limits.pending, inner.settings.max_pending_handshakes)
-        .map(std::mem::forget)
-        .is_none()
-    {
+    if let Err(no) = limits.handshakes.try_take(peer.ip()) {
         limits.open.fetch_sub(1, Ordering::Relaxed);
-        refuse("too many connections in their handshake");
+        refuse(no.reason());
         return;
     }
     let _ = stream.set_nodelay(true);
     let span = tracing::Span::current();
+    let accepted_at = Instant::now();
     tokio::spawn(tracing::Instrument::instrument(
-        handle_inbound(inner.clone(), stream, peer),
+        handle_inbound(inner.clone(), stream, peer, accepted_at),
         span,
     ));
 }
 
-async fn handle_inbound(inner: Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
+async fn handle_inbound(
+    inner: Arc<Inner>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    accepted_at: Instant,
+) {
     let limits = &inner.inbound;
     let _open = Held(&limits.open);
-    let pending = Held(&limits.pending);
+    let pending = HandshakePlace::adopt(&limits.handshakes, peer.ip());
     let mut shutdown = inner.shutdown.subscribe();
     let accepted = tokio::select! {
         _ = shutdown.changed() => return,
-        a = accept(&inner, stream, peer) => a,
+        a = accept(&inner, stream, peer, accepted_at) => a,
     };
     drop(pending);
     let Some(accepted) = accepted else { return };

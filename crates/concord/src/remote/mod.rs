@@ -9,10 +9,12 @@
 //! - [`membership_codec`]: the membership protocol's codec; [`gossip_wire`]: the wire form
 //!   of the gossip state (address table, gzip, bounded decompression).
 //! - [`transport`]: [`Transport`], the handle; [`settings`], [`stats`], [`faults`].
-//! - `handshake`, `outbound_lane` (a bounded queue per peer and lane that senders encode
+//! - `handshake`, `admission` (who may hold a handshake place: per source address, a
+//!   reserve for members), `outbound_lane` (a bounded queue per peer and lane that senders encode
 //!   into), `association` (its writer: one connection, one write per batch), `inbound`
 //!   (accept, read, route a batch per read).
 
+mod admission;
 mod association;
 pub mod cluster_secret;
 pub mod envelope;

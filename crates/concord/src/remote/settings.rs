@@ -29,9 +29,22 @@ pub struct TransportSettings {
     /// Most inbound connections from one peer address (default 8: three lanes and their
     /// reconnections).
     pub max_inbound_connections_per_peer: usize,
-    /// Most inbound connections in their handshake at once (default 128); each has
-    /// `handshake_timeout` to finish it.
+    /// Most inbound connections in their handshake at once from addresses that are not
+    /// members' (default 128); each has `handshake_first_byte_timeout` to send its first
+    /// byte and `handshake_timeout` to finish.
     pub max_pending_handshakes: usize,
+    /// Most inbound connections in their handshake at once from one source address that is
+    /// not a member's (default 8: a node opens three lanes, and a few more while
+    /// reconnecting). More are closed at accept and counted.
+    pub max_pending_handshakes_per_address: usize,
+    /// Handshake places beyond `max_pending_handshakes` that only the source addresses of
+    /// current members may take, without a per-address limit (default 32): a flood of
+    /// strangers never keeps a member — or a member restarted on its address — out.
+    pub reserved_member_handshakes: usize,
+    /// An inbound connection must send the first byte of its handshake within this of its
+    /// accept (default 1 s), or it is closed and counted as a handshake timeout; at most
+    /// `handshake_timeout`.
+    pub handshake_first_byte_timeout: Duration,
     /// Most bytes all inbound connections together hold beyond [`READ_BUFFER_BYTES`] each
     /// — frames larger than that still arriving — default 64 MiB. A connection that needs
     /// more when the budget is spent is closed and counted.
@@ -95,6 +108,9 @@ impl Default for TransportSettings {
             max_inbound_connections: 4096,
             max_inbound_connections_per_peer: 8,
             max_pending_handshakes: 128,
+            max_pending_handshakes_per_address: 8,
+            reserved_member_handshakes: 32,
+            handshake_first_byte_timeout: Duration::from_secs(1),
             max_inbound_buffered_bytes: 64 * 1024 * 1024,
             maximum_decompressed_gossip_size: DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES,
         }

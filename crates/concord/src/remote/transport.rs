@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use concord_core::{Address, Lane, ProtocolId, UniqueAddress};
+use concord_core::{Address, Lane, MembershipView, ProtocolId, UniqueAddress};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn, Instrument};
 
+use super::admission::resolve_member_names;
 use super::association::run_lane_writer;
 use super::envelope::{Frame, Outbound, ENVELOPE_OVERHEAD_MAX};
 use super::faults::{FaultTable, LinkFaults};
@@ -150,7 +151,7 @@ impl Transport {
                 source,
             })?;
         let (shutdown, _) = watch::channel(false);
-        let settings_max_inbound = settings.max_inbound_connections;
+        let inbound = InboundLimits::new(&settings);
         let inner = Arc::new(Inner {
             self_address,
             stats: TransportStats::new(registry.protocols()),
@@ -163,7 +164,7 @@ impl Transport {
             shutdown,
             shut_down: AtomicBool::new(false),
             log: LogLimiter::new(Duration::from_secs(10)),
-            inbound: InboundLimits::new(settings_max_inbound),
+            inbound,
         });
         let span = tracing::Span::current();
         tokio::spawn(accept_loop(inner.clone(), listener).instrument(span));
@@ -204,6 +205,45 @@ impl Transport {
     /// (`max-inbound-connections`, at most half the file-descriptor limit).
     pub fn inbound_connections(&self) -> (usize, usize) {
         (self.inner.inbound.open(), self.inner.inbound.max_open())
+    }
+
+    /// The addresses of the current members (the node passes the membership view's), so
+    /// that connections from their hosts keep the handshake places reserved for members
+    /// (`reserved-member-handshakes`) and are not limited per address. IP addresses apply at
+    /// once; host names are resolved in the background (each within 2 s). A call with the
+    /// same hosts as the last one costs a set comparison.
+    pub fn set_member_addresses<'a>(&self, addresses: impl IntoIterator<Item = &'a Address>) {
+        let hosts = addresses.into_iter().map(|a| a.host.as_str());
+        let names = self.inner.inbound.handshakes.set_member_hosts(hosts);
+        if names.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let admission = Arc::downgrade(&self.inner.inbound.handshakes);
+            runtime.spawn(resolve_member_names(admission, names));
+        }
+    }
+
+    /// Follows the membership `view` (the cluster daemon's), handing its members' addresses
+    /// to [`Transport::set_member_addresses`] whenever it changes, until the view closes or
+    /// the transport shuts down.
+    pub fn follow_membership(&self, mut view: watch::Receiver<Arc<MembershipView>>) {
+        let this = self.clone();
+        let mut shutdown = self.inner.shutdown.subscribe();
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                while !this.is_shut_down() {
+                    let v = view.borrow_and_update().clone();
+                    this.set_member_addresses(v.members.keys().map(|u| &u.address));
+                    tokio::select! {
+                        _ = shutdown.changed() => return,
+                        r = view.changed() => if r.is_err() { return },
+                    }
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// The lane for `frame` by size: a frame above `maximum-frame-size` moves to the

@@ -4,9 +4,9 @@
 //!
 //! | command | files |
 //! |---|---|
-//! | `create-ca` | `ca.crt`, `ca.key` (the key may live elsewhere: `--ca-key`) |
-//! | `create-node HOST...` | `node.crt`, `node.key` — server and client authentication, every HOST (DNS name or IP address) a subject alternative name |
-//! | `create-client NAME` | `client.NAME.crt`, `client.NAME.key` — client authentication, common name NAME |
+//! | `create-ca` | `ca.crt`, `ca.key` (the key may live elsewhere: `--ca-key`; its directory is created) |
+//! | `create-node HOST...` | `node.crt`, `node.key` — server and client authentication, the node role (the URI `concord:node`, [`super::role`]) and every HOST (DNS name or IP address) as subject alternative names |
+//! | `create-client NAME` | `client.NAME.crt`, `client.NAME.key` — client authentication, common name NAME, no node role: the management and key-value APIs accept it, remoting does not |
 //!
 //! Keys are ECDSA P-256 (rcgen's default), written with mode 0600. The CA is valid for 10
 //! years, node and client certificates for 5 (CockroachDB's defaults), each starting an
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    KeyUsagePurpose, SanType,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -109,8 +109,23 @@ fn create_dir(dir: &Path) -> Result<(), CertsError> {
     })
 }
 
-/// Creates a certificate authority: `DIR/ca.crt` and its key (`ca_key` or `DIR/ca.key`).
-/// Returns the files written.
+/// Creates `dir` and its missing parents with mode 0700 (a directory for keys); an existing
+/// directory is left as it is.
+fn create_private_dir(dir: &Path) -> Result<(), CertsError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| CertsError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// Creates a certificate authority: `DIR/ca.crt` and its key (`ca_key` or `DIR/ca.key`);
+/// the directories of both are created if missing (the key's with mode 0700). Returns the
+/// files written.
 ///
 /// # Errors
 /// [`CertsError`]: a file exists (without `overwrite`), or cannot be written.
@@ -121,6 +136,9 @@ pub fn create_ca(
 ) -> Result<Vec<PathBuf>, CertsError> {
     create_dir(dir)?;
     let (cert_path, key_path) = (dir.join(CA_CERT), ca_key_path(dir, ca_key));
+    if let Some(parent) = key_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dir(parent)?;
+    }
     for p in [&cert_path, &key_path] {
         if !overwrite && p.exists() {
             return Err(CertsError::Exists(p.clone()));
@@ -182,7 +200,10 @@ fn issue(
 
 /// Creates `DIR/node.crt` and `DIR/node.key`, signed by the CA of `dir`, naming every host
 /// of `hosts` (DNS names or IP addresses), for both server and client authentication (a
-/// node both accepts and opens connections).
+/// node both accepts and opens connections), with the node role: the URI
+/// [`super::role::NODE_ROLE_URI`] as a subject alternative name (remoting accepts no other
+/// certificate). With `verify-peer-hostname` (on by default for remoting) `hosts` must
+/// include the node's `remote.hostname`.
 ///
 /// # Errors
 /// No host, a host that is not a DNS name or IP address, a missing CA, or a file that
@@ -199,6 +220,9 @@ pub fn create_node(
         ));
     }
     let mut params = CertificateParams::new(hosts.to_vec()).map_err(rc)?;
+    params.subject_alt_names.push(SanType::URI(
+        super::role::NODE_ROLE_URI.try_into().map_err(rc)?,
+    ));
     params.distinguished_name.push(DnType::CommonName, "node");
     params
         .distinguished_name
@@ -288,7 +312,7 @@ mod tests {
             certificate: d.join(NODE_CERT),
             private_key: d.join(NODE_KEY),
             ca_certificates: d.join(CA_CERT),
-            verify_peer_hostname: true,
+            verify_peer_hostname: Some(true),
         };
         TlsContext::for_remoting(&cfg).unwrap();
         let node = crate::tls::context::read_certificates(&d.join(NODE_CERT)).unwrap();
@@ -309,6 +333,38 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join(CA_CERT)).unwrap(), before);
         create_ca(dir.path(), None, true).unwrap();
         assert_ne!(std::fs::read(dir.path().join(CA_CERT)).unwrap(), before);
+    }
+
+    #[test]
+    fn the_directory_of_the_ca_key_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        let key = dir.path().join("ca-keys").join("offline").join("ca.key");
+        create_ca(&certs, Some(&key), false).unwrap();
+        assert!(key.is_file());
+        create_node(&certs, &["127.0.0.1".into()], Some(&key), false).unwrap();
+        assert!(certs.join(NODE_CERT).is_file());
+    }
+
+    #[test]
+    fn remoting_checks_peer_host_names_by_default_and_management_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        create_ca(d, None, false).unwrap();
+        create_node(d, &["127.0.0.1".into()], None, false).unwrap();
+        let cfg: TlsConfig = toml::from_str(&format!(
+            "certificate = '{}'\nprivate-key = '{}'\nca-certificates = '{}'",
+            d.join(NODE_CERT).display(),
+            d.join(NODE_KEY).display(),
+            d.join(CA_CERT).display()
+        ))
+        .unwrap();
+        assert!(TlsContext::for_remoting(&cfg)
+            .unwrap()
+            .verify_peer_hostname());
+        assert!(!TlsContext::for_management(&cfg)
+            .unwrap()
+            .verify_peer_hostname());
     }
 
     #[test]

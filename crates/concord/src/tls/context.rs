@@ -9,12 +9,14 @@ use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tracing::{info, warn};
 
 use super::provider;
-use super::verifier::AnyNameServerVerifier;
+use super::role::check_node_certificate;
+use super::verifier::{AnyNameServerVerifier, NodeClientVerifier, NodeServerVerifier};
 use crate::config::TlsConfig;
 
 /// A TLS file could not be read or used.
@@ -52,6 +54,41 @@ pub enum ClientAuth {
     Optional,
 }
 
+/// What a TLS context is for: it decides the defaults and the checks of the peer's
+/// certificate beyond the trusted authorities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Remoting: TLS 1.3, a client certificate required, both ends node certificates
+    /// ([`super::role`]), `verify-peer-hostname` on unless set off.
+    Remoting,
+    /// The management API: TLS 1.2 and 1.3, a client certificate optional (any of the CA:
+    /// client certificates are what it is for), `verify-peer-hostname` off unless set on (it
+    /// applies to Cluster Bootstrap's probes only).
+    Management,
+}
+
+impl Purpose {
+    fn client_auth(self) -> ClientAuth {
+        match self {
+            Purpose::Remoting => ClientAuth::Required,
+            Purpose::Management => ClientAuth::Optional,
+        }
+    }
+
+    fn versions(self) -> &'static [&'static SupportedProtocolVersion] {
+        match self {
+            Purpose::Remoting => TLS13_ONLY,
+            Purpose::Management => TLS12_AND_13,
+        }
+    }
+
+    fn verify_peer_hostname(self, config: &TlsConfig) -> bool {
+        config
+            .verify_peer_hostname
+            .unwrap_or(self == Purpose::Remoting)
+    }
+}
+
 /// Counters of certificate reloads.
 #[derive(Debug, Default)]
 pub struct TlsReloadStats {
@@ -67,14 +104,15 @@ type Stamp = Vec<Option<(SystemTime, u64)>>;
 struct Loaded {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    /// The leaf of this node's chain.
+    own: Option<CertificateDer<'static>>,
     stamp: Stamp,
 }
 
 /// A node's TLS identity and trust, as rustls configurations for both directions.
 pub struct TlsContext {
     config: TlsConfig,
-    client_auth: ClientAuth,
-    versions: &'static [&'static SupportedProtocolVersion],
+    purpose: Purpose,
     loaded: RwLock<Loaded>,
     /// Reload counters.
     pub stats: TlsReloadStats,
@@ -85,7 +123,7 @@ impl std::fmt::Debug for TlsContext {
         f.debug_struct("TlsContext")
             .field("certificate", &self.config.certificate)
             .field("ca_certificates", &self.config.ca_certificates)
-            .field("verify_peer_hostname", &self.config.verify_peer_hostname)
+            .field("verify_peer_hostname", &self.verify_peer_hostname())
             .finish()
     }
 }
@@ -98,34 +136,35 @@ pub(crate) static TLS12_AND_13: &[&SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 impl TlsContext {
-    /// Loads the files of `config` for remoting: TLS 1.3, client certificates required.
+    /// Loads the files of `config` for remoting: TLS 1.3, client certificates required, and
+    /// on both sides only node certificates ([`super::role`]): a peer presenting another
+    /// certificate of the CA (a client certificate) is refused whether it dials or is dialled.
+    /// `verify-peer-hostname` is on unless set off.
+    ///
+    /// # Errors
+    /// A file that cannot be read, holds no certificate or key, a key that does not match
+    /// the certificate, or a certificate that is not a node certificate (peers would refuse
+    /// it).
+    pub fn for_remoting(config: &TlsConfig) -> Result<Arc<TlsContext>, TlsError> {
+        Self::load(config, Purpose::Remoting)
+    }
+
+    /// Loads the files of `config` for the management API: TLS 1.2 or 1.3, client
+    /// certificates optional (any certificate of the CA). `verify-peer-hostname` is off
+    /// unless set on.
     ///
     /// # Errors
     /// A file that cannot be read, holds no certificate or key, or a key that does not
     /// match the certificate.
-    pub fn for_remoting(config: &TlsConfig) -> Result<Arc<TlsContext>, TlsError> {
-        Self::load(config, ClientAuth::Required, TLS13_ONLY)
-    }
-
-    /// Loads the files of `config` for the management API: TLS 1.2 or 1.3, client
-    /// certificates optional.
-    ///
-    /// # Errors
-    /// As [`TlsContext::for_remoting`].
     pub fn for_management(config: &TlsConfig) -> Result<Arc<TlsContext>, TlsError> {
-        Self::load(config, ClientAuth::Optional, TLS12_AND_13)
+        Self::load(config, Purpose::Management)
     }
 
-    fn load(
-        config: &TlsConfig,
-        client_auth: ClientAuth,
-        versions: &'static [&'static SupportedProtocolVersion],
-    ) -> Result<Arc<TlsContext>, TlsError> {
-        let loaded = build(config, client_auth, versions)?;
+    fn load(config: &TlsConfig, purpose: Purpose) -> Result<Arc<TlsContext>, TlsError> {
+        let loaded = build(config, purpose)?;
         Ok(Arc::new(TlsContext {
             config: config.clone(),
-            client_auth,
-            versions,
+            purpose,
             loaded: RwLock::new(loaded),
             stats: TlsReloadStats::default(),
         }))
@@ -141,9 +180,15 @@ impl TlsContext {
         self.read().client.clone()
     }
 
-    /// `verify-peer-hostname`.
+    /// `verify-peer-hostname` as in effect: the configured value, or the default of this
+    /// context's purpose (remoting: on; management: off).
     pub fn verify_peer_hostname(&self) -> bool {
-        self.config.verify_peer_hostname
+        self.purpose.verify_peer_hostname(&self.config)
+    }
+
+    /// This node's own certificate (the leaf of the chain in use).
+    pub fn own_certificate(&self) -> Option<CertificateDer<'static>> {
+        self.read().own.clone()
     }
 
     /// The settings the context was loaded from.
@@ -166,7 +211,7 @@ impl TlsContext {
         if now == self.read().stamp {
             return Ok(false);
         }
-        match build(&self.config, self.client_auth, self.versions) {
+        match build(&self.config, self.purpose) {
             Ok(loaded) => {
                 *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = loaded;
                 self.stats.reloads.fetch_add(1, Ordering::Relaxed);
@@ -272,21 +317,36 @@ pub(crate) fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
 }
 
 /// A client configuration trusting `roots`, presenting `identity` if given, checking the
-/// server's name or not.
+/// server's name or not (for the management API's clients: any certificate of the CA).
 pub(crate) fn client_config(
     roots: Arc<RootCertStore>,
     identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
     verify_hostname: bool,
     versions: &'static [&'static SupportedProtocolVersion],
 ) -> Result<ClientConfig, TlsError> {
+    client_config_with_role(roots, identity, verify_hostname, false, versions)
+}
+
+/// [`client_config`], also requiring the server's certificate to be a node certificate if
+/// `node_role` (remoting).
+fn client_config_with_role(
+    roots: Arc<RootCertStore>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    verify_hostname: bool,
+    node_role: bool,
+    versions: &'static [&'static SupportedProtocolVersion],
+) -> Result<ClientConfig, TlsError> {
     let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
         .build()
         .map_err(TlsError::other)?;
-    let verifier: Arc<dyn ServerCertVerifier> = if verify_hostname {
+    let mut verifier: Arc<dyn ServerCertVerifier> = if verify_hostname {
         webpki
     } else {
         Arc::new(AnyNameServerVerifier::new(webpki))
     };
+    if node_role {
+        verifier = Arc::new(NodeServerVerifier::new(verifier));
+    }
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(versions)
         .map_err(TlsError::other)?
@@ -300,22 +360,30 @@ pub(crate) fn client_config(
     }
 }
 
-fn build(
-    config: &TlsConfig,
-    client_auth: ClientAuth,
-    versions: &'static [&'static SupportedProtocolVersion],
-) -> Result<Loaded, TlsError> {
+fn build(config: &TlsConfig, purpose: Purpose) -> Result<Loaded, TlsError> {
+    let versions = purpose.versions();
+    let node_role = purpose == Purpose::Remoting;
     // The stamp is taken first: a change while reading is seen by the next check.
     let stamp = stamp(config);
     let certs = read_certificates(&config.certificate)?;
+    if node_role {
+        // Peers would refuse it: say so now, naming the file, rather than fail every
+        // handshake (a reload with such a certificate keeps the previous one).
+        check_node_certificate(&certs[0])
+            .map_err(|e| TlsError::file(&config.certificate, e.to_string()))?;
+    }
     let key = read_private_key(&config.private_key)?;
     let roots = read_roots(&config.ca_certificates)?;
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
-    let verifier = match client_auth {
+    let mut verifier: Arc<dyn ClientCertVerifier> = match purpose.client_auth() {
         ClientAuth::Required => verifier.build(),
         ClientAuth::Optional => verifier.allow_unauthenticated().build(),
     }
     .map_err(|e| TlsError::file(&config.ca_certificates, e.to_string()))?;
+    if node_role {
+        verifier = Arc::new(NodeClientVerifier::new(verifier));
+    }
+    let own = certs.first().cloned();
     let mut server = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(versions)
         .map_err(TlsError::other)?
@@ -324,16 +392,18 @@ fn build(
         .map_err(|e| TlsError::file(&config.private_key, e.to_string()))?;
     // No session resumption: connections are long-lived, and a reader never writes.
     server.send_tls13_tickets = 0;
-    let mut client = client_config(
+    let mut client = client_config_with_role(
         roots,
         Some((certs, key)),
-        config.verify_peer_hostname,
+        purpose.verify_peer_hostname(config),
+        node_role,
         versions,
     )?;
     client.resumption = rustls::client::Resumption::disabled();
     Ok(Loaded {
         server: Arc::new(server),
         client: Arc::new(client),
+        own,
         stamp,
     })
 }

@@ -62,11 +62,38 @@ pub enum Outcome {
 pub struct WirePeer {
     pub me: UniqueAddress,
     pub secret: Option<ClusterSecret>,
+    /// The local IP the connection comes from (another loopback address than 127.0.0.1
+    /// plays another host); `None`: the system's choice.
+    pub source: Option<std::net::IpAddr>,
+    /// The target the handshake names when it is not the address dialled.
+    pub claimed_target: Option<Address>,
 }
 
 impl WirePeer {
     pub fn new(me: UniqueAddress) -> Self {
-        WirePeer { me, secret: None }
+        WirePeer {
+            me,
+            secret: None,
+            source: None,
+            claimed_target: None,
+        }
+    }
+
+    /// Connections come from `ip` (e.g. 127.0.0.2).
+    pub fn with_source_ip(mut self, ip: &str) -> Self {
+        self.source = Some(ip.parse().unwrap());
+        self
+    }
+
+    /// The handshake names `to` as its target, whatever address it dials.
+    pub fn claiming_target(mut self, to: Address) -> Self {
+        self.claimed_target = Some(to);
+        self
+    }
+
+    /// A TCP connection to `target` from [`WirePeer::source`].
+    pub async fn tcp(&self, target: &Address) -> std::io::Result<TcpStream> {
+        tcp_from(self.source, target).await
     }
 
     pub fn with_secret(mut self, secret: &[u8]) -> Self {
@@ -76,12 +103,12 @@ impl WirePeer {
 
     /// Connects to `target` (a node's remoting address) for `lane` and runs the handshake.
     pub async fn connect(&self, target: &Address, lane: Lane) -> (Option<TcpStream>, Outcome) {
-        let Ok(mut s) = TcpStream::connect(target.host_port()).await else {
+        let Ok(mut s) = self.tcp(target).await else {
             return (None, Outcome::Closed);
         };
         let hs = wire::Handshake {
             from: Some(wire_unique(&self.me)),
-            to: Some(wire_address(target)),
+            to: Some(wire_address(self.claimed_target.as_ref().unwrap_or(target))),
             protocol_version: PROTOCOL_VERSION,
             cluster_name: target.system.clone(),
             lane: lane.index() as u32,
@@ -122,6 +149,27 @@ impl WirePeer {
             _ => (None, Outcome::Closed),
         }
     }
+}
+
+/// A TCP connection to `target` (a loopback address) from `source` if given.
+pub async fn tcp_from(
+    source: Option<std::net::IpAddr>,
+    target: &Address,
+) -> std::io::Result<TcpStream> {
+    let Some(ip) = source else {
+        return TcpStream::connect(target.host_port()).await;
+    };
+    let to = tokio::net::lookup_host(target.host_port())
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let socket = if ip.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(std::net::SocketAddr::new(ip, 0))?;
+    socket.connect(to).await
 }
 
 /// An envelope frame body of the membership protocol.
