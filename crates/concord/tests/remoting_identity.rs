@@ -413,3 +413,71 @@ async fn a_handshake_naming_another_host_is_refused() {
     );
     node.stop().await;
 }
+
+/// The configuration of the Compose and Kubernetes TLS files (deploy/), from the same
+/// environment variables: one node certificate for every replica, naming the service's DNS
+/// name and localhost but not the address each replica advertises.
+fn shared_certificate_config(
+    system: &str,
+    seeds: &[u16],
+    dir: &Path,
+    verify: Option<&str>,
+) -> Config {
+    let mut env: Vec<(String, String)> = common::FAST_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for (k, f) in [
+        ("CONCORD__REMOTE__TLS__CERTIFICATE", "node.crt"),
+        ("CONCORD__REMOTE__TLS__PRIVATE_KEY", "node.key"),
+        ("CONCORD__REMOTE__TLS__CA_CERTIFICATES", "ca.crt"),
+    ] {
+        env.push((k.into(), dir.join(f).display().to_string()));
+    }
+    if let Some(v) = verify {
+        env.push((
+            "CONCORD__REMOTE__TLS__VERIFY_PEER_HOSTNAME".into(),
+            v.into(),
+        ));
+    }
+    let mut c = Config::load(None, &concord::config::env_overrides(env)).unwrap();
+    c.system = system.into();
+    c.remote.port = 0;
+    c.management.port = 0;
+    c.cluster.seed_nodes = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_one_certificate_form_a_cluster_as_the_deploy_files_configure_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certs(d, &["create-ca"]);
+    certs(d, &["create-node", "concord", "localhost"]);
+    let sys = "ident-f";
+    // Without the deploy files' setting the host-name check is on: such a node does not start.
+    let e = Node::start(shared_certificate_config(sys, &[], d, None))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        e.as_ref()
+            .is_some_and(|e| e.contains("verify-peer-hostname")),
+        "{e:?}"
+    );
+    let first = start_first(shared_certificate_config(sys, &[], d, Some("false"))).await;
+    wait_self_up(&first).await;
+    let seed = common::port_of(&first);
+    let second = Node::start(shared_certificate_config(sys, &[seed], d, Some("false")))
+        .await
+        .unwrap();
+    wait_for("two members Up on both", || {
+        [&first, &second].iter().all(|n| {
+            let v = n.cluster().view();
+            v.members.len() == 2 && v.members.values().all(|m| m.status == MemberStatus::Up)
+        })
+    })
+    .await;
+    second.stop().await;
+    first.stop().await;
+}
