@@ -10,7 +10,8 @@ pub struct CertsArgs {
     /// The certificate directory (created if missing).
     #[arg(long, env = "CONCORD_CERTS_DIR")]
     dir: PathBuf,
-    /// The CA key file (default: DIR/ca.key); keep it off the nodes.
+    /// The CA key file (default: DIR/ca.key; its directory is created); keep it off the
+    /// nodes.
     #[arg(long)]
     ca_key: Option<PathBuf>,
     /// Replace existing files.
@@ -28,7 +29,8 @@ pub enum CertsCommand {
         args: CertsArgs,
     },
     /// A node certificate signed by the CA of DIR, for every HOST (DNS names or IP
-    /// addresses the node is reached at): DIR/node.crt, DIR/node.key.
+    /// addresses the node is reached at; include its remote.hostname), with the node role
+    /// (the URI concord:node) remoting requires: DIR/node.crt, DIR/node.key.
     CreateNode {
         #[command(flatten)]
         args: CertsArgs,
@@ -37,7 +39,8 @@ pub enum CertsCommand {
         hosts: Vec<String>,
     },
     /// A client certificate named NAME signed by the CA of DIR (for the CLI and other
-    /// clients of the management API): DIR/client.NAME.crt, DIR/client.NAME.key.
+    /// clients of the management and key-value APIs; remoting refuses it):
+    /// DIR/client.NAME.crt, DIR/client.NAME.key.
     CreateClient {
         #[command(flatten)]
         args: CertsArgs,
