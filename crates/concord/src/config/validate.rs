@@ -22,6 +22,7 @@ impl Config {
         self.validate_remote_security()?;
         self.sharding.validate()?;
         self.validate_kv()?;
+        self.validate_management()?;
         if self.remote.maximum_frame_size < 1024 {
             return Err(ConfigError::new(
                 "remote.maximum-frame-size",
