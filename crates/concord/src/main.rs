@@ -335,6 +335,16 @@ async fn run_node(
     sample: bool,
 ) -> anyhow::Result<()> {
     let mut config = Config::load(config.as_deref(), &overrides)?;
+    match concord::management::raise_descriptor_limit() {
+        Ok((before, after)) if after > before => {
+            info!(
+                before,
+                after, "raised the file-descriptor limit to its hard limit"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot raise the file-descriptor limit"),
+    }
     if sample {
         config
             .distributed_data

@@ -84,6 +84,13 @@
 //!   `..._handoff_keys_sent_total`, `..._handoff_keys_received_total`,
 //!   `..._handoff_keys_removed_total`, `..._invalid_messages_total`,
 //!   `..._storage_errors_total`, `..._overloaded_total` (all `{node}`)
+//!
+//! HTTP servers (`server` = `management` or `kv`; recorded by `management::limits`):
+//! - `concord_http_connections{node,server}`, `concord_http_max_connections{node,server}`
+//!   (gauges: open connections, the cap in force)
+//! - `concord_http_connections_refused_total{node,server,reason}` (`server-cap`, `source-cap`),
+//!   `concord_http_timeouts_total{node,server,kind}` (`header`, `idle`, `tls-handshake`),
+//!   `concord_http_accept_errors_total{node,server}`
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;

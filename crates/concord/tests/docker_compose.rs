@@ -1,7 +1,9 @@
 //! The compose deployment (deploy/docker-compose.yml): replicas find each other through
 //! Docker's DNS and bootstrap one cluster with no seed-node list; scaling from 5 to 7 adds two
-//! members; a graceful stop (SIGTERM) removes one. Everything the test started is removed
-//! when it ends, also on failure (`docker-compose down`).
+//! members; the management API (on every interface) serves probes and reads without a
+//! token and refuses writes without it (401), and a leave with the token removes a member;
+//! a graceful stop (SIGTERM) removes another. Everything the test started is removed when
+//! it ends, also on failure (`docker-compose down`).
 //!
 //! Needs Docker and the image: run through `scripts/test` (README's test command).
 
@@ -15,6 +17,9 @@ use common::*;
 use concord::client::ManagementClient;
 
 const T: Duration = Duration::from_secs(90);
+
+/// The management token the compose file requires (`CONCORD_MANAGEMENT_TOKEN`).
+const TOKEN: &str = "compose-test-management-token-0123456789";
 
 struct Compose {
     project: String,
@@ -40,6 +45,7 @@ impl Compose {
                     "CONCORD_CLUSTER_SECRET",
                     "compose-test-cluster-secret-0123456789".into(),
                 ),
+                ("CONCORD_MANAGEMENT_TOKEN", TOKEN.into()),
             ],
             tls_ca: None,
         }
@@ -182,13 +188,40 @@ fn compose_replicas_bootstrap_one_cluster_scale_out_and_leave_gracefully() {
     compose.run(&["up", "-d", "--no-recreate", "--scale", "concord=7"]);
     compose.wait("scaled to 7", || compose.one_cluster_of(&rt, 7));
 
+    // The management API listens on every interface: probes, reads and the bootstrap
+    // contact point need no token; writes do.
+    let containers = compose.containers();
+    let ip = compose.ip(&containers[0]);
+    for path in [
+        "/ready",
+        "/alive",
+        "/bootstrap/seed-nodes",
+        "/cluster/members",
+    ] {
+        let r = rt
+            .block_on(reqwest::get(format!("http://{ip}:8558{path}")))
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} without a token");
+    }
+    let leaver = format!("concord://concord@{}:25520", compose.ip(&containers[1]));
+    match rt.block_on(compose.client(&ip).operation(&leaver, "Leave")) {
+        Err(concord::client::ClientError::Refused { status: 401, .. }) => {}
+        other => panic!("a leave without the token: {other:?}"),
+    }
+    let with_token = compose.client(&ip).with_token(Some(TOKEN.into()));
+    rt.block_on(with_token.operation(&leaver, "Leave"))
+        .expect("a leave with the token");
+    compose.wait("6 members after the leave", || {
+        compose.one_cluster_of(&rt, 6)
+    });
+
     // Graceful stop of one replica: it leaves, exits 0, the others remove it.
     let victim = compose.containers()[0].clone();
     docker(&["stop", "-t", "30", &victim]).unwrap();
     let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &victim]).unwrap();
     assert_eq!(code, "0", "a graceful stop exits 0");
-    compose.wait("6 members after the graceful stop", || {
-        compose.one_cluster_of(&rt, 6)
+    compose.wait("5 members after the graceful stop", || {
+        compose.one_cluster_of(&rt, 5)
     });
 }
 

@@ -415,7 +415,8 @@ async fn write_routes_check_host_and_origin_and_answer_413_and_409() {
         .await
         .unwrap();
     assert_eq!(status(r), 413);
-    // A chunked body declares no length: the limit applies while it is read.
+    // A chunked body declares no length: refused before it is read (bodies need
+    // Content-Length; a chunked request may also have carried one that hyper dropped).
     {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -423,14 +424,13 @@ async fn write_routes_check_host_and_origin_and_answer_413_and_409() {
             "PUT /cluster HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
             big.len()
         );
+        // The answer comes after the head alone.
         s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(big.as_bytes()).await.unwrap();
-        s.write_all(b"\r\n0\r\n\r\n").await.unwrap();
         let mut answer = vec![0u8; 12];
         s.read_exact(&mut answer).await.unwrap();
         assert_eq!(
             &answer,
-            b"HTTP/1.1 413",
+            b"HTTP/1.1 400",
             "{}",
             String::from_utf8_lossy(&answer)
         );

@@ -24,6 +24,20 @@ pub struct KvConfig {
     pub http_hostname: String,
     /// Serve the HTTP API beyond loopback without a token or TLS (false).
     pub insecure: bool,
+    /// Most HTTP connections served at once (512); like `management.max-connections`
+    /// (lowered at start to fit the file-descriptor limit).
+    pub http_max_connections: usize,
+    /// Most HTTP connections from one source at once (64; an IPv6 source is its /64), like
+    /// `management.max-connections-per-source`: room for an application server's pool.
+    pub http_max_connections_per_source: usize,
+    /// A request's head must arrive complete within this ("10s"), like
+    /// `management.header-read-timeout`.
+    #[serde(deserialize_with = "duration::de")]
+    pub http_header_read_timeout: Duration,
+    /// A connection on which no byte moves for this long is closed ("60s"), like
+    /// `management.idle-timeout`.
+    #[serde(deserialize_with = "duration::de")]
+    pub http_idle_timeout: Duration,
     /// Replication factor N (3; 1 to 9).
     pub n: u8,
     /// Read quorum R: "one", "quorum", "all" or a number ("quorum").
@@ -66,6 +80,10 @@ impl Default for KvConfig {
             http_port: None,
             http_hostname: "127.0.0.1".into(),
             insecure: false,
+            http_max_connections: 512,
+            http_max_connections_per_source: 64,
+            http_header_read_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
             n: d.n,
             r: d.r.to_string(),
             w: d.w.to_string(),
@@ -164,6 +182,13 @@ impl Config {
                 format!("must be at least 1 and leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
             ));
         }
+        super::management::validate_http_limits(
+            "kv.http-",
+            c.http_max_connections,
+            c.http_max_connections_per_source,
+            c.http_header_read_timeout,
+            c.http_idle_timeout,
+        )?;
         if c.max_pending_requests == 0 {
             return Err(ConfigError::new(
                 "kv.max-pending-requests",

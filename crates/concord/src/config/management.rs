@@ -1,8 +1,10 @@
 //! `[management]`: the management HTTP API (Akka `akka.management.http`).
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
-use super::TlsConfig;
+use super::{duration, Config, ConfigError, TlsConfig};
 
 /// `[management]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -32,6 +34,24 @@ pub struct ManagementConfig {
     pub allowed_hosts: Vec<String>,
     /// Largest request body, bytes (65536); a larger one is answered 413.
     pub max_body_size: usize,
+    /// Most connections served at once (256); more are closed at accept (503 over plain
+    /// HTTP) and counted. Lowered at start so that this API's, the key-value API's and
+    /// remoting's caps leave a quarter of the process's file-descriptor limit free.
+    pub max_connections: usize,
+    /// Most connections from one source at once (32; an IPv6 source is its /64); more are
+    /// closed at accept. Two more connections from 127.0.0.1 or ::1 are admitted beyond
+    /// both caps, for an operator on the node's own host.
+    pub max_connections_per_source: usize,
+    /// A request's head (request line and headers) must arrive complete within this
+    /// ("10s"), counted from accept or, on a kept-alive connection, from the end of the
+    /// previous response (hyper's `header_read_timeout`); then the connection is closed.
+    #[serde(deserialize_with = "duration::de")]
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte moves in either direction for this long is closed
+    /// ("60s"): an idle kept-alive connection, a stalled request body, a client that stopped
+    /// reading. Keep it above 15 s, the domain-events stream's keep-alive interval.
+    #[serde(deserialize_with = "duration::de")]
+    pub idle_timeout: Duration,
 }
 
 impl Default for ManagementConfig {
@@ -45,6 +65,10 @@ impl Default for ManagementConfig {
             tls: None,
             allowed_hosts: Vec::new(),
             max_body_size: 64 * 1024,
+            max_connections: 256,
+            max_connections_per_source: 32,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -74,4 +98,52 @@ impl ManagementConfig {
             "http"
         }
     }
+}
+
+impl Config {
+    /// The management API's connection limits: caps at least 1, timeouts above zero.
+    pub(crate) fn validate_management(&self) -> Result<(), ConfigError> {
+        let m = &self.management;
+        validate_http_limits(
+            "management.",
+            m.max_connections,
+            m.max_connections_per_source,
+            m.header_read_timeout,
+            m.idle_timeout,
+        )
+    }
+}
+
+/// Checks an HTTP server's connection limits; `prefix` names the keys (`management.`,
+/// `kv.http-`).
+pub(crate) fn validate_http_limits(
+    prefix: &str,
+    max_connections: usize,
+    per_source: usize,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+) -> Result<(), ConfigError> {
+    for (key, v) in [
+        ("max-connections", max_connections),
+        ("max-connections-per-source", per_source),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::new(
+                format!("{prefix}{key}"),
+                "must be at least 1",
+            ));
+        }
+    }
+    for (key, v) in [
+        ("header-read-timeout", header_read_timeout),
+        ("idle-timeout", idle_timeout),
+    ] {
+        if v.is_zero() {
+            return Err(ConfigError::new(
+                format!("{prefix}{key}"),
+                "must be greater than zero",
+            ));
+        }
+    }
+    Ok(())
 }

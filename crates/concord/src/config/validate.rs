@@ -23,6 +23,7 @@ impl Config {
         self.validate_handshake_limits()?;
         self.sharding.validate()?;
         self.validate_kv()?;
+        self.validate_management()?;
         if self.remote.maximum_frame_size < 1024 {
             return Err(ConfigError::new(
                 "remote.maximum-frame-size",

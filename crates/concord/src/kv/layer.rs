@@ -177,7 +177,9 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
         .map_err(error)?;
     let access = ManagementAccess::for_key_value(config, addr);
     let app = super::http::router(store.clone(), access);
-    crate::management::serve_app(listener, tls, app, ctx.cluster.clone(), "kv");
+    let limits = crate::management::HttpLimits::for_key_value(&config.kv)
+        .fitted(ctx.transport.inbound_connections().1);
+    crate::management::serve_app(listener, tls, app, ctx.cluster.clone(), "kv", limits);
     let _ = store.http.set(addr);
     info!(%addr, https = config.management.tls.is_some(), "key-value HTTP API listening");
     Ok(())

@@ -2,7 +2,9 @@
 //! bearer-token authentication, plus client certificates over HTTPS), the names a write
 //! may be addressed to, and the body limit. Every request other than GET/HEAD is a write.
 //!
-//! - any request: a body declared larger than `management.max-body-size` answers 413;
+//! - any request: more than one `Host`, or a `Host` that is not `host[:port]` (e.g. with
+//!   userinfo: `localhost:1@evil.example` names `evil.example`) answers 400 (RFC 9112
+//!   §3.2); a body declared larger than `management.max-body-size` answers 413;
 //! - read-only: writes are refused with 403;
 //! - `Host` (and `Origin`, when present) must name this node (`allowed-hosts`, the
 //!   configured and bound names): a page in a browser cannot post to the API through DNS
@@ -18,6 +20,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use axum::extract::{Request, State};
+use axum::http::uri::{Authority, Uri};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -124,19 +127,46 @@ fn allowed_hosts(
     hosts
 }
 
-/// The host part of a `Host` header value or of an `Origin` (`scheme://host[:port]`).
+/// The host of a `Host` header value: an authority without userinfo, `host[:port]` (RFC
+/// 9110 §7.2), parsed by the `http` crate; `None` if the value is not one — e.g.
+/// `localhost:1@evil.example`, whose host is `evil.example` behind the userinfo
+/// `localhost:1`.
 fn host_of(value: &str) -> Option<String> {
-    let authority = match value.split_once("://") {
-        Some((_, rest)) => rest,
-        None => value,
-    };
-    let authority = authority.split('/').next().unwrap_or("");
-    let host = if let Some(rest) = authority.strip_prefix('[') {
-        rest.split(']').next()?
-    } else {
-        authority.split(':').next()?
-    };
+    let authority: Authority = value.trim().parse().ok()?;
+    if authority.as_str().contains('@') {
+        return None;
+    }
+    let host = authority.host();
     (!host.is_empty()).then(|| normalize(host))
+}
+
+/// The host of an `Origin` (`scheme://host[:port]`, RFC 6454 §7); `None` for `null` or a
+/// value that is not one.
+fn origin_host(value: &str) -> Option<String> {
+    let uri: Uri = value.trim().parse().ok()?;
+    uri.scheme()?;
+    host_of(uri.authority()?.as_str())
+}
+
+/// Why the `Host` header makes the request malformed, if it does: more than one, or a
+/// value that is not `host[:port]` (RFC 9112 §3.2: answered 400). An absent `Host` is left
+/// to [`misaddressed`] (writes need one).
+fn malformed_host(headers: &HeaderMap) -> Option<String> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let first = hosts.next()?;
+    if hosts.next().is_some() {
+        return Some("more than one Host header".into());
+    }
+    if first.to_str().ok().and_then(host_of).is_some() {
+        return None;
+    }
+    let shown: String = String::from_utf8_lossy(first.as_bytes())
+        .chars()
+        .take(100)
+        .collect();
+    Some(format!(
+        "malformed Host header `{shown}`: expected host[:port], without userinfo"
+    ))
 }
 
 /// Constant-time comparison (the token is a secret).
@@ -166,7 +196,7 @@ fn misaddressed(access: &ManagementAccess, headers: &HeaderMap) -> Option<String
         let ok = origin
             .to_str()
             .ok()
-            .and_then(host_of)
+            .and_then(origin_host)
             .is_some_and(|h| access.allowed_hosts.contains(&h));
         if !ok {
             return Some(format!(
@@ -180,6 +210,9 @@ fn misaddressed(access: &ManagementAccess, headers: &HeaderMap) -> Option<String
 
 /// Middleware enforcing [`ManagementAccess`].
 pub async fn guard(State(access): State<ManagementAccess>, req: Request, next: Next) -> Response {
+    if let Some(reason) = malformed_host(req.headers()) {
+        return message(StatusCode::BAD_REQUEST, reason);
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -246,13 +279,30 @@ mod tests {
         assert_eq!(host_of("Example.COM").as_deref(), Some("example.com"));
         assert_eq!(host_of("[::1]:8558").as_deref(), Some("::1"));
         assert_eq!(
-            host_of("https://evil.example:443").as_deref(),
+            origin_host("https://evil.example:443").as_deref(),
             Some("evil.example")
         );
-        assert_eq!(host_of("http://[::1]:80/x").as_deref(), Some("::1"));
-        assert_eq!(host_of("null").as_deref(), Some("null"));
+        assert_eq!(origin_host("http://[::1]:80/x").as_deref(), Some("::1"));
+        assert_eq!(origin_host("null"), None);
         assert_eq!(host_of(""), None);
         assert_eq!(host_of(":80"), None);
+    }
+
+    #[test]
+    fn userinfo_is_not_a_host() {
+        // The report: read as `localhost` by splitting at the first colon.
+        assert_eq!(host_of("localhost:1@evil.example"), None);
+        assert_eq!(host_of("localhost@evil.example"), None);
+        assert_eq!(host_of("a b"), None);
+        assert_eq!(origin_host("http://localhost:1@evil.example"), None);
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "localhost:1@evil.example".parse().unwrap());
+        assert!(malformed_host(&h).is_some());
+        h.insert(header::HOST, "localhost:8558".parse().unwrap());
+        assert_eq!(malformed_host(&h), None);
+        h.append(header::HOST, "evil.example".parse().unwrap());
+        assert!(malformed_host(&h).is_some(), "two Host headers");
+        assert_eq!(malformed_host(&HeaderMap::new()), None);
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! `host:port`, percent-encoded or not. Errors are `{"message": "..."}` with 400/404.
 
 mod access;
+mod connection;
 mod domain_events;
-mod https;
+mod limits;
 mod server;
 
 use axum::extract::rejection::FormRejection;
@@ -41,6 +42,9 @@ use tracing::info;
 
 pub use access::{guard, ManagementAccess, VerifiedClientCertificate};
 pub use domain_events::{event_json, EVENT_TYPES};
+pub use limits::{
+    descriptor_limit, descriptor_share, raise_descriptor_limit, HttpLimits, LOCAL_RESERVE,
+};
 pub use server::serve;
 pub(crate) use server::serve_app;
 

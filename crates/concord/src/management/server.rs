@@ -6,48 +6,45 @@ use std::net::SocketAddr;
 use axum::Router;
 use tracing::{info, Instrument};
 
-use super::{https, router, ManagementAccess, ManagementError, ManagementState};
+use super::limits::{ConnectionGate, HttpLimits};
+use super::{connection, router, ManagementAccess, ManagementError, ManagementState};
 use crate::cluster::Cluster;
 
 /// Serves `app` on `listener` until the node terminates — over HTTPS when `tls` is set
-/// (its files re-read when they change; one task per connection, at most 1024 at once,
-/// 10 s for the TLS handshake and each request's headers); then lets each open connection
-/// finish its request. `name` names the API in logs.
+/// (its files re-read when they change) — within `limits` (lowered to this process's
+/// share of file descriptors, see [`super::limits`]); then lets each open connection
+/// finish its request. `name` names the API in logs and metrics (`server` label).
 pub(crate) fn serve_app(
     listener: tokio::net::TcpListener,
     tls: Option<std::sync::Arc<crate::tls::TlsContext>>,
     app: Router,
     cluster: Cluster,
     name: &'static str,
+    limits: HttpLimits,
 ) {
     let span = tracing::Span::current();
-    match tls {
-        Some(tls) => {
-            tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, name);
-            let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-            tokio::spawn(
-                async move {
-                    cluster.terminated().await;
-                    let _ = stop_tx.send(true);
-                }
-                .instrument(span.clone()),
-            );
-            tokio::spawn(https::serve_https(listener, tls, app, stop_rx).instrument(span));
-        }
-        None => {
-            tokio::spawn(
-                async move {
-                    let shutdown = async move {
-                        cluster.terminated().await;
-                    };
-                    let _ = axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await;
-                }
-                .instrument(span),
-            );
-        }
+    if let Some(tls) = &tls {
+        tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, name);
     }
+    let l = &limits;
+    info!(
+        server = name,
+        max_connections = l.max_connections,
+        max_connections_per_source = l.max_connections_per_source,
+        header_read_timeout = ?l.header_read_timeout,
+        idle_timeout = ?l.idle_timeout,
+        "HTTP connection limits"
+    );
+    let gate = ConnectionGate::new(limits, name, cluster.self_address().to_string());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(
+        async move {
+            cluster.terminated().await;
+            let _ = stop_tx.send(true);
+        }
+        .instrument(span.clone()),
+    );
+    tokio::spawn(connection::serve_connections(listener, tls, app, gate, stop_rx).instrument(span));
 }
 
 /// Binds `management.hostname:port` and serves the API (with the layers' `extra` routes)
@@ -92,8 +89,9 @@ pub async fn serve(
         info!("management API is read-only: write routes answer 403 (management.read-only)");
     }
     let cluster = state.cluster.clone();
+    let limits = HttpLimits::for_management(config).fitted(state.transport.inbound_connections().1);
     let app = router(state, access, extra);
-    serve_app(listener, tls, app, cluster, "management");
+    serve_app(listener, tls, app, cluster, "management", limits);
     info!(%addr, https = config.tls.is_some(), "management HTTP API listening");
     Ok(addr)
 }
