@@ -27,6 +27,7 @@ pub mod ddata;
 pub mod events;
 pub mod failure_detector;
 pub mod gossip;
+pub mod group;
 pub mod heartbeat_ring;
 pub mod kv;
 pub mod leader;

@@ -7,6 +7,7 @@
 
 use std::any::Any;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use concord_core::{
     MembershipChange, MembershipView, ProtocolId, ProtocolMachine, Transmit, UniqueAddress,
@@ -47,7 +48,7 @@ pub trait HostedMachine {
     /// message type (the runtime's "unknown message": counted and dropped).
     fn deliver(&mut self, now_ms: u64, from: &UniqueAddress, payload: Payload) -> bool;
     /// The membership view changed.
-    fn membership(&mut self, now_ms: u64, view: &MembershipView, change: MembershipChange);
+    fn membership(&mut self, now_ms: u64, view: &Arc<MembershipView>, change: MembershipChange);
     /// Time passed.
     fn timeout(&mut self, now_ms: u64);
     /// Its next deadline, ms.
@@ -114,7 +115,7 @@ where
         }
     }
 
-    fn membership(&mut self, now_ms: u64, view: &MembershipView, change: MembershipChange) {
+    fn membership(&mut self, now_ms: u64, view: &Arc<MembershipView>, change: MembershipChange) {
         self.machine.handle_membership(now_ms, view, change);
     }
 

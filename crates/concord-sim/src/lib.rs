@@ -6,13 +6,16 @@
 //! any other protocol machines ([`hosted`]), routed by protocol id as the runtime routes
 //! envelopes. Scenarios are code; randomized fault schedules come from a seed and are
 //! checked against the cluster invariants after every step and at the end. The same seed
-//! replays the same run. Depends on `concord-core` only.
+//! replays the same run. Layers run in their real host ([`layer_host`]) with their real
+//! effects: the simulator depends on `concord-core` and on `concord` without its tokio
+//! runtime (`default-features = false`), so nothing here needs tokio.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod hosted;
 pub mod invariants;
+pub mod layer_host;
 pub mod lease;
 pub mod network;
 pub mod scale;
@@ -21,5 +24,6 @@ pub mod sim;
 pub mod trace;
 
 pub use hosted::{Hosted, HostedMachine, Payload};
+pub use layer_host::{SimHost, SimRuntime, Sleep};
 pub use lease::SimLease;
 pub use sim::{node_address, SimMessage, Simulation};

@@ -13,6 +13,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+use concord::host::ManualClock;
 use concord_core::settings::ClusterSettings;
 use concord_core::{
     Address, ClusterCore, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
@@ -141,6 +142,8 @@ pub struct Simulation {
     pub record_events: bool,
     /// The lease lease-majority decisions acquire.
     pub lease: SimLease,
+    /// The one clock of every node's hosts: virtual time, [`Simulation::now`].
+    pub clock: ManualClock,
     factories: Vec<MachineFactory>,
     messages: BTreeMap<u64, InFlight>,
     queue: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
@@ -181,6 +184,7 @@ impl Simulation {
                 holder: None,
                 ttl_ms: 40_000,
             },
+            clock: ManualClock::new(1_000_000),
             factories: Vec::new(),
             messages: BTreeMap::new(),
             queue: BinaryHeap::new(),
@@ -236,7 +240,7 @@ impl Simulation {
             self.now,
             seed,
         );
-        let view = core.membership_view();
+        let view = std::sync::Arc::new(core.membership_view());
         let now = self.now;
         let machines = self
             .factories
@@ -342,7 +346,7 @@ impl Simulation {
             events.push(e);
         }
         if !events.is_empty() && !node.machines.is_empty() {
-            let view = node.core.membership_view();
+            let view = std::sync::Arc::new(node.core.membership_view());
             for e in &events {
                 for m in &mut node.machines {
                     m.membership(now, &view, MembershipChange::Event(e));
@@ -451,6 +455,7 @@ impl Simulation {
                 break;
             };
             self.now = self.now.max(at);
+            self.clock.set(self.now);
             match kind {
                 EventKind::Timer(a, uid) => {
                     let now = self.now;
@@ -493,6 +498,7 @@ impl Simulation {
             }
         }
         self.now = self.now.max(until);
+        self.clock.set(self.now);
     }
 
     fn deliver(&mut self, id: u64, m: InFlight) {

@@ -1,7 +1,9 @@
-//! Cluster Sharding in the simulator: every node hosts the sharding machine of one entity
-//! type; the test plays the runtime (entities are lists of the messages they received,
-//! handed over as their state; stopping takes a few ms) and records every entity
-//! incarnation's activation interval against the simulation's one clock.
+//! Cluster Sharding in the simulator: every node hosts the real sharding layer — its layer
+//! host, its effects (entity cells, asks, hand-over state) and the sharding machine of one
+//! entity type — running test entities that keep the messages they received (handed over
+//! as their state; one message in 32 takes a few ms, so batches continue as tasks and
+//! stops wait for them) and record every incarnation's activation interval against the
+//! simulation's one clock.
 //!
 //! - Random faults (partitions, crashes, restarts, pauses, joins, graceful leaves, lossy
 //!   links) with traffic to many entities: no two incarnations of an entity are ever alive
@@ -16,7 +18,7 @@ use concord_core::sharding::{shard_id, ShardingSettings};
 use concord_core::{Address, UniqueAddress};
 use concord_sim::network::{NetworkConfig, Partitions};
 use concord_sim::schedule::{apply, pick_any_fault, sim_settings, Fault};
-use concord_sim::{Hosted, Simulation};
+use concord_sim::Simulation;
 use rand::Rng;
 
 const SHARDS: u32 = 60;
@@ -24,9 +26,7 @@ const SHARDS: u32 = 60;
 #[path = "sharding/host.rs"]
 mod host;
 
-use host::ShardingHost;
-
-type Host = Hosted<ShardingHost>;
+use host::{machine, tell, Host, Logs};
 
 fn settings(removal_margin_ms: u64) -> ShardingSettings {
     ShardingSettings {
@@ -44,7 +44,7 @@ fn settings(removal_margin_ms: u64) -> ShardingSettings {
     }
 }
 
-fn sim(seed: u64, loss: f64, removal_margin_ms: u64) -> Simulation {
+fn sim(seed: u64, loss: f64, removal_margin_ms: u64) -> (Simulation, Logs) {
     let net = NetworkConfig {
         min_delay_ms: 1,
         max_delay_ms: 40,
@@ -54,60 +54,85 @@ fn sim(seed: u64, loss: f64, removal_margin_ms: u64) -> Simulation {
         ordered: true,
     };
     let mut sim = Simulation::new(seed, sim_settings(), net);
-    let start = sim.now;
+    let logs = Logs::default();
+    let (clock, node_logs) = (sim.clock.clone(), logs.clone());
     sim.add_protocol(move |me, seed| {
-        Box::new(
-            Hosted::new(ShardingHost::new(
-                me,
-                seed,
-                start,
-                settings(removal_margin_ms),
-            ))
-            .with_exiting(|h, now| h.exiting(now)),
-        )
+        Box::new(host::node_host(
+            me,
+            seed,
+            &clock,
+            settings(removal_margin_ms),
+            &node_logs,
+        ))
     });
-    sim
+    (sim, logs)
+}
+
+/// The payloads each live entity of the running nodes received, in order.
+fn live_entities(sim: &Simulation, logs: &Logs) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let logs = logs.lock().unwrap_or_else(|p| p.into_inner());
+    let mut received = BTreeMap::new();
+    for (_, n) in sim.running() {
+        if let Some(log) = logs.get(n.core.self_unique_address()) {
+            let log = log.lock().unwrap_or_else(|p| p.into_inner());
+            for (e, list) in &log.live {
+                if received.insert(e.clone(), list.clone()).is_some() {
+                    return Err(format!("{e} alive twice at the end"));
+                }
+            }
+        }
+    }
+    Ok(received)
 }
 
 /// Every incarnation interval seen so far; nodes that stopped running end theirs when
-/// first observed stopped.
+/// first observed stopped (an entity of a crashed node ends with it, whenever its memory
+/// goes).
 #[derive(Default)]
 struct Incarnations {
-    /// (node, index in its intervals) → end, for nodes no longer running.
-    closed: BTreeMap<(Address, u64, usize), u64>,
+    /// (node incarnation, index in its intervals) → end, for incarnations no longer running.
+    closed: BTreeMap<(UniqueAddress, usize), u64>,
 }
 
 impl Incarnations {
-    fn observe(&mut self, sim: &Simulation) {
-        for (a, n) in sim.nodes.iter() {
-            if n.is_running() {
+    fn running(sim: &Simulation, node: &UniqueAddress) -> bool {
+        sim.nodes
+            .get(&node.address)
+            .is_some_and(|n| n.is_running() && n.core.self_unique_address() == node)
+    }
+
+    fn observe(&mut self, sim: &Simulation, logs: &Logs) {
+        let logs = logs.lock().unwrap_or_else(|p| p.into_inner());
+        for (node, log) in logs.iter() {
+            if Self::running(sim, node) {
                 continue;
             }
-            if let Some(h) = sim.machine::<Host>(a) {
-                for (i, (_, _, end)) in h.machine.intervals.iter().enumerate() {
-                    if end.is_none() {
-                        self.closed
-                            .entry((a.clone(), n.core.self_unique_address().uid, i))
-                            .or_insert(sim.now);
-                    }
+            let log = log.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, (_, _, end)) in log.intervals.iter().enumerate() {
+                if end.is_none() {
+                    self.closed.entry((node.clone(), i)).or_insert(sim.now);
                 }
             }
         }
     }
 
     /// Fails if two incarnations of one entity overlap.
-    fn check(&self, sim: &Simulation) -> Result<(), String> {
-        let mut by_entity: BTreeMap<&str, Vec<(u64, u64, &Address)>> = BTreeMap::new();
-        for (a, n) in sim.nodes.iter() {
-            let Some(h) = sim.machine::<Host>(a) else {
-                continue;
-            };
-            let uid = n.core.self_unique_address().uid;
-            for (i, (e, start, end)) in h.machine.intervals.iter().enumerate() {
-                let end = end
-                    .or_else(|| self.closed.get(&(a.clone(), uid, i)).copied())
-                    .unwrap_or(sim.now);
-                by_entity.entry(e).or_default().push((*start, end, a));
+    fn check(&self, sim: &Simulation, logs: &Logs) -> Result<(), String> {
+        let logs = logs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_entity: BTreeMap<String, Vec<(u64, u64, String)>> = BTreeMap::new();
+        for (node, log) in logs.iter() {
+            let log = log.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, (e, start, end)) in log.intervals.iter().enumerate() {
+                let closed = self.closed.get(&(node.clone(), i)).copied();
+                let end = match (*end, closed) {
+                    (Some(a), Some(b)) => a.min(b),
+                    (a, b) => a.or(b).unwrap_or(sim.now),
+                };
+                let at = format!("{}#{}", node.address.host, node.uid % 1000);
+                by_entity
+                    .entry(e.clone())
+                    .or_default()
+                    .push((*start, end, at));
             }
         }
         for (e, mut v) in by_entity {
@@ -116,7 +141,7 @@ impl Incarnations {
                 if w[1].0 < w[0].1 {
                     return Err(format!(
                         "entity {e} alive twice: on {} {}..{} and on {} {}..{}",
-                        w[0].2.host, w[0].0, w[0].1, w[1].2.host, w[1].0, w[1].1
+                        w[0].2, w[0].0, w[0].1, w[1].2, w[1].0, w[1].1
                     ));
                 }
             }
@@ -131,7 +156,7 @@ fn one_home_per_shard(sim: &Simulation) -> Result<(), String> {
         .running()
         .filter(|(a, _)| {
             sim.machine::<Host>(a)
-                .is_some_and(|h| h.machine.inner.is_coordinator())
+                .is_some_and(|h| machine(h).is_coordinator())
         })
         .map(|(a, _)| a)
         .collect();
@@ -140,12 +165,12 @@ fn one_home_per_shard(sim: &Simulation) -> Result<(), String> {
     }
     let state = sim
         .machine::<Host>(coordinators[0])
-        .and_then(|h| h.machine.inner.coordinator_state().cloned())
+        .and_then(|h| machine(h).coordinator_state().cloned())
         .ok_or("no state")?;
     let mut hosted: BTreeMap<String, Vec<UniqueAddress>> = BTreeMap::new();
     for (a, n) in sim.running() {
         if let Some(h) = sim.machine::<Host>(a) {
-            for (s, _) in h.machine.inner.local_shards() {
+            for (s, _) in machine(h).local_shards() {
                 hosted
                     .entry(s)
                     .or_default()
@@ -192,7 +217,7 @@ fn random_traffic(sim: &mut Simulation, n: usize, seq: &mut u64) {
         let e = entity(sim.rng.random_range(0..80));
         *seq += 1;
         let p = format!("{}-{}", a.host, seq);
-        sim.with_machine::<Host, _>(&a, |h, now| h.machine.tell(now, &e, p));
+        sim.with_machine::<Host, _>(&a, |h, _| tell(h, &e, p));
     }
 }
 
@@ -234,7 +259,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
     let mut moved = 0;
     for seed in seeds {
         // Removal margin above the longest pause (15 s), as the docs require.
-        let mut sim = sim(9_000 + seed, 0.01, 20_000);
+        let (mut sim, logs) = sim(9_000 + seed, 0.01, 20_000);
         let mut addrs = sim.form_cluster(5, 60_000).expect("forms");
         addrs.extend((5..7).map(concord_sim::node_address));
         let mut inc = Incarnations::default();
@@ -251,8 +276,8 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
                 if trace {
                     concord_sim::trace::print_views(&sim);
                 }
-                inc.observe(&sim);
-                inc.check(&sim)
+                inc.observe(&sim, &logs);
+                inc.check(&sim, &logs)
                     .unwrap_or_else(|e| panic!("seed {seed}: {e}; faults {faults:?}"));
                 membership
                     .check_step(&sim)
@@ -287,10 +312,9 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
                 for (a, n) in sim.nodes.iter() {
                     let coord = sim.machine::<Host>(a).map(|h| {
                         (
-                            h.machine.inner.is_coordinator(),
-                            h.machine.inner.coordinator_singleton_state(),
-                            h.machine
-                                .inner
+                            machine(h).is_coordinator(),
+                            machine(h).coordinator_singleton_state(),
+                            machine(h)
                                 .registered_coordinator()
                                 .map(|c| c.address.host.clone()),
                         )
@@ -304,8 +328,8 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
                     );
                 }
             }
-            inc.observe(&sim);
-            inc.check(&sim)
+            inc.observe(&sim, &logs);
+            inc.check(&sim, &logs)
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}; faults {faults:?}"));
             if sim.all_up_converged() {
                 // Touch every entity so that every shard gets a home.
@@ -325,7 +349,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
             .nodes
             .keys()
             .filter_map(|a| sim.machine::<Host>(a))
-            .map(|h| h.machine.inner.stats().handoffs_started)
+            .map(|h| machine(h).stats().handoffs_started)
             .sum::<u64>();
     }
     (healed, moved)
@@ -341,20 +365,11 @@ impl Sent {
         let n = self.0.entry(k).or_insert(0);
         let p = format!("{}-{}", from.host, n);
         *n += 1;
-        sim.with_machine::<Host, _>(from, |h, now| h.machine.tell(now, e, p));
+        sim.with_machine::<Host, _>(from, |h, _| tell(h, e, p));
     }
 
-    fn check(&self, sim: &Simulation) -> Result<(), String> {
-        let mut received: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (a, _) in sim.running() {
-            if let Some(h) = sim.machine::<Host>(a) {
-                for ((_, e), list) in &h.machine.entities {
-                    if received.insert(e.clone(), list.clone()).is_some() {
-                        return Err(format!("{e} alive twice at the end"));
-                    }
-                }
-            }
-        }
+    fn check(&self, sim: &Simulation, logs: &Logs) -> Result<(), String> {
+        let received = live_entities(sim, logs)?;
         for ((origin, e), n) in &self.0 {
             let got: Vec<u32> = received
                 .get(e)
@@ -382,7 +397,7 @@ impl Sent {
 #[test]
 fn join_and_graceful_leaves_keep_every_message_once_and_in_order() {
     for seed in 0..seeds(6) {
-        let mut sim = sim(7_000 + seed, 0.0, 2_000);
+        let (mut sim, logs) = sim(7_000 + seed, 0.0, 2_000);
         let addrs = sim.form_cluster(4, 60_000).expect("forms");
         let entities: Vec<String> = (0..20).map(entity).collect();
         let mut sent = Sent::default();
@@ -401,8 +416,8 @@ fn join_and_graceful_leaves_keep_every_message_once_and_in_order() {
                     }
                     sim.run_for(10);
                 }
-                inc.observe(sim);
-                inc.check(sim)
+                inc.observe(sim, &logs);
+                inc.check(sim, &logs)
                     .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             };
         for _ in 0..30 {
@@ -420,7 +435,7 @@ fn join_and_graceful_leaves_keep_every_message_once_and_in_order() {
         }
         let on_new = sim
             .machine::<Host>(&newcomer)
-            .map_or(0, |h| h.machine.inner.local_shards().len());
+            .map_or(0, |h| machine(h).local_shards().len());
         assert!(
             on_new >= 2,
             "seed {seed}: the new node hosts {on_new} shards"
@@ -447,24 +462,24 @@ fn join_and_graceful_leaves_keep_every_message_once_and_in_order() {
         // Quiet: everything in flight arrives.
         for _ in 0..100 {
             sim.run_for(100);
-            inc.observe(&sim);
-            inc.check(&sim)
+            inc.observe(&sim, &logs);
+            inc.check(&sim, &logs)
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         }
-        sent.check(&sim)
+        sent.check(&sim, &logs)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         one_home_per_shard(&sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         let forwarded: u64 = sim
             .nodes
             .keys()
             .filter_map(|a| sim.machine::<Host>(a))
-            .map(|h| h.machine.inner.stats().forwarded)
+            .map(|h| machine(h).stats().forwarded)
             .sum();
         let held: u64 = sim
             .nodes
             .keys()
             .filter_map(|a| sim.machine::<Host>(a))
-            .map(|h| h.machine.inner.stats().held_for_order)
+            .map(|h| machine(h).stats().held_for_order)
             .sum();
         eprintln!("seed {seed}: {forwarded} forwarded, {held} held for order");
     }
@@ -472,26 +487,26 @@ fn join_and_graceful_leaves_keep_every_message_once_and_in_order() {
 
 #[test]
 fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
-    let mut sim = sim(4_242, 0.0, 3_000);
+    let (mut sim, logs) = sim(4_242, 0.0, 3_000);
     let addrs = sim.form_cluster(5, 60_000).expect("forms");
     let entities: Vec<String> = (0..40).map(entity).collect();
     for (i, e) in entities.iter().enumerate() {
         let from = addrs[i % addrs.len()].clone();
         let p = format!("x-{i}");
-        sim.with_machine::<Host, _>(&from, |h, now| h.machine.tell(now, e, p));
+        sim.with_machine::<Host, _>(&from, |h, _| tell(h, e, p));
     }
     sim.run_for(3_000);
     let coordinator = addrs
         .iter()
         .find(|a| {
             sim.machine::<Host>(a)
-                .is_some_and(|h| h.machine.inner.is_coordinator())
+                .is_some_and(|h| machine(h).is_coordinator())
         })
         .cloned()
         .expect("a coordinator");
     let before = sim
         .machine::<Host>(&coordinator)
-        .and_then(|h| h.machine.inner.coordinator_state().cloned())
+        .and_then(|h| machine(h).coordinator_state().cloned())
         .expect("its state");
     // Its node crashes: the split brain resolver downs it (keep-majority), the next oldest
     // starts the coordinator after the removal margin.
@@ -508,19 +523,14 @@ fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
         })
         .cloned()
         .expect("an entity not on the crashed node");
-    sim.with_machine::<Host, _>(&survivor, |h, now| {
-        h.machine
-            .tell(now, &hosted_elsewhere, "during-failover".into())
+    sim.with_machine::<Host, _>(&survivor, |h, _| {
+        tell(h, &hosted_elsewhere, "during-failover".into())
     });
     sim.run_for(500);
-    let delivered = sim.nodes.iter().any(|(a, n)| {
-        n.is_running()
-            && sim.machine::<Host>(a).is_some_and(|h| {
-                h.machine.entities.iter().any(|((_, e), l)| {
-                    *e == hosted_elsewhere && l.contains(&"during-failover".to_string())
-                })
-            })
-    });
+    let delivered = live_entities(&sim, &logs)
+        .expect("one incarnation each")
+        .get(&hosted_elsewhere)
+        .is_some_and(|l| l.contains(&"during-failover".to_string()));
     assert!(
         delivered,
         "a known home served while the coordinator was gone"
@@ -529,7 +539,7 @@ fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
         .run_until_cond(60_000, 100, |s| {
             s.running().any(|(a, _)| {
                 s.machine::<Host>(a)
-                    .is_some_and(|h| h.machine.inner.is_coordinator())
+                    .is_some_and(|h| machine(h).is_coordinator())
             })
         })
         .expect("a new coordinator");
@@ -537,7 +547,7 @@ fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
         .running()
         .find(|(a, _)| {
             sim.machine::<Host>(a)
-                .is_some_and(|h| h.machine.inner.is_coordinator())
+                .is_some_and(|h| machine(h).is_coordinator())
         })
         .map(|(a, _)| a.clone())
         .unwrap();
@@ -547,7 +557,7 @@ fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
     sim.run_for(5_000);
     let after = sim
         .machine::<Host>(&new_coordinator)
-        .and_then(|h| h.machine.inner.coordinator_state().cloned())
+        .and_then(|h| machine(h).coordinator_state().cloned())
         .unwrap();
     for (shard, home) in before.shards() {
         if *home != crashed_uid {

@@ -20,14 +20,18 @@
 
 use std::sync::Arc;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, SubscriptionItem};
 use crate::config::Config;
 use crate::coordinated_shutdown::CoordinatedShutdown;
-use crate::remote::{ProtocolRegistry, Transport, TransportSettings};
+use crate::host::{LayerEffects, LayerHost, MembershipInput, MessageOf, Outbound, SystemClock};
+use crate::remote::{Inbound, ProtocolRegistry, Transport, TransportSettings};
+use crate::runtime::{spawn_host, HostChannels, HostThread, MembershipFeed, TokioSpawner};
 
 /// What a started layer has access to.
 #[derive(Clone)]
 pub struct LayerContext {
+    /// The node's one clock: every layer's host reads it.
+    pub clock: SystemClock,
     /// Membership: the view, events, this node's address.
     pub cluster: Cluster,
     /// Remoting: send this layer's protocol messages.
@@ -38,14 +42,72 @@ pub struct LayerContext {
     pub config: Arc<Config>,
 }
 
-/// A layer's failure to register or start; the node does not start.
+/// A layer's failure to register or start; the node does not start. Each names the layer.
 #[derive(Debug, thiserror::Error)]
-#[error("layer `{layer}`: {message}")]
-pub struct LayerError {
-    /// The layer's name.
-    pub layer: &'static str,
-    /// What went wrong.
-    pub message: String,
+pub enum LayerError {
+    /// Another layer registered the same protocol id.
+    #[error("layer `{layer}`: protocol {protocol} is already registered by another layer")]
+    DuplicateProtocol {
+        /// The layer.
+        layer: &'static str,
+        /// The protocol id.
+        protocol: concord_core::ProtocolId,
+    },
+    /// `start` ran before `register` (a node composition error).
+    #[error("layer `{layer}`: started before it was registered")]
+    NotRegistered {
+        /// The layer.
+        layer: &'static str,
+    },
+    /// The layer's configuration or set-up is not usable (an entity type started twice, ...).
+    #[error("layer `{layer}`: {message}")]
+    Config {
+        /// The layer.
+        layer: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A store the layer keeps under the data directory (durable keys, remembered entities,
+    /// key-value data) cannot be opened or read; the message names the file.
+    #[error("layer `{layer}`: {message}")]
+    Storage {
+        /// The layer.
+        layer: &'static str,
+        /// What failed, with the file.
+        message: String,
+    },
+    /// A port the layer serves could not be bound.
+    #[error("layer `{layer}`: cannot bind {addr}: {source}")]
+    Bind {
+        /// The layer.
+        layer: &'static str,
+        /// The address it tried.
+        addr: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A thread or task of the layer could not be started, or its TLS could not be set up.
+    #[error("layer `{layer}`: {message}")]
+    Start {
+        /// The layer.
+        layer: &'static str,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl LayerError {
+    /// The name of the layer that failed.
+    pub fn layer(&self) -> &'static str {
+        match self {
+            LayerError::DuplicateProtocol { layer, .. }
+            | LayerError::NotRegistered { layer }
+            | LayerError::Config { layer, .. }
+            | LayerError::Storage { layer, .. }
+            | LayerError::Bind { layer, .. }
+            | LayerError::Start { layer, .. } => layer,
+        }
+    }
 }
 
 /// What a layer hands back when it starts.
@@ -83,114 +145,121 @@ pub fn register_protocol<C: crate::remote::Codec>(
 ) -> Result<tokio::sync::mpsc::Receiver<crate::remote::Inbound<C::Message>>, LayerError> {
     registry
         .register(protocol, Arc::new(codec), settings.inbound_queue_size)
-        .map_err(|e| LayerError {
+        .map_err(|e| LayerError::DuplicateProtocol {
             layer,
-            message: e.to_string(),
+            protocol: e.0,
         })
 }
 
-/// One input of a layer's driver task (see [`DriverInputs`]).
-pub enum DriverInput<J, M> {
-    /// The node is gone (membership ended) or every handle was dropped: stop.
-    Stop,
-    /// A job from a handle.
-    Job(J),
-    /// Messages of the layer's protocol from one peer.
-    Inbound(crate::remote::Inbound<M>),
-    /// A new membership view.
-    View(Arc<concord_core::MembershipView>),
-    /// The machine's deadline passed.
-    Timeout,
-    /// The periodic tick (metrics, housekeeping).
-    Tick,
+/// How a layer's host is wired to the node: where its transmits go, where its inbound
+/// messages and commands come from, which thread runs it, and what wakes it when an outbound
+/// backlog drained. Built with [`HostPorts::new`] and the setters.
+pub struct HostPorts<E: LayerEffects> {
+    outbound: Box<dyn Outbound<MessageOf<E>>>,
+    inbound: tokio::sync::mpsc::Receiver<Inbound<MessageOf<E>>>,
+    commands: Option<tokio::sync::mpsc::Receiver<E::Command>>,
+    thread: HostThread,
+    wake: Option<Arc<tokio::sync::Notify>>,
 }
 
-/// What a layer's driver task waits on: jobs from its handles, its protocol's inbound
-/// messages, membership views, its machine's next deadline and a periodic tick; ends
-/// when the node's membership has ended.
-pub struct DriverInputs<J, M> {
-    jobs: tokio::sync::mpsc::Receiver<J>,
-    inbound: tokio::sync::mpsc::Receiver<crate::remote::Inbound<M>>,
-    views: tokio::sync::watch::Receiver<Arc<concord_core::MembershipView>>,
-    cluster: Cluster,
-    tick: tokio::time::Interval,
-    /// Which of jobs and inbound messages goes first in the next wait.
-    jobs_first: bool,
-}
-
-impl<J, M> DriverInputs<J, M> {
-    /// Inputs from these channels; `tick` is the housekeeping period.
+impl<E: LayerEffects> HostPorts<E> {
+    /// Ports with `outbound` and `inbound`, no command queue, run as a task, no wake.
     pub fn new(
-        jobs: tokio::sync::mpsc::Receiver<J>,
-        inbound: tokio::sync::mpsc::Receiver<crate::remote::Inbound<M>>,
-        cluster: Cluster,
-        tick: std::time::Duration,
+        outbound: Box<dyn Outbound<MessageOf<E>>>,
+        inbound: tokio::sync::mpsc::Receiver<Inbound<MessageOf<E>>>,
     ) -> Self {
-        let mut tick = tokio::time::interval(tick);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        DriverInputs {
-            jobs,
+        HostPorts {
+            outbound,
             inbound,
-            views: cluster.membership(),
-            cluster,
-            tick,
-            jobs_first: false,
+            commands: None,
+            thread: HostThread::Task,
+            wake: None,
         }
     }
 
-    /// The current membership view (marked seen).
-    pub fn view(&mut self) -> Arc<concord_core::MembershipView> {
-        self.views.borrow_and_update().clone()
+    /// The queue of the layer's typed commands (from its handles).
+    pub fn commands(mut self, commands: tokio::sync::mpsc::Receiver<E::Command>) -> Self {
+        self.commands = Some(commands);
+        self
     }
 
-    /// The next input; `deadline` is the machine's next timer (a tokio instant).
-    pub async fn next(&mut self, deadline: Option<tokio::time::Instant>) -> DriverInput<J, M> {
-        self.next_gated(deadline, true).await
+    /// The thread the host runs on (default [`HostThread::Task`]).
+    pub fn thread(mut self, thread: HostThread) -> Self {
+        self.thread = thread;
+        self
     }
 
-    /// Like [`DriverInputs::next`], taking no job while `accept_jobs` is false (a driver
-    /// that applies backpressure to its handles while its outbound backlog drains; inbound
-    /// messages, views and timers still come). Cancel-safe.
-    pub async fn next_gated(
-        &mut self,
-        deadline: Option<tokio::time::Instant>,
-        accept_jobs: bool,
-    ) -> DriverInput<J, M> {
-        // The end of membership first; then jobs and inbound messages in turn (under load
-        // neither the handles' jobs nor the peers' messages — the answers to those jobs
-        // among them — may starve the other).
-        self.jobs_first = !self.jobs_first;
-        macro_rules! wait {
-            ($first:ident = $first_fut:expr => $first_out:expr, $second:ident = $second_fut:expr => $second_out:expr) => {
-                tokio::select! {
-                    biased;
-                    _ = self.cluster.wait_membership_ended() => DriverInput::Stop,
-                    $first = $first_fut => { $first_out },
-                    $second = $second_fut => { $second_out },
-                    changed = self.views.changed() => match changed {
-                        Ok(()) => DriverInput::View(self.views.borrow_and_update().clone()),
-                        Err(_) => DriverInput::Stop,
-                    },
-                    _ = crate::clock::sleep_until(deadline) => DriverInput::Timeout,
-                    _ = self.tick.tick() => DriverInput::Tick,
-                }
+    /// Notified by an outbound sender whose backlog drained (see
+    /// [`crate::runtime::BackloggedOutbound`]).
+    pub fn wake(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.wake = Some(wake);
+        self
+    }
+}
+
+impl LayerContext {
+    /// The membership feed of a host: this node's membership subscription as
+    /// [`MembershipInput`]s (the whole view first and after a lag, then each event with the
+    /// view after its batch).
+    pub fn membership_feed(&self) -> MembershipFeed {
+        let sub = self.cluster.subscribe();
+        Box::pin(futures_util::stream::unfold(sub, |mut sub| async move {
+            let item = sub.recv().await?;
+            let input = match item {
+                SubscriptionItem::CurrentClusterState(v) => MembershipInput::CurrentClusterState(v),
+                SubscriptionItem::Event(e) => MembershipInput::Event(sub.view().clone(), e),
             };
-        }
-        let jobs_rx = &mut self.jobs;
-        let jobs = async move {
-            if accept_jobs {
-                jobs_rx.recv().await
-            } else {
-                std::future::pending().await
-            }
+            Some((input, sub))
+        }))
+    }
+
+    /// Starts the host of a layer: `machine` and `effects` on this node, wired by `ports`
+    /// (the outbound sender, the inbound queue, the layer's command queue, the thread and the
+    /// backlog wake, see [`HostPorts`]), fed the membership feed, until the node's membership
+    /// ends. The node's coordinated shutdown waits for the host to stop (and drop what it
+    /// holds: open stores, running entities) in its last phase, so a node restarted in the
+    /// same process finds its files free.
+    pub fn start_host<E: LayerEffects>(
+        &self,
+        machine: E::Machine,
+        effects: E,
+        ports: HostPorts<E>,
+    ) {
+        let HostPorts {
+            outbound,
+            inbound,
+            commands,
+            thread,
+            wake,
+        } = ports;
+        let host = LayerHost::new(
+            machine,
+            effects,
+            self.cluster.self_unique_address().clone(),
+            Arc::new(self.clock),
+            Arc::new(TokioSpawner::current()),
+            outbound,
+        );
+        let cluster = self.cluster.clone();
+        let channels = HostChannels {
+            commands,
+            inbound: Some(inbound),
+            membership: Some(self.membership_feed()),
+            ended: Some(Box::pin(async move {
+                cluster.wait_membership_ended().await;
+            })),
+            wake,
         };
-        let inbound = self.inbound.recv();
-        if self.jobs_first {
-            wait!(job = jobs => job.map_or(DriverInput::Stop, DriverInput::Job),
-                  batch = inbound => batch.map_or(DriverInput::Stop, DriverInput::Inbound))
-        } else {
-            wait!(batch = inbound => batch.map_or(DriverInput::Stop, DriverInput::Inbound),
-                  job = jobs => job.map_or(DriverInput::Stop, DriverInput::Job))
+        let name = host.name();
+        let stopped = spawn_host(host, self.clock, channels, thread);
+        if let Err(e) = self.coordinated_shutdown.add_task(
+            crate::coordinated_shutdown::Phase::ActorSystemTerminate,
+            format!("{name}-stopped"),
+            move || async move {
+                let _ = stopped.await;
+            },
+        ) {
+            tracing::warn!(layer = name, error = %e, "cannot wait for the layer's stop in coordinated shutdown");
         }
     }
 }

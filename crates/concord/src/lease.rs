@@ -15,10 +15,14 @@
 //! during a pause stops acting.
 
 use std::future::Future;
+#[cfg(feature = "runtime")]
 use std::io::{Read, Seek, SeekFrom, Write};
+#[cfg(feature = "runtime")]
 use std::path::PathBuf;
 use std::pin::Pin;
+#[cfg(feature = "runtime")]
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "runtime")]
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Errors of lease operations.
@@ -45,6 +49,7 @@ pub trait Lease: Send + Sync {
     fn check_lease(&self) -> bool;
 }
 
+#[cfg(feature = "runtime")]
 /// A lease in a file on the local host, shared by every process that uses the same path.
 #[derive(Clone, Debug)]
 pub struct FileLease {
@@ -55,6 +60,7 @@ pub struct FileLease {
     held_until: Arc<Mutex<Option<Instant>>>,
 }
 
+#[cfg(feature = "runtime")]
 impl FileLease {
     /// Lease `name` in `dir` (created if missing) for `owner`, expiring `ttl` after acquisition.
     pub fn new(
@@ -156,6 +162,7 @@ impl FileLease {
     }
 }
 
+#[cfg(feature = "runtime")]
 impl Lease for FileLease {
     fn acquire(&self) -> LeaseFuture<'_> {
         let this = self.clone();
@@ -183,7 +190,7 @@ impl Lease for FileLease {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod tests {
     use super::*;
 

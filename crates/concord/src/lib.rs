@@ -24,36 +24,83 @@
 //!
 //! ## Adding a layer
 //!
-//! A layer (singleton, distributed data, sharding, an application's own protocol) plugs in
-//! the same way membership does; it never reaches into another layer's internals.
+//! A layer (singleton, distributed data, sharding, an application's own protocol) is four
+//! parts and one registration line; it never reaches into another layer's internals, and
+//! the same host runs it in the tokio runtime and in the simulator.
 //!
-//! 1. **The protocol machine**, in `concord-core`: implement
-//!    [`concord_core::ProtocolMachine`] — `handle_message(now, from, msg)`,
-//!    `handle_membership(now, &view, change)`, `handle_timeout(now)`, and the polled
-//!    outputs `poll_transmit`, `poll_event`, `poll_timeout` — with its timers in a
-//!    [`concord_core::timers::TimerTable`]. Give it a [`concord_core::ProtocolId`] and put
-//!    each transmit on a [`concord_core::Lane`] (ordinary for layer traffic; the transport
-//!    moves frames above `maximum-frame-size` to the large lane by itself). Test it in the
-//!    simulator: `concord_sim::Simulation::add_protocol` hosts it on every simulated node,
-//!    routed by protocol id, fed the membership view and events.
-//! 2. **The codec**: implement [`remote::Codec`] — a manifest (message type number) and
-//!    bytes per message; `decode` returns [`remote::DecodeError::UnknownManifest`] for a
-//!    type it does not know (the transport counts and drops it, the connection stays) and
-//!    never panics on any input.
-//! 3. **The layer**: implement [`layer::Layer`]. In `register`, call
-//!    [`remote::ProtocolRegistry::register`] with the protocol id and codec and keep the
-//!    returned queue of [`remote::Inbound`] messages. In `start`, with the
-//!    [`layer::LayerContext`], build a [`remote::ProtocolSender`] for the protocol, spawn the
-//!    driver task — a `select!` loop over the inbound queue, a
-//!    [`cluster::Cluster::subscribe`] subscription (feed each
-//!    [`cluster::SubscriptionItem`] to `handle_membership`), the machine's next deadline and
-//!    the layer's own commands; after each input send `poll_transmit` through the sender
-//!    and deliver `poll_event` — add hand-over tasks to the
-//!    [`coordinated_shutdown::CoordinatedShutdown`] (e.g. `cluster-exiting` for a
-//!    singleton, `cluster-sharding-shutdown-region` for sharding; remoting stays up until
-//!    `cluster-shutdown`), and return the layer's management routes (an `axum::Router`
-//!    with its state applied; `/cluster/shards/{name}` is free for sharding).
-//! 4. **Register it** in the node composition: `Node::builder(config).layer(MyLayer::new())`.
+//! 1. **The machine**, sans-IO: implement [`concord_core::ProtocolMachine`] —
+//!    `handle_message(now, from, msg)`, `handle_membership(now, &view, change)`,
+//!    `handle_timeout(now)`, and the polled outputs `poll_transmit`, `poll_event`,
+//!    `poll_timeout` — with its timers in a [`concord_core::timers::TimerTable`], a
+//!    [`concord_core::ProtocolId`] (applications from 1000) and each transmit on a
+//!    [`concord_core::Lane`]. Every protocol decision lives here.
+//! 2. **The codec**: implement [`remote::Codec`] — a manifest and bytes per message;
+//!    `decode` answers [`remote::DecodeError::UnknownManifest`] for a type it does not know
+//!    (counted and dropped, the connection stays) and never panics on any input.
+//! 3. **The effects**: implement [`host::LayerEffects`] — the typed command its handles
+//!    send (each carrying its reply channel), what each event of the machine does, and what
+//!    its background work (started with [`host::Effects::spawn`]) reports back. The
+//!    [`host::LayerHost`] owns the rest: the node's clock, the membership feed, deadlines,
+//!    the periodic tick, batching and sending.
+//! 4. **The runtime glue**: implement [`layer::Layer`] — register the protocol and codec
+//!    before remoting binds ([`layer::register_protocol`]), then in `start` hand the machine,
+//!    effects and an outbound sender to [`layer::LayerContext::start_host`], add hand-over
+//!    tasks to the [`coordinated_shutdown::CoordinatedShutdown`] and return management
+//!    routes.
+//! 5. **Register it**: `Node::builder(config).layer(MyLayer::new())`.
+//!
+//! The whole of a minimal layer — ping, measuring round trips to every member — is this
+//! file (`examples/ping_layer.rs`; `concord-sim`'s `tests/example_layer.rs` hosts it on
+//! simulated nodes):
+//!
+//! ```rust
+#![doc = include_str!("../examples/ping_layer.rs")]
+//! ```
+//!
+//! and its runtime glue:
+//!
+//! ```rust,no_run
+//! # mod ping {
+//! # include!(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ping_layer.rs"));
+//! use std::sync::Arc;
+//! use concord::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
+//! use concord::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+//! use concord::runtime::LaneOutbound;
+//! use concord::host::Clock;
+//! use tokio::sync::mpsc;
+//!
+//! pub struct PingLayer {
+//!     commands: mpsc::Receiver<PingCommand>,
+//!     inbound: Option<mpsc::Receiver<Inbound<PingMessage>>>,
+//! }
+//!
+//! impl Layer for PingLayer {
+//!     fn name(&self) -> &'static str {
+//!         "ping"
+//!     }
+//!
+//!     fn register(
+//!         &mut self,
+//!         registry: &mut ProtocolRegistry,
+//!         settings: &TransportSettings,
+//!     ) -> Result<(), LayerError> {
+//!         self.inbound = Some(register_protocol("ping", registry, settings, PING, PingCodec)?);
+//!         Ok(())
+//!     }
+//!
+//!     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+//!         let inbound = self.inbound.expect("registered before it starts");
+//!         let me = ctx.cluster.self_unique_address().clone();
+//!         let machine = PingMachine::new(me, 1_000, ctx.clock.now_ms());
+//!         let sender = ProtocolSender::new(ctx.transport.clone(), PING, Arc::new(PingCodec));
+//!         let ports = HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound)
+//!             .commands(self.commands);
+//!         ctx.start_host(machine, PingEffects::default(), ports);
+//!         Ok(LayerStarted::default())
+//!     }
+//! }
+//! # }
+//! ```
 //!
 //! Metrics of the layer's messages are counted per protocol by the transport
 //! (`concord_remote_messages_sent_total{protocol=...}` and friends); the layer records its
@@ -75,30 +122,52 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "runtime")]
 pub mod bench;
+#[cfg(feature = "runtime")]
 pub mod bootstrap;
+#[cfg(feature = "runtime")]
 pub mod client;
+#[cfg(feature = "runtime")]
 pub mod clock;
+#[cfg(feature = "runtime")]
 pub mod cluster;
+#[cfg(feature = "runtime")]
 pub mod config;
+#[cfg(feature = "runtime")]
 pub mod coordinated_shutdown;
 pub mod ddata;
+#[cfg(feature = "runtime")]
 pub mod demo;
+#[cfg(feature = "runtime")]
 pub mod discovery;
+pub mod host;
 pub mod kv;
+#[cfg(feature = "runtime")]
 pub mod layer;
 pub mod lease;
+#[cfg(feature = "runtime")]
 pub mod management;
+#[cfg(feature = "runtime")]
 pub mod metrics;
+#[cfg(feature = "runtime")]
 pub mod node;
 pub mod remote;
+#[cfg(feature = "runtime")]
+pub mod runtime;
+#[cfg(feature = "runtime")]
 pub mod sample;
 pub mod sharding;
 pub mod singleton;
+#[cfg(feature = "runtime")]
 pub mod tls;
 
+#[cfg(feature = "runtime")]
 pub use cluster::{Cluster, ClusterError, Subscription, SubscriptionItem};
 pub use concord_core;
+#[cfg(feature = "runtime")]
 pub use config::{Config, ConfigError};
+#[cfg(feature = "runtime")]
 pub use coordinated_shutdown::{CoordinatedShutdown, Phase};
+#[cfg(feature = "runtime")]
 pub use node::{Node, NodeBuilder, NodeError};

@@ -20,6 +20,7 @@ use crate::cluster::{self, Cluster, ClusterError, ClusterParts};
 use crate::config::{Config, ConfigError};
 use crate::coordinated_shutdown::CoordinatedShutdown;
 use crate::discovery::{self, ServiceDiscovery};
+use crate::host::SystemClock;
 use crate::layer::{Layer, LayerContext, LayerError};
 use crate::lease::{FileLease, Lease};
 use crate::management::{self, ManagementError, ManagementState};
@@ -149,9 +150,9 @@ impl NodeBuilder {
         }
         let mut registry = ProtocolRegistry::new();
         let membership_inbound = cluster::register_protocol(&mut registry, &transport_settings)
-            .map_err(|e| LayerError {
+            .map_err(|e| LayerError::DuplicateProtocol {
                 layer: "membership",
-                message: e.to_string(),
+                protocol: e.0,
             })?;
         for l in &mut layers {
             l.register(&mut registry, &transport_settings)?;
@@ -187,6 +188,7 @@ impl NodeBuilder {
         transport.follow_membership(cluster.membership());
         let config = Arc::new(config);
         let node = Node {
+            clock: SystemClock::new(),
             cluster: cluster.clone(),
             transport,
             shutdown,
@@ -228,6 +230,7 @@ impl Node {
         let mut routes = Vec::new();
         for l in layers {
             let ctx = LayerContext {
+                clock: self.clock,
                 cluster: self.cluster.clone(),
                 transport: self.transport.clone(),
                 coordinated_shutdown: self.shutdown.clone(),
@@ -298,6 +301,8 @@ fn sbr_lease(config: &Config, me: &UniqueAddress) -> Option<Arc<dyn Lease>> {
 /// coordinated shutdown. Cheap to clone.
 #[derive(Clone)]
 pub struct Node {
+    /// The node's one clock (every layer's host reads it).
+    clock: SystemClock,
     cluster: Cluster,
     transport: Transport,
     shutdown: CoordinatedShutdown,

@@ -36,15 +36,15 @@ impl Layer for ShardsLayer {
                 settings.inbound_queue_size,
             )
             .map(|_| ())
-            .map_err(|e| LayerError {
+            .map_err(|e| LayerError::DuplicateProtocol {
                 layer: "shards-test",
-                message: e.to_string(),
+                protocol: e.0,
             })
     }
 
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         if self.fail_start {
-            return Err(LayerError {
+            return Err(LayerError::Start {
                 layer: "shards-test",
                 message: "refuses to start".into(),
             });

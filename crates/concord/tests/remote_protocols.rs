@@ -204,9 +204,9 @@ impl Layer for SeqLayer {
                 Arc::new(concord::bench::layer::RawCodec),
                 settings.inbound_queue_size,
             )
-            .map_err(|e| LayerError {
+            .map_err(|e| LayerError::DuplicateProtocol {
                 layer: "seq",
-                message: e.to_string(),
+                protocol: e.0,
             })?;
         self.inbound = Some(rx);
         Ok(())

@@ -204,11 +204,13 @@ async fn join_and_graceful_leave_move_entities_with_their_messages_in_order() {
     // Each node sends a numbered stream to every entity while a fourth node joins and
     // then the second leaves gracefully.
     let sent = Arc::new(Mutex::new(BTreeMap::<(usize, String), u32>::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stops: Vec<Arc<std::sync::atomic::AtomicBool>> = (0..members.len())
+        .map(|_| Arc::new(std::sync::atomic::AtomicBool::new(false)))
+        .collect();
     let mut senders = Vec::new();
     for (i, m) in members.iter().enumerate() {
         let region = m.region.clone();
-        let (entities, sent, stop) = (entities.clone(), sent.clone(), stop.clone());
+        let (entities, sent, stop) = (entities.clone(), sent.clone(), stops[i].clone());
         senders.push(tokio::spawn(async move {
             let mut seq = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -244,32 +246,51 @@ async fn join_and_graceful_leave_move_entities_with_their_messages_in_order() {
             .any(|(_, p, _, end)| *p == newcomer && end.is_none())
     })
     .await;
-    // The second node leaves gracefully; its sender stops first (its region goes away).
+    // The second node leaves gracefully; its sender stops first (a node that is leaving
+    // may still accept a tell it cannot deliver: its region goes away), the others keep
+    // sending through the leave.
     let leaver = port_of(&members[1].node);
-    members[1].node.shutdown().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for s in senders {
+    let mut senders: Vec<Option<tokio::task::JoinHandle<()>>> =
+        senders.into_iter().map(Some).collect();
+    stops[1].store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(s) = senders[1].take() {
         let _ = s.await;
     }
-    // Every entity has every message of every node once, in each node's order.
+    members[1].node.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for stop in &stops {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    for s in senders.into_iter().flatten() {
+        let _ = s.await;
+    }
+    // Every entity has every message of every node once, in each node's order (the last
+    // ones may still be on their way: wait until each entity has as many as were sent).
     let sent = sent.lock().unwrap().clone();
     let reader = members[0].region.clone();
+    let from = |got: &Got, i: usize| -> Vec<u32> {
+        got.values
+            .iter()
+            .filter_map(|v| v.split_once('-'))
+            .filter(|(o, _)| *o == i.to_string())
+            .map(|(_, s)| s.parse().unwrap())
+            .collect()
+    };
     for e in &entities {
-        let got = get(&reader, e).await;
+        let want = |i: usize| sent.get(&(i, e.clone())).copied().unwrap_or(0) as usize;
+        let mut got = get(&reader, e).await;
+        for _ in 0..100 {
+            if (0..3).all(|i| from(&got, i).len() >= want(i)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            got = get(&reader, e).await;
+        }
         assert_ne!(got.port, leaver, "{e} is not on the node that left");
         for i in 0..3 {
-            let want = sent.get(&(i, e.clone())).copied().unwrap_or(0);
-            let from_i: Vec<u32> = got
-                .values
-                .iter()
-                .filter_map(|v| v.split_once('-'))
-                .filter(|(o, _)| *o == i.to_string())
-                .map(|(_, s)| s.parse().unwrap())
-                .collect();
             assert_eq!(
-                from_i,
-                (0..want).collect::<Vec<_>>(),
+                from(&got, i),
+                (0..want(i) as u32).collect::<Vec<_>>(),
                 "{e}: node {i}'s messages, once each, in order"
             );
         }

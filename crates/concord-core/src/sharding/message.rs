@@ -254,3 +254,9 @@ impl ShardingBody {
         )
     }
 }
+
+impl crate::group::Routed for ShardingMessage {
+    fn route_key(&self) -> &str {
+        &self.type_name
+    }
+}

@@ -356,3 +356,9 @@ impl ProtocolMachine for ClusterSingleton {
         self.timers.next_deadline()
     }
 }
+
+impl crate::group::Routed for SingletonMessage {
+    fn route_key(&self) -> &str {
+        &self.name
+    }
+}

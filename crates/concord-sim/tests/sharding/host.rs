@@ -1,240 +1,203 @@
-//! The sharding simulation's stand-in for the runtime: runs one node's sharding machine,
-//! keeps each live entity as the list of messages it received (its state on handoff), stops
-//! entities after a few ms, and records every incarnation's interval.
+//! The sharding simulation's nodes: each hosts the real sharding layer — its
+//! [`LayerHost`](concord::host::LayerHost), its effects (entity cells, asks, hand-over
+//! state) and the [`ClusterSharding`] machine of one entity type — and runs [`Recorder`]
+//! entities: each keeps the messages it received (its state on a handoff), now and then takes
+//! a few ms of virtual time over one (so batches continue as tasks and stops wait for
+//! them), and records its incarnation's interval against the simulation's clock.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use concord_core::sharding::{
-    shard_id, ClusterSharding, ShardingEvent, ShardingMessage, ShardingSettings, StopReason,
-};
-use concord_core::{
-    MembershipChange, MembershipView, ProtocolId, ProtocolMachine, Transmit, UniqueAddress,
-};
+use concord::host::{Clock, HostInput, LayerHost, ManualClock};
+use concord::sharding::{Entity, EntityContext, ShardingCommand, ShardingEffects};
+use concord_core::group::MachineGroup;
+use concord_core::sharding::{ClusterSharding, ShardingSettings};
+use concord_core::{ProtocolId, UniqueAddress};
+use concord_sim::{SimHost, SimRuntime};
+use futures_channel::oneshot;
 
 use super::SHARDS;
 
-/// The test's stand-in for the runtime around one node's sharding machine.
-pub(crate) struct ShardingHost {
-    pub(crate) inner: ClusterSharding,
-    pub(crate) stop_delay_ms: u64,
-    /// (due, shard, entity, for a handoff).
-    pub(crate) stopping: Vec<(u64, String, String, bool)>,
-    /// Live entities: (shard, entity) → payloads received (handed over with the entity).
-    pub(crate) entities: BTreeMap<(String, String), Vec<String>>,
-    /// (entity, start, end) of every incarnation on this node.
+/// The entity type every node runs.
+pub(crate) const TYPE: &str = "sim";
+
+pub(crate) type Host = SimHost<ShardingEffects>;
+
+/// What one node incarnation's entities recorded.
+#[derive(Default)]
+pub(crate) struct NodeLog {
+    /// (entity, start, end) of every incarnation on this node, ms.
     pub(crate) intervals: Vec<(String, u64, Option<u64>)>,
-    pub(crate) graceful_requested: bool,
-    pub(crate) graceful_done: bool,
-    pub(crate) exiting_requested: bool,
-    pub(crate) exiting_done: bool,
-    pub(crate) exiting_since: Option<u64>,
+    /// Live entities: entity → payloads received (with what it was handed over).
+    pub(crate) live: BTreeMap<String, Vec<String>>,
 }
 
-impl ShardingHost {
-    pub(crate) fn new(me: &UniqueAddress, seed: u64, now: u64, settings: ShardingSettings) -> Self {
-        ShardingHost {
-            inner: ClusterSharding::new(settings, me.clone(), seed, now),
-            stop_delay_ms: 5 + seed % 40,
-            stopping: Vec::new(),
-            entities: BTreeMap::new(),
-            intervals: Vec::new(),
-            graceful_requested: false,
-            graceful_done: false,
-            exiting_requested: false,
-            exiting_done: false,
-            exiting_since: None,
-        }
-    }
+/// Every node incarnation's log, by unique address.
+pub(crate) type Logs = Arc<Mutex<BTreeMap<UniqueAddress, Arc<Mutex<NodeLog>>>>>;
 
-    pub(crate) fn close_interval(&mut self, entity: &str, now: u64) {
-        if let Some(i) = self
-            .intervals
-            .iter_mut()
-            .rev()
-            .find(|(e, _, end)| e == entity && end.is_none())
+/// A test entity; see the module docs.
+pub(crate) struct Recorder {
+    id: String,
+    received: Vec<String>,
+    log: Arc<Mutex<NodeLog>>,
+    index: usize,
+    clock: ManualClock,
+    runtime: SimRuntime,
+    slow_ms: u64,
+}
+
+impl Entity for Recorder {
+    type Message = String;
+    type Reply = usize;
+    type State = Vec<String>;
+
+    async fn handle(&mut self, _ctx: &mut EntityContext, payload: String) -> usize {
+        // One message in 32 takes a while: the batch continues as a task.
+        if payload.bytes().map(u64::from).sum::<u64>() % 32 == 0 {
+            self.runtime.sleep(self.slow_ms).await;
+        }
+        self.received.push(payload.clone());
+        if let Some(l) = self
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live
+            .get_mut(&self.id)
         {
-            i.2 = Some(now);
+            l.push(payload);
         }
+        self.received.len()
     }
 
-    pub(crate) fn react(&mut self, now: u64) {
-        while let Some(e) = self.inner.poll_event() {
-            if let Ok(t) = std::env::var("SHARD_TRACE") {
-                let show = match &e {
-                    ShardingEvent::StartEntity { entity, .. }
-                    | ShardingEvent::StopEntity { entity, .. }
-                    | ShardingEvent::KillEntity { entity, .. } => *entity == t,
-                    ShardingEvent::Deliver { .. } => false,
-                    _ => true,
-                };
-                if show {
-                    eprintln!("    {now} {} {:?}", self.inner.self_node().address.host, e);
-                }
-            }
-            match e {
-                ShardingEvent::StartEntity {
-                    shard,
-                    entity,
-                    state,
-                } => {
-                    let received = state
-                        .map(|s| {
-                            String::from_utf8(s)
-                                .expect("utf-8 state")
-                                .split('|')
-                                .filter(|x| !x.is_empty())
-                                .map(String::from)
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    assert!(
-                        self.entities
-                            .insert((shard, entity.clone()), received)
-                            .is_none(),
-                        "{entity} started twice on one node"
-                    );
-                    self.intervals.push((entity, now, None));
-                }
-                ShardingEvent::Deliver {
-                    shard,
-                    entity,
-                    payload,
-                    reply_to,
-                } => {
-                    let list = self
-                        .entities
-                        .get_mut(&(shard, entity.clone()))
-                        .unwrap_or_else(|| panic!("{entity} delivered before it started"));
-                    list.push(String::from_utf8(payload).expect("utf-8"));
-                    if let Some((to, ask)) = reply_to {
-                        self.inner.reply(now, &to, ask, Ok(Vec::new()));
-                    }
-                }
-                ShardingEvent::StopEntity {
-                    shard,
-                    entity,
-                    reason,
-                } => self.stopping.push((
-                    now + self.stop_delay_ms,
-                    shard,
-                    entity,
-                    reason == StopReason::HandOff,
-                )),
-                ShardingEvent::KillEntity { shard, entity } => {
-                    self.stopping.retain(|s| !(s.1 == shard && s.2 == entity));
-                    self.entities.remove(&(shard.clone(), entity.clone()));
-                    self.close_interval(&entity, now);
-                    self.inner.entity_stopped(now, &shard, &entity, None);
-                }
-                ShardingEvent::GracefulShutdownDone => self.graceful_done = true,
-                ShardingEvent::ExitingDone => self.exiting_done = true,
-                _ => {}
+    fn hand_off(&mut self) -> Option<Vec<String>> {
+        Some(std::mem::take(&mut self.received))
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let now = self.clock.now_ms();
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.live.remove(&self.id);
+        if let Some(i) = log.intervals.get_mut(self.index) {
+            i.2.get_or_insert(now);
+        }
+    }
+}
+
+/// The `cluster-exiting` work of a node, as its coordinated shutdown runs it: hand the
+/// shards over (`cluster-sharding-shutdown-region`, 10 s, then stop every entity), then
+/// the coordinator (`cluster-exiting`, 10 s).
+#[derive(Default)]
+pub(crate) struct Exiting {
+    since: Option<u64>,
+    graceful: Option<oneshot::Receiver<()>>,
+    graceful_done: bool,
+    exiting: Option<oneshot::Receiver<()>>,
+    exiting_done: bool,
+}
+
+impl Exiting {
+    pub(crate) fn step(&mut self, host: &mut LayerHost<ShardingEffects>, now: u64) -> bool {
+        let started = *self.since.get_or_insert(now);
+        if self.graceful.is_none() && !self.graceful_done {
+            let (done, rx) = oneshot::channel();
+            host.handle(HostInput::Command(ShardingCommand::GracefulShutdown {
+                done,
+            }));
+            self.graceful = Some(rx);
+        }
+        if let Some(rx) = &mut self.graceful {
+            if !matches!(rx.try_recv(), Ok(None)) {
+                self.graceful = None;
+                self.graceful_done = true;
             }
         }
-    }
-
-    pub(crate) fn run_stops(&mut self, now: u64) {
-        let due: Vec<_> = self
-            .stopping
-            .iter()
-            .filter(|s| s.0 <= now)
-            .cloned()
-            .collect();
-        self.stopping.retain(|s| s.0 > now);
-        for (_, shard, entity, handoff) in due {
-            let list = self.entities.remove(&(shard.clone(), entity.clone()));
-            self.close_interval(&entity, now);
-            let state = match (handoff, list) {
-                (true, Some(l)) => Some(l.join("|").into_bytes()),
-                _ => None,
-            };
-            self.inner.entity_stopped(now, &shard, &entity, state);
-            self.react(now);
-        }
-    }
-
-    /// Coordinated shutdown as the node runs it: hand the shards over, then the
-    /// coordinator singleton.
-    pub(crate) fn exiting(&mut self, now: u64) -> bool {
-        let started = *self.exiting_since.get_or_insert(now);
-        if !self.graceful_requested {
-            self.graceful_requested = true;
-            self.inner.graceful_shutdown(now);
-            self.react(now);
-        }
-        // The phases' timeouts (10 s each in the runtime): a hand-over that cannot finish
-        // (no coordinator left, say) does not hold the node forever.
         let timed_out = now >= started + 10_000;
-        if timed_out && !self.graceful_done && !self.exiting_requested {
-            self.inner.stop_hosting(now);
-            self.react(now);
+        if timed_out && !self.graceful_done && self.exiting.is_none() {
+            host.handle(HostInput::Command(ShardingCommand::StopHosting));
         }
-        if (self.graceful_done || timed_out) && !self.exiting_requested {
-            self.exiting_requested = true;
-            self.inner.self_exiting(now);
-            self.react(now);
+        if (self.graceful_done || timed_out) && self.exiting.is_none() && !self.exiting_done {
+            let (done, rx) = oneshot::channel();
+            host.handle(HostInput::Command(ShardingCommand::SelfExiting { done }));
+            self.exiting = Some(rx);
+        }
+        if let Some(rx) = &mut self.exiting {
+            if !matches!(rx.try_recv(), Ok(None)) {
+                self.exiting = None;
+                self.exiting_done = true;
+            }
         }
         self.exiting_done || now >= started + 20_000
     }
-
-    pub(crate) fn tell(&mut self, now: u64, entity: &str, payload: String) {
-        let shard = shard_id(&entity.to_string(), SHARDS);
-        self.inner
-            .tell(now, shard, entity.to_string(), payload.into_bytes(), None);
-        self.react(now);
-    }
 }
 
-impl ProtocolMachine for ShardingHost {
-    type Message = ShardingMessage;
-    type Event = ShardingEvent;
-
-    fn protocol(&self) -> ProtocolId {
-        ProtocolId::SHARDING
-    }
-
-    fn handle_message(&mut self, now: u64, from: &UniqueAddress, m: ShardingMessage) {
-        if let Ok(shard) = std::env::var("SHARD_TRACE_SHARD") {
-            let d = format!("{:?}", m.body);
-            if d.contains(&format!("\"{shard}\"")) && !d.starts_with("Deliver") {
-                eprintln!(
-                    "    {now} {} <- {} {}",
-                    self.inner.self_node().address.host,
-                    from.address.host,
-                    d.chars().take(600).collect::<String>()
-                );
+/// The host of node `me`: the sharding machine of [`TYPE`] with `settings`, the real
+/// sharding effects running [`Recorder`]s that log to `logs`.
+pub(crate) fn node_host(
+    me: &UniqueAddress,
+    seed: u64,
+    clock: &ManualClock,
+    settings: ShardingSettings,
+    logs: &Logs,
+) -> Host {
+    let runtime = SimRuntime::new(clock.clone());
+    let log = Arc::new(Mutex::new(NodeLog::default()));
+    logs.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(me.clone(), log.clone());
+    let (entity_clock, entity_runtime) = (clock.clone(), runtime.clone());
+    let slow_ms = 1 + seed % 10;
+    let mailbox = settings.entity_mailbox_size;
+    let effects = ShardingEffects::new(me.address.to_string()).entity_type(
+        TYPE,
+        move |id: &str, state: Option<Vec<String>>| {
+            let received = state.unwrap_or_default();
+            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+            assert!(
+                l.live.insert(id.to_string(), received.clone()).is_none(),
+                "{id} started twice on one node"
+            );
+            l.intervals
+                .push((id.to_string(), entity_clock.now_ms(), None));
+            Recorder {
+                id: id.to_string(),
+                received,
+                log: log.clone(),
+                index: l.intervals.len() - 1,
+                clock: entity_clock.clone(),
+                runtime: entity_runtime.clone(),
+                slow_ms,
             }
-        }
-        self.inner.handle_message(now, from, m);
-        self.react(now);
-    }
+        },
+        SHARDS,
+        mailbox,
+    );
+    let mut machines = MachineGroup::new(ProtocolId::SHARDING);
+    machines.insert(
+        TYPE,
+        ClusterSharding::new(settings, me.clone(), seed, clock.now_ms()),
+    );
+    let mut exiting = Exiting::default();
+    SimHost::new(machines, effects, me.clone(), clock.clone(), runtime)
+        .with_exiting(move |h, now| exiting.step(h, now))
+}
 
-    fn handle_membership(&mut self, now: u64, view: &MembershipView, change: MembershipChange) {
-        self.inner.handle_membership(now, view, change);
-        self.react(now);
-    }
+/// The machine of [`TYPE`] on a host.
+pub(crate) fn machine(h: &Host) -> &ClusterSharding {
+    h.host
+        .machine()
+        .get(TYPE)
+        .expect("every node runs the entity type")
+}
 
-    fn handle_timeout(&mut self, now: u64) {
-        self.run_stops(now);
-        if self.inner.poll_timeout().is_some_and(|t| t <= now) {
-            self.inner.handle_timeout(now);
-        }
-        self.react(now);
-    }
-
-    fn poll_transmit(&mut self) -> Option<Transmit<ShardingMessage>> {
-        self.inner.poll_transmit()
-    }
-
-    fn poll_event(&mut self) -> Option<ShardingEvent> {
-        None
-    }
-
-    fn poll_timeout(&self) -> Option<u64> {
-        let stop = self.stopping.iter().map(|s| s.0).min();
-        match (self.inner.poll_timeout(), stop) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
+/// Tells `entity` `payload` through the node's real command path.
+pub(crate) fn tell(h: &mut Host, entity: &str, payload: String) {
+    let payload = concord::sharding::entity::encode(&payload).expect("a string encodes");
+    h.host.handle(HostInput::Command(ShardingCommand::Tell {
+        type_name: TYPE.into(),
+        entity: entity.to_string(),
+        payload,
+        ask: None,
+    }));
 }

@@ -114,9 +114,9 @@ impl Layer for BenchLayer {
                 Arc::new(RawCodec),
                 settings.inbound_queue_size,
             )
-            .map_err(|e| LayerError {
+            .map_err(|e| LayerError::DuplicateProtocol {
                 layer: "bench",
-                message: e.to_string(),
+                protocol: e.0,
             })?;
         self.inbound = Some(rx);
         Ok(())
@@ -124,10 +124,7 @@ impl Layer for BenchLayer {
 
     fn start(self: Box<Self>, _ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         let Some(mut rx) = self.inbound else {
-            return Err(LayerError {
-                layer: "bench",
-                message: "started before it was registered".into(),
-            });
+            return Err(LayerError::NotRegistered { layer: "bench" });
         };
         let probe = self.probe;
         tokio::spawn(tracing::Instrument::instrument(

@@ -76,7 +76,10 @@ impl Daemon {
         );
         self.flush();
         loop {
-            let deadline = self.core.poll_timeout().map(|t| self.clock.instant_at(t));
+            let deadline = self
+                .core
+                .poll_timeout()
+                .map(|t| tokio::time::Instant::from_std(self.clock.instant_at(t)));
             tokio::select! {
                 biased;
                 cmd = commands.recv() => match cmd {

@@ -11,34 +11,34 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use concord_core::ddata::replicator::DataTypeRegistry;
-use concord_core::ddata::{Replicator as ReplicatorMachine, ReplicatorSettings};
+use concord_core::ddata::{Replicator as ReplicatorMachine, ReplicatorMessage, ReplicatorSettings};
 use concord_core::ProtocolId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
-use tracing::{info, Instrument};
+use tracing::info;
 
 use super::codec::ReplicatorCodec;
-use super::driver::Driver;
+use super::command::ReplicatorCommand;
 use super::durable::DurableStore;
-use super::replicator::{Job, Replicator};
-use crate::clock::Clock;
-use crate::layer::{
-    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
-};
+use super::effects::ReplicatorEffects;
+use super::replicator::Replicator;
+use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+use crate::runtime::{HostThread, LaneOutbound};
 
-/// Jobs queued from the handles before the driver takes them (callers wait when full).
-const JOB_QUEUE: usize = 4096;
-/// Housekeeping period (metrics, closed subscriptions).
-const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+/// The layer's name in errors and logs.
+const LAYER: &str = "distributed-data";
+
+/// Commands queued from the handles before the host takes them (callers wait when full).
+const COMMAND_QUEUE: usize = 4096;
 
 /// The Distributed Data layer; add it with `Node::builder(config).layer(layer)` and use
 /// the [`Replicator`] handle returned with it.
 pub struct DistributedData {
     settings: Option<ReplicatorSettings>,
     registry: DataTypeRegistry,
-    jobs: mpsc::Receiver<Job>,
+    commands: mpsc::Receiver<ReplicatorCommand>,
     handle: Replicator,
     inbound: Option<mpsc::Receiver<Inbound<concord_core::ddata::ReplicatorMessage>>>,
 }
@@ -56,14 +56,17 @@ impl DistributedData {
     }
 
     fn build(settings: Option<ReplicatorSettings>) -> (DistributedData, Replicator) {
-        let (tx, rx) = mpsc::channel(JOB_QUEUE);
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let replica = Arc::new(AtomicU64::new(0));
-        let handle = Replicator { jobs: tx, replica };
+        let handle = Replicator {
+            commands: tx,
+            replica,
+        };
         (
             DistributedData {
                 settings,
                 registry: DataTypeRegistry::default(),
-                jobs: rx,
+                commands: rx,
                 handle: handle.clone(),
                 inbound: None,
             },
@@ -79,13 +82,6 @@ impl DistributedData {
     {
         self.registry.register::<T>();
         self
-    }
-}
-
-fn error(message: impl std::fmt::Display) -> LayerError {
-    LayerError {
-        layer: "distributed-data",
-        message: message.to_string(),
     }
 }
 
@@ -113,15 +109,15 @@ impl Layer for DistributedData {
         let DistributedData {
             settings,
             registry,
-            jobs,
+            commands,
             handle,
             inbound,
         } = *self;
-        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let settings = settings.unwrap_or_else(|| ctx.config.replicator_settings());
         let me = ctx.cluster.self_unique_address().clone();
         handle.replica.store(me.uid, Ordering::Relaxed);
-        let clock = Clock::new();
+        let clock = ctx.clock;
         let mut machine = ReplicatorMachine::new(
             settings.clone(),
             me.clone(),
@@ -134,11 +130,11 @@ impl Layer for DistributedData {
             None
         } else {
             let dir = ctx.config.data_dir_path();
-            let store = DurableStore::open(&dir).map_err(error)?;
-            let records = store.load_all().map_err(error)?;
+            let store = DurableStore::open(&dir).map_err(storage_error)?;
+            let records = store.load_all().map_err(storage_error)?;
             for (key, envelope) in &records {
                 machine.load_durable(key, envelope).map_err(|e| {
-                    error(format!(
+                    storage_error(format!(
                         "durable store {}: record `{key}`: {e}",
                         store.file().display()
                     ))
@@ -152,9 +148,30 @@ impl Layer for DistributedData {
             ProtocolId::DISTRIBUTED_DATA,
             Arc::new(ReplicatorCodec),
         );
-        let driver = Driver::new(machine, clock, sender, store, me.address.to_string());
-        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), TICK);
-        tokio::spawn(driver.run(inputs).instrument(tracing::info_span!("ddata")));
+        let node = me.address.to_string();
+        let gossip_node = node.clone();
+        let outbound = LaneOutbound::new(sender).with_observer(move |m, bytes| {
+            if matches!(
+                m,
+                ReplicatorMessage::Status { .. } | ReplicatorMessage::Gossip { .. }
+            ) {
+                super::metrics::ddata_gossip_bytes(&gossip_node, bytes);
+            }
+        });
+        // Durable writes block: a replicator with durable keys runs on a thread of its own.
+        let thread = if store.is_some() {
+            HostThread::Dedicated
+        } else {
+            HostThread::Task
+        };
+        let effects = ReplicatorEffects::new(store, node);
+        ctx.start_host(
+            machine,
+            effects,
+            HostPorts::new(Box::new(outbound), inbound)
+                .commands(commands)
+                .thread(thread),
+        );
         Ok(LayerStarted {
             routes: Some(routes(handle)),
         })
@@ -176,5 +193,13 @@ async fn list_keys(State(r): State<Replicator>) -> Response {
             Json(serde_json::json!({ "message": e.to_string() })),
         )
             .into_response(),
+    }
+}
+
+/// A store of the layer that cannot be opened or read.
+fn storage_error(e: impl std::fmt::Display) -> LayerError {
+    LayerError::Storage {
+        layer: LAYER,
+        message: e.to_string(),
     }
 }

@@ -27,11 +27,18 @@
 //! ```
 
 pub mod codec;
-mod driver;
+pub mod command;
 pub mod durable;
+pub mod effects;
+#[cfg(feature = "runtime")]
 mod layer;
+mod metrics;
+#[cfg(feature = "runtime")]
 mod replicator;
 
-pub use driver::Notification;
+pub use command::{KeyInfo, Notification, ReplicatorCommand};
+pub use effects::ReplicatorEffects;
+#[cfg(feature = "runtime")]
 pub use layer::DistributedData;
-pub use replicator::{Change, Changes, DdataError, KeyInfo, Replicator};
+#[cfg(feature = "runtime")]
+pub use replicator::{Change, Changes, DdataError, Replicator};

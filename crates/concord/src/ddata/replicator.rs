@@ -25,11 +25,12 @@ use concord_core::ddata::replicator::{
     WriteConsistency,
 };
 use concord_core::ddata::ReplicaId;
+use futures_channel::oneshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::mpsc;
 
-use super::driver::{Driver, Pending, Reply};
+use super::command::{KeyInfo, Notification, ReplicatorCommand};
 
 /// Why a Distributed Data call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,13 +72,10 @@ pub enum Change<T> {
     Deleted,
 }
 
-/// A job run on the driver task with the machine.
-pub(super) type Job = Box<dyn FnOnce(&mut Driver) + Send>;
-
 /// The handle to a node's replicator; cheap to clone.
 #[derive(Clone)]
 pub struct Replicator {
-    pub(super) jobs: mpsc::Sender<Job>,
+    pub(super) commands: mpsc::Sender<ReplicatorCommand>,
     /// The node's uid once started (0 before).
     pub(super) replica: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -90,20 +88,6 @@ impl std::fmt::Debug for Replicator {
     }
 }
 
-/// One key as `GET /cluster/ddata` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct KeyInfo {
-    /// The key.
-    pub key: String,
-    /// The value's type (`null` for a deleted key).
-    #[serde(rename = "type")]
-    pub type_name: Option<String>,
-    /// The encoded value's size, bytes.
-    pub size_bytes: usize,
-    /// Stored on disk.
-    pub durable: bool,
-}
-
 impl Replicator {
     /// This replica's id (the node incarnation's uid): what counters and sets record
     /// updates under. Known once the node has started (`ReplicaId(0)` before).
@@ -111,13 +95,14 @@ impl Replicator {
         ReplicaId(self.replica.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    async fn run<R: Send + 'static>(
+    /// Sends the command `make` builds around a reply channel; its answer.
+    async fn command<R>(
         &self,
-        job: impl FnOnce(&mut Driver, oneshot::Sender<R>) + Send + 'static,
+        make: impl FnOnce(oneshot::Sender<R>) -> ReplicatorCommand,
     ) -> Result<R, DdataError> {
         let (tx, rx) = oneshot::channel();
-        self.jobs
-            .send(Box::new(move |d: &mut Driver| job(d, tx)))
+        self.commands
+            .send(make(tx))
             .await
             .map_err(|_| DdataError::Stopped)?;
         rx.await.map_err(|_| DdataError::Stopped)
@@ -129,8 +114,9 @@ impl Replicator {
     where
         T::Delta: Serialize + DeserializeOwned,
     {
-        self.run(|d, tx| {
-            let _ = tx.send(d.machine.register_type::<T>());
+        self.command(|reply| ReplicatorCommand::RegisterType {
+            register: Box::new(|m| m.register_type::<T>()),
+            reply,
         })
         .await
     }
@@ -146,14 +132,12 @@ impl Replicator {
     where
         T::Delta: Serialize + DeserializeOwned,
     {
-        let id = key.id().to_string();
+        let key = key.id().to_string();
         let result = self
-            .run(move |d, tx| {
-                let request = d.next_request();
-                d.pending
-                    .insert(request, Pending::new(Reply::Get(tx), consistency.label()));
-                let now = d.now();
-                d.machine.get(now, request, &id, consistency);
+            .command(|reply| ReplicatorCommand::Get {
+                key,
+                consistency,
+                reply,
             })
             .await?;
         match result {
@@ -186,15 +170,12 @@ impl Replicator {
     {
         let key = key.clone();
         let result = self
-            .run(move |d, tx| {
-                let request = d.next_request();
-                d.pending.insert(
-                    request,
-                    Pending::new(Reply::Update(tx), consistency.label()),
-                );
-                let now = d.now();
-                d.machine
-                    .update(now, request, &key, consistency, initial, modify);
+            .command(|reply| ReplicatorCommand::Update {
+                consistency,
+                update: Box::new(move |m, now, request| {
+                    m.update(now, request, &key, consistency, initial, modify)
+                }),
+                reply,
             })
             .await?;
         match result {
@@ -214,14 +195,10 @@ impl Replicator {
     pub async fn delete(&self, key: &str, consistency: WriteConsistency) -> Result<(), DdataError> {
         let key = key.to_string();
         let result = self
-            .run(move |d, tx| {
-                let request = d.next_request();
-                d.pending.insert(
-                    request,
-                    Pending::new(Reply::Delete(tx), consistency.label()),
-                );
-                let now = d.now();
-                d.machine.delete(now, request, &key, consistency);
+            .command(|reply| ReplicatorCommand::Delete {
+                key,
+                consistency,
+                reply,
             })
             .await?;
         match result {
@@ -238,14 +215,9 @@ impl Replicator {
     where
         T::Delta: Serialize + DeserializeOwned,
     {
-        let id = key.id().to_string();
+        let key = key.id().to_string();
         let rx = self
-            .run(move |d, tx| {
-                let (wtx, wrx) = watch::channel(None);
-                d.subscribers.entry(id.clone()).or_default().push(wtx);
-                d.machine.subscribe(&id);
-                let _ = tx.send(wrx);
-            })
+            .command(|reply| ReplicatorCommand::Subscribe { key, reply })
             .await?;
         Ok(Changes {
             rx,
@@ -255,37 +227,22 @@ impl Replicator {
 
     /// Every key with its type, size and durability (for `GET /cluster/ddata`).
     pub async fn keys(&self) -> Result<Vec<KeyInfo>, DdataError> {
-        self.run(|d, tx| {
-            let keys = d
-                .machine
-                .key_summaries()
-                .into_iter()
-                .map(|(key, type_name, size_bytes, durable)| KeyInfo {
-                    key,
-                    type_name: type_name.map(str::to_string),
-                    size_bytes,
-                    durable,
-                })
-                .collect();
-            let _ = tx.send(keys);
-        })
-        .await
+        self.command(|reply| ReplicatorCommand::Keys { reply })
+            .await
     }
 
     /// The replicator's counters.
     pub async fn stats(
         &self,
     ) -> Result<concord_core::ddata::replicator::ReplicatorStats, DdataError> {
-        self.run(|d, tx| {
-            let _ = tx.send(d.machine.stats().clone());
-        })
-        .await
+        self.command(|reply| ReplicatorCommand::Stats { reply })
+            .await
     }
 }
 
 /// A subscription to one key: [`Changes::next`] waits for the next change.
 pub struct Changes<T> {
-    rx: watch::Receiver<Option<Arc<super::driver::Notification>>>,
+    rx: async_broadcast::Receiver<Arc<Notification>>,
     _type: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -297,24 +254,20 @@ where
     /// has stopped. A value of another type than `T` is skipped.
     pub async fn next(&mut self) -> Option<Change<T>> {
         loop {
-            self.rx.changed().await.ok()?;
-            let n = self.rx.borrow_and_update().clone();
-            match n.as_deref() {
-                Some(super::driver::Notification::Deleted) => return Some(Change::Deleted),
-                Some(super::driver::Notification::Changed(v)) => {
+            let n = match self.rx.recv().await {
+                Ok(n) => n,
+                // Older changes were folded into a newer one.
+                Err(async_broadcast::RecvError::Overflowed(_)) => continue,
+                Err(async_broadcast::RecvError::Closed) => return None,
+            };
+            match n.as_ref() {
+                Notification::Deleted => return Some(Change::Deleted),
+                Notification::Changed(v) => {
                     if let Some(t) = v.as_any().downcast_ref::<T>() {
                         return Some(Change::Changed(t.clone()));
                     }
                 }
-                None => {}
             }
         }
     }
 }
-
-/// A request answered by the machine.
-pub(super) type GetReply = oneshot::Sender<GetResult>;
-/// An update's answer, with a durable-store failure if there was one.
-pub(super) type UpdateReply = oneshot::Sender<(UpdateResult, Option<String>)>;
-/// A delete's answer.
-pub(super) type DeleteReply = oneshot::Sender<DeleteResult>;

@@ -6,10 +6,12 @@ use std::time::Duration;
 use base64::Engine as _;
 use concord_core::ddata::VersionVector;
 use concord_core::kv::{
-    decode_context, encode_context, KvError, KvStats, KvStatus, ReadOptions, ReadResult,
-    WriteOptions,
+    decode_context, encode_context, KvError, ReadOptions, ReadResult, WriteOptions,
 };
-use tokio::sync::{mpsc, oneshot};
+use futures_channel::oneshot;
+use tokio::sync::mpsc;
+
+use super::command::{KvCommand, KvStatusReport};
 
 /// The causal context of a read: what the client has seen of a key. Pass it back with the
 /// next write of the key so that the write supersedes those versions (without it the write
@@ -68,48 +70,10 @@ impl KvValue {
     }
 }
 
-/// A node's store at one moment (`GET /kv-status`).
-#[derive(Clone, Debug)]
-pub struct KvStatusReport {
-    /// The machine's snapshot.
-    pub status: KvStatus,
-    /// Its counters.
-    pub stats: KvStats,
-    /// Bytes of the store's file.
-    pub file_bytes: u64,
-}
-
-/// A request for the driver.
-pub(crate) enum Job {
-    Put {
-        key: String,
-        value: Vec<u8>,
-        context: Option<VersionVector>,
-        options: WriteOptions,
-        reply: oneshot::Sender<Result<(), KvError>>,
-    },
-    Delete {
-        key: String,
-        context: Option<VersionVector>,
-        options: WriteOptions,
-        reply: oneshot::Sender<Result<(), KvError>>,
-    },
-    Get {
-        key: String,
-        options: ReadOptions,
-        reply: oneshot::Sender<Result<ReadResult, KvError>>,
-    },
-    Status {
-        reply: oneshot::Sender<KvStatusReport>,
-    },
-    /// Answered once this node holds no key it does not own (its handoff is done).
-    HandoffDone { reply: oneshot::Sender<()> },
-}
-
 /// The store's handle; cheap to clone. Calls made before the node started wait for it.
 #[derive(Clone)]
 pub struct KvStore {
-    pub(crate) jobs: mpsc::Sender<Job>,
+    pub(crate) commands: mpsc::Sender<KvCommand>,
     pub(crate) http: std::sync::Arc<std::sync::OnceLock<std::net::SocketAddr>>,
 }
 
@@ -118,9 +82,9 @@ fn stopped() -> KvError {
 }
 
 impl KvStore {
-    async fn call<T>(&self, job: impl FnOnce(oneshot::Sender<T>) -> Job) -> Option<T> {
+    async fn call<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> KvCommand) -> Option<T> {
         let (tx, rx) = oneshot::channel();
-        self.jobs.send(job(tx)).await.ok()?;
+        self.commands.send(command(tx)).await.ok()?;
         rx.await.ok()
     }
 
@@ -141,7 +105,7 @@ impl KvStore {
         options: WriteOptions,
     ) -> Result<(), KvError> {
         let value = value.into();
-        self.call(|reply| Job::Put {
+        self.call(|reply| KvCommand::Put {
             key: key.to_string(),
             value,
             context: context.map(|c| c.0.clone()),
@@ -157,7 +121,7 @@ impl KvStore {
     /// # Errors
     /// [`KvError::Unavailable`] if R replicas did not answer in time; [`KvError::Invalid`].
     pub async fn get(&self, key: &str, options: ReadOptions) -> Result<KvValue, KvError> {
-        self.call(|reply| Job::Get {
+        self.call(|reply| KvCommand::Get {
             key: key.to_string(),
             options,
             reply,
@@ -178,7 +142,7 @@ impl KvStore {
         context: Option<&Context>,
         options: WriteOptions,
     ) -> Result<(), KvError> {
-        self.call(|reply| Job::Delete {
+        self.call(|reply| KvCommand::Delete {
             key: key.to_string(),
             context: context.map(|c| c.0.clone()),
             options,
@@ -193,7 +157,7 @@ impl KvStore {
     /// # Errors
     /// The store has stopped.
     pub async fn status(&self) -> Result<KvStatusReport, KvError> {
-        self.call(|reply| Job::Status { reply })
+        self.call(|reply| KvCommand::Status { reply })
             .await
             .ok_or_else(stopped)
     }
@@ -201,7 +165,7 @@ impl KvStore {
     /// Waits until this node holds no key it does not own — every hinted write and every
     /// key of a segment it lost was handed to its owners — or `timeout` passes; true if so.
     pub async fn wait_handoff(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, self.call(|reply| Job::HandoffDone { reply }))
+        tokio::time::timeout(timeout, self.call(|reply| KvCommand::HandoffDone { reply }))
             .await
             .is_ok_and(|r| r.is_some())
     }

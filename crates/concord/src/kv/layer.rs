@@ -9,38 +9,31 @@ use std::time::Duration;
 use concord_core::kv::{KvMachine, KvMessage, KvSettings};
 use concord_core::ProtocolId;
 use tokio::sync::mpsc;
-use tracing::{info, warn, Instrument};
+use tracing::{info, warn};
 
 use super::codec::KvCodec;
-use super::driver::Driver;
-use super::handle::{Job, KvStore};
+use super::command::KvCommand;
+use super::effects::KvEffects;
+use super::handle::KvStore;
 use super::storage::RedbStorage;
-use crate::clock::Clock;
 use crate::coordinated_shutdown::Phase;
-use crate::layer::{
-    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
-};
+use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::management::ManagementAccess;
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+use crate::runtime::{HostThread, LaneOutbound};
 
-/// Requests queued from the handles before the driver takes them (callers wait when full).
-const JOB_QUEUE: usize = 8192;
-/// Housekeeping period (metrics, abandoned requests).
-const TICK: Duration = Duration::from_secs(1);
+/// The layer's name in errors and logs.
+const LAYER: &str = "key-value-store";
 
-fn error(message: impl std::fmt::Display) -> LayerError {
-    LayerError {
-        layer: "key-value-store",
-        message: message.to_string(),
-    }
-}
+/// Requests queued from the handles before the host takes them (callers wait when full).
+const COMMAND_QUEUE: usize = 8192;
 
 /// The key-value store layer; add it with `Node::builder(config).layer(layer)` and use the
 /// [`KvStore`] handle returned with it. Every node that hosts data (every member, or those
 /// with `kv.role`) must run it.
 pub struct KeyValueStore {
     settings: Option<KvSettings>,
-    jobs: mpsc::Receiver<Job>,
+    commands: mpsc::Receiver<KvCommand>,
     handle: KvStore,
     inbound: Option<mpsc::Receiver<Inbound<KvMessage>>>,
 }
@@ -58,15 +51,15 @@ impl KeyValueStore {
     }
 
     fn build(settings: Option<KvSettings>) -> (KeyValueStore, KvStore) {
-        let (tx, rx) = mpsc::channel(JOB_QUEUE);
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let handle = KvStore {
-            jobs: tx,
+            commands: tx,
             http: Arc::default(),
         };
         (
             KeyValueStore {
                 settings,
-                jobs: rx,
+                commands: rx,
                 handle: handle.clone(),
                 inbound: None,
             },
@@ -98,16 +91,16 @@ impl Layer for KeyValueStore {
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         let KeyValueStore {
             settings,
-            jobs,
+            commands,
             handle,
             inbound,
         } = *self;
-        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let settings = settings.unwrap_or_else(|| ctx.config.kv_settings());
         let me = ctx.cluster.self_unique_address().clone();
-        let storage = RedbStorage::open(&ctx.config.data_dir_path()).map_err(error)?;
+        let storage = RedbStorage::open(&ctx.config.data_dir_path()).map_err(storage_error)?;
         let file = storage.file().to_path_buf();
-        let clock = Clock::new();
+        let clock = ctx.clock;
         let machine = KvMachine::new(
             settings,
             me.clone(),
@@ -115,22 +108,21 @@ impl Layer for KeyValueStore {
             rand::random(),
             clock.now_ms(),
         )
-        .map_err(|e| error(format!("{}: {e}", file.display())))?;
+        .map_err(|e| storage_error(format!("{}: {e}", file.display())))?;
         info!(file = %file.display(), keys = machine.store_ref().key_count(), "key-value store opened");
         let sender = ProtocolSender::new(
             ctx.transport.clone(),
             ProtocolId::KEY_VALUE,
             Arc::new(KvCodec),
         );
-        let driver = Driver::new(machine, clock, sender, me.address.to_string());
-        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), TICK);
-        // The driver blocks on its storage: a thread of its own, on the node's runtime.
-        let runtime = tokio::runtime::Handle::current();
-        let span = tracing::info_span!("kv");
-        std::thread::Builder::new()
-            .name("concord-kv".into())
-            .spawn(move || runtime.block_on(driver.run(inputs).instrument(span)))
-            .map_err(|e| error(format!("cannot start the driver thread: {e}")))?;
+        // The host blocks on its storage: a thread of its own, on the node's runtime.
+        ctx.start_host(
+            machine,
+            KvEffects::new(me.address.to_string()),
+            HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound)
+                .commands(commands)
+                .thread(HostThread::Dedicated),
+        );
         // A leaving node hands its keys to their owners before it goes.
         let waiting = handle.clone();
         if let Err(e) = ctx.coordinated_shutdown.add_task(
@@ -162,8 +154,11 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
     } else {
         format!("{host}:{port}")
     };
-    let bound =
-        |e: std::io::Error| error(format!("cannot bind the key-value HTTP API to {bind}: {e}"));
+    let bound = |source: std::io::Error| LayerError::Bind {
+        layer: LAYER,
+        addr: bind.clone(),
+        source,
+    };
     let std_listener = std::net::TcpListener::bind(&bind).map_err(bound)?;
     std_listener.set_nonblocking(true).map_err(bound)?;
     let addr = std_listener.local_addr().map_err(bound)?;
@@ -174,7 +169,10 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
         .as_ref()
         .map(crate::tls::TlsContext::for_management)
         .transpose()
-        .map_err(error)?;
+        .map_err(|e| LayerError::Start {
+            layer: LAYER,
+            message: format!("key-value HTTPS: {e}"),
+        })?;
     let access = ManagementAccess::for_key_value(config, addr);
     let app = super::http::router(store.clone(), access);
     let limits = crate::management::HttpLimits::for_key_value(&config.kv)
@@ -183,4 +181,12 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
     let _ = store.http.set(addr);
     info!(%addr, https = config.management.tls.is_some(), "key-value HTTP API listening");
     Ok(())
+}
+
+/// A store of the layer that cannot be opened or read.
+fn storage_error(e: impl std::fmt::Display) -> LayerError {
+    LayerError::Storage {
+        layer: LAYER,
+        message: e.to_string(),
+    }
 }

@@ -26,14 +26,25 @@
 //! # node.shutdown().await; Ok(()) }
 //! ```
 
+#[cfg(feature = "runtime")]
 pub mod client;
 pub mod codec;
-mod driver;
+pub mod command;
+pub mod effects;
+#[cfg(feature = "runtime")]
 mod handle;
+#[cfg(feature = "runtime")]
 pub mod http;
+#[cfg(feature = "runtime")]
 mod layer;
+mod metrics;
 pub mod storage;
 
+#[cfg(feature = "runtime")]
 pub use client::{KvAnswer, KvClient};
-pub use handle::{Context, KvStatusReport, KvStore, KvValue};
+pub use command::{KvCommand, KvStatusReport};
+pub use effects::KvEffects;
+#[cfg(feature = "runtime")]
+pub use handle::{Context, KvStore, KvValue};
+#[cfg(feature = "runtime")]
 pub use layer::KeyValueStore;

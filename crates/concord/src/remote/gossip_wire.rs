@@ -17,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::registry::DecodeError;
+use super::codec::DecodeError;
 use super::wire;
 
 /// Default largest decompressed gossip accepted, bytes: 4 × the default

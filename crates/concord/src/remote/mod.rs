@@ -14,24 +14,39 @@
 //!   into), `association` (its writer: one connection, one write per batch), `inbound`
 //!   (accept, read, route a batch per read).
 
+#[cfg(feature = "runtime")]
 mod admission;
+#[cfg(feature = "runtime")]
 mod association;
+#[cfg(feature = "runtime")]
 pub mod cluster_secret;
+pub mod codec;
 pub mod envelope;
+#[cfg(feature = "runtime")]
 pub mod faults;
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod fuzz_tests;
 pub mod gossip_wire;
+#[cfg(feature = "runtime")]
 mod handshake;
+#[cfg(feature = "runtime")]
 mod inbound;
 pub(crate) mod log_limit;
+#[cfg(feature = "runtime")]
 pub mod membership_codec;
+#[cfg(feature = "runtime")]
 mod outbound_lane;
+#[cfg(feature = "runtime")]
 pub mod registry;
+#[cfg(feature = "runtime")]
 pub mod sender;
+#[cfg(feature = "runtime")]
 pub mod settings;
+#[cfg(feature = "runtime")]
 pub mod stats;
+#[cfg(feature = "runtime")]
 mod stream;
+#[cfg(feature = "runtime")]
 pub mod transport;
 
 /// Protobuf types generated from `proto/concord.proto`.
@@ -40,12 +55,19 @@ pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/concord.v1.rs"));
 }
 
+pub use codec::{Codec, DecodeError, Inbound};
 pub use envelope::{Frame, Outbound};
+#[cfg(feature = "runtime")]
 pub use faults::LinkFaults;
-pub use registry::{Codec, DecodeError, Inbound, ProtocolRegistry};
+#[cfg(feature = "runtime")]
+pub use registry::ProtocolRegistry;
+#[cfg(feature = "runtime")]
 pub use sender::ProtocolSender;
+#[cfg(feature = "runtime")]
 pub use settings::TransportSettings;
+#[cfg(feature = "runtime")]
 pub use stats::TransportStats;
+#[cfg(feature = "runtime")]
 pub use transport::{OutboundLane, SendError, Transport, TransportError, TransportEvent};
 
 /// Version of the wire protocol; a peer with another version is refused. Version 2: the

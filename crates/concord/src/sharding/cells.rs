@@ -19,28 +19,19 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use concord_core::sharding::{ShardId, ShardingBody, ShardingMessage, StopReason};
-use concord_core::{Lane, Transmit, UniqueAddress};
+use concord_core::sharding::{ShardId, StopReason};
+use concord_core::UniqueAddress;
+use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tracing::warn;
 
-use super::codec::ShardingCodec;
-use super::driver::{AskTx, Driver, Job};
+use super::command::{BatchOutcome, Completion, ShardingCompletion};
 use super::entity::{EntityContext, ErasedEntity, ErasedFactory};
-use super::AskFailure;
-use crate::remote::ProtocolSender;
+use crate::host::{Completions, Spawner};
 
-/// Where the answer to a message goes.
-pub(crate) enum ReplyTo {
-    /// Nowhere (a tell).
-    None,
-    /// A caller on this node.
-    Local(AskTx),
-    /// The node whose region accepted the ask, with its ask id.
-    Remote(UniqueAddress, u64),
-}
+/// Where the answer to a message goes: the asking node and its ask id (`None` for a
+/// tell). Every answer goes through the machine (a reply completion).
+pub(crate) type ReplyTo = Option<(UniqueAddress, u64)>;
 
 struct Envelope {
     payload: Vec<u8>,
@@ -57,23 +48,12 @@ struct Cell {
     generation: u64,
 }
 
-/// What the driver needs to run a batch.
+/// What running a batch needs from the host.
 pub(crate) struct RunContext<'a> {
     pub(crate) type_name: &'a str,
     pub(crate) node: &'a UniqueAddress,
-    pub(crate) internal: &'a mpsc::UnboundedSender<Job>,
-    pub(crate) sender: &'a ProtocolSender<ShardingCodec>,
-}
-
-/// How a batch ended.
-pub(crate) enum BatchOutcome {
-    /// The entity, back, and whether it asked to be passivated.
-    Done {
-        entity: Box<dyn ErasedEntity>,
-        passivate: bool,
-    },
-    /// The handler panicked: the entity is lost.
-    Failed(String),
+    pub(crate) completions: &'a Completions<ShardingCompletion>,
+    pub(crate) spawner: &'a dyn Spawner,
 }
 
 /// A running batch: gives the entity back, and whether it asked to be passivated.
@@ -114,28 +94,20 @@ pub(crate) struct Cells {
     pub(crate) dropped: u64,
 }
 
+/// Answers `to` with `result` (through the machine, as a completion of the host).
 fn reply(
-    reply: ReplyTo,
+    to: ReplyTo,
     result: Result<Vec<u8>, String>,
-    ctx_type: &str,
-    sender: &ProtocolSender<ShardingCodec>,
+    type_name: &str,
+    completions: &Completions<ShardingCompletion>,
 ) {
-    match reply {
-        ReplyTo::None => {}
-        ReplyTo::Local(tx) => {
-            let _ = tx.send(result.map_err(AskFailure::Failed));
-        }
-        ReplyTo::Remote(node, ask) => {
-            sender.send(&Transmit {
-                to: node.address.clone(),
-                to_uid: Some(node.uid),
-                lane: Lane::Ordinary,
-                message: ShardingMessage {
-                    type_name: ctx_type.to_string(),
-                    body: ShardingBody::Reply { ask, result },
-                },
-            });
-        }
+    if let Some((to, ask)) = to {
+        completions.send(ShardingCompletion(Completion::Reply {
+            type_name: type_name.to_string(),
+            to,
+            ask,
+            result,
+        }));
     }
 }
 
@@ -194,13 +166,13 @@ impl Cells {
     ) -> AfterBatch {
         let Some(cell) = self.cells.get_mut(entity) else {
             let why = format!("entity {entity} is not running here");
-            reply(to, Err(why), ctx.type_name, ctx.sender);
+            reply(to, Err(why), ctx.type_name, ctx.completions);
             return AfterBatch::Nothing;
         };
         if cell.mailbox.len() >= self.mailbox_size {
             self.dropped += 1;
             let why = format!("the mailbox of entity {entity} is full");
-            reply(to, Err(why), ctx.type_name, ctx.sender);
+            reply(to, Err(why), ctx.type_name, ctx.completions);
             return AfterBatch::Nothing;
         }
         cell.mailbox.push_back(Envelope { payload, reply: to });
@@ -228,18 +200,18 @@ impl Cells {
             let id = entity_id.to_string();
             let shard = cell.shard.clone();
             let node = ctx.node.address.clone();
-            let sender = ctx.sender.clone();
+            let completions = ctx.completions.clone();
             let mut work: BatchFuture = Box::pin(async move {
                 let mut ectx = EntityContext::new(id.clone(), shard, node);
                 let mut passivate = false;
                 for env in batch {
-                    let wants = !matches!(env.reply, ReplyTo::None);
+                    let wants = env.reply.is_some();
                     let r = entity.handle(&mut ectx, &env.payload, wants).await;
                     passivate |= ectx.take_passivate();
                     if let (Err(e), false) = (&r, wants) {
                         warn!(entity = %id, error = %e, "a message to the entity failed");
                     }
-                    reply(env.reply, r, &type_name, &sender);
+                    reply(env.reply, r, &type_name, &completions);
                 }
                 (entity, passivate)
             });
@@ -250,20 +222,28 @@ impl Cells {
                 Ok(Poll::Ready((entity, passivate))) => BatchOutcome::Done { entity, passivate },
                 Err(p) => BatchOutcome::Failed(panic_message(p)),
                 Ok(Poll::Pending) => {
+                    // It waits: it continues as a task of its own, which reports back.
                     let id = entity_id.to_string();
                     let type_name = ctx.type_name.to_string();
-                    let internal = ctx.internal.clone();
-                    let handle = tokio::spawn(async move {
+                    let completions = ctx.completions.clone();
+                    let (abort, registration) = AbortHandle::new_pair();
+                    let work = Abortable::new(work, registration);
+                    ctx.spawner.spawn(Box::pin(async move {
                         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
-                            Ok((entity, passivate)) => BatchOutcome::Done { entity, passivate },
+                            Ok(Ok((entity, passivate))) => BatchOutcome::Done { entity, passivate },
+                            // Killed: the entity is gone, nothing to report.
+                            Ok(Err(_aborted)) => return,
                             Err(p) => BatchOutcome::Failed(panic_message(p)),
                         };
-                        let _ = internal.send(Box::new(move |d: &mut Driver| {
-                            d.batch_done(&type_name, &id, generation, outcome)
+                        completions.send(ShardingCompletion(Completion::BatchDone {
+                            type_name,
+                            entity: id,
+                            generation,
+                            outcome,
                         }));
-                    });
+                    }));
                     if let Some(cell) = self.cells.get_mut(entity_id) {
-                        cell.running = Some(handle.abort_handle());
+                        cell.running = Some(abort);
                     }
                     return AfterBatch::Nothing;
                 }
@@ -378,7 +358,7 @@ impl Cells {
                         env.reply,
                         Err(format!("entity {entity} failed: {why}")),
                         ctx.type_name,
-                        ctx.sender,
+                        ctx.completions,
                     );
                 }
                 Applied::Done(AfterBatch::Stopped(cell.shard, None))

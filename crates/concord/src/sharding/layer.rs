@@ -6,28 +6,31 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use concord_core::group::MachineGroup;
 use concord_core::sharding::{shard_id, ClusterSharding, ShardingSettings};
 use concord_core::ProtocolId;
-use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn, Instrument};
+use futures_channel::oneshot;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
 
 use super::codec::ShardingCodec;
-use super::driver::{Driver, Job, Request, TypeHost};
+use super::command::ShardingCommand;
+use super::effects::{ShardingEffects, TypeEffects};
 use super::entity::{decode, encode, erase_factory, Entity, ErasedFactory};
-use super::outbox::Outboxes;
 use super::remember_store::RememberStore;
 use super::routes;
 use super::{AskFailure, Extractor, ShardingError};
-use crate::clock::Clock;
 use crate::coordinated_shutdown::Phase;
 use crate::ddata::durable::DurableStore;
-use crate::layer::{
-    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
-};
+use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+use crate::runtime::BackloggedOutbound;
+
+/// The layer's name in errors and logs.
+const LAYER: &str = "sharding";
 
 /// Requests queued from the handles before the driver takes them (callers wait when full).
-const JOB_QUEUE: usize = 8_192;
+const COMMAND_QUEUE: usize = 8_192;
 /// The file of the sharding replicator's durable keys in the data directory.
 pub const DURABLE_FILE: &str = "sharding-ddata.redb";
 
@@ -67,8 +70,8 @@ struct Spec {
 /// ```
 pub struct Sharding {
     specs: Vec<Spec>,
-    jobs: mpsc::Receiver<Request>,
-    jobs_tx: mpsc::Sender<Request>,
+    commands: mpsc::Receiver<ShardingCommand>,
+    commands_tx: mpsc::Sender<ShardingCommand>,
     inbound: Option<mpsc::Receiver<Inbound<concord_core::sharding::ShardingMessage>>>,
 }
 
@@ -81,7 +84,7 @@ impl Default for Sharding {
 /// The region of one entity type on this node: the way to its entities.
 pub struct ShardRegion<E: Entity> {
     type_name: Arc<str>,
-    jobs: mpsc::Sender<Request>,
+    commands: mpsc::Sender<ShardingCommand>,
     _types: PhantomData<fn() -> E>,
 }
 
@@ -89,7 +92,7 @@ impl<E: Entity> Clone for ShardRegion<E> {
     fn clone(&self) -> Self {
         ShardRegion {
             type_name: self.type_name.clone(),
-            jobs: self.jobs.clone(),
+            commands: self.commands.clone(),
             _types: PhantomData,
         }
     }
@@ -113,11 +116,11 @@ impl<E: Entity> Clone for EntityRef<E> {
 impl Sharding {
     /// No entity types yet.
     pub fn new() -> Self {
-        let (jobs_tx, jobs) = mpsc::channel(JOB_QUEUE);
+        let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
         Sharding {
             specs: Vec::new(),
-            jobs,
-            jobs_tx,
+            commands,
+            commands_tx,
             inbound: None,
         }
     }
@@ -127,7 +130,7 @@ impl Sharding {
         self.specs.push(spec);
         ShardRegion {
             type_name,
-            jobs: self.jobs_tx.clone(),
+            commands: self.commands_tx.clone(),
             _types: PhantomData,
         }
     }
@@ -208,18 +211,12 @@ impl<E: Entity> ShardRegion<E> {
     /// # Errors
     /// [`ShardingError::Stopped`] if the node has stopped.
     pub async fn local_shards(&self) -> Result<Vec<(String, u32)>, ShardingError> {
-        let (tx, rx) = oneshot::channel();
-        let type_name = self.type_name.clone();
-        let job: Job = Box::new(move |d: &mut Driver| {
-            let shards = d
-                .types
-                .get(&*type_name)
-                .map(|h| h.machine.local_shards())
-                .unwrap_or_default();
-            let _ = tx.send(shards);
-        });
-        self.jobs
-            .send(job.into())
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(ShardingCommand::LocalShards {
+                type_name: self.type_name.clone(),
+                reply,
+            })
             .await
             .map_err(|_| ShardingError::Stopped)?;
         rx.await.map_err(|_| ShardingError::Stopped)
@@ -240,8 +237,8 @@ impl<E: Entity> ShardRegion<E> {
         ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
     ) -> Result<(), ShardingError> {
         let payload = encode(message).map_err(ShardingError::Encoding)?;
-        self.jobs
-            .send(Request::Tell {
+        self.commands
+            .send(ShardingCommand::Tell {
                 type_name: self.type_name.clone(),
                 entity: entity.to_string(),
                 payload,
@@ -303,37 +300,6 @@ impl<E: Entity> EntityRef<E> {
     }
 }
 
-impl Driver {
-    /// A message from a handle: the shard by the type's extractor, then the machine.
-    pub(crate) fn tell(
-        &mut self,
-        type_name: &str,
-        entity: String,
-        payload: Vec<u8>,
-        ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
-    ) {
-        let now = self.now();
-        let Some(h) = self.types.get_mut(type_name) else {
-            if let Some(tx) = ask {
-                let _ = tx.send(Err(AskFailure::Failed(format!(
-                    "entity type `{type_name}` is not started on this node"
-                ))));
-            }
-            return;
-        };
-        let shard = (h.extractor)(&entity);
-        let ask = ask.map(|tx| h.add_ask(tx));
-        h.machine.tell(now, shard, entity, payload, ask);
-    }
-}
-
-fn error(message: impl std::fmt::Display) -> LayerError {
-    LayerError {
-        layer: "sharding",
-        message: message.to_string(),
-    }
-}
-
 impl Layer for Sharding {
     fn name(&self) -> &'static str {
         "sharding"
@@ -357,23 +323,23 @@ impl Layer for Sharding {
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         let Sharding {
             specs,
-            jobs,
-            jobs_tx,
+            commands,
+            commands_tx,
             inbound,
         } = *self;
-        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let me = ctx.cluster.self_unique_address().clone();
-        let clock = Clock::new();
-        let now = clock.now_ms();
+        let now = ctx.clock.now_ms();
+        let mut machines = MachineGroup::new(ProtocolId::SHARDING);
         let mut types = BTreeMap::new();
         let mut needs_durable = false;
         let mut needs_remember_store = false;
         for spec in specs {
             if types.contains_key(&spec.type_name) {
-                return Err(error(format!(
-                    "entity type `{}` is started twice",
-                    spec.type_name
-                )));
+                return Err(LayerError::Config {
+                    layer: LAYER,
+                    message: format!("entity type `{}` is started twice", spec.type_name),
+                });
             }
             let mut settings = spec
                 .settings
@@ -394,25 +360,27 @@ impl Layer for Sharding {
             let extractor: Extractor = spec
                 .extractor
                 .unwrap_or_else(|| Arc::new(move |id: &str| shard_id(&id.to_string(), shards)));
+            let mailbox = settings.entity_mailbox_size;
             let machine = ClusterSharding::new(settings, me.clone(), rand::random(), now);
+            machines.insert(spec.type_name.clone(), machine);
             types.insert(
                 spec.type_name,
-                TypeHost::new(machine, spec.factory, extractor),
+                TypeEffects::new(spec.factory, extractor, mailbox),
             );
         }
         let dir = ctx.config.data_dir_path();
         let store = if needs_durable {
-            let store = DurableStore::open_file(&dir, DURABLE_FILE).map_err(error)?;
-            let records = store.load_all().map_err(error)?;
+            let store = DurableStore::open_file(&dir, DURABLE_FILE).map_err(storage_error)?;
+            let records = store.load_all().map_err(storage_error)?;
             for (key, envelope) in &records {
                 // Keys are `shard-<type>-...`: each belongs to its type's machine.
-                if let Some(h) = types.iter_mut().find_map(|(t, h)| {
+                if let Some(machine) = machines.iter_mut().find_map(|(t, m)| {
                     key.strip_prefix("shard-")
                         .is_some_and(|rest| rest.starts_with(&format!("{t}-")))
-                        .then_some(h)
+                        .then_some(m)
                 }) {
-                    h.machine.load_durable(key, envelope).map_err(|e| {
-                        error(format!(
+                    machine.load_durable(key, envelope).map_err(|e| {
+                        storage_error(format!(
                             "durable store {}: record `{key}`: {e}",
                             store.file().display()
                         ))
@@ -425,7 +393,7 @@ impl Layer for Sharding {
             None
         };
         let remember = if needs_remember_store {
-            Some(Arc::new(RememberStore::open(&dir).map_err(error)?))
+            Some(Arc::new(RememberStore::open(&dir).map_err(storage_error)?))
         } else {
             None
         };
@@ -435,32 +403,26 @@ impl Layer for Sharding {
             ProtocolId::SHARDING,
             Arc::new(ShardingCodec),
         );
-        let (internal_tx, internal_rx) = mpsc::unbounded_channel();
-        let driver = Driver::new(
-            types,
-            clock,
-            Outboxes::new(sender),
-            me.clone(),
-            internal_tx,
-            store,
-            remember,
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let outbound = BackloggedOutbound::new(sender, wake.clone());
+        let effects = ShardingEffects::with_types(types, store, remember, me.address.to_string());
+        ctx.start_host(
+            machines,
+            effects,
+            HostPorts::new(Box::new(outbound), inbound)
+                .commands(commands)
+                .wake(wake),
         );
-        add_shutdown_tasks(&ctx, jobs_tx.clone());
-        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), Duration::from_secs(1));
-        tokio::spawn(
-            driver
-                .run(inputs, internal_rx)
-                .instrument(tracing::info_span!("sharding")),
-        );
+        add_shutdown_tasks(&ctx, commands_tx.clone());
         Ok(LayerStarted {
-            routes: Some(routes::routes(jobs_tx, names)),
+            routes: Some(routes::routes(commands_tx, names)),
         })
     }
 }
 
 /// The region hand-over in `cluster-sharding-shutdown-region` (entities stopped if it
 /// does not finish in time) and the coordinators' hand-over in `cluster-exiting`.
-fn add_shutdown_tasks(ctx: &LayerContext, jobs: mpsc::Sender<Request>) {
+fn add_shutdown_tasks(ctx: &LayerContext, commands: mpsc::Sender<ShardingCommand>) {
     let phase = Phase::ClusterShardingShutdownRegion;
     let budget = ctx
         .config
@@ -468,19 +430,21 @@ fn add_shutdown_tasks(ctx: &LayerContext, jobs: mpsc::Sender<Request>) {
         .timeout(phase)
         .saturating_sub(Duration::from_millis(500))
         .max(Duration::from_millis(500));
-    let region_jobs = jobs.clone();
+    let region = commands.clone();
     if let Err(e) =
         ctx.coordinated_shutdown
             .add_task(phase, "sharding-shutdown-region", move || async move {
-                let (tx, rx) = oneshot::channel();
-                let job: Job = Box::new(move |d: &mut Driver| d.graceful_shutdown(tx));
-                if region_jobs.send(job.into()).await.is_err() {
+                let (done, rx) = oneshot::channel();
+                if region
+                    .send(ShardingCommand::GracefulShutdown { done })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 if tokio::time::timeout(budget, rx).await.is_err() {
                     warn!("shards were not all handed over in time; stopping their entities here");
-                    let stop: Job = Box::new(|d: &mut Driver| d.stop_hosting());
-                    let _ = region_jobs.send(stop.into()).await;
+                    let _ = region.send(ShardingCommand::StopHosting).await;
                 }
             })
     {
@@ -490,13 +454,24 @@ fn add_shutdown_tasks(ctx: &LayerContext, jobs: mpsc::Sender<Request>) {
         Phase::ClusterExiting,
         "sharding-coordinator-exiting",
         move || async move {
-            let (tx, rx) = oneshot::channel();
-            let job: Job = Box::new(move |d: &mut Driver| d.self_exiting(tx));
-            if jobs.send(job.into()).await.is_ok() {
+            let (done, rx) = oneshot::channel();
+            if commands
+                .send(ShardingCommand::SelfExiting { done })
+                .await
+                .is_ok()
+            {
                 let _ = rx.await;
             }
         },
     ) {
         warn!(error = %e, "cannot add the shard coordinator's hand-over to coordinated shutdown");
+    }
+}
+
+/// A store of the layer that cannot be opened or read.
+fn storage_error(e: impl std::fmt::Display) -> LayerError {
+    LayerError::Storage {
+        layer: LAYER,
+        message: e.to_string(),
     }
 }

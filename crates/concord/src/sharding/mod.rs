@@ -20,11 +20,14 @@
 
 mod cells;
 pub mod codec;
-mod driver;
+pub mod command;
+pub mod effects;
 pub mod entity;
+#[cfg(feature = "runtime")]
 mod layer;
-mod outbox;
+mod metrics;
 pub mod remember_store;
+#[cfg(feature = "runtime")]
 pub mod routes;
 
 use std::sync::Arc;
@@ -32,16 +35,21 @@ use std::time::Duration;
 
 use concord_core::sharding::DropReason;
 
+pub use command::{AskTx, ShardingCommand, ShardingCompletion, StatsTx};
+pub use effects::ShardingEffects;
 pub use entity::{Entity, EntityContext};
+#[cfg(feature = "runtime")]
 pub use layer::{EntityRef, ShardRegion, Sharding, DURABLE_FILE};
+#[cfg(feature = "runtime")]
 pub use routes::{ShardInfoJson, ShardRegionJson, ShardRegionsJson};
 
 /// Entity id → shard id.
 pub(crate) type Extractor = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
-/// Why an ask got no reply (inside the layer).
+/// Why an ask got no reply, as the layer's host tells the asker (the handle turns it
+/// into a [`ShardingError`]).
 #[derive(Debug)]
-pub(crate) enum AskFailure {
+pub enum AskFailure {
     /// A buffer was full (or the id was invalid): the message was not delivered.
     Dropped(DropReason),
     /// The message was delivered but failed (does not decode, mailbox full, panic).

@@ -17,10 +17,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures_channel::oneshot;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::driver::{Driver, Job, Request};
+use super::command::ShardingCommand;
 
 /// One shard in the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,15 +52,15 @@ pub struct ShardRegionsJson {
 
 #[derive(Clone)]
 struct RouteState {
-    jobs: mpsc::Sender<Request>,
+    commands: mpsc::Sender<ShardingCommand>,
     types: Vec<String>,
 }
 
-/// The routes over the driver's job queue, for the entity types `types`.
-pub(crate) fn routes(jobs: mpsc::Sender<Request>, types: Vec<String>) -> Router {
+/// The routes over the host's command queue, for the entity types `types`.
+pub(crate) fn routes(commands: mpsc::Sender<ShardingCommand>, types: Vec<String>) -> Router {
     Router::new()
         .route("/cluster/shards/{name}", get(shards))
-        .with_state(RouteState { jobs, types })
+        .with_state(RouteState { commands, types })
 }
 
 fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
@@ -78,12 +79,15 @@ async fn shards(State(s): State<RouteState>, Path(name): Path<String>) -> Respon
             format!("Shard Region {name} is not started"),
         );
     }
-    let (tx, rx) = oneshot::channel();
-    let job: Job = Box::new(move |d: &mut Driver| d.query_stats(&name, tx));
-    if s.jobs.send(job.into()).await.is_err() {
+    let (reply, rx) = oneshot::channel();
+    let query = ShardingCommand::QueryStats {
+        type_name: name,
+        reply,
+    };
+    if s.commands.send(query).await.is_err() {
         return message(StatusCode::SERVICE_UNAVAILABLE, "sharding has stopped");
     }
-    // The driver answers within the query timeout; this bound only guards a stuck node.
+    // The host answers within the query timeout; this bound only guards a stuck node.
     match tokio::time::timeout(Duration::from_secs(30), rx).await {
         Ok(Ok(regions)) => Json(ShardRegionsJson {
             regions: regions

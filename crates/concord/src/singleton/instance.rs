@@ -1,16 +1,44 @@
 //! What a singleton instance sees: its [`SingletonContext`] (mailbox, node, incarnation)
 //! and each message as a [`SingletonEnvelope`] (with a [`Replier`] for an ask).
 
+use std::future::Future;
 use std::marker::PhantomData;
 
 use concord_core::{Address, UniqueAddress};
+use futures_channel::mpsc;
+use futures_util::StreamExt as _;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::driver::{Driver, Job};
+use super::command::{Completion, SingletonCompletion};
+use crate::host::Completions;
 use crate::remote::log_limit::LogLimiter;
+
+/// What singleton messages and replies must be: encodable (with serde, as `postcard`)
+/// and sendable.
+pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
+
+/// A singleton's behaviour: an async function of its [`SingletonContext`] that handles
+/// messages until `recv` gives `None`, then returns.
+pub trait Behaviour<M, R>: Send + Sync + 'static {
+    /// The running behaviour.
+    type Running: Future<Output = ()> + Send + 'static;
+    /// Starts the behaviour for one incarnation.
+    fn start(&self, ctx: SingletonContext<M, R>) -> Self::Running;
+}
+
+impl<M, R, F, Fut> Behaviour<M, R> for F
+where
+    F: Fn(SingletonContext<M, R>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    type Running = Fut;
+    fn start(&self, ctx: SingletonContext<M, R>) -> Fut {
+        self(ctx)
+    }
+}
 
 /// A message for the instance as it travels: encoded, with where an ask's reply goes.
 #[derive(Debug)]
@@ -25,7 +53,7 @@ pub struct SingletonContext<M, R> {
     node: Address,
     incarnation: u64,
     mailbox: mpsc::Receiver<RawEnvelope>,
-    replies: mpsc::Sender<Job>,
+    replies: Completions<SingletonCompletion>,
     bad_messages: LogLimiter,
     _types: PhantomData<fn(M) -> R>,
 }
@@ -43,24 +71,23 @@ pub struct Replier<R> {
     name: String,
     to: UniqueAddress,
     ask: u64,
-    replies: mpsc::Sender<Job>,
+    replies: Completions<SingletonCompletion>,
     _type: PhantomData<fn(R)>,
 }
 
 impl<R: Serialize> Replier<R> {
-    /// Sends `reply` to the asker (dropped if the node's reply queue is full; the ask then
-    /// times out).
+    /// Sends `reply` to the asker (through the singleton machine; dropped if the node has
+    /// stopped, and the ask then times out).
     pub fn reply(self, reply: R) {
         let Ok(payload) = postcard::to_stdvec(&reply) else {
             warn!(singleton = %self.name, "the reply does not encode; dropped");
             return;
         };
-        let (name, to, ask) = (self.name, self.to, self.ask);
-        let _ = self.replies.try_send(Box::new(move |d: &mut Driver| {
-            let now = d.now();
-            if let Some(h) = d.singletons.get_mut(&name) {
-                h.machine.reply(now, &to, ask, payload);
-            }
+        self.replies.send(SingletonCompletion(Completion::Reply {
+            name: self.name,
+            to: self.to,
+            ask: self.ask,
+            payload,
         }));
     }
 }
@@ -71,7 +98,7 @@ impl<M: DeserializeOwned, R> SingletonContext<M, R> {
         node: Address,
         incarnation: u64,
         mailbox: mpsc::Receiver<RawEnvelope>,
-        replies: mpsc::Sender<Job>,
+        replies: Completions<SingletonCompletion>,
     ) -> Self {
         SingletonContext {
             name,
@@ -104,7 +131,7 @@ impl<M: DeserializeOwned, R> SingletonContext<M, R> {
     /// behaviour — the next instance starts only after that.
     pub async fn recv(&mut self) -> Option<SingletonEnvelope<M, R>> {
         loop {
-            let raw = self.mailbox.recv().await?;
+            let raw = self.mailbox.next().await?;
             match postcard::from_bytes::<M>(&raw.payload) {
                 Ok(message) => {
                     let reply = raw.reply_to.map(|(to, ask)| Replier {

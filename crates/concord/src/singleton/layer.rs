@@ -2,30 +2,33 @@
 //! proxy of each), and [`SingletonRef`], the proxy handle to one of them.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use concord_core::group::MachineGroup;
 use concord_core::singleton::{ClusterSingleton, SingletonSettings};
 use concord_core::ProtocolId;
+use futures_channel::oneshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
-use tracing::{warn, Instrument};
+use tokio::sync::mpsc;
+use tracing::warn;
 
 use super::codec::SingletonCodec;
-use super::driver::{Driver, Factory, Hosted, Job};
-use super::instance::SingletonContext;
-use crate::clock::Clock;
+use super::command::SingletonCommand;
+use super::effects::{factory, Factory, Instance, SingletonEffects};
+use super::instance::{Behaviour, Wire};
 use crate::coordinated_shutdown::Phase;
-use crate::layer::{
-    register_protocol, DriverInputs, Layer, LayerContext, LayerError, LayerStarted,
-};
+use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::lease::{FileLease, Lease};
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
+use crate::runtime::LaneOutbound;
 
-const JOB_QUEUE: usize = 4096;
+/// The layer's name in errors and logs.
+const LAYER: &str = "singleton";
+
+const COMMAND_QUEUE: usize = 4096;
 
 /// Why a message to a singleton was not answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,31 +45,6 @@ pub enum SingletonError {
     /// The node is shutting down.
     #[error("the singleton layer has stopped")]
     Stopped,
-}
-
-/// What singleton messages and replies must be: encodable (with serde, as `postcard`)
-/// and sendable.
-pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
-
-/// A singleton's behaviour: an async function of its [`SingletonContext`] that handles
-/// messages until `recv` gives `None`, then returns.
-pub trait Behaviour<M, R>: Send + Sync + 'static {
-    /// The running behaviour.
-    type Running: Future<Output = ()> + Send + 'static;
-    /// Starts the behaviour for one incarnation.
-    fn start(&self, ctx: SingletonContext<M, R>) -> Self::Running;
-}
-
-impl<M, R, F, Fut> Behaviour<M, R> for F
-where
-    F: Fn(SingletonContext<M, R>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    type Running = Fut;
-    fn start(&self, ctx: SingletonContext<M, R>) -> Fut {
-        self(ctx)
-    }
 }
 
 /// A singleton to host, typed away for the driver.
@@ -101,8 +79,8 @@ struct Spec {
 /// ```
 pub struct ClusterSingletons {
     specs: BTreeMap<String, Spec>,
-    jobs: mpsc::Receiver<Job>,
-    jobs_tx: mpsc::Sender<Job>,
+    commands: mpsc::Receiver<SingletonCommand>,
+    commands_tx: mpsc::Sender<SingletonCommand>,
     inbound: Option<mpsc::Receiver<Inbound<concord_core::singleton::SingletonMessage>>>,
 }
 
@@ -115,7 +93,7 @@ impl Default for ClusterSingletons {
 /// The proxy to one singleton: messages go to wherever its instance runs, in order.
 pub struct SingletonRef<M, R> {
     name: String,
-    jobs: mpsc::Sender<Job>,
+    commands: mpsc::Sender<SingletonCommand>,
     _types: PhantomData<fn(M) -> R>,
 }
 
@@ -123,7 +101,7 @@ impl<M, R> Clone for SingletonRef<M, R> {
     fn clone(&self) -> Self {
         SingletonRef {
             name: self.name.clone(),
-            jobs: self.jobs.clone(),
+            commands: self.commands.clone(),
             _types: PhantomData,
         }
     }
@@ -132,11 +110,11 @@ impl<M, R> Clone for SingletonRef<M, R> {
 impl ClusterSingletons {
     /// No singletons yet.
     pub fn new() -> Self {
-        let (jobs_tx, jobs) = mpsc::channel(JOB_QUEUE);
+        let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
         ClusterSingletons {
             specs: BTreeMap::new(),
-            jobs,
-            jobs_tx,
+            commands,
+            commands_tx,
             inbound: None,
         }
     }
@@ -171,21 +149,12 @@ impl ClusterSingletons {
     ) -> SingletonRef<M, R> {
         let behaviour = Arc::new(behaviour);
         let make = Box::new(move |node: concord_core::Address| -> Factory {
-            Box::new(move |name, incarnation, mailbox, replies| {
-                let ctx = SingletonContext::<M, R>::new(
-                    name,
-                    node.clone(),
-                    incarnation,
-                    mailbox,
-                    replies,
-                );
-                Box::pin(behaviour.start(ctx))
-            })
+            factory::<M, R, _>(behaviour, node)
         });
         self.specs.insert(name.to_string(), Spec { settings, make });
         SingletonRef {
             name: name.to_string(),
-            jobs: self.jobs_tx.clone(),
+            commands: self.commands_tx.clone(),
             _types: PhantomData,
         }
     }
@@ -204,19 +173,12 @@ impl<M: Serialize, R: DeserializeOwned> SingletonRef<M, R> {
     ) -> Result<(), SingletonError> {
         let payload =
             postcard::to_stdvec(message).map_err(|e| SingletonError::Encoding(e.to_string()))?;
-        let name = self.name.clone();
-        self.jobs
-            .send(Box::new(move |d: &mut Driver| {
-                let now = d.now();
-                if let Some(h) = d.singletons.get_mut(&name) {
-                    let ask = ask.map(|tx| {
-                        let id = h.next_ask();
-                        h.asks.insert(id, tx);
-                        id
-                    });
-                    h.machine.tell(now, payload, ask);
-                }
-            }))
+        self.commands
+            .send(SingletonCommand::Tell {
+                name: self.name.clone(),
+                payload,
+                ask,
+            })
             .await
             .map_err(|_| SingletonError::Stopped)
     }
@@ -238,13 +200,6 @@ impl<M: Serialize, R: DeserializeOwned> SingletonRef<M, R> {
                 postcard::from_bytes(&bytes).map_err(|e| SingletonError::Encoding(e.to_string()))
             }
         }
-    }
-}
-
-fn error(message: impl std::fmt::Display) -> LayerError {
-    LayerError {
-        layer: "singleton",
-        message: message.to_string(),
     }
 }
 
@@ -271,13 +226,14 @@ impl Layer for ClusterSingletons {
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         let ClusterSingletons {
             specs,
-            jobs,
-            jobs_tx,
+            commands,
+            commands_tx,
             inbound,
         } = *self;
-        let inbound = inbound.ok_or_else(|| error("started before it was registered"))?;
+        let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let me = ctx.cluster.self_unique_address().clone();
-        let mut hosted = BTreeMap::new();
+        let mut machines = MachineGroup::new(ProtocolId::SINGLETON);
+        let mut instances = BTreeMap::new();
         for (name, spec) in specs {
             let mut settings = spec
                 .settings
@@ -298,38 +254,37 @@ impl Layer for ClusterSingletons {
                 )) as Arc<dyn Lease>
             });
             let machine = ClusterSingleton::new(settings, me.clone(), rand::random());
-            hosted.insert(
-                name,
-                Hosted::new(machine, (spec.make)(me.address.clone()), lease),
-            );
+            machines.insert(name.clone(), machine);
+            instances.insert(name, Instance::new((spec.make)(me.address.clone()), lease));
         }
         let sender = ProtocolSender::new(
             ctx.transport.clone(),
             ProtocolId::SINGLETON,
             Arc::new(SingletonCodec),
         );
-        let driver = Driver::new(hosted, Clock::new(), sender, me.clone(), jobs_tx.clone());
+        let effects = SingletonEffects::with_instances(instances, me.address.to_string());
+        ctx.start_host(
+            machines,
+            effects,
+            HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound).commands(commands),
+        );
         // The hand-over of a leaving node runs before remoting closes.
-        let exiting_jobs = jobs_tx.clone();
         if let Err(e) = ctx.coordinated_shutdown.add_task(
             Phase::ClusterExiting,
             "singleton-exiting",
             move || async move {
-                let (tx, rx) = oneshot::channel();
-                let job: Job = Box::new(move |d: &mut Driver| d.self_exiting(tx));
-                if exiting_jobs.send(job).await.is_ok() {
+                let (done, rx) = oneshot::channel();
+                if commands_tx
+                    .send(SingletonCommand::SelfExiting { done })
+                    .await
+                    .is_ok()
+                {
                     let _ = rx.await;
                 }
             },
         ) {
             warn!(error = %e, "cannot add the singleton hand-over to coordinated shutdown");
         }
-        let inputs = DriverInputs::new(jobs, inbound, ctx.cluster.clone(), Duration::from_secs(1));
-        tokio::spawn(
-            driver
-                .run(inputs)
-                .instrument(tracing::info_span!("singletons")),
-        );
         Ok(LayerStarted::default())
     }
 }

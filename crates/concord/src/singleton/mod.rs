@@ -10,9 +10,15 @@
 //! shutdown's `cluster-exiting` phase, before remoting closes.
 
 pub mod codec;
-mod driver;
+pub mod command;
+pub mod effects;
 mod instance;
+#[cfg(feature = "runtime")]
 mod layer;
+mod metrics;
 
-pub use instance::{Replier, SingletonContext, SingletonEnvelope};
-pub use layer::{Behaviour, ClusterSingletons, SingletonError, SingletonRef, Wire};
+pub use command::{SingletonCommand, SingletonCompletion};
+pub use effects::SingletonEffects;
+pub use instance::{Behaviour, Replier, SingletonContext, SingletonEnvelope, Wire};
+#[cfg(feature = "runtime")]
+pub use layer::{ClusterSingletons, SingletonError, SingletonRef};

@@ -1,0 +1,174 @@
+//! [`LayerEffects`]: what a layer supplies to its host besides the machine — its command
+//! type, what each of the machine's events does, and what its background work reports — and
+//! [`Effects`], what those handlers may touch while they run.
+
+use std::sync::Arc;
+
+use concord_core::{MembershipView, ProtocolMachine, UniqueAddress};
+use futures_channel::mpsc;
+
+use super::clock::Clock;
+use super::spawn::{Spawner, Task};
+
+/// The message type of a layer's machine.
+pub type MessageOf<E> = <<E as LayerEffects>::Machine as ProtocolMachine>::Message;
+/// The event type of a layer's machine.
+pub type EventOf<E> = <<E as LayerEffects>::Machine as ProtocolMachine>::Event;
+
+/// A layer's part of its host (see the module docs of [`crate::host`]).
+///
+/// Handlers run on the host, one at a time, between the machine's inputs; they act on the
+/// machine through [`Effects::machine`] (every message leaves through the machine's
+/// transmits, so per-peer order is the machine's order), start background work with
+/// [`Effects::spawn`] and learn its outcome as a [`LayerEffects::Completion`].
+pub trait LayerEffects: Send + 'static {
+    /// The sans-IO protocol machine.
+    type Machine: ProtocolMachine<Message: Send + 'static, Event: Send + 'static> + Send + 'static;
+    /// Requests from the layer's handles (typed; replies travel in the command's own
+    /// one-shot channel).
+    type Command: Send + 'static;
+    /// Reports of the layer's background work (an entity batch ended, a lease was granted,
+    /// a store read finished).
+    type Completion: Send + 'static;
+
+    /// The layer's name, for logs and metric labels.
+    fn name(&self) -> &'static str;
+
+    /// Handles one command from a handle.
+    fn command(&mut self, fx: &mut Effects<'_, Self>, command: Self::Command);
+
+    /// Handles one report of background work.
+    fn completion(&mut self, fx: &mut Effects<'_, Self>, completion: Self::Completion);
+
+    /// What one event of the machine does.
+    fn event(&mut self, fx: &mut Effects<'_, Self>, event: EventOf<Self>);
+
+    /// A message arrived, before the machine handles it (per-message metrics). `bytes` is
+    /// its payload size.
+    fn received(&mut self, _message: &MessageOf<Self>, _bytes: usize) {}
+
+    /// The membership view changed (after the machine was told).
+    fn membership(&mut self, _fx: &mut Effects<'_, Self>, _view: &Arc<MembershipView>) {}
+
+    /// Housekeeping every [`LayerEffects::tick_interval_ms`]: metrics, forgotten callers,
+    /// renewals.
+    fn tick(&mut self, _fx: &mut Effects<'_, Self>) {}
+
+    /// The housekeeping period, ms (`None`: no tick).
+    fn tick_interval_ms(&self) -> Option<u64> {
+        Some(1_000)
+    }
+
+    /// Called in each round of a flush before the machine's outputs are carried out: the
+    /// key-value store commits the turn's writes here (one fsync for the whole turn), so
+    /// nothing it sends or answers afterwards can claim a write that is not on disk.
+    fn before_outputs(&mut self, _fx: &mut Effects<'_, Self>) {}
+
+    /// The host stops (the node is gone): end what still runs.
+    fn stopped(&mut self, _machine: &mut Self::Machine) {}
+}
+
+/// The sending end of a host's completion queue: background work reports here. Cheap to
+/// clone; unbounded (each report stands for work the host itself started).
+pub struct Completions<C> {
+    tx: mpsc::UnboundedSender<C>,
+}
+
+impl<C> Clone for Completions<C> {
+    fn clone(&self) -> Self {
+        Completions {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<C> Completions<C> {
+    /// A queue and its receiving end.
+    pub fn channel() -> (Completions<C>, mpsc::UnboundedReceiver<C>) {
+        let (tx, rx) = mpsc::unbounded();
+        (Completions { tx }, rx)
+    }
+
+    /// Reports `completion`; false if the host has stopped.
+    pub fn send(&self, completion: C) -> bool {
+        self.tx.unbounded_send(completion).is_ok()
+    }
+}
+
+/// What the host lends a layer's handlers: the machine, the time, the node, and the means
+/// to start background work.
+pub struct Effects<'a, E: LayerEffects + ?Sized> {
+    /// The layer's machine.
+    pub machine: &'a mut E::Machine,
+    /// The time of the input being handled, ms.
+    pub now_ms: u64,
+    /// The outbound sender's backlog as the input began.
+    pub backlog: Backlog,
+    pub(super) env: &'a HostEnv<E::Completion>,
+    pub(super) stop: &'a mut bool,
+}
+
+/// What an outbound sender holds back (see [`crate::host::Outbound::backlog`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Messages waiting for room on their lane, count.
+    pub queued: usize,
+    /// Messages dropped because a backlog was full, count (since start).
+    pub dropped: u64,
+}
+
+impl<E: LayerEffects + ?Sized> Effects<'_, E> {
+    /// This node's unique address.
+    pub fn node(&self) -> &UniqueAddress {
+        &self.env.node
+    }
+
+    /// The machine and the host's environment at once (so a handler can act on the
+    /// machine while it hands the completion queue or the spawner to work it starts).
+    pub fn parts(&mut self) -> (&mut E::Machine, &HostEnv<E::Completion>) {
+        (self.machine, self.env)
+    }
+
+    /// The node's clock (for work that reads the time later, off the host).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.env.clock
+    }
+
+    /// The completion queue, for background work to report to.
+    pub fn completions(&self) -> &Completions<E::Completion> {
+        &self.env.completions
+    }
+
+    /// Runs `task` concurrently (see [`Spawner::spawn`]).
+    pub fn spawn(&self, task: Task) {
+        self.env.spawner.spawn(task);
+    }
+
+    /// Runs blocking `work` away from the host (see [`Spawner::spawn_blocking`]).
+    pub fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send + 'static>) {
+        self.env.spawner.spawn_blocking(work);
+    }
+
+    /// The spawner (for work that starts more work).
+    pub fn spawner(&self) -> &Arc<dyn Spawner> {
+        &self.env.spawner
+    }
+
+    /// Asks the host to stop after this turn (the membership layer, once its machine has
+    /// shut down).
+    pub fn stop(&mut self) {
+        *self.stop = true;
+    }
+}
+
+/// What a host runs in: the node, its clock, its spawner and the host's completion queue.
+pub struct HostEnv<C> {
+    /// This node's unique address.
+    pub node: UniqueAddress,
+    /// The node's one clock.
+    pub clock: Arc<dyn Clock>,
+    /// Where background work runs.
+    pub spawner: Arc<dyn Spawner>,
+    /// The host's completion queue.
+    pub completions: Completions<C>,
+}

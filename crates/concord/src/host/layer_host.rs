@@ -1,0 +1,268 @@
+//! [`LayerHost`]: the one driver of every protocol layer, without I/O. It owns the
+//! layer's machine and effects and everything around them that used to be copied into
+//! each layer's driver task: the node's clock, the membership feed, the next deadline, the
+//! periodic tick, the batching of inputs into turns with one send of transmits per turn,
+//! the outbound sender, typed commands and the completion queue of background work.
+//!
+//! A driver (the tokio runtime's `runtime::drive`, or the simulator) only moves inputs in
+//! and time forward: it calls [`LayerHost::handle`] for each ready input — up to
+//! [`INPUTS_PER_TURN`] — then [`LayerHost::flush`] once, and waits for the next input or
+//! [`LayerHost::next_deadline`].
+
+use std::sync::Arc;
+
+use concord_core::{MembershipChange, MembershipView, ProtocolMachine, Transmit, UniqueAddress};
+use futures_channel::mpsc::UnboundedReceiver;
+
+use super::clock::Clock;
+use super::effects::{Completions, Effects, HostEnv, LayerEffects, MessageOf};
+use super::input::{HostInput, MembershipInput};
+use super::outbound::Outbound;
+use super::spawn::Spawner;
+
+/// Inputs a driver hands a host before one flush (one send per peer for many messages).
+pub const INPUTS_PER_TURN: usize = 256;
+
+/// Counters of one host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Inputs handled.
+    pub inputs: u64,
+    /// Flushes (turns).
+    pub turns: u64,
+    /// Transmits sent.
+    pub transmits: u64,
+}
+
+/// The host of one layer; see the module docs.
+pub struct LayerHost<E: LayerEffects> {
+    machine: E::Machine,
+    effects: E,
+    env: HostEnv<E::Completion>,
+    outbound: Box<dyn Outbound<MessageOf<E>>>,
+    completions: Option<UnboundedReceiver<E::Completion>>,
+    view: Option<Arc<MembershipView>>,
+    next_tick_ms: Option<u64>,
+    transmits: Vec<Transmit<MessageOf<E>>>,
+    stop: bool,
+    stats: HostStats,
+}
+
+impl<E: LayerEffects> LayerHost<E> {
+    /// A host of `machine` with `effects` on `node`, reading `clock`, running background
+    /// work on `spawner` and sending through `outbound`.
+    pub fn new(
+        machine: E::Machine,
+        effects: E,
+        node: UniqueAddress,
+        clock: Arc<dyn Clock>,
+        spawner: Arc<dyn Spawner>,
+        outbound: Box<dyn Outbound<MessageOf<E>>>,
+    ) -> Self {
+        let (completions, rx) = Completions::channel();
+        let now = clock.now_ms();
+        let next_tick_ms = effects
+            .tick_interval_ms()
+            .map(|i| now.saturating_add(i.max(1)));
+        LayerHost {
+            machine,
+            effects,
+            env: HostEnv {
+                node,
+                clock,
+                spawner,
+                completions,
+            },
+            outbound,
+            completions: Some(rx),
+            view: None,
+            next_tick_ms,
+            transmits: Vec::new(),
+            stop: false,
+            stats: HostStats::default(),
+        }
+    }
+
+    /// The clock now, ms.
+    pub fn now(&self) -> u64 {
+        self.env.clock.now_ms()
+    }
+
+    /// The node's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.env.clock
+    }
+
+    /// This node's unique address.
+    pub fn node(&self) -> &UniqueAddress {
+        &self.env.node
+    }
+
+    /// The layer's name.
+    pub fn name(&self) -> &'static str {
+        self.effects.name()
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &E::Machine {
+        &self.machine
+    }
+
+    /// The layer's effects.
+    pub fn effects(&self) -> &E {
+        &self.effects
+    }
+
+    /// The latest membership view the host was given.
+    pub fn view(&self) -> Option<&Arc<MembershipView>> {
+        self.view.as_ref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        self.stats
+    }
+
+    /// A sender into the host's completion queue.
+    pub fn completions(&self) -> Completions<E::Completion> {
+        self.env.completions.clone()
+    }
+
+    /// The receiving end of the completion queue, for the driver to wait on (once).
+    pub fn take_completions(&mut self) -> Option<UnboundedReceiver<E::Completion>> {
+        self.completions.take()
+    }
+
+    /// True once the layer asked to stop ([`Effects::stop`]) or [`LayerHost::stop`] ran.
+    pub fn is_stopped(&self) -> bool {
+        self.stop
+    }
+
+    /// True while commands may be taken (see [`Outbound::accepting`]).
+    pub fn accepting_commands(&self) -> bool {
+        self.outbound.accepting()
+    }
+
+    /// The earliest time the host must get [`HostInput::Timeout`], ms: the machine's next
+    /// timer or the next tick.
+    pub fn next_deadline(&self) -> Option<u64> {
+        match (self.machine.poll_timeout(), self.next_tick_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs `f` with the machine and the effects at the clock's time (a command given by
+    /// hand: tests, the simulator). Flush afterwards.
+    pub fn with<T>(&mut self, f: impl FnOnce(&mut E, &mut Effects<'_, E>) -> T) -> T {
+        let now = self.now();
+        let mut fx = Effects::<E> {
+            machine: &mut self.machine,
+            now_ms: now,
+            backlog: self.outbound.backlog(),
+            env: &self.env,
+            stop: &mut self.stop,
+        };
+        f(&mut self.effects, &mut fx)
+    }
+
+    /// Handles one input (its outputs wait for [`LayerHost::flush`]).
+    pub fn handle(&mut self, input: HostInput<E>) {
+        self.stats.inputs += 1;
+        let now = self.now();
+        let mut fx = Effects::<E> {
+            machine: &mut self.machine,
+            now_ms: now,
+            backlog: self.outbound.backlog(),
+            env: &self.env,
+            stop: &mut self.stop,
+        };
+        match input {
+            HostInput::Inbound(batch) => {
+                for (message, bytes) in batch.messages {
+                    self.effects.received(&message, bytes);
+                    ProtocolMachine::handle_message(fx.machine, now, &batch.from, message);
+                }
+            }
+            HostInput::Membership(m) => {
+                match &m {
+                    MembershipInput::CurrentClusterState(view) => fx.machine.handle_membership(
+                        now,
+                        view,
+                        MembershipChange::CurrentClusterState,
+                    ),
+                    MembershipInput::Event(view, event) => {
+                        fx.machine
+                            .handle_membership(now, view, MembershipChange::Event(event))
+                    }
+                }
+                let view = m.view().clone();
+                self.outbound.membership(&view);
+                self.effects.membership(&mut fx, &view);
+                self.view = Some(view);
+            }
+            HostInput::Command(c) => self.effects.command(&mut fx, c),
+            HostInput::Completion(c) => self.effects.completion(&mut fx, c),
+            HostInput::Timeout => {
+                if fx.machine.poll_timeout().is_some_and(|t| t <= now) {
+                    fx.machine.handle_timeout(now);
+                }
+                if self.next_tick_ms.is_some_and(|t| t <= now) {
+                    self.next_tick_ms = self
+                        .effects
+                        .tick_interval_ms()
+                        .map(|i| now.saturating_add(i.max(1)));
+                    self.effects.tick(&mut fx);
+                }
+            }
+        }
+    }
+
+    /// Carries the turn's outputs out: every event to the effects (which may give the
+    /// machine more to do) until the machine has nothing more to say, then every transmit
+    /// of the turn to the outbound sender at once.
+    pub fn flush(&mut self) {
+        self.stats.turns += 1;
+        let now = self.now();
+        loop {
+            let mut fx = Effects::<E> {
+                machine: &mut self.machine,
+                now_ms: now,
+                backlog: self.outbound.backlog(),
+                env: &self.env,
+                stop: &mut self.stop,
+            };
+            self.effects.before_outputs(&mut fx);
+            let mut any = false;
+            while let Some(t) = self.machine.poll_transmit() {
+                any = true;
+                self.transmits.push(t);
+            }
+            while let Some(e) = self.machine.poll_event() {
+                any = true;
+                let mut fx = Effects::<E> {
+                    machine: &mut self.machine,
+                    now_ms: now,
+                    backlog: self.outbound.backlog(),
+                    env: &self.env,
+                    stop: &mut self.stop,
+                };
+                self.effects.event(&mut fx, e);
+            }
+            if !any {
+                break;
+            }
+        }
+        if !self.transmits.is_empty() {
+            self.stats.transmits += self.transmits.len() as u64;
+            self.outbound.send(&mut self.transmits);
+            self.transmits.clear();
+        }
+    }
+
+    /// Stops the host: the layer ends what still runs ([`LayerEffects::stopped`]).
+    pub fn stop(&mut self) {
+        self.stop = true;
+        self.effects.stopped(&mut self.machine);
+    }
+}
