@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use concord::host::ManualClock;
 use concord_core::settings::ClusterSettings;
 use concord_core::{
-    Address, ClusterCore, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
+    Address, ClusterCore, ShutdownReason, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
     Transmit, UniqueAddress,
 };
 use rand::rngs::SmallRng;
@@ -38,6 +38,9 @@ pub struct SimNode {
     pub alive: bool,
     /// Paused (like SIGSTOP) until this time, ms.
     pub paused_until: Option<u64>,
+    /// The reason of this node's coordinated shutdown once the core asked to start it
+    /// ([`ClusterCore::poll_coordinated_shutdown`], the decision the tokio runtime takes too).
+    pub coordinated_shutdown: Option<ShutdownReason>,
     /// The time of this node's timer event in the queue, ms: one pending timer per node, so
     /// the queue does not fill with stale timers (one per delivered message otherwise).
     timer_at: Option<u64>,
@@ -260,6 +263,7 @@ impl Simulation {
                 quarantined: BTreeSet::new(),
                 alive: true,
                 paused_until: None,
+                coordinated_shutdown: None,
                 timer_at: None,
             },
         );
@@ -353,9 +357,12 @@ impl Simulation {
                 }
             }
         }
-        // The coordinated shutdown's cluster-exiting phase: the hosted machines hand
-        // their work over first.
-        if node.core.exiting_tasks_in_progress() {
+        // The coordinated shutdown starts when the core asks (as in the tokio runtime);
+        // its cluster-exiting phase: the hosted machines hand their work over first.
+        while let Some(reason) = node.core.poll_coordinated_shutdown() {
+            node.coordinated_shutdown.get_or_insert(reason);
+        }
+        if node.coordinated_shutdown.is_some() && node.core.exiting_tasks_in_progress() {
             let mut done = true;
             for m in &mut node.machines {
                 done &= m.exiting(now);

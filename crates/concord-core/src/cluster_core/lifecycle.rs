@@ -80,6 +80,7 @@ impl ClusterCore {
         if self.shutdown.is_none() {
             self.shutdown = Some(reason);
             self.state_changes += 1;
+            self.coordinated_shutdown.push_back(reason);
         }
     }
 
@@ -148,6 +149,10 @@ impl ClusterCore {
         match self.state.latest_gossip.member(me).map(|m| m.status) {
             None => self.self_removed(previous),
             Some(MemberStatus::Down) if self.settings.run_coordinated_shutdown_when_down => {
+                if !self.down_shutdown_requested {
+                    self.down_shutdown_requested = true;
+                    self.coordinated_shutdown.push_back(ShutdownReason::Downed);
+                }
                 // Keep gossiping for two rounds so the cluster learns, then stop.
                 self.timers.set_if_unset(
                     ClusterTimer::DownShutdown,
@@ -156,6 +161,8 @@ impl ClusterCore {
             }
             Some(MemberStatus::Exiting) if !self.exiting_seen => {
                 self.exiting_seen = true;
+                // Left: hand over, then go (Akka's ClusterLeavingReason).
+                self.coordinated_shutdown.push_back(ShutdownReason::Removed);
                 if self.exiting_done {
                     self.timers.set(
                         ClusterTimer::ExitingShutdown,

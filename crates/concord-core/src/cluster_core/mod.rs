@@ -161,6 +161,11 @@ pub struct ClusterCore {
     events: VecDeque<ClusterEvent>,
     quarantines: VecDeque<UniqueAddress>,
     lease_requests: VecDeque<LeaseRequest>,
+    /// Requests to start the coordinated shutdown, with their reason (see
+    /// [`ClusterCore::poll_coordinated_shutdown`]).
+    coordinated_shutdown: VecDeque<ShutdownReason>,
+    /// A Down of this node already asked for the coordinated shutdown.
+    down_shutdown_requested: bool,
     stats: CoreStats,
     /// Rate limit of InitJoin, Join and heartbeats answered for non-members.
     non_member_requests: TokenBucket,
@@ -238,6 +243,8 @@ impl ClusterCore {
             events: VecDeque::new(),
             quarantines: VecDeque::new(),
             lease_requests: VecDeque::new(),
+            coordinated_shutdown: VecDeque::new(),
+            down_shutdown_requested: false,
             sbr_decisions: VecDeque::new(),
             stats: CoreStats::default(),
             non_member_requests: TokenBucket::new(JOIN_REQUEST_BURST, JOIN_REQUESTS_PER_SECOND),
@@ -373,6 +380,19 @@ impl ClusterCore {
     #[must_use]
     pub fn poll_lease_request(&mut self) -> Option<LeaseRequest> {
         self.lease_requests.pop_front()
+    }
+
+    /// Next request to start this node's coordinated shutdown, with its reason. The core
+    /// decides when (the same decision in every host: the tokio runtime and the simulator):
+    /// when this node becomes Exiting ([`ShutdownReason::Removed`]: the `cluster-exiting`
+    /// phase hands its work over, then [`ClusterCore::exiting_completed`]), when it is marked
+    /// Down and `run-coordinated-shutdown-when-down` is on ([`ShutdownReason::Downed`],
+    /// Akka's `ClusterDowningReason`), and when the core shuts down for any reason
+    /// ([`ClusterCore::shutdown_reason`]). A host starts its shutdown on the first request;
+    /// later ones only confirm it (the first reason is the one reported).
+    #[must_use]
+    pub fn poll_coordinated_shutdown(&mut self) -> Option<ShutdownReason> {
+        self.coordinated_shutdown.pop_front()
     }
 
     /// The next time [`ClusterCore::handle_timeout`] must be called, ms; `None` once the

@@ -231,6 +231,46 @@ fn an_exiting_node_is_not_removed_before_its_exiting_tasks_complete() {
     assert!(net.run_until(5000, |n| n.all_up(2)));
 }
 
+/// When the coordinated shutdown starts is the core's decision: once on Exiting (the
+/// hand-over runs before the removal), and the removal itself only confirms it.
+#[test]
+fn the_core_asks_for_the_coordinated_shutdown_once_when_exiting_and_when_downed() {
+    let (mut net, addrs) = form(3);
+    net.complete_exiting_tasks = false;
+    let leaver = addrs[2].clone();
+    let now = net.now;
+    net.core(&addrs[0]).leave(now, &leaver).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].exiting_tasks_in_progress()));
+    assert_eq!(
+        net.core(&leaver).poll_coordinated_shutdown(),
+        Some(ShutdownReason::Removed)
+    );
+    assert_eq!(net.core(&leaver).poll_coordinated_shutdown(), None);
+    let now = net.now;
+    net.core(&leaver).exiting_completed(now);
+    assert!(net.run_until(10_000, |n| n.nodes[&leaver].shutdown_reason()
+        == Some(ShutdownReason::Removed)));
+    assert_eq!(
+        net.core(&leaver).poll_coordinated_shutdown(),
+        Some(ShutdownReason::Removed)
+    );
+    assert_eq!(net.core(&addrs[0]).poll_coordinated_shutdown(), None);
+
+    // Downed (run-coordinated-shutdown-when-down is on by default): asked for at once.
+    let downed = addrs[1].clone();
+    let now = net.now;
+    net.core(&addrs[0]).down(now, &downed).unwrap();
+    assert!(net.run_until(10_000, |n| n.nodes[&downed]
+        .latest_gossip()
+        .member(&n.nodes[&downed].self_unique_address().clone())
+        .is_some_and(|m| m.status == MemberStatus::Down)
+        || n.nodes[&downed].shutdown_reason().is_some()));
+    assert_eq!(
+        net.core(&downed).poll_coordinated_shutdown(),
+        Some(ShutdownReason::Downed)
+    );
+}
+
 #[test]
 fn exiting_tasks_completed_before_exiting_let_the_removal_go_on() {
     let (mut net, addrs) = form(3);

@@ -173,28 +173,12 @@ impl Daemon {
         while let Some(e) = self.core.poll_event() {
             events.push(e);
         }
-        let me = self.core.self_unique_address().clone();
-        for e in &events {
-            match e {
-                // Left (by its own or anyone's `leave`): hand over, then go (Akka's
-                // ClusterLeavingReason).
-                ClusterEvent::MemberExited(m) if m.unique_address == me => {
-                    self.shared.shutdown.run(ShutdownReason::Removed);
-                }
-                // Downed: shut down at once (run-coordinated-shutdown-when-down, Akka's
-                // ClusterDowningReason); the core keeps gossiping meanwhile so the cluster
-                // learns it.
-                ClusterEvent::MemberDowned(m)
-                    if m.unique_address == me
-                        && self.core.settings().run_coordinated_shutdown_when_down =>
-                {
-                    self.shared.shutdown.run(ShutdownReason::Downed);
-                }
-                _ => {}
-            }
+        // When the coordinated shutdown starts is the core's decision (the simulator takes
+        // the same one): Exiting, Downed, or the core's own shutdown.
+        while let Some(reason) = self.core.poll_coordinated_shutdown() {
+            self.shared.shutdown.run(reason);
         }
         if let Some(reason) = self.core.shutdown_reason() {
-            self.shared.shutdown.run(reason);
             self.ended.send_if_modified(|e| {
                 let changed = e.is_none();
                 e.get_or_insert(reason);
