@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use concord::host::ManualClock;
 use concord_core::settings::ClusterSettings;
 use concord_core::{
-    Address, ClusterCore, ShutdownReason, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
-    Transmit, UniqueAddress,
+    Address, ClusterCore, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
+    ShutdownReason, Transmit, UniqueAddress,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

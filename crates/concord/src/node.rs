@@ -18,16 +18,15 @@ use tracing::Instrument;
 use crate::bootstrap::{self, BootstrapSettings, JoinDecider, LowestAddressJoinDecider};
 use crate::cluster::{self, Cluster, ClusterError, ClusterParts};
 use crate::config::{Config, ConfigError};
-use crate::coordinated_shutdown::CoordinatedShutdown;
+use crate::coordinated_shutdown::{CoordinatedShutdown, CoordinatedShutdownSettings};
 use crate::discovery::{self, ServiceDiscovery};
 use crate::host::SystemClock;
 use crate::layer::{Layer, LayerContext, LayerError};
 use crate::lease::{FileLease, Lease};
 use crate::management::{self, ManagementError, ManagementState};
-use crate::remote::{ProtocolRegistry, Transport, TransportError};
-
-/// How often the TLS files are checked for changes (certificate rotation).
-pub const TLS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::remote::cluster_secret::ClusterSecret;
+use crate::remote::{ProtocolRegistry, Transport, TransportError, TransportSettings};
+use crate::tls::TlsContext;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -135,15 +134,18 @@ impl NodeBuilder {
         };
         let self_unique_address = UniqueAddress::new(self_address.clone(), uid);
         let span = tracing::info_span!("node", address = %self_address);
-        let shutdown =
-            span.in_scope(|| CoordinatedShutdown::new(config.coordinated_shutdown_settings()));
+        let shutdown = span.in_scope(|| {
+            CoordinatedShutdown::new(CoordinatedShutdownSettings::from_config(
+                &config.coordinated_shutdown,
+            ))
+        });
 
         // Every protocol is registered before remoting binds.
-        let mut transport_settings = config.transport_settings();
-        transport_settings.tls = config.remote.tls_context()?;
-        transport_settings.secret = config.remote.cluster_secret()?;
+        let mut transport_settings = TransportSettings::from_config(&config.remote);
+        transport_settings.tls = TlsContext::for_remote_config(&config.remote)?;
+        transport_settings.secret = ClusterSecret::from_config(&config.remote)?;
         if let Some(tls) = &transport_settings.tls {
-            tls.spawn_reloader(TLS_RELOAD_INTERVAL, "remote");
+            tls.spawn_reloader(crate::tls::RELOAD_INTERVAL, "remote");
         }
         for w in config.security_warnings() {
             tracing::warn!("{w}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use concord_core::{
-    Address, ClusterCore, ClusterEvent, ClusterMessage, CommandError, LeaseRequest, ShutdownReason,
+    Address, ClusterCore, ClusterMessage, CommandError, LeaseRequest, ShutdownReason,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};

@@ -7,7 +7,6 @@ use serde::Deserialize;
 
 use super::duration;
 use super::{Config, ConfigError};
-use crate::coordinated_shutdown::{CoordinatedShutdownSettings, Phase};
 
 /// `[coordinated-shutdown]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -40,19 +39,6 @@ pub struct PhaseConfig {
 }
 
 impl Config {
-    /// The coordinated shutdown's settings (phase names checked by `validate`).
-    pub fn coordinated_shutdown_settings(&self) -> CoordinatedShutdownSettings {
-        let c = &self.coordinated_shutdown;
-        CoordinatedShutdownSettings {
-            default_phase_timeout: c.default_phase_timeout,
-            phase_timeouts: c
-                .phases
-                .iter()
-                .filter_map(|(name, p)| Phase::from_name(name).map(|ph| (ph, p.timeout)))
-                .collect(),
-        }
-    }
-
     pub(super) fn validate_coordinated_shutdown(&self) -> Result<(), ConfigError> {
         let c = &self.coordinated_shutdown;
         if c.default_phase_timeout.is_zero() {
@@ -80,5 +66,87 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A phase of the coordinated shutdown, in execution order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// `before-service-unbind`.
+    BeforeServiceUnbind,
+    /// `service-unbind`.
+    ServiceUnbind,
+    /// `service-requests-done`.
+    ServiceRequestsDone,
+    /// `service-stop`.
+    ServiceStop,
+    /// `before-cluster-shutdown`.
+    BeforeClusterShutdown,
+    /// `cluster-sharding-shutdown-region`.
+    ClusterShardingShutdownRegion,
+    /// `cluster-leave`.
+    ClusterLeave,
+    /// `cluster-exiting`.
+    ClusterExiting,
+    /// `cluster-exiting-done`.
+    ClusterExitingDone,
+    /// `cluster-shutdown`.
+    ClusterShutdown,
+    /// `before-actor-system-terminate`.
+    BeforeActorSystemTerminate,
+    /// `actor-system-terminate`.
+    ActorSystemTerminate,
+}
+
+impl Phase {
+    /// Every phase, in execution order.
+    pub const ALL: [Phase; 12] = [
+        Phase::BeforeServiceUnbind,
+        Phase::ServiceUnbind,
+        Phase::ServiceRequestsDone,
+        Phase::ServiceStop,
+        Phase::BeforeClusterShutdown,
+        Phase::ClusterShardingShutdownRegion,
+        Phase::ClusterLeave,
+        Phase::ClusterExiting,
+        Phase::ClusterExitingDone,
+        Phase::ClusterShutdown,
+        Phase::BeforeActorSystemTerminate,
+        Phase::ActorSystemTerminate,
+    ];
+
+    /// The phase's name (Akka's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::BeforeServiceUnbind => "before-service-unbind",
+            Phase::ServiceUnbind => "service-unbind",
+            Phase::ServiceRequestsDone => "service-requests-done",
+            Phase::ServiceStop => "service-stop",
+            Phase::BeforeClusterShutdown => "before-cluster-shutdown",
+            Phase::ClusterShardingShutdownRegion => "cluster-sharding-shutdown-region",
+            Phase::ClusterLeave => "cluster-leave",
+            Phase::ClusterExiting => "cluster-exiting",
+            Phase::ClusterExitingDone => "cluster-exiting-done",
+            Phase::ClusterShutdown => "cluster-shutdown",
+            Phase::BeforeActorSystemTerminate => "before-actor-system-terminate",
+            Phase::ActorSystemTerminate => "actor-system-terminate",
+        }
+    }
+
+    /// The phase named `name`.
+    pub fn from_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The timeout Akka's `reference.conf` gives this phase itself (10 s for
+    /// `cluster-sharding-shutdown-region`, `cluster-exiting` and `actor-system-terminate`);
+    /// the others use `default-phase-timeout`.
+    pub fn own_default_timeout(self) -> Option<Duration> {
+        match self {
+            Phase::ClusterShardingShutdownRegion
+            | Phase::ClusterExiting
+            | Phase::ActorSystemTerminate => Some(Duration::from_secs(10)),
+            _ => None,
+        }
     }
 }

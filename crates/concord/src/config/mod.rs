@@ -32,7 +32,7 @@ use serde::Deserialize;
 
 pub use bootstrap::{BootstrapConfig, ContactPointConfig, ContactPointDiscoveryConfig};
 pub use cluster::{ClusterConfig, FailureDetectorConfig, RoleConfig};
-pub use coordinated_shutdown::{CoordinatedShutdownConfig, PhaseConfig};
+pub use coordinated_shutdown::{CoordinatedShutdownConfig, Phase, PhaseConfig};
 pub(crate) use discovery::unknown_method;
 pub use discovery::{
     parse_name_server, AggregateDiscoveryConfig, ConfigDiscoveryConfig, DiscoveryConfig,

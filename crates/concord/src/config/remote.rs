@@ -1,15 +1,11 @@
 //! `[remote]`: remoting (Akka `akka.remote.artery`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, Config, ConfigError, TlsConfig};
-use crate::remote::cluster_secret::{ClusterSecret, MIN_SECRET_BYTES};
-use crate::remote::TransportSettings;
-use crate::tls::TlsContext;
+use super::{duration, Config, TlsConfig};
 
 /// A secret from the configuration: its `Debug` form does not show it.
 #[derive(Clone, Deserialize, PartialEq, Eq)]
@@ -134,96 +130,11 @@ impl RemoteConfig {
     }
 
     /// `secret`, unless unset or blank (an empty `CONCORD__REMOTE__SECRET` means none).
-    fn secret(&self) -> Option<&str> {
+    pub fn secret(&self) -> Option<&str> {
         self.secret
             .as_ref()
             .map(|s| s.0.trim())
             .filter(|s| !s.is_empty())
-    }
-
-    /// The cluster secret of `secret` or `secret-file`, if any.
-    ///
-    /// # Errors
-    /// Both keys set, an unreadable file, an empty secret, or one shorter than 16 bytes
-    /// (128 bits) without `remote.insecure` (with it: a warning).
-    pub fn cluster_secret(&self) -> Result<Option<ClusterSecret>, ConfigError> {
-        let (key, value) = match (self.secret(), &self.secret_file) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    "remote.secret-file",
-                    "set either remote.secret or remote.secret-file, not both",
-                ))
-            }
-            (Some(s), None) => ("remote.secret", s.to_string()),
-            (None, Some(path)) => (
-                "remote.secret-file",
-                std::fs::read_to_string(path)
-                    .map_err(|e| {
-                        ConfigError::new(
-                            "remote.secret-file",
-                            format!("cannot read {}: {e}", path.display()),
-                        )
-                    })?
-                    .trim()
-                    .to_string(),
-            ),
-            (None, None) => return Ok(None),
-        };
-        if value.len() < MIN_SECRET_BYTES && !value.is_empty() {
-            if !self.insecure {
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "the cluster secret is {} bytes; it must be at least {MIN_SECRET_BYTES} \
-                         bytes (128 bits): use a long random one (e.g. `head -c 32 /dev/urandom \
-                         | base64`), or set remote.insecure = true to accept a short one",
-                        value.len()
-                    ),
-                ));
-            }
-            tracing::warn!(
-                key,
-                "the cluster secret is shorter than {MIN_SECRET_BYTES} bytes (accepted because remote.insecure = true); use a long random one (e.g. `head -c 32 /dev/urandom | base64`)"
-            );
-        }
-        ClusterSecret::new(value.as_bytes())
-            .map(Some)
-            .map_err(|e| ConfigError::new(key, e))
-    }
-
-    /// The TLS context of `[remote.tls]`, if configured (files loaded now).
-    ///
-    /// # Errors
-    /// A file that cannot be read or used, naming the key: among them a certificate that is
-    /// not a node certificate, and — with `verify-peer-hostname` in effect — one that does
-    /// not name `hostname` (peers would refuse either).
-    pub fn tls_context(&self) -> Result<Option<Arc<TlsContext>>, ConfigError> {
-        let Some(t) = &self.tls else {
-            return Ok(None);
-        };
-        let ctx = TlsContext::for_remoting(t)
-            .map_err(|e| ConfigError::new("remote.tls", e.to_string()))?;
-        if ctx.verify_peer_hostname() {
-            let own = ctx.own_certificate();
-            let named = own
-                .as_ref()
-                .map(|c| crate::tls::context::certificate_names_host(c, &self.hostname));
-            if let Some(Err(_)) = named {
-                return Err(ConfigError::new(
-                    "remote.tls.certificate",
-                    format!(
-                        "{} does not name `{}`, this node's remote.hostname: peers checking \
-                         host names (remote.tls.verify-peer-hostname, on by default) would \
-                         refuse it. Name the host in `concord certs create-node`, or set \
-                         verify-peer-hostname = false if the nodes share one certificate that \
-                         cannot name their hosts",
-                        t.certificate.display(),
-                        self.hostname
-                    ),
-                ));
-            }
-        }
-        Ok(Some(ctx))
     }
 
     /// The socket address to bind: `bind-hostname` (default `hostname`) and `port`.
@@ -248,67 +159,5 @@ impl Config {
             ));
         }
         w
-    }
-
-    /// The transport settings, without the TLS context and cluster secret (which read
-    /// files: see [`RemoteConfig::tls_context`] and [`RemoteConfig::cluster_secret`]).
-    pub fn transport_settings(&self) -> TransportSettings {
-        TransportSettings {
-            maximum_frame_size: self.remote.maximum_frame_size,
-            maximum_large_frame_size: self.remote.maximum_large_frame_size,
-            handshake_timeout: self.remote.handshake_timeout,
-            handshake_first_byte_timeout: self.remote.handshake_first_byte_timeout,
-            max_pending_handshakes: self.remote.max_pending_handshakes,
-            max_pending_handshakes_per_address: self.remote.max_pending_handshakes_per_address,
-            reserved_member_handshakes: self.remote.reserved_member_handshakes,
-            outbound_message_queue_size: self.remote.outbound_message_queue_size,
-            outbound_control_queue_size: self.remote.outbound_control_queue_size,
-            outbound_large_message_queue_size: self.remote.outbound_large_message_queue_size,
-            outbound_queue_max_bytes: self.remote.outbound_queue_max_bytes,
-            read_timeout: self.remote.read_timeout,
-            max_inbound_connections: self.remote.max_inbound_connections,
-            max_inbound_buffered_bytes: self.remote.max_inbound_buffered_bytes,
-            maximum_decompressed_gossip_size: self.remote.maximum_decompressed_gossip_size,
-            ..TransportSettings::default()
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with_secret(secret: &str, insecure: bool) -> RemoteConfig {
-        RemoteConfig {
-            secret: Some(SecretString(secret.into())),
-            insecure,
-            ..RemoteConfig::default()
-        }
-    }
-
-    #[test]
-    fn a_secret_under_128_bits_is_refused_unless_insecure() {
-        let e = with_secret("fifteen-bytes!!", false)
-            .cluster_secret()
-            .unwrap_err();
-        assert_eq!(e.key, "remote.secret");
-        assert!(e.message.contains("16 bytes"), "{e}");
-        assert!(with_secret("fifteen-bytes!!", true)
-            .cluster_secret()
-            .unwrap()
-            .is_some());
-        assert!(with_secret("sixteen-bytes!!!", false)
-            .cluster_secret()
-            .unwrap()
-            .is_some());
-        // From a file: the same rule, naming the file's key.
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("secret");
-        std::fs::write(&file, "short\n").unwrap();
-        let r = RemoteConfig {
-            secret_file: Some(file),
-            ..RemoteConfig::default()
-        };
-        assert_eq!(r.cluster_secret().unwrap_err().key, "remote.secret-file");
     }
 }

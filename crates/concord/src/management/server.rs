@@ -24,7 +24,7 @@ pub(crate) fn serve_app(
 ) {
     let span = tracing::Span::current();
     if let Some(tls) = &tls {
-        tls.spawn_reloader(crate::node::TLS_RELOAD_INTERVAL, name);
+        tls.spawn_reloader(crate::tls::RELOAD_INTERVAL, name);
     }
     let l = &limits;
     info!(

@@ -18,6 +18,8 @@
 //! observe or alter, configure TLS (`[remote.tls]`).
 
 use ring::hmac;
+
+use crate::config::{ConfigError, RemoteConfig};
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// Length of a handshake nonce, bytes.
@@ -108,6 +110,58 @@ pub fn nonce() -> Vec<u8> {
     n
 }
 
+impl ClusterSecret {
+    /// The cluster secret of `[remote]`'s `secret` or `secret-file`, if any.
+    ///
+    /// # Errors
+    /// Both keys set, an unreadable file, an empty secret, or one shorter than 16 bytes
+    /// (128 bits) without `remote.insecure` (with it: a warning).
+    pub fn from_config(remote: &RemoteConfig) -> Result<Option<ClusterSecret>, ConfigError> {
+        let (key, value) = match (remote.secret(), &remote.secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "remote.secret-file",
+                    "set either remote.secret or remote.secret-file, not both",
+                ))
+            }
+            (Some(s), None) => ("remote.secret", s.to_string()),
+            (None, Some(path)) => (
+                "remote.secret-file",
+                std::fs::read_to_string(path)
+                    .map_err(|e| {
+                        ConfigError::new(
+                            "remote.secret-file",
+                            format!("cannot read {}: {e}", path.display()),
+                        )
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => return Ok(None),
+        };
+        if value.len() < MIN_SECRET_BYTES && !value.is_empty() {
+            if !remote.insecure {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "the cluster secret is {} bytes; it must be at least {MIN_SECRET_BYTES} \
+                         bytes (128 bits): use a long random one (e.g. `head -c 32 /dev/urandom \
+                         | base64`), or set remote.insecure = true to accept a short one",
+                        value.len()
+                    ),
+                ));
+            }
+            tracing::warn!(
+                key,
+                "the cluster secret is shorter than {MIN_SECRET_BYTES} bytes (accepted because remote.insecure = true); use a long random one (e.g. `head -c 32 /dev/urandom | base64`)"
+            );
+        }
+        ClusterSecret::new(value.as_bytes())
+            .map(Some)
+            .map_err(|e| ConfigError::new(key, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +204,48 @@ mod tests {
             // Arbitrary bytes as a proof never verify (and never panic).
             prop_assert!(!sa.verify_client(&hs, &n, &proof) || proof == p);
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::config::SecretString;
+
+    fn with_secret(secret: &str, insecure: bool) -> RemoteConfig {
+        RemoteConfig {
+            secret: Some(SecretString(secret.into())),
+            insecure,
+            ..RemoteConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_secret_under_128_bits_is_refused_unless_insecure() {
+        let e = ClusterSecret::from_config(&with_secret("fifteen-bytes!!", false)).unwrap_err();
+        assert_eq!(e.key, "remote.secret");
+        assert!(e.message.contains("16 bytes"), "{e}");
+        assert!(
+            ClusterSecret::from_config(&with_secret("fifteen-bytes!!", true))
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            ClusterSecret::from_config(&with_secret("sixteen-bytes!!!", false))
+                .unwrap()
+                .is_some()
+        );
+        // From a file: the same rule, naming the file's key.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "short\n").unwrap();
+        let r = RemoteConfig {
+            secret_file: Some(file),
+            ..RemoteConfig::default()
+        };
+        assert_eq!(
+            ClusterSecret::from_config(&r).unwrap_err().key,
+            "remote.secret-file"
+        );
     }
 }

@@ -8,6 +8,7 @@ use concord_core::Lane;
 
 use super::cluster_secret::ClusterSecret;
 use super::gossip_wire::DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
+use crate::config::RemoteConfig;
 use crate::tls::TlsContext;
 
 /// Transport settings.
@@ -143,5 +144,31 @@ impl TransportSettings {
             Lane::Large => self.outbound_large_message_queue_size,
         }
         .max(1)
+    }
+}
+
+impl TransportSettings {
+    /// The transport settings of `[remote]`, without the TLS context and cluster secret
+    /// (which read files: see [`TlsContext::for_remote_config`] and
+    /// [`ClusterSecret::from_config`]).
+    pub fn from_config(remote: &RemoteConfig) -> TransportSettings {
+        TransportSettings {
+            maximum_frame_size: remote.maximum_frame_size,
+            maximum_large_frame_size: remote.maximum_large_frame_size,
+            handshake_timeout: remote.handshake_timeout,
+            handshake_first_byte_timeout: remote.handshake_first_byte_timeout,
+            max_pending_handshakes: remote.max_pending_handshakes,
+            max_pending_handshakes_per_address: remote.max_pending_handshakes_per_address,
+            reserved_member_handshakes: remote.reserved_member_handshakes,
+            outbound_message_queue_size: remote.outbound_message_queue_size,
+            outbound_control_queue_size: remote.outbound_control_queue_size,
+            outbound_large_message_queue_size: remote.outbound_large_message_queue_size,
+            outbound_queue_max_bytes: remote.outbound_queue_max_bytes,
+            read_timeout: remote.read_timeout,
+            max_inbound_connections: remote.max_inbound_connections,
+            max_inbound_buffered_bytes: remote.max_inbound_buffered_bytes,
+            maximum_decompressed_gossip_size: remote.maximum_decompressed_gossip_size,
+            ..TransportSettings::default()
+        }
     }
 }

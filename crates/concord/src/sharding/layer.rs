@@ -20,7 +20,7 @@ use super::entity::{decode, encode, erase_factory, Entity, ErasedFactory};
 use super::remember_store::RememberStore;
 use super::routes;
 use super::{AskFailure, Extractor, ShardingError};
-use crate::coordinated_shutdown::Phase;
+use crate::coordinated_shutdown::{CoordinatedShutdownSettings, Phase};
 use crate::ddata::durable::DurableStore;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
@@ -424,9 +424,7 @@ impl Layer for Sharding {
 /// does not finish in time) and the coordinators' hand-over in `cluster-exiting`.
 fn add_shutdown_tasks(ctx: &LayerContext, commands: mpsc::Sender<ShardingCommand>) {
     let phase = Phase::ClusterShardingShutdownRegion;
-    let budget = ctx
-        .config
-        .coordinated_shutdown_settings()
+    let budget = CoordinatedShutdownSettings::from_config(&ctx.config.coordinated_shutdown)
         .timeout(phase)
         .saturating_sub(Duration::from_millis(500))
         .max(Duration::from_millis(500));

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::provider;
 use super::role::check_node_certificate;
 use super::verifier::{AnyNameServerVerifier, NodeClientVerifier, NodeServerVerifier};
-use crate::config::TlsConfig;
+use crate::config::{ConfigError, RemoteConfig, TlsConfig};
 
 /// A TLS file could not be read or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -406,4 +406,43 @@ fn build(config: &TlsConfig, purpose: Purpose) -> Result<Loaded, TlsError> {
         own,
         stamp,
     })
+}
+
+impl TlsContext {
+    /// The TLS context of `[remote.tls]` of `remote`, if configured (files loaded now).
+    ///
+    /// # Errors
+    /// A file that cannot be read or used, naming the key: among them a certificate that is
+    /// not a node certificate, and — with `verify-peer-hostname` in effect — one that does
+    /// not name `hostname` (peers would refuse either).
+    pub fn for_remote_config(
+        remote: &RemoteConfig,
+    ) -> Result<Option<Arc<TlsContext>>, ConfigError> {
+        let Some(t) = &remote.tls else {
+            return Ok(None);
+        };
+        let ctx = TlsContext::for_remoting(t)
+            .map_err(|e| ConfigError::new("remote.tls", e.to_string()))?;
+        if ctx.verify_peer_hostname() {
+            let own = ctx.own_certificate();
+            let named = own
+                .as_ref()
+                .map(|c| certificate_names_host(c, &remote.hostname));
+            if let Some(Err(_)) = named {
+                return Err(ConfigError::new(
+                    "remote.tls.certificate",
+                    format!(
+                        "{} does not name `{}`, this node's remote.hostname: peers checking \
+                         host names (remote.tls.verify-peer-hostname, on by default) would \
+                         refuse it. Name the host in `concord certs create-node`, or set \
+                         verify-peer-hostname = false if the nodes share one certificate that \
+                         cannot name their hosts",
+                        t.certificate.display(),
+                        remote.hostname
+                    ),
+                ));
+            }
+        }
+        Ok(Some(ctx))
+    }
 }

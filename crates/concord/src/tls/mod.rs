@@ -26,6 +26,9 @@ use rustls::crypto::CryptoProvider;
 
 pub use context::{ClientAuth, TlsContext, TlsError, TlsReloadStats};
 
+/// How often the TLS files are checked for changes (certificate rotation).
+pub const RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The crypto provider every TLS configuration of this crate uses (`ring`).
 pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
