@@ -26,26 +26,11 @@ use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
 use super::allocation::RegionEntry;
-use super::coordinator_persistence::InFlight;
+use super::coordinator_persistence::{AfterWrite, InFlight};
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
 use super::{
     ClusterSharding, ShardId, ShardingBody, ShardingSettings, ShardingTimer, SHARD_HOMES_BATCH,
 };
-
-/// What to do once a write succeeded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum AfterWrite {
-    /// Acknowledge a registration.
-    Ack(UniqueAddress),
-    /// A shard was allocated: `HostShard` to its region, `ShardHome` to the requesters.
-    Allocated(ShardId),
-    /// A handoff moved the shard: `BeginHandOff` to every region.
-    Flipped(ShardId),
-    /// A handoff ended without a new home: allocate again for whoever asked.
-    Deallocated(ShardId),
-    /// A region or proxy is gone.
-    Terminated(UniqueAddress),
-}
 
 /// Where a handoff worker is (one per shard moving).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,11 +7,26 @@
 //! remember-entities, the set of every shard ever allocated is a `GSet` beside it.
 
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
+use crate::address::UniqueAddress;
 use crate::ddata::{GSet, LWWRegister, UpdateResult};
 
-use super::coordinator::AfterWrite;
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
 use super::{ClusterSharding, DdataPurpose, ShardId};
+
+/// What to do once a write succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum AfterWrite {
+    /// Acknowledge a registration.
+    Ack(UniqueAddress),
+    /// A shard was allocated: `HostShard` to its region, `ShardHome` to the requesters.
+    Allocated(ShardId),
+    /// A handoff moved the shard: `BeginHandOff` to every region.
+    Flipped(ShardId),
+    /// A handoff ended without a new home: allocate again for whoever asked.
+    Deallocated(ShardId),
+    /// A region or proxy is gone.
+    Terminated(UniqueAddress),
+}
 
 /// The write in flight: the state it writes and what follows it.
 #[derive(Debug)]

@@ -29,7 +29,8 @@ use std::collections::BTreeSet;
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
-use super::coordinator::{AfterWrite, Worker, WorkerPhase};
+use super::coordinator::{Worker, WorkerPhase};
+use super::coordinator_persistence::AfterWrite;
 use super::coordinator_state::CoordinatorEvent;
 use super::{ClusterSharding, ShardId, ShardingBody, ShardingTimer};
 

@@ -14,7 +14,6 @@
 //! runtime provides ([`super::ShardingEvent::RememberLoad`] /
 //! [`super::ShardingEvent::RememberUpdate`]).
 
-use std::collections::VecDeque;
 
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::ORSet;
@@ -22,20 +21,6 @@ use crate::ddata::ORSet;
 use super::settings::{EntityRecoveryStrategy, RememberEntitiesStore};
 use super::shard::{EntityStatus, Phase};
 use super::{ClusterSharding, DdataPurpose, EntityId, ShardId, ShardingEvent, ShardingTimer};
-
-/// A shard's remember-entities bookkeeping.
-#[derive(Debug, Default)]
-pub(super) struct RememberState {
-    /// A write is in flight.
-    in_flight: bool,
-    /// Entities whose start the write in flight records.
-    writing: Vec<EntityId>,
-    /// Changes for the next write.
-    started: Vec<EntityId>,
-    stopped: Vec<EntityId>,
-    /// Remembered entities still to start.
-    to_recover: VecDeque<EntityId>,
-}
 
 impl ClusterSharding {
     /// The replicator key of `shard`'s remembered entities.

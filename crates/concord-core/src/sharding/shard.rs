@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::address::UniqueAddress;
 
-use super::remember::RememberState;
 use super::{
     ClusterSharding, Delivery, DropReason, EntityId, ShardId, ShardingEvent, ShardingTimer,
     StopReason,
@@ -82,6 +81,20 @@ impl Incoming {
 pub(super) struct Outgoing {
     pub(super) expected: Option<BTreeSet<UniqueAddress>>,
     pub(super) acked: BTreeSet<UniqueAddress>,
+}
+
+/// A shard's remember-entities bookkeeping.
+#[derive(Debug, Default)]
+pub(super) struct RememberState {
+    /// A write is in flight.
+    pub(super) in_flight: bool,
+    /// Entities whose start the write in flight records.
+    pub(super) writing: Vec<EntityId>,
+    /// Changes for the next write.
+    pub(super) started: Vec<EntityId>,
+    pub(super) stopped: Vec<EntityId>,
+    /// Remembered entities still to start.
+    pub(super) to_recover: VecDeque<EntityId>,
 }
 
 /// An entity's status in its shard.
