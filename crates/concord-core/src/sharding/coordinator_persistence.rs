@@ -6,8 +6,8 @@
 //! a write that is not confirmed written again (Akka retries forever too). With
 //! remember-entities, the set of every shard ever allocated is a `GSet` beside it.
 
-use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::address::UniqueAddress;
+use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::{GSet, LWWRegister, UpdateResult};
 
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};

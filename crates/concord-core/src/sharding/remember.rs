@@ -14,7 +14,6 @@
 //! runtime provides ([`super::ShardingEvent::RememberLoad`] /
 //! [`super::ShardingEvent::RememberUpdate`]).
 
-
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::ORSet;
 

@@ -22,7 +22,7 @@ use super::handshake::{connect, ConnectError};
 use super::outbound_lane::LaneQueue;
 use super::stats::{add, inc};
 use super::stream::Stream;
-use super::transport::{Inner, TransportEvent};
+use super::transport_state::{Inner, TransportEvent};
 
 struct Connection {
     read: ReadHalf<Stream>,

@@ -37,7 +37,7 @@ use super::cluster_secret::{nonce, NONCE_BYTES};
 use super::gossip_wire::{address_from_wire, address_to_wire, unique_from_wire, unique_to_wire};
 use super::stats::inc;
 use super::stream::Stream;
-use super::transport::Inner;
+use super::transport_state::Inner;
 use super::{wire, PROTOCOL_VERSION};
 use crate::tls::context::certificate_names_host;
 use crate::tls::describe_tls_error;

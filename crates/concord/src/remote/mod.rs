@@ -31,6 +31,8 @@ pub mod gossip_wire;
 mod handshake;
 #[cfg(feature = "runtime")]
 mod inbound;
+#[cfg(feature = "runtime")]
+mod inbound_limits;
 pub(crate) mod log_limit;
 #[cfg(feature = "runtime")]
 pub mod membership_codec;
@@ -48,6 +50,8 @@ pub mod stats;
 mod stream;
 #[cfg(feature = "runtime")]
 pub mod transport;
+#[cfg(feature = "runtime")]
+mod transport_state;
 
 /// Protobuf types generated from `proto/concord.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -17,20 +17,15 @@ use super::admission::resolve_member_names;
 use super::association::run_lane_writer;
 use super::envelope::{Frame, Outbound, ENVELOPE_OVERHEAD_MAX};
 use super::faults::{FaultTable, LinkFaults};
-use super::inbound::{accept_loop, InboundLimits};
+use super::inbound::accept_loop;
+use super::inbound_limits::InboundLimits;
 use super::log_limit::LogLimiter;
 use super::outbound_lane::{LaneQueue, PushError};
 use super::registry::ProtocolRegistry;
 use super::settings::TransportSettings;
 use super::stats::{add, TransportStats};
-
-/// Something the transport tells the membership daemon.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TransportEvent {
-    /// A peer refused our handshake because this incarnation is quarantined.
-    QuarantinedBy(Address),
-}
+use super::transport_state::Inner;
+pub use super::transport_state::TransportEvent;
 
 /// Why [`Transport::send_wait`] did not queue a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,59 +49,6 @@ pub enum TransportError {
         /// Why it failed.
         source: std::io::Error,
     },
-}
-
-type Lanes = [Option<Arc<LaneQueue>>; 3];
-
-pub(crate) struct Inner {
-    pub(crate) self_address: UniqueAddress,
-    pub(crate) settings: TransportSettings,
-    pub(crate) registry: ProtocolRegistry,
-    pub(crate) faults: FaultTable,
-    pub(crate) events: mpsc::UnboundedSender<TransportEvent>,
-    pub(crate) associations: Mutex<HashMap<Address, Lanes>>,
-    quarantined: RwLock<HashSet<UniqueAddress>>,
-    pub(crate) stats: TransportStats,
-    pub(crate) shutdown: watch::Sender<bool>,
-    shut_down: AtomicBool,
-    pub(crate) log: LogLimiter,
-    pub(crate) inbound: InboundLimits,
-}
-
-impl Inner {
-    pub(crate) fn is_quarantined(&self, node: &UniqueAddress) -> bool {
-        self.quarantined
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(node)
-    }
-
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::Relaxed)
-    }
-
-    /// Called by a lane's writer that has been idle: true (and the queue is closed and
-    /// forgotten) unless frames arrived or a sender holds a handle on the queue
-    /// ([`Transport::outbound_lane`]).
-    pub(crate) fn retire_lane(&self, to: &Address, lane: Lane, queue: &Arc<LaneQueue>) -> bool {
-        let mut map = self.associations.lock().unwrap_or_else(|p| p.into_inner());
-        // The map's and the writer's references; more means a handle is held.
-        if Arc::strong_count(queue) > 2 || !queue.close_if_empty() {
-            return false;
-        }
-        if let Some(lanes) = map.get_mut(to) {
-            if lanes[lane.index()]
-                .as_ref()
-                .is_some_and(|q| Arc::ptr_eq(q, queue))
-            {
-                lanes[lane.index()] = None;
-            }
-            if lanes.iter().all(Option::is_none) {
-                map.remove(to);
-            }
-        }
-        true
-    }
 }
 
 /// Handle to the running transport. Cheap to clone.
