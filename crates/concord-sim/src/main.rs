@@ -6,7 +6,7 @@
 //! ```
 //!
 //! The scale study (convergence times and gossip traffic for 10–2400 nodes) runs as
-//! `cargo bench -p concord --bench scale`, which sizes the traffic with the wire codec.
+//! `cargo bench -p concord-sim --bench scale`, which sizes the traffic with the wire codec.
 
 use std::process::ExitCode;
 

@@ -5,7 +5,7 @@
 //!
 //! Clusters start from a formed state ([`concord_core::ClusterCore::adopt_initial_state`])
 //! rather than from N joins. The study counts messages; turning them into bytes needs the
-//! wire encoding, which lives in the runtime: `cargo bench -p concord --bench scale` runs
+//! wire encoding (`concord::cluster::codec`): `cargo bench -p concord-sim --bench scale` runs
 //! this study and sizes [`ScaleResult::steady_state_gossip`] with the real codec.
 
 use concord_core::settings::ClusterSettings;

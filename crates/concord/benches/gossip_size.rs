@@ -4,7 +4,7 @@
 
 mod bench_util;
 
-use concord::remote::membership_codec::{compress_gossip, MembershipCodec};
+use concord::cluster::codec::{compress_gossip, MembershipCodec};
 use concord::remote::Codec;
 use concord_core::{Address, ClusterMessage, Gossip, Member, UniqueAddress};
 

@@ -130,7 +130,6 @@ pub mod bootstrap;
 pub mod client;
 #[cfg(feature = "runtime")]
 pub mod clock;
-#[cfg(feature = "runtime")]
 pub mod cluster;
 #[cfg(feature = "runtime")]
 pub mod config;

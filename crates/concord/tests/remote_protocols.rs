@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::{fast_config, port_of, start_first, wait_self_up};
+use concord::cluster::codec::manifest;
 use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
-use concord::remote::membership_codec::manifest;
 use concord::remote::wire;
 use concord::remote::{Frame, ProtocolRegistry, TransportSettings, PROTOCOL_VERSION};
 use concord::Node;

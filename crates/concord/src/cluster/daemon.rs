@@ -14,12 +14,12 @@ use concord_core::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
+use super::codec::MembershipCodec;
 use super::subscription::EventBatch;
 use super::Shared;
 use crate::clock::{sleep_until, Clock};
 use crate::lease::Lease;
 use crate::metrics;
-use crate::remote::membership_codec::MembershipCodec;
 use crate::remote::{Inbound, ProtocolSender, Transport, TransportEvent};
 
 /// How long a graceful stop waits for queued messages to be written, at most (it goes on

@@ -11,7 +11,7 @@ use concord_core::ddata::replicator::{
 use concord_core::ddata::ReplicaId;
 use prost::Message;
 
-use crate::remote::gossip_wire::{
+use crate::remote::address_wire::{
     address_from_wire, address_to_wire, unique_from_wire, unique_to_wire,
 };
 use crate::remote::wire;

@@ -10,7 +10,7 @@ use concord_core::kv::{
 };
 use prost::Message;
 
-use crate::remote::gossip_wire::{address_from_wire, address_to_wire};
+use crate::remote::address_wire::{address_from_wire, address_to_wire};
 use crate::remote::wire;
 use crate::remote::{Codec, DecodeError};
 

@@ -65,3 +65,8 @@ pub struct Inbound<M> {
     /// The messages with their payload sizes, bytes.
     pub messages: Vec<(M, usize)>,
 }
+
+/// Default largest decompressed gossip accepted, bytes: 4 × the default
+/// `maximum-frame-size` (gossip of 2400 members is 184 KB before compression; see
+/// docs/BENCHMARKS.md). Protects against gzip bombs.
+pub const DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES: usize = 1024 * 1024;

@@ -21,12 +21,12 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::envelope::{decode_envelope_at, Frame, FRAME_HEADER_BYTES};
-use super::gossip_wire::{compress_gossip, decompress_gossip};
 use super::handshake::check_handshake;
 use super::inbound::complete_frames;
-use super::membership_codec::MembershipCodec;
 use super::registry::{Codec, DecodeError};
 use super::wire;
+use crate::cluster::codec::MembershipCodec;
+use crate::cluster::gossip_wire::{compress_gossip, decompress_gossip};
 use crate::ddata::codec::ReplicatorCodec;
 use crate::kv::codec::KvCodec;
 use crate::sharding::codec::ShardingCodec;
@@ -184,8 +184,8 @@ fn decode_with(codec: u32, manifest: u32, payload: Bytes) -> Result<(), DecodeEr
 
 fn handshake_bytes() -> Vec<u8> {
     wire::Handshake {
-        from: Some(super::gossip_wire::unique_to_wire(&ua(1))),
-        to: Some(super::gossip_wire::address_to_wire(&ua(0).address)),
+        from: Some(super::address_wire::unique_to_wire(&ua(1))),
+        to: Some(super::address_wire::address_to_wire(&ua(0).address)),
         protocol_version: super::PROTOCOL_VERSION,
         cluster_name: "fuzz".into(),
         lane: 1,

@@ -33,8 +33,8 @@ use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, warn};
 
+use super::address_wire::{address_from_wire, address_to_wire, unique_from_wire, unique_to_wire};
 use super::cluster_secret::{nonce, NONCE_BYTES};
-use super::gossip_wire::{address_from_wire, address_to_wire, unique_from_wire, unique_to_wire};
 use super::stats::inc;
 use super::stream::Stream;
 use super::transport_state::Inner;

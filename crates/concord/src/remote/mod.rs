@@ -6,14 +6,16 @@
 //! - [`registry`]: [`ProtocolRegistry`] and the [`Codec`] a layer registers with its
 //!   protocol id; inbound messages arrive on the layer's own queue as [`Inbound`].
 //! - [`sender`]: [`ProtocolSender`], a codec plus the transport.
-//! - [`membership_codec`]: the membership protocol's codec; [`gossip_wire`]: the wire form
-//!   of the gossip state (address table, gzip, bounded decompression).
+//! - `address_wire`: the wire form of addresses every protocol's codec shares. Remoting
+//!   knows envelopes, lanes and protocol ids only: the membership protocol's codec and the
+//!   gossip's wire form live in [`crate::cluster`].
 //! - [`transport`]: [`Transport`], the handle; [`settings`], [`stats`], [`faults`].
 //! - `handshake`, `admission` (who may hold a handshake place: per source address, a
 //!   reserve for members), `outbound_lane` (a bounded queue per peer and lane that senders encode
 //!   into), `association` (its writer: one connection, one write per batch), `inbound`
 //!   (accept, read, route a batch per read).
 
+pub(crate) mod address_wire;
 #[cfg(feature = "runtime")]
 mod admission;
 #[cfg(feature = "runtime")]
@@ -26,7 +28,6 @@ pub mod envelope;
 pub mod faults;
 #[cfg(all(test, feature = "runtime"))]
 mod fuzz_tests;
-pub mod gossip_wire;
 #[cfg(feature = "runtime")]
 mod handshake;
 #[cfg(feature = "runtime")]
@@ -34,8 +35,6 @@ mod inbound;
 #[cfg(feature = "runtime")]
 mod inbound_limits;
 pub(crate) mod log_limit;
-#[cfg(feature = "runtime")]
-pub mod membership_codec;
 #[cfg(feature = "runtime")]
 mod outbound_lane;
 #[cfg(feature = "runtime")]

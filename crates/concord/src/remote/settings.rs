@@ -7,7 +7,7 @@ use std::time::Duration;
 use concord_core::Lane;
 
 use super::cluster_secret::ClusterSecret;
-use super::gossip_wire::DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
+use super::codec::DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
 use crate::config::RemoteConfig;
 use crate::tls::TlsContext;
 

@@ -12,7 +12,7 @@ use concord_core::UniqueAddress;
 use prost::Message;
 
 use crate::ddata::codec::ReplicatorCodec;
-use crate::remote::gossip_wire::{unique_from_wire, unique_to_wire};
+use crate::remote::address_wire::{unique_from_wire, unique_to_wire};
 use crate::remote::wire;
 use crate::remote::{Codec, DecodeError};
 use crate::singleton::codec::SingletonCodec;

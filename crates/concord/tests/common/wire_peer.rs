@@ -4,8 +4,8 @@
 //! envelope — including ones a real node never would.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use concord::cluster::codec::{compress_gossip, manifest, MembershipCodec};
 use concord::remote::cluster_secret::{nonce, ClusterSecret};
-use concord::remote::membership_codec::{compress_gossip, manifest, MembershipCodec};
 use concord::remote::wire;
 use concord::remote::{Codec, PROTOCOL_VERSION};
 use concord_core::{Address, ClusterMessage, Gossip, Lane, ProtocolId, UniqueAddress};

@@ -11,19 +11,14 @@ use concord_core::gossip::{Gossip, GossipOverview};
 use concord_core::member::{Member, MemberStatus};
 use concord_core::reachability::{Reachability, ReachabilityStatus};
 use concord_core::vector_clock::VectorClock;
-use concord_core::{Address, UniqueAddress};
+use concord_core::UniqueAddress;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::codec::DecodeError;
-use super::wire;
-
-/// Default largest decompressed gossip accepted, bytes: 4 × the default
-/// `maximum-frame-size` (gossip of 2400 members is 184 KB before compression; see
-/// docs/BENCHMARKS.md). Protects against gzip bombs.
-pub const DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES: usize = 1024 * 1024;
+use crate::remote::address_wire::{unique_from_wire, unique_to_wire};
+use crate::remote::{wire, DecodeError};
 
 /// Encoded sizes of a gossip state, bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,43 +27,6 @@ pub struct GossipSize {
     pub raw: usize,
     /// Bytes after gzip.
     pub compressed: usize,
-}
-
-pub(crate) fn address_to_wire(a: &Address) -> wire::Address {
-    wire::Address {
-        system: a.system.clone(),
-        host: a.host.clone(),
-        port: u32::from(a.port),
-    }
-}
-
-pub(crate) fn address_from_wire(a: &wire::Address) -> Result<Address, DecodeError> {
-    let port = u16::try_from(a.port)
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or(DecodeError::BadPort(a.port))?;
-    if a.system.is_empty() {
-        return Err(DecodeError::MissingField("address.system"));
-    }
-    if a.host.is_empty() {
-        return Err(DecodeError::MissingField("address.host"));
-    }
-    Ok(Address::new(a.system.clone(), a.host.clone(), port))
-}
-
-pub(crate) fn unique_to_wire(u: &UniqueAddress) -> wire::UniqueAddress {
-    wire::UniqueAddress {
-        address: Some(address_to_wire(&u.address)),
-        uid: u.uid,
-    }
-}
-
-pub(crate) fn unique_from_wire(u: &wire::UniqueAddress) -> Result<UniqueAddress, DecodeError> {
-    let a = u
-        .address
-        .as_ref()
-        .ok_or(DecodeError::MissingField("unique_address.address"))?;
-    Ok(UniqueAddress::new(address_from_wire(a)?, u.uid))
 }
 
 fn status_to_wire(s: MemberStatus) -> wire::MemberStatus {

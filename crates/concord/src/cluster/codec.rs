@@ -11,12 +11,11 @@ use prost::Message;
 
 pub use super::gossip_wire::{
     compress_gossip, decompress_gossip, gossip_from_wire, gossip_to_wire, GossipSize,
-    DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES,
 };
-use super::gossip_wire::{unique_from_wire, unique_to_wire};
-use super::registry::Codec;
-pub use super::registry::DecodeError;
-use super::wire;
+use crate::remote::address_wire::{unique_from_wire, unique_to_wire};
+pub use crate::remote::codec::DEFAULT_MAX_DECOMPRESSED_GOSSIP_BYTES;
+use crate::remote::wire;
+pub use crate::remote::{Codec, DecodeError};
 
 /// The membership manifests: the message type numbers in the envelope.
 pub mod manifest {

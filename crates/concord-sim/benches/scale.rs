@@ -1,12 +1,13 @@
 //! Scale study: the simulator's convergence times (join, leave, crash → unreachable,
 //! crash → removed) and steady-state gossip traffic for clusters of N nodes with Akka's
 //! default timings, sized with the real wire codec. The study itself is
-//! `concord_sim::scale` (it depends on `concord-core` only); this bench adds the bytes.
-//! Run: `cargo bench -p concord --bench scale -- 10,100,1000,2400`.
+//! `concord_sim::scale`; this bench adds the bytes (the membership codec, which needs no runtime).
+//! Run: `cargo bench -p concord-sim --bench scale -- 10,100,1000,2400`.
 
+#[path = "../../concord/benches/bench_util.rs"]
 mod bench_util;
 
-use concord::remote::membership_codec::{compress_gossip, MembershipCodec};
+use concord::cluster::codec::{compress_gossip, MembershipCodec};
 use concord::remote::Codec;
 use concord_core::ClusterMessage;
 

@@ -1,0 +1,282 @@
+//! The handle an application holds ([`Cluster`]) and what it shares with the daemon.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use concord_core::{
+    Address, ClusterCore, ClusterMessage, CommandError, MembershipView, ProtocolId, ShutdownReason,
+    UniqueAddress,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use super::codec::MembershipCodec;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::coordinated_shutdown::CoordinatedShutdown;
+use crate::lease::Lease;
+use crate::remote::registry::DuplicateProtocol;
+use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, Transport, TransportEvent};
+
+pub(crate) use super::daemon::Command;
+pub use super::subscription::{EventBatch, Subscription, SubscriptionItem};
+
+/// Errors of [`Cluster`] operations.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The command was refused; nothing changed.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// The node's membership has shut down.
+    #[error("the cluster node has shut down")]
+    Terminated,
+}
+
+/// What the handle and the daemon share.
+pub(crate) struct Shared {
+    pub(crate) self_unique_address: UniqueAddress,
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) views: watch::Receiver<Arc<MembershipView>>,
+    pub(crate) batches: broadcast::Sender<Arc<EventBatch>>,
+    pub(crate) ended: watch::Receiver<Option<ShutdownReason>>,
+    pub(crate) shutdown: CoordinatedShutdown,
+    pub(crate) remoting_addr: SocketAddr,
+    pub(crate) max_heartbeat_rtt_ms: AtomicU64,
+    /// The core's counters as of its last output.
+    pub(crate) core_stats: std::sync::Mutex<concord_core::CoreStats>,
+}
+
+/// Handle to this node's membership. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+/// Registers the membership protocol; its inbound messages arrive on the returned queue.
+pub(crate) fn register_protocol(
+    registry: &mut ProtocolRegistry,
+    settings: &crate::remote::TransportSettings,
+) -> Result<mpsc::Receiver<Inbound<ClusterMessage>>, DuplicateProtocol> {
+    registry.register(
+        ProtocolId::MEMBERSHIP,
+        Arc::new(MembershipCodec {
+            max_decompressed_gossip_bytes: settings.maximum_decompressed_gossip_size,
+        }),
+        settings.inbound_queue_size,
+    )
+}
+
+/// What [`Cluster::start`] needs.
+pub(crate) struct ClusterParts {
+    pub(crate) self_unique_address: UniqueAddress,
+    pub(crate) transport: Transport,
+    pub(crate) inbound: mpsc::Receiver<Inbound<ClusterMessage>>,
+    pub(crate) transport_events: mpsc::UnboundedReceiver<TransportEvent>,
+    pub(crate) shutdown: CoordinatedShutdown,
+    pub(crate) lease: Option<Arc<dyn Lease>>,
+}
+
+impl Cluster {
+    /// Starts the membership daemon on `parts.transport` and adds the membership tasks to
+    /// the coordinated shutdown. Called by the node composition ([`crate::Node`]).
+    pub(crate) fn start(config: &Config, parts: ClusterParts) -> Cluster {
+        let clock = Clock::new();
+        let roles = config.cluster.roles.iter().cloned().collect();
+        let seed = parts.self_unique_address.uid ^ rand::random::<u64>();
+        let core = ClusterCore::new(
+            parts.self_unique_address.clone(),
+            roles,
+            config.cluster.app_version.clone(),
+            config.cluster_settings(),
+            clock.now_ms(),
+            seed,
+        );
+        let (commands, command_rx) = mpsc::channel(256);
+        let (views_tx, views) = watch::channel(Arc::new(core.membership_view()));
+        let (ended_tx, ended) = watch::channel(None);
+        let (batches, _) = broadcast::channel(config.cluster.event_buffer_size.max(1));
+        let shared = Arc::new(Shared {
+            self_unique_address: parts.self_unique_address.clone(),
+            commands,
+            views,
+            batches,
+            ended,
+            shutdown: parts.shutdown.clone(),
+            remoting_addr: parts.transport.local_addr(),
+            max_heartbeat_rtt_ms: AtomicU64::new(0),
+            core_stats: std::sync::Mutex::default(),
+        });
+        let node_label = parts.self_unique_address.address.to_string();
+        let daemon = super::daemon::Daemon {
+            core,
+            clock,
+            sender: ProtocolSender::new(
+                parts.transport.clone(),
+                ProtocolId::MEMBERSHIP,
+                Arc::new(MembershipCodec::default()),
+            ),
+            transport: parts.transport,
+            shared: shared.clone(),
+            views: views_tx,
+            ended: ended_tx,
+            lease: parts.lease,
+            lease_results: mpsc::unbounded_channel(),
+            published: 0,
+            metrics_recorded_ms: 0,
+            node_label,
+            refusals_logged: (0, concord_core::CoreStats::default()),
+        };
+        tokio::spawn(tracing::Instrument::instrument(
+            daemon.run(command_rx, parts.inbound, parts.transport_events),
+            tracing::Span::current(),
+        ));
+        let cluster = Cluster { shared };
+        super::shutdown_tasks::register(&cluster, &parts.shutdown);
+        cluster
+    }
+
+    /// This node's address.
+    pub fn self_address(&self) -> &Address {
+        &self.shared.self_unique_address.address
+    }
+
+    /// This node's unique address (address + uid of this incarnation).
+    pub fn self_unique_address(&self) -> &UniqueAddress {
+        &self.shared.self_unique_address
+    }
+
+    /// The bound remoting socket.
+    pub fn remoting_addr(&self) -> SocketAddr {
+        self.shared.remoting_addr
+    }
+
+    async fn command<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ClusterError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .commands
+            .send(make(tx))
+            .await
+            .map_err(|_| ClusterError::Terminated)?;
+        rx.await.map_err(|_| ClusterError::Terminated)
+    }
+
+    /// Joins the cluster of the node at `address` (own address: form a new cluster).
+    pub async fn join(&self, address: Address) -> Result<(), ClusterError> {
+        Ok(self.command(|r| Command::Join(address, r)).await??)
+    }
+
+    /// Joins via seed nodes (InitJoin to all, Join the first that answers).
+    pub async fn join_seed_nodes(&self, seeds: Vec<Address>) -> Result<(), ClusterError> {
+        Ok(self.command(|r| Command::JoinSeedNodes(seeds, r)).await??)
+    }
+
+    /// Graceful leave of the member at `address` (this node or another). A leaving node
+    /// runs its coordinated shutdown once it is Exiting, then stops.
+    pub async fn leave(&self, address: Address) -> Result<(), ClusterError> {
+        Ok(self.command(|r| Command::Leave(address, r)).await??)
+    }
+
+    /// Marks the member at `address` Down.
+    pub async fn down(&self, address: Address) -> Result<(), ClusterError> {
+        Ok(self.command(|r| Command::Down(address, r)).await??)
+    }
+
+    /// Starts a full cluster shutdown (Up → PreparingForShutdown → ReadyForShutdown).
+    pub async fn prepare_for_full_cluster_shutdown(&self) -> Result<(), ClusterError> {
+        Ok(self.command(Command::PrepareForFullShutdown).await??)
+    }
+
+    /// Reports the exiting tasks done (the `cluster-exiting-done` phase).
+    pub(crate) async fn exiting_completed(&self) -> Result<(), ClusterError> {
+        self.command(Command::ExitingCompleted).await
+    }
+
+    /// Stops the daemon and closes remoting (the `cluster-shutdown` phase).
+    pub(crate) async fn shutdown_daemon(&self) -> Result<(), ClusterError> {
+        self.command(Command::Shutdown).await
+    }
+
+    /// The membership view: a `watch` whose value is replaced atomically after every
+    /// change (members with status, roles, up-number and app-version; reachability; leader
+    /// and role leaders; `oldest(role)`; convergence).
+    pub fn membership(&self) -> watch::Receiver<Arc<MembershipView>> {
+        self.shared.views.clone()
+    }
+
+    /// The current view.
+    pub fn view(&self) -> Arc<MembershipView> {
+        self.shared.views.borrow().clone()
+    }
+
+    /// Subscribes to membership events: the current view first, then every event; a
+    /// subscriber that lags gets a fresh view instead of a gap (see [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        Subscription::new(&self.shared.batches, self.shared.views.clone())
+    }
+
+    /// Why the membership protocol ended on this node (removed, downed, ...), once it has.
+    pub fn membership_ended(&self) -> Option<ShutdownReason> {
+        *self.shared.ended.borrow()
+    }
+
+    /// Waits until the membership protocol has ended on this node.
+    pub async fn wait_membership_ended(&self) -> ShutdownReason {
+        let mut rx = self.shared.ended.clone();
+        loop {
+            if let Some(r) = *rx.borrow_and_update() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return rx.borrow().unwrap_or(ShutdownReason::Stopped);
+            }
+        }
+    }
+
+    /// The node's coordinated shutdown.
+    pub fn coordinated_shutdown(&self) -> &CoordinatedShutdown {
+        &self.shared.shutdown
+    }
+
+    /// Why the node is shutting down (or shut down), once its coordinated shutdown started.
+    pub fn shutdown_reason(&self) -> Option<ShutdownReason> {
+        self.shared.shutdown.reason()
+    }
+
+    /// Waits until the node has shut down (every coordinated-shutdown phase ran).
+    pub async fn terminated(&self) -> ShutdownReason {
+        self.shared.shutdown.completed().await
+    }
+
+    /// The membership machine's counters (gossip, messages refused from non-members,
+    /// implausible vector clocks, throttled join requests, ...), as of its last output.
+    pub fn core_stats(&self) -> concord_core::CoreStats {
+        *self
+            .shared
+            .core_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The largest heartbeat round trip (control lane) seen since the start or the last
+    /// [`Cluster::take_max_heartbeat_rtt_ms`], ms.
+    pub fn max_heartbeat_rtt_ms(&self) -> u64 {
+        self.shared.max_heartbeat_rtt_ms.load(Ordering::Relaxed)
+    }
+
+    /// Like [`Cluster::max_heartbeat_rtt_ms`], and starts over from 0.
+    pub fn take_max_heartbeat_rtt_ms(&self) -> u64 {
+        self.shared.max_heartbeat_rtt_ms.swap(0, Ordering::Relaxed)
+    }
+
+    /// Stops the node at once without leaving (like a crash, for tests).
+    pub async fn stop(&self) {
+        if self.shared.commands.send(Command::Stop).await.is_err() {
+            // The daemon is gone already.
+            self.shared.shutdown.abort(ShutdownReason::Stopped);
+        }
+        self.shared.shutdown.completed().await;
+    }
+}
