@@ -1,8 +1,26 @@
-//! Compiles `proto/concord.proto` with protox (pure Rust, no `protoc` binary needed).
+//! Compiles each layer's protobuf schema with protox (pure Rust, no `protoc` binary needed):
+//! `src/remote/remote.proto` (handshake, envelope, addresses) and one file per protocol in
+//! its layer's folder. All are package `concord.v1`, generated into one Rust module
+//! (`remote::wire`).
+
+const SCHEMAS: [&str; 6] = [
+    "src/remote/remote.proto",
+    "src/cluster/cluster.proto",
+    "src/singleton/singleton.proto",
+    "src/ddata/ddata.proto",
+    "src/sharding/sharding.proto",
+    "src/kv/kv.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/concord.proto");
-    let fds = protox::compile(["proto/concord.proto"], ["proto"])?;
+    for s in SCHEMAS {
+        println!("cargo:rerun-if-changed={s}");
+    }
+    let includes: Vec<&str> = SCHEMAS
+        .iter()
+        .map(|s| s.rsplit_once('/').map_or(".", |(dir, _)| dir))
+        .collect();
+    let fds = protox::compile(SCHEMAS, includes)?;
     prost_build::Config::new()
         // Payloads stay `Bytes`: an envelope's payload is a slice of the frame, not a copy.
         .bytes(["."])

@@ -1,5 +1,5 @@
 //! The membership protocol's codec ([`MembershipCodec`]): `concord-core`'s
-//! [`ClusterMessage`]s to and from the protobuf messages of `proto/concord.proto`, one
+//! [`ClusterMessage`]s to and from the protobuf messages of `cluster.proto`, one
 //! manifest per message type (see [`manifest`]). Full gossip travels in the wire form of
 //! [`super::gossip_wire`] (gzip'd, bounded decompression). Decoding never panics: every
 //! malformed input gives a [`DecodeError`].

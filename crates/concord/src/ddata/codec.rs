@@ -1,6 +1,6 @@
 //! The Distributed Data protocol's codec ([`ReplicatorCodec`]): the core's
 //! [`ReplicatorMessage`]s to and from the `Dd*` protobuf messages of
-//! `proto/concord.proto`, one manifest per message type ([`manifest`]). Values stay in
+//! `ddata.proto`, one manifest per message type ([`manifest`]). Values stay in
 //! the CRDTs' own encoding inside. [`envelope_to_wire`] and [`envelope_from_wire`] are
 //! also the durable store's record format. Decoding never panics.
 

@@ -5,7 +5,7 @@
 //!
 //! - [`DistributedData`] — the layer to add to a node; it returns the [`Replicator`]
 //!   handle (typed `get`, `update`, `delete`, `subscribe`).
-//! - [`codec`] — the protocol's wire form (`Dd*` messages of `proto/concord.proto`).
+//! - [`codec`] — the protocol's wire form (`Dd*` messages of `ddata.proto`).
 //! - [`durable`] — durable keys in `redb` under the node's `data-dir`.
 //! - `GET /cluster/ddata` — the keys with their type, size and durability.
 //!

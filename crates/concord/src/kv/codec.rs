@@ -1,5 +1,5 @@
 //! The key-value store protocol's codec ([`KvCodec`]): the core's [`KvMessage`]s to and
-//! from the `Kv*` protobuf messages of `proto/concord.proto`, one manifest per message type
+//! from the `Kv*` protobuf messages of `kv.proto`, one manifest per message type
 //! ([`manifest`]). Versions and contexts travel in the core's own encoding and are
 //! validated when decoded; a peer's bytes never panic the node.
 

@@ -2,7 +2,7 @@
 //! manifest, recipient uid, payload) and [`Outbound`] (a frame plus its destination and
 //! lane) on the way out, [`wire::Envelope`] on the wire — and the length prefix around it.
 //!
-//! Frame: 4-byte big-endian length, then the protobuf `Envelope`. See `proto/concord.proto`.
+//! Frame: 4-byte big-endian length, then the protobuf `Envelope`. See `remote.proto`.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use concord_core::{Address, Lane, ProtocolId};

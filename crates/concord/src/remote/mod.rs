@@ -1,7 +1,7 @@
 //! Remoting: lanes of framed TCP between nodes, the handshake, the envelope that carries
 //! every protocol's messages, routing by protocol id, quarantine and fault injection.
 //!
-//! - [`wire`]: protobuf messages generated from `proto/concord.proto`.
+//! - [`wire`]: protobuf messages generated from the layers' schemas (`remote/remote.proto` and one `.proto` per protocol in its layer's folder).
 //! - [`envelope`]: [`Outbound`] messages and the frame around them.
 //! - [`registry`]: [`ProtocolRegistry`] and the [`Codec`] a layer registers with its
 //!   protocol id; inbound messages arrive on the layer's own queue as [`Inbound`].
@@ -52,7 +52,7 @@ pub mod transport;
 #[cfg(feature = "runtime")]
 mod transport_state;
 
-/// Protobuf types generated from `proto/concord.proto`.
+/// Protobuf types generated from the layers' schemas (`remote/remote.proto` and one `.proto` per protocol in its layer's folder).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/concord.v1.rs"));

@@ -1,6 +1,6 @@
 //! The Cluster Sharding protocol's codec ([`ShardingCodec`]): the core's
 //! [`ShardingMessage`]s to and from the `Sharding*` protobuf messages of
-//! `proto/concord.proto`, one manifest per message type ([`manifest`]). The messages of
+//! `sharding.proto`, one manifest per message type ([`manifest`]). The messages of
 //! the machine's own replicator and coordinator singleton travel inside
 //! `ShardingEmbedded`, in their protocols' own encodings. User payloads are opaque bytes.
 //! Decoding never panics.

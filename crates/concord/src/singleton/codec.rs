@@ -1,6 +1,6 @@
 //! The Cluster Singleton protocol's codec ([`SingletonCodec`]): the core's
 //! [`SingletonMessage`]s to and from the `Singleton*` protobuf messages of
-//! `proto/concord.proto`. Decoding never panics.
+//! `singleton.proto`. Decoding never panics.
 
 use bytes::Bytes;
 use concord_core::singleton::{SingletonBody, SingletonMessage};
