@@ -35,6 +35,7 @@ pub mod member;
 pub mod membership_state;
 pub mod membership_view;
 pub mod message;
+pub mod outputs;
 pub mod protocol;
 pub mod rate_limit;
 pub mod reachability;

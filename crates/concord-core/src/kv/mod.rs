@@ -47,11 +47,12 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
+use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::timers::TimerTable;
 
@@ -95,12 +96,11 @@ pub struct KvMachine<S: KvStorage> {
     requests: Requests,
     ae: anti_entropy::AntiEntropy,
     handoffs: handoff::Handoffs,
-    timers: TimerTable<KvTimer>,
     /// Outputs held until the writes before them are committed.
     held_transmits: Vec<Transmit<KvMessage>>,
     held_events: Vec<KvEvent>,
-    transmits: VecDeque<Transmit<KvMessage>>,
-    events: VecDeque<KvEvent>,
+    /// Transmits, events and timers for the host.
+    out: Outputs<KvMessage, KvEvent, KvTimer>,
     stats: KvStats,
 }
 
@@ -132,11 +132,12 @@ impl<S: KvStorage> KvMachine<S> {
             requests: Requests::default(),
             ae: anti_entropy::AntiEntropy::default(),
             handoffs: handoff::Handoffs::default(),
-            timers,
             held_transmits: Vec::new(),
             held_events: Vec::new(),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outputs {
+                timers,
+                ..Outputs::new()
+            },
             stats: KvStats::default(),
             settings,
             self_node,
@@ -250,8 +251,8 @@ impl<S: KvStorage> KvMachine<S> {
         }
         match self.store.commit() {
             Ok(()) => {
-                self.transmits.extend(self.held_transmits.drain(..));
-                self.events.extend(self.held_events.drain(..));
+                self.out.transmits.extend(self.held_transmits.drain(..));
+                self.out.events.extend(self.held_events.drain(..));
             }
             Err(e) => {
                 self.storage_failed(&e);
@@ -270,7 +271,7 @@ impl<S: KvStorage> KvMachine<S> {
                         | KvMessage::Repair { .. } => continue,
                         _ => {}
                     }
-                    self.transmits.push_back(t);
+                    self.out.transmits.push_back(t);
                 }
                 for mut ev in std::mem::take(&mut self.held_events) {
                     if let KvEvent::WriteDone { result, .. } = &mut ev {
@@ -278,7 +279,7 @@ impl<S: KvStorage> KvMachine<S> {
                             *result = Err(KvError::Storage(e.0.clone()));
                         }
                     }
-                    self.events.push_back(ev);
+                    self.out.events.push_back(ev);
                 }
             }
         }
@@ -361,8 +362,8 @@ impl<S: KvStorage> KvMachine<S> {
             self.ae
                 .ring_changed(&old, &self.ring, &self.self_node, self.settings.n);
             // New owners pull at once.
-            self.timers.set(KvTimer::AntiEntropy, now_ms);
-            self.timers.set(KvTimer::Handoff, now_ms);
+            self.out.timers.set(KvTimer::AntiEntropy, now_ms);
+            self.out.timers.set(KvTimer::Handoff, now_ms);
         }
         let members: BTreeSet<UniqueAddress> = self
             .view
@@ -432,20 +433,20 @@ impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
     }
 
     fn handle_timeout(&mut self, now_ms: u64) {
-        for t in self.timers.expired(now_ms) {
+        for t in self.out.timers.expired(now_ms) {
             match t {
                 KvTimer::Tick => {
                     self.expire_requests(now_ms);
                     self.run_due_reaps(now_ms);
-                    self.timers.set(KvTimer::Tick, now_ms + TICK_MS);
+                    self.out.timers.set(KvTimer::Tick, now_ms + TICK_MS);
                 }
                 KvTimer::AntiEntropy => {
                     let next = self.anti_entropy_tick(now_ms);
-                    self.timers.set(KvTimer::AntiEntropy, next);
+                    self.out.timers.set(KvTimer::AntiEntropy, next);
                 }
                 KvTimer::Handoff => {
                     self.handoff_tick(now_ms);
-                    self.timers.set(KvTimer::Handoff, now_ms + HANDOFF_MS);
+                    self.out.timers.set(KvTimer::Handoff, now_ms + HANDOFF_MS);
                 }
             }
         }
@@ -453,15 +454,15 @@ impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit<KvMessage>> {
-        self.transmits.pop_front()
+        self.out.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<KvEvent> {
-        self.events.pop_front()
+        self.out.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<u64> {
-        self.timers.next_deadline()
+        self.out.poll_timeout()
     }
 }
 

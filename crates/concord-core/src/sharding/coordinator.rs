@@ -171,7 +171,7 @@ impl ClusterSharding {
             }
         }
         self.coordinator_allocate_remembered(now_ms);
-        self.timers.set(
+        self.out.timers.set(
             ShardingTimer::Rebalance,
             now_ms + self.settings.rebalance_interval_ms,
         );
@@ -484,7 +484,8 @@ impl ClusterSharding {
             self.settings.removal_margin_ms
         };
         tracing::info!(type_name = %self.settings.type_name, region = %region, margin_ms = margin, "shard region removed; its shards are re-allocated after the removal margin");
-        self.timers
+        self.out
+            .timers
             .set(ShardingTimer::RegionTerminated(region), now_ms + margin);
     }
 

@@ -26,7 +26,7 @@ impl ClusterSharding {
             while let Some(t) = self.singleton.poll_transmit() {
                 progressed = true;
                 let SingletonMessage { body, .. } = t.message;
-                self.transmits.push_back(Transmit {
+                self.out.transmits.push_back(Transmit {
                     to: t.to,
                     to_uid: t.to_uid,
                     lane: t.lane,
@@ -42,7 +42,7 @@ impl ClusterSharding {
             }
             while let Some(t) = self.replicator.poll_transmit() {
                 progressed = true;
-                self.transmits.push_back(t.map(|m| ShardingMessage {
+                self.out.transmits.push_back(t.map(|m| ShardingMessage {
                     type_name: self.settings.type_name.clone(),
                     body: ShardingBody::Replicator(m),
                 }));
@@ -68,13 +68,14 @@ impl ClusterSharding {
                 if self.coordinator.take().is_some() {
                     tracing::info!(type_name = %self.settings.type_name, "shard coordinator stopped");
                 }
-                self.timers.cancel(&ShardingTimer::Rebalance);
-                self.timers
+                self.out.timers.cancel(&ShardingTimer::Rebalance);
+                self.out
+                    .timers
                     .retain(|t| !matches!(t, ShardingTimer::RegionTerminated(_)));
                 self.singleton.instance_terminated(now_ms);
             }
             SingletonEvent::AcquireLease => self.singleton.lease_result(now_ms, true),
-            SingletonEvent::ExitingDone => self.events.push_back(ShardingEvent::ExitingDone),
+            SingletonEvent::ExitingDone => self.out.events.push_back(ShardingEvent::ExitingDone),
             SingletonEvent::Stuck => {
                 tracing::warn!(type_name = %self.settings.type_name, "shard coordinator hand-over did not complete; starting over")
             }
@@ -88,6 +89,7 @@ impl ClusterSharding {
     pub(super) fn on_replicator_event(&mut self, now_ms: u64, e: ReplicatorEvent) {
         match e {
             ReplicatorEvent::Store { key, envelope } => self
+                .out
                 .events
                 .push_back(ShardingEvent::Store { key, envelope }),
             ReplicatorEvent::GetResponse {
@@ -178,9 +180,10 @@ impl ClusterSharding {
                     },
                 )
             }
-            ShardingBody::Reply { ask, result } => {
-                self.events.push_back(ShardingEvent::Reply { ask, result })
-            }
+            ShardingBody::Reply { ask, result } => self
+                .out
+                .events
+                .push_back(ShardingEvent::Reply { ask, result }),
             ShardingBody::EntityHandOver {
                 shard,
                 entity,

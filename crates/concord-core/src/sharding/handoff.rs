@@ -104,7 +104,7 @@ impl ClusterSharding {
             self.region.homes.remove(shard_id);
         }
         for entity in stops {
-            self.events.push_back(ShardingEvent::StopEntity {
+            self.out.events.push_back(ShardingEvent::StopEntity {
                 shard: shard_id.clone(),
                 entity,
                 reason: StopReason::HandOff,
@@ -484,7 +484,7 @@ impl ClusterSharding {
                     *killed = true;
                     tracing::warn!(type_name = %self.settings.type_name, shard = %id, entities = shard.entities.len(), "entities did not stop for the handoff in time; killing them");
                     for e in shard.entities.keys() {
-                        self.events.push_back(ShardingEvent::KillEntity {
+                        self.out.events.push_back(ShardingEvent::KillEntity {
                             shard: id.clone(),
                             entity: e.clone(),
                         });

@@ -84,6 +84,7 @@ use crate::ddata::replicator::DataTypeRegistry;
 use crate::ddata::{GSet, LWWRegister, ORSet, Replicator, ReplicatorSettings};
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
+use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::singleton::{ClusterSingleton, SingletonSettings};
 use crate::timers::TimerTable;
@@ -181,9 +182,8 @@ pub struct ClusterSharding {
     /// Active-entity LRU (only with an active-entity limit): tick → (shard, entity).
     lru: BTreeMap<u64, (ShardId, EntityId)>,
     lru_tick: u64,
-    timers: TimerTable<ShardingTimer>,
-    transmits: VecDeque<Transmit<ShardingMessage>>,
-    events: VecDeque<ShardingEvent>,
+    /// Transmits, events and timers for the host.
+    out: Outputs<ShardingMessage, ShardingEvent, ShardingTimer>,
     /// Messages to this node itself, handled before the input that caused them returns.
     loopback: VecDeque<ShardingBody>,
     stats: ShardingStats,
@@ -255,9 +255,10 @@ impl ClusterSharding {
             buffered: 0,
             lru: BTreeMap::new(),
             lru_tick: 0,
-            timers,
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outputs {
+                timers,
+                ..Outputs::new()
+            },
             loopback: VecDeque::new(),
             stats: ShardingStats::default(),
             settings,
@@ -401,7 +402,7 @@ impl ClusterSharding {
             self.loopback.push_back(body);
             return;
         }
-        self.transmits.push_back(Transmit {
+        self.out.transmits.push_back(Transmit {
             to: to.address.clone(),
             to_uid: Some(to.uid),
             lane: Lane::Ordinary,
@@ -462,7 +463,7 @@ impl ClusterSharding {
     ) {
         if entity.len() > MAX_ENTITY_ID_BYTES || shard.len() > MAX_SHARD_ID_BYTES {
             self.stats.dropped_other += 1;
-            self.events.push_back(ShardingEvent::Dropped {
+            self.out.events.push_back(ShardingEvent::Dropped {
                 ask,
                 reason: DropReason::InvalidId,
             });
@@ -616,7 +617,7 @@ impl ProtocolMachine for ClusterSharding {
         if self.singleton.poll_timeout().is_some_and(|t| t <= now_ms) {
             self.singleton.handle_timeout(now_ms);
         }
-        for t in self.timers.expired(now_ms) {
+        for t in self.out.timers.expired(now_ms) {
             match t {
                 ShardingTimer::Register => self.region_register(now_ms),
                 ShardingTimer::RetryShardHomes => self.region_retry_shard_homes(now_ms),
@@ -626,7 +627,8 @@ impl ProtocolMachine for ClusterSharding {
                     self.region_housekeeping(now_ms);
                     self.handoff_housekeeping(now_ms);
                     self.coordinator_housekeeping(now_ms);
-                    self.timers
+                    self.out
+                        .timers
                         .set(ShardingTimer::Housekeeping, now_ms + HOUSEKEEPING_MS);
                 }
                 ShardingTimer::Passivation => self.passivate_idle(now_ms),
@@ -637,16 +639,16 @@ impl ProtocolMachine for ClusterSharding {
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit<ShardingMessage>> {
-        self.transmits.pop_front()
+        self.out.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<ShardingEvent> {
-        self.events.pop_front()
+        self.out.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<u64> {
         [
-            self.timers.next_deadline(),
+            self.out.timers.next_deadline(),
             self.replicator.poll_timeout(),
             self.singleton.poll_timeout(),
         ]

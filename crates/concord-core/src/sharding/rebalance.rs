@@ -65,7 +65,7 @@ impl ClusterSharding {
         if !c.is_active() {
             return;
         }
-        self.timers.set(
+        self.out.timers.set(
             ShardingTimer::Rebalance,
             now_ms + self.settings.rebalance_interval_ms,
         );
@@ -390,7 +390,7 @@ impl ClusterSharding {
         }
         if c.workers.values().all(|w| w.graceful) {
             c.round_active = false;
-            self.timers.set(ShardingTimer::Rebalance, now_ms);
+            self.out.timers.set(ShardingTimer::Rebalance, now_ms);
         }
     }
 

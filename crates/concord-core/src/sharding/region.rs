@@ -93,13 +93,13 @@ impl ClusterSharding {
             }
             if self.region.coordinator.is_none() {
                 self.region.register_backoff_ms = 0;
-                self.timers.set(ShardingTimer::Register, now_ms);
+                self.out.timers.set(ShardingTimer::Register, now_ms);
             }
         }
         if let Some(c) = self.region.coordinator.clone() {
             if !self.is_member(&c) {
                 self.region.coordinator = None;
-                self.timers.set(ShardingTimer::Register, now_ms);
+                self.out.timers.set(ShardingTimer::Register, now_ms);
             }
         }
         // Homes on nodes that are gone are forgotten; their shards are asked for again.
@@ -145,7 +145,7 @@ impl ClusterSharding {
             let proxy = !self.hosting;
             self.send(&c, ShardingBody::Register { proxy });
         }
-        self.timers.set(
+        self.out.timers.set(
             ShardingTimer::Register,
             now_ms + self.region.register_backoff_ms,
         );
@@ -159,7 +159,7 @@ impl ClusterSharding {
         let changed = self.region.coordinator.as_ref() != Some(from);
         self.region.coordinator = Some(from.clone());
         self.region.register_backoff_ms = 0;
-        self.timers.cancel(&ShardingTimer::Register);
+        self.out.timers.cancel(&ShardingTimer::Register);
         if changed {
             tracing::debug!(type_name = %self.settings.type_name, coordinator = %from, "registered with the shard coordinator");
         }
@@ -169,7 +169,7 @@ impl ClusterSharding {
             self.send_to_coordinator(ShardingBody::GetShardHome { shard });
         }
         if !self.region.buffers.is_empty() {
-            self.timers.set(
+            self.out.timers.set(
                 ShardingTimer::RetryShardHomes,
                 now_ms + self.settings.retry_interval_ms,
             );
@@ -262,12 +262,14 @@ impl ClusterSharding {
             if self.region.coordinator.is_some() {
                 self.stats.shard_home_requests += 1;
                 self.send_to_coordinator(ShardingBody::GetShardHome { shard });
-                self.timers.set_if_unset(
+                self.out.timers.set_if_unset(
                     ShardingTimer::RetryShardHomes,
                     now_ms + self.settings.retry_interval_ms,
                 );
             } else {
-                self.timers.set_if_unset(ShardingTimer::Register, now_ms);
+                self.out
+                    .timers
+                    .set_if_unset(ShardingTimer::Register, now_ms);
             }
         }
     }
@@ -278,7 +280,8 @@ impl ClusterSharding {
             self.stats.dropped_other += 1;
         }
         if d.origin == self.self_node {
-            self.events
+            self.out
+                .events
                 .push_back(ShardingEvent::Dropped { ask: d.ask, reason });
         } else if let Some(ask) = d.ask {
             let why = format!("dropped by {}: {}", self.self_node.address, reason.as_str());
@@ -298,7 +301,9 @@ impl ClusterSharding {
             return;
         }
         if self.region.coordinator.is_none() {
-            self.timers.set_if_unset(ShardingTimer::Register, now_ms);
+            self.out
+                .timers
+                .set_if_unset(ShardingTimer::Register, now_ms);
         } else {
             let shards: Vec<ShardId> = self.region.buffers.keys().cloned().collect();
             for shard in shards {
@@ -306,7 +311,7 @@ impl ClusterSharding {
                 self.send_to_coordinator(ShardingBody::GetShardHome { shard });
             }
         }
-        self.timers.set(
+        self.out.timers.set(
             ShardingTimer::RetryShardHomes,
             now_ms + self.settings.retry_interval_ms,
         );
@@ -530,7 +535,9 @@ impl ClusterSharding {
             self.region.graceful_done = true;
             tracing::info!(type_name = %self.settings.type_name, "every shard handed over");
             self.send_to_coordinator(ShardingBody::RegionStopped);
-            self.events.push_back(ShardingEvent::GracefulShutdownDone);
+            self.out
+                .events
+                .push_back(ShardingEvent::GracefulShutdownDone);
         }
     }
 
@@ -549,10 +556,12 @@ impl ClusterSharding {
     /// Starts a cluster-wide statistics query.
     pub(super) fn region_query_stats(&mut self, now_ms: u64, request: u64) {
         if self.region.queries.len() >= MAX_QUERIES || self.region.queries.contains_key(&request) {
-            self.events.push_back(ShardingEvent::ClusterShardingStats {
-                request,
-                regions: Vec::new(),
-            });
+            self.out
+                .events
+                .push_back(ShardingEvent::ClusterShardingStats {
+                    request,
+                    regions: Vec::new(),
+                });
             return;
         }
         let role = self.settings.role.clone();
@@ -616,10 +625,12 @@ impl ClusterSharding {
         for request in done {
             if let Some(mut q) = self.region.queries.remove(&request) {
                 q.regions.sort_by(|a, b| a.0.cmp(&b.0));
-                self.events.push_back(ShardingEvent::ClusterShardingStats {
-                    request,
-                    regions: q.regions,
-                });
+                self.out
+                    .events
+                    .push_back(ShardingEvent::ClusterShardingStats {
+                        request,
+                        regions: q.regions,
+                    });
             }
         }
     }

@@ -33,9 +33,11 @@ impl ClusterSharding {
             return;
         }
         match self.settings.remember_entities_store {
-            RememberEntitiesStore::External => self.events.push_back(ShardingEvent::RememberLoad {
-                shard: shard.clone(),
-            }),
+            RememberEntitiesStore::External => {
+                self.out.events.push_back(ShardingEvent::RememberLoad {
+                    shard: shard.clone(),
+                })
+            }
             RememberEntitiesStore::DistributedData => self.remember_ddata_load(now_ms, shard),
         }
     }
@@ -100,7 +102,9 @@ impl ClusterSharding {
                 self.remember_recover(now_ms, &shard_id, usize::MAX);
             }
             EntityRecoveryStrategy::Constant { .. } => {
-                self.timers.set_if_unset(ShardingTimer::Recovery, now_ms);
+                self.out
+                    .timers
+                    .set_if_unset(ShardingTimer::Recovery, now_ms);
             }
         }
     }
@@ -159,7 +163,8 @@ impl ClusterSharding {
             .values()
             .any(|s| !s.remember.to_recover.is_empty())
         {
-            self.timers
+            self.out
+                .timers
                 .set(ShardingTimer::Recovery, now_ms + frequency_ms.max(1));
         }
     }
@@ -198,7 +203,7 @@ impl ClusterSharding {
         r.writing = started.clone();
         match self.settings.remember_entities_store {
             RememberEntitiesStore::External => {
-                self.events.push_back(ShardingEvent::RememberUpdate {
+                self.out.events.push_back(ShardingEvent::RememberUpdate {
                     shard: shard_id.clone(),
                     started,
                     stopped,

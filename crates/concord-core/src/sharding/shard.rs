@@ -343,7 +343,7 @@ impl ClusterSharding {
 
     fn emit_deliver(&mut self, shard_id: &ShardId, d: Delivery) {
         let reply_to = d.ask.map(|a| (d.origin, a));
-        self.events.push_back(ShardingEvent::Deliver {
+        self.out.events.push_back(ShardingEvent::Deliver {
             shard: shard_id.clone(),
             entity: d.entity,
             payload: d.payload,
@@ -371,7 +371,7 @@ impl ClusterSharding {
             },
         );
         self.stats.entities_started += 1;
-        self.events.push_back(ShardingEvent::StartEntity {
+        self.out.events.push_back(ShardingEvent::StartEntity {
             shard: shard_id.clone(),
             entity: entity.clone(),
             state,
@@ -453,7 +453,7 @@ impl ClusterSharding {
         let (shard_id, entity) = (shard_id.to_string(), entity.to_string());
         self.forget_lru(&shard_id, &entity);
         self.stats.entities_passivated += 1;
-        self.events.push_back(ShardingEvent::StopEntity {
+        self.out.events.push_back(ShardingEvent::StopEntity {
             shard: shard_id,
             entity,
             reason: StopReason::Passivate,
@@ -482,7 +482,8 @@ impl ClusterSharding {
         for (s, e) in idle_ones {
             self.shard_passivate(now_ms, &s, &e);
         }
-        self.timers
+        self.out
+            .timers
             .set(ShardingTimer::Passivation, now_ms + (idle / 2).max(1));
     }
 
@@ -559,7 +560,7 @@ impl ClusterSharding {
         self.stats.dropped_other += dropped as u64;
         self.lru.clear();
         for (shard, entity) in stops {
-            self.events.push_back(ShardingEvent::StopEntity {
+            self.out.events.push_back(ShardingEvent::StopEntity {
                 shard,
                 entity,
                 reason: StopReason::Shutdown,

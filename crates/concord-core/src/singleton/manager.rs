@@ -152,13 +152,13 @@ impl ClusterSingleton {
 
     fn arm_retry(&mut self, now_ms: u64) {
         let at = now_ms + self.retry_interval();
-        self.timers.set(SingletonTimer::Retry, at);
+        self.out.timers.set(SingletonTimer::Retry, at);
     }
 
     fn exiting_done(&mut self) {
         if self.manager.exiting_requested && !self.manager.exiting_done {
             self.manager.exiting_done = true;
-            self.events.push_back(SingletonEvent::ExitingDone);
+            self.out.events.push_back(SingletonEvent::ExitingDone);
         }
     }
 
@@ -175,7 +175,7 @@ impl ClusterSingleton {
             self.manager.self_status,
             Some(MemberStatus::Leaving) | Some(MemberStatus::Exiting)
         ) {
-            self.timers.cancel(&SingletonTimer::Retry);
+            self.out.timers.cancel(&SingletonTimer::Retry);
             self.manager.state = State::Younger {
                 previous_oldest: Vec::new(),
             };
@@ -189,10 +189,10 @@ impl ClusterSingleton {
             self.arm_retry(now_ms);
             return;
         }
-        self.timers.cancel(&SingletonTimer::Retry);
+        self.out.timers.cancel(&SingletonTimer::Retry);
         if self.settings.use_lease {
             self.manager.state = State::AcquiringLease;
-            self.events.push_back(SingletonEvent::AcquireLease);
+            self.out.events.push_back(SingletonEvent::AcquireLease);
         } else {
             self.start_instance();
         }
@@ -204,7 +204,8 @@ impl ClusterSingleton {
         self.manager.state = State::Oldest {
             running: Some(incarnation),
         };
-        self.events
+        self.out
+            .events
             .push_back(SingletonEvent::StartInstance { incarnation });
     }
 
@@ -280,7 +281,9 @@ impl ClusterSingleton {
                 self.manager.removing_older.insert(m.clone());
             }
             let at = now_ms + self.settings.removal_margin_ms;
-            self.timers.set(SingletonTimer::DelayedMemberRemoved(m), at);
+            self.out
+                .timers
+                .set(SingletonTimer::DelayedMemberRemoved(m), at);
         }
         // This node downed or removed: stop for good.
         let self_gone = matches!(
@@ -309,7 +312,7 @@ impl ClusterSingleton {
             | State::WasOldest {
                 running: Some(_), ..
             } => {
-                self.events.push_back(SingletonEvent::StopInstance);
+                self.out.events.push_back(SingletonEvent::StopInstance);
                 self.manager.state = State::Stopping {
                     then_acquire_lease: false,
                 };
@@ -317,13 +320,13 @@ impl ClusterSingleton {
             State::HandingOver { .. } | State::Stopping { .. } | State::End => {}
             _ => {
                 if self.settings.use_lease {
-                    self.events.push_back(SingletonEvent::ReleaseLease);
+                    self.out.events.push_back(SingletonEvent::ReleaseLease);
                 }
                 self.manager.state = State::End;
                 self.exiting_done();
             }
         }
-        self.timers.cancel(&SingletonTimer::Retry);
+        self.out.timers.cancel(&SingletonTimer::Retry);
     }
 
     fn on_oldest_changed(&mut self, now_ms: u64, new: Option<UniqueAddress>) {
@@ -361,9 +364,9 @@ impl ClusterSingleton {
             State::BecomingOldest { .. } | State::AcquiringLease if !is_self => {
                 // No longer the oldest (this node is leaving): nothing runs here.
                 if self.settings.use_lease {
-                    self.events.push_back(SingletonEvent::ReleaseLease);
+                    self.out.events.push_back(SingletonEvent::ReleaseLease);
                 }
-                self.timers.cancel(&SingletonTimer::Retry);
+                self.out.timers.cancel(&SingletonTimer::Retry);
                 self.manager.state = State::Younger {
                     previous_oldest: new.into_iter().collect(),
                 };
@@ -407,14 +410,14 @@ impl ClusterSingleton {
 
     /// Stops the instance to hand it over to `to` (or just stops it).
     fn goto_handing_over(&mut self, running: Option<u64>, to: Option<UniqueAddress>) {
-        self.timers.cancel(&SingletonTimer::Retry);
+        self.out.timers.cancel(&SingletonTimer::Retry);
         match running {
             None => self.hand_over_done(to),
             Some(_) => {
                 if let Some(t) = &to {
                     self.send(t, SingletonBody::HandOverInProgress);
                 }
-                self.events.push_back(SingletonEvent::StopInstance);
+                self.out.events.push_back(SingletonEvent::StopInstance);
                 self.manager.state = State::HandingOver { hand_over_to: to };
             }
         }
@@ -426,7 +429,7 @@ impl ClusterSingleton {
             self.manager.stats.hand_overs += 1;
         }
         if self.settings.use_lease {
-            self.events.push_back(SingletonEvent::ReleaseLease);
+            self.out.events.push_back(SingletonEvent::ReleaseLease);
         }
         self.exiting_done();
         self.manager.state = if self.manager.removed.contains_key(&self.self_node) || to.is_some() {
@@ -532,7 +535,7 @@ impl ClusterSingleton {
                 if self_exited && (new_oldest.is_none() || retries > max_take_over) {
                     match running {
                         Some(_) => {
-                            self.events.push_back(SingletonEvent::StopInstance);
+                            self.out.events.push_back(SingletonEvent::StopInstance);
                             self.manager.state = State::Stopping {
                                 then_acquire_lease: false,
                             };
@@ -564,7 +567,7 @@ impl ClusterSingleton {
     /// (stopping an instance that runs here first).
     fn stuck(&mut self, now_ms: u64) {
         self.manager.stats.stuck += 1;
-        self.events.push_back(SingletonEvent::Stuck);
+        self.out.events.push_back(SingletonEvent::Stuck);
         match self.manager.state.clone() {
             State::WasOldest { running, .. } => self.goto_handing_over(running, None),
             _ => self.init(now_ms),
@@ -574,7 +577,8 @@ impl ClusterSingleton {
     pub(super) fn manager_delayed_member_removed(&mut self, now_ms: u64, m: UniqueAddress) {
         self.manager.removing_older.remove(&m);
         self.manager.removed.insert(m.clone(), now_ms);
-        self.timers
+        self.out
+            .timers
             .set_if_unset(SingletonTimer::CleanupRemoved, now_ms + REMEMBER_REMOVED_MS);
         match self.manager.state.clone() {
             State::Younger { previous_oldest } => {
@@ -609,7 +613,7 @@ impl ClusterSingleton {
             .retain(|_, at| now_ms.saturating_sub(*at) < REMEMBER_REMOVED_MS);
         if let Some(first) = self.manager.removed.values().min() {
             let at = first + REMEMBER_REMOVED_MS;
-            self.timers.set(SingletonTimer::CleanupRemoved, at);
+            self.out.timers.set(SingletonTimer::CleanupRemoved, at);
         }
     }
 
@@ -619,10 +623,10 @@ impl ClusterSingleton {
             State::Stopping { then_acquire_lease } => {
                 if then_acquire_lease && !self.manager.exiting_requested {
                     self.manager.state = State::AcquiringLease;
-                    self.events.push_back(SingletonEvent::AcquireLease);
+                    self.out.events.push_back(SingletonEvent::AcquireLease);
                 } else {
                     if self.settings.use_lease {
-                        self.events.push_back(SingletonEvent::ReleaseLease);
+                        self.out.events.push_back(SingletonEvent::ReleaseLease);
                     }
                     self.manager.state = State::End;
                     self.exiting_done();
@@ -650,30 +654,30 @@ impl ClusterSingleton {
             (State::AcquiringLease, true) => self.start_instance(),
             (State::AcquiringLease, false) => {
                 let at = now_ms + self.settings.lease_retry_interval_ms;
-                self.timers.set(SingletonTimer::LeaseRetry, at);
+                self.out.timers.set(SingletonTimer::LeaseRetry, at);
             }
-            (_, true) => self.events.push_back(SingletonEvent::ReleaseLease),
+            (_, true) => self.out.events.push_back(SingletonEvent::ReleaseLease),
             (_, false) => {}
         }
     }
 
     pub(super) fn manager_lease_retry(&mut self, _now_ms: u64) {
         if matches!(self.manager.state, State::AcquiringLease) {
-            self.events.push_back(SingletonEvent::AcquireLease);
+            self.out.events.push_back(SingletonEvent::AcquireLease);
         }
     }
 
     pub(super) fn manager_lease_lost(&mut self, _now_ms: u64) {
         match self.manager.state {
             State::Oldest { running: Some(_) } => {
-                self.events.push_back(SingletonEvent::StopInstance);
+                self.out.events.push_back(SingletonEvent::StopInstance);
                 self.manager.state = State::Stopping {
                     then_acquire_lease: true,
                 };
             }
             State::Oldest { running: None } => {
                 self.manager.state = State::AcquiringLease;
-                self.events.push_back(SingletonEvent::AcquireLease);
+                self.out.events.push_back(SingletonEvent::AcquireLease);
             }
             _ => {}
         }

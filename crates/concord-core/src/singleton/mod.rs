@@ -27,8 +27,8 @@ use rand::SeedableRng;
 
 use crate::address::UniqueAddress;
 use crate::membership_view::MembershipView;
+use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
-use crate::timers::TimerTable;
 
 pub use manager::{ManagerState, ManagerStats};
 pub use oldest::OldestChangedBuffer;
@@ -155,10 +155,9 @@ pub struct ClusterSingleton {
     oldest: OldestChangedBuffer,
     manager: manager::Manager,
     proxy: proxy::Proxy,
-    timers: TimerTable<SingletonTimer>,
     rng: SmallRng,
-    transmits: VecDeque<Transmit<SingletonMessage>>,
-    events: VecDeque<SingletonEvent>,
+    /// Transmits, events and timers for the host.
+    out: Outputs<SingletonMessage, SingletonEvent, SingletonTimer>,
     /// Messages to this node itself, handled before the next input returns.
     loopback: VecDeque<SingletonBody>,
 }
@@ -172,10 +171,8 @@ impl ClusterSingleton {
             proxy: proxy::Proxy::new(settings.buffer_size),
             settings,
             self_node,
-            timers: TimerTable::new(),
             rng: SmallRng::seed_from_u64(seed),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outputs::new(),
             loopback: VecDeque::new(),
         }
     }
@@ -220,7 +217,7 @@ impl ClusterSingleton {
             self.loopback.push_back(body);
             return;
         }
-        self.transmits.push_back(Transmit {
+        self.out.transmits.push_back(Transmit {
             to: to.address.clone(),
             to_uid: Some(to.uid),
             lane: Lane::Ordinary,
@@ -249,7 +246,7 @@ impl ClusterSingleton {
                 self.send(from, SingletonBody::Identified { incarnation });
             }
             SingletonBody::Deliver { seq, payload, ask } => match self.manager.running() {
-                Some(_) => self.events.push_back(SingletonEvent::Deliver {
+                Some(_) => self.out.events.push_back(SingletonEvent::Deliver {
                     from: from.clone(),
                     payload,
                     ask,
@@ -263,6 +260,7 @@ impl ClusterSingleton {
                 self.proxy_undelivered(now_ms, from, seq, payload, ask)
             }
             SingletonBody::Reply { ask, payload } => self
+                .out
                 .events
                 .push_back(SingletonEvent::Reply { ask, payload }),
         }
@@ -330,7 +328,7 @@ impl ProtocolMachine for ClusterSingleton {
     }
 
     fn handle_timeout(&mut self, now_ms: u64) {
-        for t in self.timers.expired(now_ms) {
+        for t in self.out.timers.expired(now_ms) {
             match t {
                 SingletonTimer::Retry => self.manager_retry(now_ms),
                 SingletonTimer::DelayedMemberRemoved(m) => {
@@ -345,15 +343,15 @@ impl ProtocolMachine for ClusterSingleton {
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit<SingletonMessage>> {
-        self.transmits.pop_front()
+        self.out.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<SingletonEvent> {
-        self.events.pop_front()
+        self.out.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<u64> {
-        self.timers.next_deadline()
+        self.out.poll_timeout()
     }
 }
 

@@ -71,7 +71,7 @@ impl ClusterSingleton {
         while self.proxy.buffer.len() > self.proxy.buffer_size {
             if let Some((_, (_, ask))) = self.proxy.buffer.pop_first() {
                 self.proxy.stats.dropped += 1;
-                self.events.push_back(SingletonEvent::Dropped { ask });
+                self.out.events.push_back(SingletonEvent::Dropped { ask });
             }
         }
     }
@@ -89,7 +89,7 @@ impl ClusterSingleton {
             self.send(&o, SingletonBody::Identify);
         }
         let at = now_ms + self.settings.singleton_identification_interval_ms;
-        self.timers.set(SingletonTimer::Identify, at);
+        self.out.timers.set(SingletonTimer::Identify, at);
     }
 
     pub(super) fn proxy_membership(&mut self, now_ms: u64, view: &MembershipView) {
@@ -119,7 +119,7 @@ impl ClusterSingleton {
         if self.proxy.oldest.as_ref() != Some(from) {
             return;
         }
-        self.timers.cancel(&SingletonTimer::Identify);
+        self.out.timers.cancel(&SingletonTimer::Identify);
         self.proxy.target = Some(from.clone());
         self.proxy.stats.identified += 1;
         for (seq, (payload, ask)) in std::mem::take(&mut self.proxy.buffer) {

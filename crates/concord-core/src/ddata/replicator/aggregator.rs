@@ -95,17 +95,18 @@ impl Replicator {
     }
 
     fn arm_request_timers(&mut self, id: u64, now_ms: u64, timeout_ms: u64) {
-        self.timers
+        self.out
+            .timers
             .set(ReplicatorTimer::Secondaries(id), now_ms + timeout_ms / 5);
-        self.timers.set(
+        self.out.timers.set(
             ReplicatorTimer::RequestTimeout(id),
             now_ms + timeout_ms.max(1),
         );
     }
 
     fn disarm_request_timers(&mut self, id: u64) {
-        self.timers.cancel(&ReplicatorTimer::Secondaries(id));
-        self.timers.cancel(&ReplicatorTimer::RequestTimeout(id));
+        self.out.timers.cancel(&ReplicatorTimer::Secondaries(id));
+        self.out.timers.cancel(&ReplicatorTimer::RequestTimeout(id));
     }
 
     /// Starts a read of `key` at `quorum`, or answers at once when it needs no other node.
@@ -168,7 +169,7 @@ impl Replicator {
                 EnvelopeData::Deleted => GetResult::Deleted,
             },
         });
-        self.events.push_back(ReplicatorEvent::GetResponse {
+        self.out.events.push_back(ReplicatorEvent::GetResponse {
             request,
             key: key.to_string(),
             result,
@@ -263,7 +264,7 @@ impl Replicator {
                 },
             },
         };
-        self.events.push_back(event);
+        self.out.events.push_back(event);
     }
 
     pub(super) fn send_to_secondaries(&mut self, id: u64) {
@@ -291,7 +292,7 @@ impl Replicator {
     }
 
     pub(super) fn request_timed_out(&mut self, id: u64) {
-        self.timers.cancel(&ReplicatorTimer::Secondaries(id));
+        self.out.timers.cancel(&ReplicatorTimer::Secondaries(id));
         if let Some(r) = self.reads.remove(&id) {
             if !r.answered {
                 self.stats.read_timeouts += 1;

@@ -156,7 +156,7 @@ impl Replicator {
         } else {
             Lane::Ordinary
         };
-        self.transmits.push_back(Transmit {
+        self.out.transmits.push_back(Transmit {
             to: to.address.clone(),
             to_uid: Some(to.uid),
             lane,

@@ -85,7 +85,7 @@ impl Replicator {
         self.advance_clock(now_ms);
         let id = key.id();
         let respond = |this: &mut Self, result: UpdateResult| {
-            this.events.push_back(ReplicatorEvent::UpdateResponse {
+            this.out.events.push_back(ReplicatorEvent::UpdateResponse {
                 request,
                 key: id.to_string(),
                 result,
@@ -172,7 +172,7 @@ impl Replicator {
     ) {
         self.advance_clock(now_ms);
         let respond = |this: &mut Self, result: DeleteResult| {
-            this.events.push_back(ReplicatorEvent::DeleteResponse {
+            this.out.events.push_back(ReplicatorEvent::DeleteResponse {
                 request,
                 key: key.to_string(),
                 result,

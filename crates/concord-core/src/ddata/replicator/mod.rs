@@ -37,7 +37,7 @@ pub mod pruning;
 mod settings;
 mod value;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -45,6 +45,7 @@ use rand::SeedableRng;
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
+use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::timers::TimerTable;
 
@@ -164,10 +165,9 @@ pub struct Replicator {
     next_request: u64,
     subscriptions: BTreeMap<String, usize>,
     changed: BTreeSet<String>,
-    timers: TimerTable<ReplicatorTimer>,
     rng: SmallRng,
-    transmits: VecDeque<Transmit<ReplicatorMessage>>,
-    events: VecDeque<ReplicatorEvent>,
+    /// Transmits, events and timers for the host.
+    out: Outputs<ReplicatorMessage, ReplicatorEvent, ReplicatorTimer>,
     /// Time during which every node was reachable, ms (the pruning clock).
     all_reachable_clock_ms: u64,
     last_now_ms: u64,
@@ -221,10 +221,11 @@ impl Replicator {
             next_request: 1,
             subscriptions: BTreeMap::new(),
             changed: BTreeSet::new(),
-            timers,
             rng: SmallRng::seed_from_u64(seed),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outputs {
+                timers,
+                ..Outputs::new()
+            },
             all_reachable_clock_ms: 0,
             last_now_ms: now_ms,
             status_count: 0,
@@ -335,7 +336,7 @@ impl Replicator {
     }
 
     fn send(&mut self, to: &UniqueAddress, message: ReplicatorMessage) {
-        self.transmits.push_back(Transmit {
+        self.out.transmits.push_back(Transmit {
             to: to.address.clone(),
             to_uid: Some(to.uid),
             lane: Lane::Ordinary,
@@ -359,7 +360,7 @@ impl Replicator {
         self.changed.insert(key.to_string());
         if self.settings.is_durable(key) {
             if let Some(e) = self.data.get(key) {
-                self.events.push_back(ReplicatorEvent::Store {
+                self.out.events.push_back(ReplicatorEvent::Store {
                     key: key.to_string(),
                     envelope: e.envelope.serialize(),
                 });
@@ -422,12 +423,14 @@ impl Replicator {
                 continue;
             }
             match self.data.get(&key).map(|e| &e.envelope.data) {
-                Some(EnvelopeData::Value(v)) => self.events.push_back(ReplicatorEvent::Changed {
-                    key,
-                    value: v.clone_value(),
-                }),
+                Some(EnvelopeData::Value(v)) => {
+                    self.out.events.push_back(ReplicatorEvent::Changed {
+                        key,
+                        value: v.clone_value(),
+                    })
+                }
                 Some(EnvelopeData::Deleted) => {
-                    self.events.push_back(ReplicatorEvent::Deleted { key })
+                    self.out.events.push_back(ReplicatorEvent::Deleted { key })
                 }
                 None => {}
             }
@@ -566,26 +569,30 @@ impl ProtocolMachine for Replicator {
 
     fn handle_timeout(&mut self, now_ms: u64) {
         self.advance_clock(now_ms);
-        for t in self.timers.expired(now_ms) {
+        for t in self.out.timers.expired(now_ms) {
             match t {
                 ReplicatorTimer::Gossip => {
                     self.gossip_tick();
-                    self.timers
+                    self.out
+                        .timers
                         .set(t, now_ms + self.settings.gossip_interval_ms);
                 }
                 ReplicatorTimer::DeltaPropagation => {
                     self.delta_propagation_tick();
-                    self.timers
+                    self.out
+                        .timers
                         .set(t, now_ms + self.settings.delta_propagation_interval_ms);
                 }
                 ReplicatorTimer::NotifySubscribers => {
                     self.notify_subscribers();
-                    self.timers
+                    self.out
+                        .timers
                         .set(t, now_ms + self.settings.notify_subscribers_interval_ms);
                 }
                 ReplicatorTimer::Pruning => {
                     self.pruning_tick(now_ms);
-                    self.timers
+                    self.out
+                        .timers
                         .set(t, now_ms + self.settings.pruning_interval_ms);
                 }
                 ReplicatorTimer::Secondaries(id) => self.send_to_secondaries(id),
@@ -595,15 +602,15 @@ impl ProtocolMachine for Replicator {
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit<ReplicatorMessage>> {
-        self.transmits.pop_front()
+        self.out.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<ReplicatorEvent> {
-        self.events.pop_front()
+        self.out.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<u64> {
-        self.timers.next_deadline()
+        self.out.poll_timeout()
     }
 }
 
