@@ -344,12 +344,12 @@ mod tests {
         }
 
         #[test]
-        fn merge_never_loses_a_higher_precedence_status((a, b, _c) in arb_gossips()) {
+        fn merge_never_loses_a_higher_priority_status((a, b, _c) in arb_gossips()) {
             let m = a.merge(&b);
             for g in [&a, &b] {
                 for (k, mem) in &g.members {
                     match m.members.get(k) {
-                        Some(mm) => prop_assert!(mm.status.precedence() >= mem.status.precedence()),
+                        Some(mm) => prop_assert!(mm.status.merge_priority() >= mem.status.merge_priority()),
                         None => prop_assert!(m.tombstones.contains_key(k), "a member only disappears by tombstone"),
                     }
                 }

@@ -48,11 +48,32 @@ impl MemberStatus {
         MemberStatus::Removed,
     ];
 
-    /// Merge precedence: when two gossips disagree about a member, the status with the
-    /// higher precedence wins. Every allowed transition goes to a higher precedence, so
-    /// Down and Removed are never lost and no status moves backwards.
+    /// Lifecycle precedence, the declaration order: every allowed transition goes to a
+    /// higher precedence, so no status moves backwards along it.
     pub fn precedence(self) -> u8 {
         self as u8
+    }
+
+    /// Merge priority (Akka's `Member.highestPriorityOf`): when two concurrent gossips
+    /// disagree about a member, the status with the higher priority wins. Removed, then
+    /// ReadyForShutdown, Down, Exiting, Leaving, PreparingForShutdown, Up, WeaklyUp,
+    /// Joining. It is [`MemberStatus::precedence`] except for ReadyForShutdown, which Akka
+    /// ranks above Leaving, Exiting and Down: a member ready for a full cluster shutdown
+    /// stays so against a concurrent leave or down (the transitions ReadyForShutdown →
+    /// Leaving or Down still happen, by a newer gossip, not by a merge).
+    pub fn merge_priority(self) -> u8 {
+        use MemberStatus::*;
+        match self {
+            Joining => 0,
+            WeaklyUp => 1,
+            Up => 2,
+            PreparingForShutdown => 3,
+            Leaving => 4,
+            Exiting => 5,
+            Down => 6,
+            ReadyForShutdown => 7,
+            Removed => 8,
+        }
     }
 
     /// Whether `self -> to` is an allowed transition (Akka's `allowedTransitions`).
@@ -216,10 +237,11 @@ impl Member {
             .then_with(|| self.unique_address.cmp(&other.unique_address))
     }
 
-    /// Of two versions of the same member, the one with the higher status precedence
-    /// (the oldest on equal status). Commutative, associative and idempotent.
+    /// Of two versions of the same member, the one whose status has the higher
+    /// [`MemberStatus::merge_priority`] (the oldest on equal status). Commutative,
+    /// associative and idempotent.
     pub fn highest_priority_of<'a>(a: &'a Member, b: &'a Member) -> &'a Member {
-        match a.status.precedence().cmp(&b.status.precedence()) {
+        match a.status.merge_priority().cmp(&b.status.merge_priority()) {
             Ordering::Greater => a,
             Ordering::Less => b,
             Ordering::Equal => {
@@ -297,6 +319,50 @@ mod tests {
         );
         assert!(b.with_up(1).is_older_than(&a.with_up(2)));
         assert!(a.with_up(3).is_older_than(&b.with_up(3)));
+    }
+
+    #[test]
+    fn ready_for_shutdown_wins_a_merge_against_leaving_exiting_and_down_as_in_akka() {
+        let a = Member::joining(
+            UniqueAddress::new(Address::new("s", "a", 1), 1),
+            BTreeSet::new(),
+            "0.0.0",
+        )
+        .with_up(1);
+        let ready = a.with_status(ReadyForShutdown);
+        for other in [Up, PreparingForShutdown, Leaving, Exiting, Down] {
+            let o = a.with_status(other);
+            assert_eq!(
+                Member::highest_priority_of(&ready, &o).status,
+                ReadyForShutdown
+            );
+            assert_eq!(
+                Member::highest_priority_of(&o, &ready).status,
+                ReadyForShutdown
+            );
+        }
+        let removed = a.with_status(Removed);
+        assert_eq!(
+            Member::highest_priority_of(&ready, &removed).status,
+            Removed
+        );
+        // Akka's order, highest first.
+        let mut by_priority = MemberStatus::ALL;
+        by_priority.sort_by_key(|s| std::cmp::Reverse(s.merge_priority()));
+        assert_eq!(
+            by_priority,
+            [
+                Removed,
+                ReadyForShutdown,
+                Down,
+                Exiting,
+                Leaving,
+                PreparingForShutdown,
+                Up,
+                WeaklyUp,
+                Joining
+            ]
+        );
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl MembershipView {
         let g = &state.latest_gossip;
         let unreachable = state
             .reachability_excluding_downed_observers()
-            .observers_by_unreachable_subject()
+            .observers_by_unreachable_or_terminated_subject()
             .into_iter()
             .filter(|(s, _)| *s != state.self_unique_address && g.has_member(s))
             .collect();

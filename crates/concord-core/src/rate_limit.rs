@@ -27,6 +27,13 @@ impl TokenBucket {
     /// Takes a token at `now_ms` if one is left: true if the request may proceed. A clock
     /// that goes backwards refills nothing.
     pub fn try_take(&mut self, now_ms: u64) -> bool {
+        self.try_take_n(now_ms, 1)
+    }
+
+    /// Takes `n` tokens at `now_ms` if that many are left, none otherwise: true if the `n`
+    /// requests may proceed (all or nothing; `n` = 0 always may). More than the capacity
+    /// never fits.
+    pub fn try_take_n(&mut self, now_ms: u64, n: u64) -> bool {
         if let Some(last) = self.last_ms {
             let elapsed = now_ms.saturating_sub(last);
             self.tokens_milli = self
@@ -35,8 +42,9 @@ impl TokenBucket {
                 .min(self.capacity_milli);
         }
         self.last_ms = Some(self.last_ms.map_or(now_ms, |l| l.max(now_ms)));
-        if self.tokens_milli >= 1000 {
-            self.tokens_milli -= 1000;
+        let need = n.saturating_mul(1000);
+        if self.tokens_milli >= need {
+            self.tokens_milli -= need;
             true
         } else {
             false
@@ -60,6 +68,18 @@ mod tests {
         // A long pause refills only up to the capacity.
         assert!((0..3).all(|_| b.try_take(100_000)));
         assert!(!b.try_take(100_000));
+    }
+
+    #[test]
+    fn several_at_once_all_or_nothing() {
+        let mut b = TokenBucket::new(10, 10);
+        assert!(b.try_take_n(0, 0));
+        assert!(!b.try_take_n(0, 11), "more than the capacity never fits");
+        assert!(b.try_take_n(0, 7));
+        assert!(!b.try_take_n(0, 4), "only 3 left: none taken");
+        assert!(b.try_take_n(0, 3));
+        assert!(!b.try_take(0));
+        assert!(!b.try_take_n(0, u64::MAX));
     }
 
     proptest! {

@@ -225,26 +225,44 @@ impl Reachability {
             .collect()
     }
 
-    /// Subjects that `observer` sees as Unreachable or Terminated.
+    /// Subjects that `observer` sees as Unreachable — not Terminated (Akka's
+    /// `allUnreachableFrom`).
     pub fn all_unreachable_from(&self, observer: &UniqueAddress) -> BTreeSet<UniqueAddress> {
         self.rows
             .get(observer)
             .map(|r| {
                 r.iter()
-                    .filter(|(_, s)| **s != ReachabilityStatus::Reachable)
+                    .filter(|(_, s)| **s == ReachabilityStatus::Unreachable)
                     .map(|(k, _)| k.clone())
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    /// subject → observers that see it as Unreachable/Terminated (for `observedBy`).
+    /// subject → observers that see it as Unreachable; Terminated records are left out
+    /// (Akka's `observersGroupedByUnreachable`).
     pub fn observers_by_unreachable_subject(
         &self,
     ) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
+        self.observers_by_subject(|st| st == ReachabilityStatus::Unreachable)
+    }
+
+    /// subject → observers that see it as Unreachable or Terminated: the members a
+    /// [`crate::MembershipView`] reports unreachable, as Akka's cluster state does
+    /// (`allUnreachableOrTerminated`).
+    pub fn observers_by_unreachable_or_terminated_subject(
+        &self,
+    ) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
+        self.observers_by_subject(|st| st != ReachabilityStatus::Reachable)
+    }
+
+    fn observers_by_subject(
+        &self,
+        counts: impl Fn(ReachabilityStatus) -> bool,
+    ) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
         let mut out: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> = BTreeMap::new();
         for (o, s, st) in self.records() {
-            if st != ReachabilityStatus::Reachable {
+            if counts(st) {
                 out.entry(s.clone()).or_default().insert(o.clone());
             }
         }
@@ -260,6 +278,28 @@ mod tests {
 
     fn n(i: u16) -> UniqueAddress {
         UniqueAddress::new(Address::new("s", "h", i + 1), 7)
+    }
+
+    #[test]
+    fn unreachable_from_and_grouped_by_unreachable_leave_terminated_out() {
+        // Akka's `allUnreachableFrom` and `observersGroupedByUnreachable` count Unreachable
+        // records only; Terminated ones are in the "or terminated" queries.
+        let r = Reachability::new()
+            .unreachable(&n(1), &n(2))
+            .terminated(&n(1), &n(3))
+            .terminated(&n(4), &n(2))
+            .unreachable(&n(4), &n(5));
+        assert_eq!(r.all_unreachable_from(&n(1)), [n(2)].into());
+        assert_eq!(r.all_unreachable_from(&n(4)), [n(5)].into());
+        let grouped = r.observers_by_unreachable_subject();
+        assert_eq!(
+            grouped,
+            [(n(2), [n(1)].into()), (n(5), [n(4)].into())].into()
+        );
+        let all = r.observers_by_unreachable_or_terminated_subject();
+        assert_eq!(all[&n(2)], [n(1), n(4)].into());
+        assert_eq!(all[&n(3)], [n(1)].into());
+        assert_eq!(r.all_unreachable_or_terminated(), [n(2), n(3), n(5)].into());
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub const HEALTHY_WINDOW_MS: u64 = 10_000;
 /// network's history, to judge resolver decisions.
 #[derive(Default)]
 pub struct Checker {
-    /// (observer incarnation, member) → highest status precedence seen.
-    max_status: BTreeMap<(UniqueAddress, UniqueAddress), u8>,
+    /// (observer incarnation, member) → the status it saw last.
+    max_status: BTreeMap<(UniqueAddress, UniqueAddress), MemberStatus>,
     /// (from, to) → the last step at which messages from `from` did not reach `to`, ms.
     last_cut: BTreeMap<(Address, Address), u64>,
     /// Address → the last step at which its node was paused or not running, ms.
@@ -208,15 +208,19 @@ impl Checker {
                     n.core.self_unique_address().clone(),
                     m.unique_address.clone(),
                 );
-                let p = m.status.precedence();
-                let e = self.max_status.entry(key).or_insert(p);
-                if p < *e {
+                // A status moves forward along the lifecycle, or wins a merge against the
+                // one before (Akka's merge priority: ReadyForShutdown beats a concurrent
+                // Leaving, Exiting or Down).
+                let e = self.max_status.entry(key).or_insert(m.status);
+                if m.status.precedence() < e.precedence()
+                    && m.status.merge_priority() < e.merge_priority()
+                {
                     return Err(format!(
-                        "at {} ms: node {a} sees {} as {} after a later status (precedence {} < {})",
-                        sim.now, m.unique_address, m.status, p, *e
+                        "at {} ms: node {a} sees {} as {} after a later status ({})",
+                        sim.now, m.unique_address, m.status, *e
                     ));
                 }
-                *e = p;
+                *e = m.status;
             }
             if n.core.is_initialized()
                 && n.core.membership_state().convergence()

@@ -387,3 +387,63 @@ async fn init_joins_from_thousands_of_made_up_addresses_open_few_connections() {
         n.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_from_600_made_up_joining_peers_admits_only_within_the_join_limit() {
+    // Issue 24: past the handshake, 600 made-up peers each gossip a state listing
+    // themselves (and the other 599) as Joining. That gossip used to be taken as each
+    // sender's Join without the join rate limit: all 600 were admitted. Now the admission
+    // check bounds them like Joins, and nobody but a sender is ever taken from its gossip.
+    let sys = "hostile-d";
+    let nodes = cluster(sys, true).await;
+    let target = nodes[0].self_address().clone();
+    let me = nodes[0].cluster().self_unique_address().clone();
+    let real = incarnations(&nodes);
+    let throttled = nodes[0].cluster().core_stats().join_requests_throttled;
+    let senders: Vec<UniqueAddress> = (0..600u16).map(|i| made_up(sys, 30_000 + i, 9)).collect();
+    let mut g = gossip_of(&nodes[0]);
+    for s in &senders {
+        g.members.insert(
+            s.clone(),
+            concord_core::Member::joining(s.clone(), Default::default(), "1.0.0"),
+        );
+        g.version = g.version.increment(s);
+    }
+    let frame = gossip_envelope(&me, &g);
+    let started = tokio::time::Instant::now();
+    let mut conns = Vec::new();
+    for s in &senders {
+        let (conn, o) = WirePeer::new(s.clone())
+            .with_secret(SECRET.as_bytes())
+            .connect(&target, Lane::Control)
+            .await;
+        assert!(matches!(o, Outcome::Accepted(_)), "{o:?}");
+        let mut conn = conn.unwrap();
+        write_frame(&mut conn, &frame).await.unwrap();
+        conns.push(conn);
+        if conns.len() >= 100 {
+            conns.clear();
+        }
+    }
+    let elapsed = started.elapsed().as_secs();
+    let bound = concord_core::cluster_core::JOIN_REQUEST_BURST
+        + concord_core::cluster_core::JOIN_REQUESTS_PER_SECOND * (elapsed + 1);
+    wait_for("the gossip beyond the limit refused", || {
+        nodes[0].cluster().core_stats().join_requests_throttled >= throttled + 600 - bound
+    })
+    .await;
+    let admitted = nodes[0]
+        .cluster()
+        .view()
+        .members
+        .keys()
+        .filter(|m| !real.contains(*m))
+        .count() as u64;
+    assert!(
+        admitted <= bound,
+        "{admitted} made-up members admitted, bound {bound}"
+    );
+    for n in &nodes {
+        n.stop().await;
+    }
+}

@@ -75,6 +75,12 @@ impl ClusterCore {
             ClockOrdering::Concurrent => (remote.merge(local), true),
         };
         let new = self.seen_by_self(winner.normalize());
+        let local = &self.state.latest_gossip;
+        let newcomers = new.members.keys().filter(|m| !local.has_member(m)).count();
+        if !self.admission_check(now_ms, from, newcomers as u64) {
+            debug!(%from, newcomers, "refusing gossip from a member not yet Up that carries more new members than the join rate limit admits");
+            return;
+        }
         if new != self.state.latest_gossip {
             self.update_latest_gossip(now_ms, new);
         }
@@ -108,7 +114,9 @@ impl ClusterCore {
             // else knows, and would stay Joining forever. Its gossip contains this node, so it
             // was admitted by our cluster; handle it as the Join it sent (found by the
             // simulator, seeds 5750, 7874 and 7888 of `concord-sim --seeds 10000`). It goes
-            // through the same checks as a Join.
+            // through the same checks as a Join, the admission check and its rate limit
+            // included, and admits the sender only: nothing else in a non-member's gossip
+            // is ever taken (before the check, 600 made-up senders were all admitted).
             if let Some(m) = remote
                 .members
                 .get(from)

@@ -285,6 +285,13 @@ impl ClusterCore {
         roles: BTreeSet<String>,
         app_version: String,
     ) {
+        // The admission check comes first, before anything is looked at or answered: a
+        // Join from a non-member costs one admission (it may add the sender, and its answer
+        // may open a connection), a retried Join from a member none.
+        let newcomers = u64::from(!self.state.latest_gossip.has_member(from));
+        if !self.admission_check(now_ms, from, newcomers) {
+            return;
+        }
         if !self.initialized {
             debug!(node = %from, "ignoring Join: not in a cluster yet");
             self.stats.ignored += 1;

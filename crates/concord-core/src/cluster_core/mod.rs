@@ -121,8 +121,10 @@ pub struct CoreStats {
     /// Gossip refused because a vector-clock counter was implausibly far ahead
     /// ([`crate::vector_clock::MAX_VECTOR_CLOCK_JUMP`]).
     pub implausible_clocks: u64,
-    /// InitJoin and Join requests from non-members dropped by the rate limit
-    /// ([`JOIN_REQUESTS_PER_SECOND`], burst [`JOIN_REQUEST_BURST`]).
+    /// InitJoin and heartbeat requests from non-members dropped by the rate limit
+    /// ([`JOIN_REQUESTS_PER_SECOND`], burst [`JOIN_REQUEST_BURST`]), and admissions it
+    /// refused: Joins, gossip from a non-member taken as its Join, and gossip from a member
+    /// not yet Up carrying members this node did not hold (one count per refused message).
     pub join_requests_throttled: u64,
 }
 
@@ -167,7 +169,8 @@ pub struct ClusterCore {
     /// A Down of this node already asked for the coordinated shutdown.
     down_shutdown_requested: bool,
     stats: CoreStats,
-    /// Rate limit of InitJoin, Join and heartbeats answered for non-members.
+    /// Rate limit of InitJoin and heartbeats answered for non-members, and of admissions
+    /// (see [`ClusterCore::admission_check`]).
     non_member_requests: TokenBucket,
     state_changes: u64,
     sbr: Option<SplitBrainResolver>,
@@ -177,12 +180,14 @@ pub struct ClusterCore {
 }
 
 /// InitJoin, Join and heartbeat requests from non-members a node answers per second (on
-/// average); more are dropped and counted ([`CoreStats::join_requests_throttled`]). A
-/// joining node retries, so a legitimate join is only delayed by a flood.
+/// average), and members it admits per second (every path: Join, gossip taken as a Join,
+/// members carried by the gossip of a member not yet Up); more are dropped and counted
+/// ([`CoreStats::join_requests_throttled`]). A joining node retries, so a legitimate join
+/// is only delayed by a flood.
 pub const JOIN_REQUESTS_PER_SECOND: u64 = 20;
 
-/// Non-member requests answered at once before [`JOIN_REQUESTS_PER_SECOND`] applies (a
-/// large cluster starting all at once).
+/// Non-member requests answered (and members admitted) at once before
+/// [`JOIN_REQUESTS_PER_SECOND`] applies (a large cluster starting all at once).
 pub const JOIN_REQUEST_BURST: u64 = 100;
 
 /// How many recent resolver decisions a node keeps for inspection.
@@ -442,6 +447,39 @@ impl ClusterCore {
         false
     }
 
+    /// The admission check: every path that adds to this node's gossip members it did not
+    /// hold goes through it — a Join ([`ClusterCore::receive_join`]), gossip from a
+    /// non-member taken as its Join (which admits its sender and nobody else), and the merge
+    /// of gossip from a member. `newcomers` is how many members the message would add.
+    ///
+    /// Gossip from a member that this node's view shows Up or beyond (a member the cluster
+    /// has converged on, Akka's only source of gossip) is taken whatever it adds: that is
+    /// how the joiners other nodes admitted (each through its own check) reach every node,
+    /// and throttling it would stop convergence. Any other source — a non-member, or a
+    /// member still Joining or WeaklyUp, which has admitted nobody the leader knows of — gets
+    /// its `newcomers` only within the rate limit shared with InitJoin and heartbeats of
+    /// non-members ([`JOIN_REQUEST_BURST`] at once, [`JOIN_REQUESTS_PER_SECOND`] after), all
+    /// or none. Refusals are counted in [`CoreStats::join_requests_throttled`]; a legitimate
+    /// joiner retries, and the few members a joiner's gossip legitimately carries reach this
+    /// node from the member that admitted them anyway.
+    pub(super) fn admission_check(
+        &mut self,
+        now_ms: u64,
+        source: &UniqueAddress,
+        newcomers: u64,
+    ) -> bool {
+        let trusted = self
+            .state
+            .latest_gossip
+            .member(source)
+            .is_some_and(|m| m.status.precedence() >= MemberStatus::Up.precedence());
+        if newcomers == 0 || trusted || self.non_member_requests.try_take_n(now_ms, newcomers) {
+            return true;
+        }
+        self.stats.join_requests_throttled += 1;
+        false
+    }
+
     /// Handles a message from `from` (authenticated by the transport handshake).
     pub fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, msg: ClusterMessage) {
         if self.shutdown.is_some() {
@@ -456,9 +494,7 @@ impl ClusterCore {
             ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
             ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
             ClusterMessage::Join { roles, app_version } => {
-                if self.admit_non_member_request(now_ms, from) {
-                    self.receive_join(now_ms, from, roles, app_version);
-                }
+                self.receive_join(now_ms, from, roles, app_version)
             }
             ClusterMessage::Welcome { gossip } => self.receive_welcome(now_ms, from, gossip),
             ClusterMessage::GossipEnvelope { to, gossip } => {

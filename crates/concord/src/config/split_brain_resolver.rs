@@ -190,13 +190,20 @@ impl Config {
         }))
     }
 
-    /// The lease name for lease-majority.
+    /// The lease name for lease-majority: `lease-name` without surrounding whitespace, or
+    /// `<system>-concord-sbr` when that leaves nothing (an empty name or one of only
+    /// spaces; Akka's `lease-name` is trimmed the same way).
     pub fn lease_name(&self) -> String {
-        let n = &self.cluster.split_brain_resolver.lease_majority.lease_name;
+        let n = self
+            .cluster
+            .split_brain_resolver
+            .lease_majority
+            .lease_name
+            .trim();
         if n.is_empty() {
             format!("{}-concord-sbr", self.system)
         } else {
-            n.clone()
+            n.to_string()
         }
     }
 }

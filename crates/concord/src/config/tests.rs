@@ -172,3 +172,18 @@ fn environment_overrides_map_to_keys() {
     assert_eq!(c.remote.port, 2600);
     assert_eq!(c.cluster.seed_nodes, vec!["127.0.0.1:2600".to_string()]);
 }
+
+#[test]
+fn a_lease_name_of_only_spaces_falls_back_to_the_default_and_names_are_trimmed() {
+    let mut c = Config {
+        system: "sys".into(),
+        ..Config::default()
+    };
+    assert_eq!(c.lease_name(), "sys-concord-sbr");
+    c.cluster.split_brain_resolver.lease_majority.lease_name = "   ".into();
+    assert_eq!(c.lease_name(), "sys-concord-sbr");
+    c.cluster.split_brain_resolver.lease_majority.lease_name = " \t".into();
+    assert_eq!(c.lease_name(), "sys-concord-sbr");
+    c.cluster.split_brain_resolver.lease_majority.lease_name = "  my-lease ".into();
+    assert_eq!(c.lease_name(), "my-lease");
+}

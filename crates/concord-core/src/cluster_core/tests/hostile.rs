@@ -166,3 +166,172 @@ fn an_init_join_ack_from_a_node_that_is_not_a_seed_is_ignored() {
     );
     assert_eq!(c.stats().refused_non_member, 1);
 }
+
+// ---------------------------------------------------------------- admission
+
+/// `base` with `made_up` added as Joining members, its version advanced past `base`'s by
+/// each of them (what a forger would send).
+fn with_made_up_joiners(base: &Gossip, made_up: impl IntoIterator<Item = UniqueAddress>) -> Gossip {
+    let mut g = base.clone();
+    for s in made_up {
+        g.members.insert(
+            s.clone(),
+            Member::joining(s.clone(), BTreeSet::new(), "1.0.0"),
+        );
+        g.version = g.version.increment(&s);
+    }
+    g.overview.seen.clear();
+    g
+}
+
+fn made_up_members(c: &ClusterCore, real: &[Address]) -> usize {
+    c.latest_gossip()
+        .members
+        .values()
+        .filter(|m| !real.contains(m.address()))
+        .count()
+}
+
+#[test]
+fn gossip_from_600_made_up_joining_nodes_admits_at_most_the_join_burst() {
+    // The reported attack: 600 authenticated non-members each gossip a state that lists
+    // them (and the other 599) as Joining. Before the admission check, each was taken as
+    // its Join without the rate limit: all 600 were admitted.
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    let to = net.nodes[&addrs[0]].self_unique_address().clone();
+    let base = net.nodes[&addrs[0]].latest_gossip().clone();
+    let g = with_made_up_joiners(&base, (0..600).map(stranger));
+    for i in 0..600 {
+        net.core(&addrs[0]).handle_message(
+            now,
+            &stranger(i),
+            ClusterMessage::GossipEnvelope {
+                to: to.clone(),
+                gossip: g.clone(),
+            },
+        );
+    }
+    let c = &net.nodes[&addrs[0]];
+    let admitted = made_up_members(c, &addrs);
+    assert!(
+        admitted <= JOIN_REQUEST_BURST as usize,
+        "{admitted} made-up members admitted through gossip"
+    );
+    assert!(c.stats().join_requests_throttled >= 600 - JOIN_REQUEST_BURST);
+    // The real members stay Up and keep being the cluster (without a downing strategy:
+    // with keep-majority, 100 unreachable made-up joiners still outnumber three members as
+    // "possibly Up" and the resolver downs all, as Akka's would; see the report of issue 24).
+    net.run_for(5_000);
+    for a in &addrs {
+        let c = &net.nodes[a];
+        assert_eq!(c.shutdown_reason(), None);
+        assert!(made_up_members(c, &addrs) <= JOIN_REQUEST_BURST as usize);
+        for b in &addrs {
+            let m = c
+                .latest_gossip()
+                .members
+                .values()
+                .find(|m| m.address() == b);
+            assert_eq!(
+                m.map(|m| m.status),
+                Some(MemberStatus::Up),
+                "{b} seen from {a}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_non_members_gossip_adds_no_one_but_its_sender() {
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    let to = net.nodes[&addrs[0]].self_unique_address().clone();
+    let base = net.nodes[&addrs[0]].latest_gossip().clone();
+    let g = with_made_up_joiners(&base, (0..600).map(stranger));
+    net.core(&addrs[0]).handle_message(
+        now,
+        &stranger(0),
+        ClusterMessage::GossipEnvelope { to, gossip: g },
+    );
+    let c = &net.nodes[&addrs[0]];
+    let made_up: Vec<_> = c
+        .latest_gossip()
+        .members
+        .keys()
+        .filter(|m| !addrs.contains(&m.address))
+        .cloned()
+        .collect();
+    assert_eq!(made_up, vec![stranger(0)]);
+}
+
+#[test]
+fn a_joining_members_gossip_cannot_bring_in_hundreds_of_made_up_members() {
+    // The attacker joins once (one admission, within the limit), then gossips as the
+    // Joining member it now is a state with 600 more Joining members.
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    let to = net.nodes[&addrs[0]].self_unique_address().clone();
+    let attacker = stranger(0);
+    net.core(&addrs[0]).handle_message(
+        now,
+        &attacker,
+        ClusterMessage::Join {
+            roles: BTreeSet::new(),
+            app_version: "1.0.0".into(),
+        },
+    );
+    assert!(net.nodes[&addrs[0]].latest_gossip().has_member(&attacker));
+    let base = net.nodes[&addrs[0]].latest_gossip().clone();
+    let g = with_made_up_joiners(&base, (1..601).map(stranger));
+    net.core(&addrs[0]).handle_message(
+        now,
+        &attacker,
+        ClusterMessage::GossipEnvelope { to, gossip: g },
+    );
+    let c = &net.nodes[&addrs[0]];
+    assert_eq!(made_up_members(c, &addrs), 1, "only the attacker itself");
+    assert!(c.stats().join_requests_throttled >= 1);
+}
+
+#[test]
+fn a_joining_members_gossip_still_carries_the_few_joiners_another_node_admitted() {
+    // Convergence: a Joining member's gossip legitimately holds members another node
+    // admitted a moment ago; within the limit the receiver takes them.
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    let to = net.nodes[&addrs[0]].self_unique_address().clone();
+    let joiner = stranger(0);
+    net.core(&addrs[0]).handle_message(
+        now,
+        &joiner,
+        ClusterMessage::Join {
+            roles: BTreeSet::new(),
+            app_version: "1.0.0".into(),
+        },
+    );
+    let base = net.nodes[&addrs[0]].latest_gossip().clone();
+    let g = with_made_up_joiners(&base, (1..4).map(stranger));
+    net.core(&addrs[0]).handle_message(
+        now,
+        &joiner,
+        ClusterMessage::GossipEnvelope { to, gossip: g },
+    );
+    assert_eq!(made_up_members(&net.nodes[&addrs[0]], &addrs), 4);
+}
+
+#[test]
+fn an_up_members_gossip_is_never_throttled() {
+    // Admissions other nodes made reach every node whatever the local allowance: a flood
+    // of InitJoins that used it up must not hold back the cluster's own joins.
+    let (mut net, addrs) = form(3);
+    let now = net.now;
+    for i in 0..2000 {
+        net.core(&addrs[0])
+            .handle_message(now, &stranger(i), ClusterMessage::InitJoin);
+    }
+    let d = net.start(4, 4007, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&d).join(now, &addrs[1]).unwrap();
+    assert!(net.run_until(10_000, |n| n.all_up(4)));
+}
