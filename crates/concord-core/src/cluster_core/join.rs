@@ -9,6 +9,7 @@ use tracing::{debug, info, warn};
 
 use super::{ClusterCore, ClusterTimer, CommandError, ShutdownReason};
 use crate::address::{Address, UniqueAddress};
+use crate::cluster_identity::may_join_self_after_seed_timeout;
 use crate::gossip::Gossip;
 use crate::member::{Member, MemberStatus};
 use crate::message::ClusterMessage;
@@ -148,6 +149,19 @@ impl ClusterCore {
                 ..
             }
         ) {
+            if !may_join_self_after_seed_timeout(self.membership_record.as_ref()) {
+                let cluster = self
+                    .membership_record
+                    .and_then(|r| r.cluster)
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                warn!(
+                    %cluster,
+                    "no other seed node answered within seed-node-timeout, but this node was a member of a cluster (membership record in its data directory): it does not form a new cluster and keeps trying to join its seed nodes (to form a new one anyway, delete the record or join the node to itself)"
+                );
+                self.stats.self_joins_refused += 1;
+                return;
+            }
             info!("no other seed node answered within seed-node-timeout; forming a new cluster");
             self.join_self(now_ms);
         }

@@ -35,6 +35,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::address::{Address, UniqueAddress};
+use crate::cluster_identity::{ClusterIdentity, MembershipRecord};
 use crate::events::ClusterEvent;
 use crate::failure_detector::PhiAccrualFailureDetector;
 use crate::gossip::Gossip;
@@ -124,6 +125,10 @@ pub struct CoreStats {
     /// InitJoin and Join requests from non-members dropped by the rate limit
     /// ([`JOIN_REQUESTS_PER_SECOND`], burst [`JOIN_REQUEST_BURST`]).
     pub join_requests_throttled: u64,
+    /// Times `seed-node-timeout` passed without this node forming a new cluster because its
+    /// membership record shows it was a member of one
+    /// ([`crate::cluster_identity::may_join_self_after_seed_timeout`]).
+    pub self_joins_refused: u64,
 }
 
 /// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
@@ -169,6 +174,8 @@ pub struct ClusterCore {
     /// The latest split brain resolver decisions this node carried out (at most
     /// [`SBR_DECISIONS_KEPT`]), oldest first.
     sbr_decisions: VecDeque<SbrDecisionRecord>,
+    /// What the node's membership record said at start ([`ClusterCore::set_membership_record`]).
+    membership_record: Option<MembershipRecord>,
 }
 
 /// InitJoin, Join and heartbeat requests from non-members a node answers per second (on
@@ -243,7 +250,27 @@ impl ClusterCore {
             non_member_requests: TokenBucket::new(JOIN_REQUEST_BURST, JOIN_REQUESTS_PER_SECOND),
             state_changes: 0,
             sbr,
+            membership_record: None,
         }
+    }
+
+    /// Tells the node what its membership record (kept by the runtime in the data
+    /// directory) says: an earlier incarnation at this address was a member of a cluster.
+    /// With a record the node does not form a new cluster when no other seed node answers
+    /// within `seed-node-timeout`; it keeps trying to join
+    /// ([`crate::cluster_identity::may_join_self_after_seed_timeout`]). Call before joining.
+    pub fn set_membership_record(&mut self, record: Option<MembershipRecord>) {
+        self.membership_record = record;
+    }
+
+    /// The identity of this node's cluster, once it is in one that has an identity.
+    pub fn cluster_identity(&self) -> Option<ClusterIdentity> {
+        None
+    }
+
+    /// The membership record given at start, if any.
+    pub fn membership_record(&self) -> Option<&MembershipRecord> {
+        self.membership_record.as_ref()
     }
 
     // ------------------------------------------------------------------ queries

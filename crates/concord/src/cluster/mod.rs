@@ -29,6 +29,7 @@
 //! ```
 
 mod daemon;
+pub mod membership_record;
 mod shutdown_tasks;
 mod subscription;
 
@@ -115,7 +116,7 @@ impl Cluster {
         let clock = Clock::new();
         let roles = config.cluster.roles.iter().cloned().collect();
         let seed = parts.self_unique_address.uid ^ rand::random::<u64>();
-        let core = ClusterCore::new(
+        let mut core = ClusterCore::new(
             parts.self_unique_address.clone(),
             roles,
             config.cluster.app_version.clone(),
@@ -123,6 +124,24 @@ impl Cluster {
             clock.now_ms(),
             seed,
         );
+        let record_dir = config
+            .cluster
+            .membership_record
+            .then(|| config.data_dir_path());
+        if let Some(dir) = &record_dir {
+            let record = membership_record::read(dir, &parts.self_unique_address.address);
+            if let Some(r) = record {
+                let cluster = r
+                    .cluster
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                tracing::info!(
+                    %cluster, file = %membership_record::path(dir).display(),
+                    "this node was a member of a cluster (membership record): it will not form a new cluster on seed-node-timeout"
+                );
+            }
+            core.set_membership_record(record);
+        }
         let (commands, command_rx) = mpsc::channel(256);
         let (views_tx, views) = watch::channel(Arc::new(core.membership_view()));
         let (ended_tx, ended) = watch::channel(None);
@@ -157,6 +176,8 @@ impl Cluster {
             metrics_recorded_ms: 0,
             node_label,
             refusals_logged: (0, concord_core::CoreStats::default()),
+            record_dir,
+            record_written: None,
         };
         tokio::spawn(tracing::Instrument::instrument(
             daemon.run(command_rx, parts.inbound, parts.transport_events),

@@ -120,6 +120,9 @@ pub struct ClusterConfig {
     pub downing_provider: String,
     /// `[cluster.split-brain-resolver]`.
     pub split_brain_resolver: SplitBrainResolverConfig,
+    /// Keep the membership record `<data-dir>/membership.json` (true): a node that was a
+    /// member never forms a new cluster because its seed nodes did not answer in time.
+    pub membership_record: bool,
 }
 
 impl Default for ClusterConfig {
@@ -150,6 +153,7 @@ impl Default for ClusterConfig {
             failure_detector: FailureDetectorConfig::default(),
             downing_provider: "split-brain-resolver".into(),
             split_brain_resolver: SplitBrainResolverConfig::default(),
+            membership_record: true,
         }
     }
 }
