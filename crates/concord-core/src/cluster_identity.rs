@@ -39,7 +39,7 @@ impl std::str::FromStr for ClusterId {
 }
 
 /// The identity of a cluster, carried in its gossip.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClusterIdentity {
     /// Random, chosen by the founder.
     pub id: ClusterId,
@@ -69,6 +69,20 @@ impl fmt::Display for ClusterIdentity {
             None => write!(f, "{}", self.id),
         }
     }
+}
+
+/// What a member does when it finds that its cluster is the island
+/// ([`ClusterIdentity::yields_to`]): `cluster.island-resolution`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IslandResolution {
+    /// Stop (reason `IslandCluster`, its coordinated shutdown runs and the process exits),
+    /// so that its supervisor restarts it and it joins its seed nodes again — the
+    /// original cluster. The default.
+    #[default]
+    Rejoin,
+    /// Only report it (log, metric, readiness, `GET /cluster/members`).
+    Report,
 }
 
 /// What the node's membership record says: this node (its address, an earlier

@@ -51,7 +51,7 @@ pub use address::{Address, UniqueAddress};
 pub use cluster_core::{
     ClusterCore, CommandError, CoreStats, LeaseRequest, SbrDecisionRecord, ShutdownReason,
 };
-pub use cluster_identity::{ClusterId, ClusterIdentity, MembershipRecord};
+pub use cluster_identity::{ClusterId, ClusterIdentity, IslandResolution, MembershipRecord};
 pub use events::ClusterEvent;
 pub use gossip::{Gossip, GossipOverview};
 pub use member::{Member, MemberStatus};

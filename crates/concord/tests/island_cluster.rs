@@ -128,9 +128,12 @@ fn a_first_seed_restarted_inside_a_partition_rejoins_its_cluster_after_the_heal(
 }
 
 /// The same scenario with `cluster.membership-record = off` (Akka's behaviour, and
-/// Concord's before issue 24): the restarted first seed forms a one-node island.
+/// Concord's before issue 24): the restarted first seed forms a one-node island. After the
+/// heal both clusters find each other through the seed nodes and report it — `otherClusters`
+/// in `GET /cluster/members`, `GET /ready` fails, the metric — and, since neither can prove
+/// it is the island (no record), both stay.
 #[test]
-fn an_island_forms_without_the_membership_record() {
+fn an_island_forms_without_the_membership_record_and_is_reported_after_the_heal() {
     let _g = serial();
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();

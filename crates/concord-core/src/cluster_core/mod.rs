@@ -25,6 +25,7 @@
 mod commands;
 mod gossip;
 mod heartbeat;
+mod island;
 mod join;
 mod lifecycle;
 mod timers;
@@ -49,6 +50,7 @@ use crate::settings::ClusterSettings;
 use crate::split_brain_resolver::{Decision, SplitBrainResolver};
 use crate::timers::TimerTable;
 
+pub use island::{OtherCluster, ISLAND_PROBE_INTERVAL_MS, OTHER_CLUSTER_FORGOTTEN_AFTER_MS};
 use join::JoinProcess;
 pub use timers::ClusterTimer;
 
@@ -70,6 +72,12 @@ pub enum ShutdownReason {
     JoinSeedNodesTimeout,
     /// `leave` was called before the node was in a cluster.
     LeftBeforeJoining,
+    /// This node's cluster proved to be an island: it was re-formed by a node whose
+    /// membership record named another cluster, and that cluster was found running
+    /// ([`crate::cluster_identity::ClusterIdentity::yields_to`]). The node stops so that,
+    /// restarted by its supervisor, it joins its seed nodes again (like a downed node in
+    /// Akka). Only with `island-resolution = rejoin`.
+    IslandCluster,
     /// Stopped by its owner without leaving (the runtime's abrupt stop, like a crash).
     Stopped,
     /// A peer refused this incarnation as quarantined: it was removed from the cluster
@@ -176,6 +184,12 @@ pub struct ClusterCore {
     sbr_decisions: VecDeque<SbrDecisionRecord>,
     /// What the node's membership record said at start ([`ClusterCore::set_membership_record`]).
     membership_record: Option<MembershipRecord>,
+    /// The seed nodes of the last seed-node process (island probes go to those outside
+    /// this node's cluster).
+    seed_nodes: Vec<Address>,
+    /// Other clusters of this system name found through the seed nodes, by id (at most
+    /// [`island::MAX_OTHER_CLUSTERS`]).
+    other_clusters: BTreeMap<crate::cluster_identity::ClusterId, OtherCluster>,
 }
 
 /// InitJoin, Join and heartbeat requests from non-members a node answers per second (on
@@ -216,6 +230,10 @@ impl ClusterCore {
         timers.set(ClusterTimer::Gossip, first);
         timers.set(ClusterTimer::Heartbeat, first);
         timers.set(
+            ClusterTimer::IslandProbe,
+            first.saturating_add(ISLAND_PROBE_INTERVAL_MS),
+        );
+        timers.set(
             ClusterTimer::Reaper,
             first.saturating_add(settings.unreachable_nodes_reaper_interval_ms),
         );
@@ -251,6 +269,8 @@ impl ClusterCore {
             state_changes: 0,
             sbr,
             membership_record: None,
+            seed_nodes: Vec::new(),
+            other_clusters: BTreeMap::new(),
         }
     }
 
@@ -265,7 +285,11 @@ impl ClusterCore {
 
     /// The identity of this node's cluster, once it is in one that has an identity.
     pub fn cluster_identity(&self) -> Option<ClusterIdentity> {
-        None
+        if self.initialized {
+            self.state.latest_gossip.identity
+        } else {
+            None
+        }
     }
 
     /// The membership record given at start, if any.
@@ -455,12 +479,14 @@ impl ClusterCore {
             return;
         }
         match msg {
-            ClusterMessage::InitJoin => {
+            ClusterMessage::InitJoin { cluster } => {
                 if self.admit_non_member_request(now_ms, from) {
-                    self.receive_init_join(from);
+                    self.receive_init_join(now_ms, from, cluster);
                 }
             }
-            ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
+            ClusterMessage::InitJoinAck { cluster } => {
+                self.receive_init_join_ack(now_ms, from, cluster)
+            }
             ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
             ClusterMessage::Join { roles, app_version } => {
                 if self.admit_non_member_request(now_ms, from) {

@@ -293,6 +293,19 @@ impl Daemon {
             .core_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = stats;
+        let report = super::IslandReport {
+            identity: self.core.cluster_identity(),
+            other_clusters: self.core.other_clusters().cloned().collect(),
+        };
+        let mut islands = self
+            .shared
+            .islands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *islands != report {
+            metrics::record_other_clusters(&self.node_label, report.other_clusters.len());
+            *islands = report;
+        }
     }
 
     fn lease_request(&mut self, r: LeaseRequest) {

@@ -77,6 +77,19 @@ pub(crate) struct Shared {
     pub(crate) max_heartbeat_rtt_ms: AtomicU64,
     /// The core's counters as of its last output.
     pub(crate) core_stats: std::sync::Mutex<concord_core::CoreStats>,
+    /// This node's cluster identity and the other clusters found, as of the core's last
+    /// output.
+    pub(crate) islands: std::sync::Mutex<IslandReport>,
+}
+
+/// This node's cluster identity and the other clusters of its system name it found
+/// through its seed nodes (island clusters; docs/MEMBERSHIP.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IslandReport {
+    /// This node's cluster, once it is a member of one that has an identity.
+    pub identity: Option<concord_core::ClusterIdentity>,
+    /// Other clusters found (each confirmed within the last 15 s).
+    pub other_clusters: Vec<concord_core::cluster_core::OtherCluster>,
 }
 
 /// Handle to this node's membership. Cheap to clone.
@@ -156,6 +169,7 @@ impl Cluster {
             remoting_addr: parts.transport.local_addr(),
             max_heartbeat_rtt_ms: AtomicU64::new(0),
             core_stats: std::sync::Mutex::default(),
+            islands: std::sync::Mutex::default(),
         });
         let node_label = parts.self_unique_address.address.to_string();
         let daemon = daemon::Daemon {
@@ -311,6 +325,16 @@ impl Cluster {
             .core_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This node's cluster identity and the other clusters of its system name it found
+    /// (island clusters), as of the membership machine's last output.
+    pub fn island_report(&self) -> IslandReport {
+        self.shared
+            .islands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The largest heartbeat round trip (control lane) seen since the start or the last

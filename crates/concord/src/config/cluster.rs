@@ -123,6 +123,9 @@ pub struct ClusterConfig {
     /// Keep the membership record `<data-dir>/membership.json` (true): a node that was a
     /// member never forms a new cluster because its seed nodes did not answer in time.
     pub membership_record: bool,
+    /// `"rejoin"` (default) or `"report"`: what a member does when its cluster proves to be
+    /// an island (re-formed from a cluster that is still running).
+    pub island_resolution: concord_core::IslandResolution,
 }
 
 impl Default for ClusterConfig {
@@ -154,6 +157,7 @@ impl Default for ClusterConfig {
             downing_provider: "split-brain-resolver".into(),
             split_brain_resolver: SplitBrainResolverConfig::default(),
             membership_record: true,
+            island_resolution: concord_core::IslandResolution::Rejoin,
         }
     }
 }
@@ -197,6 +201,7 @@ impl Config {
             },
             // Validated in `validate`; an invalid provider never reaches here.
             downing: self.downing().unwrap_or(None),
+            island_resolution: c.island_resolution,
         }
     }
 }

@@ -94,3 +94,98 @@ fn a_record_does_not_stop_an_explicit_join_to_itself_or_a_single_self_seed() {
         .unwrap();
     assert!(net.nodes[&b].is_initialized());
 }
+
+#[test]
+fn every_member_learns_the_identity_chosen_by_the_founder() {
+    let (net, addrs) = form(3);
+    let ids: BTreeSet<_> = addrs
+        .iter()
+        .map(|a| net.nodes[a].cluster_identity())
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids.into_iter().next().unwrap().expect("an identity");
+    assert_eq!(id.reformed_from, None);
+}
+
+/// A restarted first seed with a record of the original cluster, cut off, is joined to
+/// itself (as an operator may), which forms a cluster re-formed from the original; then
+/// the partition heals.
+fn reformed_island(resolution: crate::cluster_identity::IslandResolution) -> (Net, Vec<Address>) {
+    let (net0, addrs) = form(3);
+    let original = net0.nodes[&addrs[1]].cluster_identity().unwrap();
+    let mut net = net0;
+    let a = addrs[0].clone();
+    net.crashed.insert(a.clone());
+    net.run_for(300);
+    let mut s = ClusterSettings::fast();
+    s.island_resolution = resolution;
+    net.start(1, 4242, s);
+    net.core(&a).set_membership_record(Some(MembershipRecord {
+        cluster: Some(original.id),
+    }));
+    net.partition(
+        std::slice::from_ref(&a),
+        &[addrs[1].clone(), addrs[2].clone()],
+    );
+    let now = net.now;
+    net.core(&a)
+        .join_seed_nodes(now, &[a.clone(), addrs[1].clone()])
+        .unwrap();
+    net.run_for(2_000);
+    net.core(&a).join(now, &a.clone()).unwrap();
+    let island = net.nodes[&a].cluster_identity().unwrap();
+    assert_eq!(island.reformed_from, Some(original.id));
+    net.heal();
+    (net, addrs)
+}
+
+#[test]
+fn an_island_reformed_from_a_running_cluster_stops_and_the_original_reports_it() {
+    let (mut net, addrs) = reformed_island(crate::cluster_identity::IslandResolution::Rejoin);
+    let a = addrs[0].clone();
+    assert!(
+        net.run_until(3 * ISLAND_PROBE_INTERVAL_MS, |n| {
+            n.nodes[&a].shutdown_reason() == Some(ShutdownReason::IslandCluster)
+        }),
+        "the island did not stop"
+    );
+    let seen: Vec<_> = net.nodes[&addrs[1]].other_clusters().cloned().collect();
+    assert_eq!(seen.len(), 1, "the original cluster reports the island");
+    assert!(!seen[0].this_cluster_yields);
+    assert!(net.nodes[&addrs[1]].shutdown_reason().is_none());
+}
+
+#[test]
+fn with_island_resolution_report_the_island_only_reports() {
+    let (mut net, addrs) = reformed_island(crate::cluster_identity::IslandResolution::Report);
+    let a = addrs[0].clone();
+    assert!(net.run_until(3 * ISLAND_PROBE_INTERVAL_MS, |n| {
+        n.nodes[&a].other_clusters().any(|o| o.this_cluster_yields)
+    }));
+    assert!(net.nodes[&a].shutdown_reason().is_none());
+}
+
+#[test]
+fn islands_that_cannot_prove_anything_report_each_other_and_forget_after_the_island_is_gone() {
+    // No record: the restarted first seed forms an island by Akka's rule.
+    let (mut net, addrs) = restart_first_seed_in_a_partition(None);
+    let (a, b) = (addrs[0].clone(), addrs[1].clone());
+    assert!(net.run_until(5_000, |n| n.nodes[&a].is_initialized()));
+    net.heal();
+    assert!(
+        net.run_until(3 * ISLAND_PROBE_INTERVAL_MS, |n| {
+            n.nodes[&a].other_clusters().count() == 1 && n.nodes[&b].other_clusters().count() == 1
+        }),
+        "both sides report the other cluster"
+    );
+    assert!(net.nodes[&a].shutdown_reason().is_none());
+    assert!(!net.nodes[&a]
+        .other_clusters()
+        .any(|o| o.this_cluster_yields));
+    // The island goes away: the report is forgotten.
+    net.crashed.insert(a.clone());
+    assert!(net.run_until(
+        OTHER_CLUSTER_FORGOTTEN_AFTER_MS + 2 * ISLAND_PROBE_INTERVAL_MS,
+        |n| n.nodes[&b].other_clusters().count() == 0
+    ));
+}
