@@ -153,3 +153,61 @@ fn an_island_forms_without_the_membership_record_and_is_reported_after_the_heal(
         },
     );
 }
+
+/// The rejoin default: the restarted first seed (with its record) is joined to itself
+/// while cut off — as an operator might — which forms a cluster re-formed from the
+/// original. After the heal its island probe finds the original cluster still running, so
+/// it stops (`IslandCluster`, exit 0); restarted as a supervisor would, it joins the
+/// original cluster: one cluster of three.
+#[test]
+fn a_cluster_reformed_from_a_running_cluster_stops_after_the_heal_and_its_node_rejoins() {
+    let _g = serial();
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = restart_first_seed_in_a_partition(&rt, dir.path(), &[]);
+    let addrs: Vec<String> = nodes.iter().map(Node::address).collect();
+    {
+        let refs: Vec<&Node> = nodes.iter().collect();
+        wait_until("n1 answers", Duration::from_secs(30), &refs, || {
+            members(&rt, &nodes[0]).is_some()
+        });
+    }
+    rt.block_on(nodes[0].client().join(&addrs[0]))
+        .expect("n1 joins itself");
+    let refs: Vec<&Node> = nodes.iter().collect();
+    wait_until(
+        "n1 forms a re-formed cluster",
+        Duration::from_secs(30),
+        &refs,
+        || members(&rt, &nodes[0]).is_some_and(|m| m.members.len() == 1 && m.cluster_id.is_some()),
+    );
+    for n in &nodes[1..] {
+        link(&rt, n, &addrs[0], "none");
+    }
+    let code = nodes[0].wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}", nodes[0].log_text());
+    assert!(
+        nodes[0].log_text().contains("IslandCluster"),
+        "{}",
+        nodes[0].log_text()
+    );
+    // The supervisor restarts it.
+    let d1 = dir.path().join("n1").display().to_string();
+    let (p1, m1, p2) = (nodes[0].port, nodes[0].management_port, nodes[1].port);
+    nodes[0] = Node::start_with_args(
+        "127.0.0.1",
+        SYSTEM,
+        p1,
+        m1,
+        &[p1, p2],
+        ENV,
+        &["--data-dir", d1.as_str()],
+    );
+    let refs: Vec<&Node> = nodes.iter().collect();
+    wait_until(
+        "one cluster of three after the restart",
+        Duration::from_secs(90),
+        &refs,
+        || all_up(&rt, &refs, &addrs),
+    );
+}
