@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::{Fnv1a, UniqueAddress};
+use crate::cluster_identity::ClusterIdentity;
 use crate::member::Member;
 use crate::reachability::Reachability;
 use crate::vector_clock::VectorClock;
@@ -38,6 +39,10 @@ pub struct Gossip {
     /// can never be a member again; tombstones are pruned after
     /// `prune-gossip-tombstones-after` (24 h).
     pub tombstones: BTreeMap<UniqueAddress, u64>,
+    /// The cluster's identity, chosen by the node that formed it
+    /// ([`crate::cluster_identity`]); `None` in the empty gossip and in gossip from
+    /// versions before it. Merge keeps this side's, else the other's.
+    pub identity: Option<ClusterIdentity>,
 }
 
 impl PartialEq for Gossip {
@@ -51,6 +56,7 @@ impl PartialEq for Gossip {
             && self.overview == other.overview
             && self.version == other.version
             && self.tombstones == other.tombstones
+            && self.identity == other.identity
     }
 }
 
@@ -185,6 +191,7 @@ impl Gossip {
             },
             version,
             tombstones,
+            identity: self.identity.or(other.identity),
         }
     }
 

@@ -15,7 +15,8 @@
 //! [`gossip`], [`membership_state`] (convergence, leader, gossip peer choice), [`leader`]
 //! (leader actions), [`events`] (domain events as a diff of states), [`failure_detector`]
 //! (φ accrual), [`heartbeat_ring`], [`split_brain_resolver`], [`message`], [`settings`],
-//! [`cluster_core`] (the node state machine that ties them together) and
+//! [`cluster_core`] (the node state machine that ties them together), [`cluster_identity`]
+//! (cluster identity and the membership record that prevents island clusters) and
 //! [`membership_view`], the immutable view published to the layers above.
 
 #![forbid(unsafe_code)]
@@ -23,6 +24,7 @@
 
 pub mod address;
 pub mod cluster_core;
+pub mod cluster_identity;
 pub mod ddata;
 pub mod events;
 pub mod failure_detector;
@@ -50,6 +52,7 @@ pub use address::{Address, UniqueAddress};
 pub use cluster_core::{
     ClusterCore, CommandError, CoreStats, LeaseRequest, SbrDecisionRecord, ShutdownReason,
 };
+pub use cluster_identity::{ClusterId, ClusterIdentity, IslandResolution, MembershipRecord};
 pub use events::ClusterEvent;
 pub use gossip::{Gossip, GossipOverview};
 pub use member::{Member, MemberStatus};

@@ -9,16 +9,24 @@
 use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
+use crate::cluster_identity::ClusterIdentity;
 use crate::gossip::Gossip;
 use crate::vector_clock::VectorClock;
 
 /// A message of the cluster membership protocol.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClusterMessage {
-    /// "Are you in a cluster I can join?" — sent to seed nodes.
-    InitJoin,
+    /// "Are you in a cluster I can join?" — sent to seed nodes; also sent by a member to
+    /// its seed nodes outside its cluster (island probe, see [`crate::cluster_identity`]).
+    InitJoin {
+        /// The sender's cluster, when it is a member of one that has an identity.
+        cluster: Option<ClusterIdentity>,
+    },
     /// "Yes, join me." Reply to [`ClusterMessage::InitJoin`] from a member.
-    InitJoinAck,
+    InitJoinAck {
+        /// The replier's cluster, when it has an identity (older versions send none).
+        cluster: Option<ClusterIdentity>,
+    },
     /// "No." Reply to [`ClusterMessage::InitJoin`] from a node that is not (or no longer) a member.
     InitJoinNack,
     /// Request to join the receiver's cluster.
@@ -75,8 +83,8 @@ impl ClusterMessage {
     /// Message kind, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            ClusterMessage::InitJoin => "InitJoin",
-            ClusterMessage::InitJoinAck => "InitJoinAck",
+            ClusterMessage::InitJoin { .. } => "InitJoin",
+            ClusterMessage::InitJoinAck { .. } => "InitJoinAck",
             ClusterMessage::InitJoinNack => "InitJoinNack",
             ClusterMessage::Join { .. } => "Join",
             ClusterMessage::Welcome { .. } => "Welcome",

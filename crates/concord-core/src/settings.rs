@@ -96,6 +96,9 @@ pub struct ClusterSettings {
     /// Downing provider: the Split Brain Resolver (on by default, keep-majority) or `None`
     /// (`downing-provider = "none"`: only manual downing).
     pub downing: Option<SbrSettings>,
+    /// What a member does when its cluster proves to be an island (`island-resolution`,
+    /// default rejoin; [`crate::cluster_identity`]).
+    pub island_resolution: crate::cluster_identity::IslandResolution,
 }
 
 impl Default for ClusterSettings {
@@ -119,6 +122,7 @@ impl Default for ClusterSettings {
             quarantine_removed_node_after_ms: 5000,
             failure_detector: FailureDetectorSettings::default(),
             downing: Some(SbrSettings::default()),
+            island_resolution: Default::default(),
         }
     }
 }

@@ -13,6 +13,10 @@
 //!   carried out (each is also logged at warn with the decision and the downed members)
 //! - `concord_cluster_gossip_rounds_total{node}`, `concord_cluster_gossip_bytes_{in,out}_total{node}`
 //! - `concord_cluster_heartbeat_rtt_seconds{node}` — heartbeat round trips (summary)
+//! - `concord_cluster_other_clusters{node}` — other clusters of this system name found
+//!   through the seed nodes (island clusters; gauge, 0 normally; readiness fails while > 0)
+//! - `concord_cluster_self_joins_refused_total{node}` — seed-node timeouts after which the
+//!   node did not form a cluster because of its membership record
 //! - `concord_cluster_refused_messages_total{node,reason}` — membership messages refused:
 //!   `non-member` (gossip, status, InitJoinAck from outside the view), `implausible-clock`
 //!   (a vector-clock counter far ahead), `join-throttled` (InitJoin/Join/heartbeats of
@@ -144,8 +148,16 @@ pub(crate) fn heartbeat_rtt(node: &str, rtt_ms: u64) {
         .record(rtt_ms as f64 / 1000.0);
 }
 
+/// The island report: other clusters of this system name found (gauge).
+pub(crate) fn record_other_clusters(node: &str, n: usize) {
+    let _ = handle();
+    metrics::gauge!("concord_cluster_other_clusters", "node" => node.to_string()).set(n as f64);
+}
+
 pub(crate) fn record_membership(node: &str, view: &MembershipView, stats: &CoreStats) {
     let _ = handle();
+    metrics::counter!("concord_cluster_self_joins_refused_total", "node" => node.to_string())
+        .absolute(stats.self_joins_refused);
     for st in MemberStatus::ALL {
         let n = view.members_with_status(st).count();
         metrics::gauge!("concord_cluster_members", "node" => node.to_string(), "status" => st.as_str())

@@ -229,7 +229,10 @@ async fn strangers_without_the_secret_change_nothing() {
         let o = attack(
             WirePeer::new(made_up(sys, 41_000 + i, 5)),
             &target,
-            vec![membership_envelope(&ClusterMessage::InitJoin, 0)],
+            vec![membership_envelope(
+                &ClusterMessage::InitJoin { cluster: None },
+                0,
+            )],
         )
         .await;
         assert!(matches!(o, Outcome::Challenged), "{o:?}");
@@ -359,7 +362,7 @@ async fn init_joins_from_thousands_of_made_up_addresses_open_few_connections() {
         let mut conn = conn.unwrap();
         write_frame(
             &mut conn,
-            &membership_envelope(&ClusterMessage::InitJoin, 0),
+            &membership_envelope(&ClusterMessage::InitJoin { cluster: None }, 0),
         )
         .await
         .unwrap();

@@ -9,9 +9,11 @@ use tracing::{debug, info, warn};
 
 use super::{ClusterCore, ClusterTimer, CommandError, ShutdownReason};
 use crate::address::{Address, UniqueAddress};
+use crate::cluster_identity::{may_join_self_after_seed_timeout, ClusterId, ClusterIdentity};
 use crate::gossip::Gossip;
 use crate::member::{Member, MemberStatus};
 use crate::message::ClusterMessage;
+use rand::Rng;
 
 /// Where this node is in joining a cluster.
 #[derive(Clone, Debug)]
@@ -93,6 +95,7 @@ impl ClusterCore {
         let me = self.self_address().clone();
         let mut seen = BTreeSet::new();
         seeds.retain(|s| seen.insert(s.clone()));
+        self.seed_nodes = seeds.clone();
         if seeds.len() == 1 && seeds[0] == me {
             self.join_self(now_ms);
             return;
@@ -136,7 +139,7 @@ impl ClusterCore {
             now_ms.saturating_add(init_join_interval_ms(self.settings.seed_node_timeout_ms)),
         );
         for t in targets {
-            self.send_to_address(&t, ClusterMessage::InitJoin);
+            self.send_to_address(&t, ClusterMessage::InitJoin { cluster: None });
         }
     }
 
@@ -148,6 +151,19 @@ impl ClusterCore {
                 ..
             }
         ) {
+            if !may_join_self_after_seed_timeout(self.membership_record.as_ref()) {
+                let cluster = self
+                    .membership_record
+                    .and_then(|r| r.cluster)
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                warn!(
+                    %cluster,
+                    "no other seed node answered within seed-node-timeout, but this node was a member of a cluster (membership record in its data directory): it does not form a new cluster and keeps trying to join its seed nodes (to form a new one anyway, delete the record or join the node to itself)"
+                );
+                self.stats.self_joins_refused += 1;
+                return;
+            }
             info!("no other seed node answered within seed-node-timeout; forming a new cluster");
             self.join_self(now_ms);
         }
@@ -205,8 +221,19 @@ impl ClusterCore {
     }
 
     fn join_self(&mut self, now_ms: u64) {
-        info!("joining itself, forming a new cluster");
-        let g = Gossip::single(self.self_member.clone());
+        let id = loop {
+            let id: u64 = self.rng.random();
+            if id != 0 {
+                break ClusterId(id);
+            }
+        };
+        let identity = ClusterIdentity {
+            id,
+            reformed_from: self.membership_record.and_then(|r| r.cluster),
+        };
+        info!(cluster = %identity, "joining itself, forming a new cluster");
+        let mut g = Gossip::single(self.self_member.clone());
+        g.identity = Some(identity);
         self.joined();
         self.update_latest_gossip(now_ms, g);
     }
@@ -231,7 +258,15 @@ impl ClusterCore {
 
     // ------------------------------------------------------------------ messages
 
-    pub(super) fn receive_init_join(&mut self, from: &UniqueAddress) {
+    pub(super) fn receive_init_join(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        cluster: Option<ClusterIdentity>,
+    ) {
+        if let Some(other) = cluster {
+            self.found_cluster(now_ms, from, other);
+        }
         let ok = self.initialized
             && self.state.self_member().is_some_and(|m| {
                 !matches!(
@@ -240,14 +275,32 @@ impl ClusterCore {
                 )
             });
         let reply = if ok {
-            ClusterMessage::InitJoinAck
+            ClusterMessage::InitJoinAck {
+                cluster: self.cluster_identity(),
+            }
         } else {
             ClusterMessage::InitJoinNack
         };
         self.send(from, reply);
     }
 
-    pub(super) fn receive_init_join_ack(&mut self, now_ms: u64, from: &UniqueAddress) {
+    pub(super) fn receive_init_join_ack(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        cluster: Option<ClusterIdentity>,
+    ) {
+        if self.initialized {
+            // The answer to an island probe.
+            if let Some(other) = cluster {
+                if self.seed_nodes.contains(&from.address) {
+                    self.found_cluster(now_ms, from, other);
+                } else {
+                    self.stats.refused_non_member += 1;
+                }
+            }
+            return;
+        }
         // Only a seed this node asked may direct its join (a stranger's InitJoinAck would
         // otherwise make it join the stranger's "cluster").
         if let JoinProcess::SeedNodes { seeds, .. } = &self.join {

@@ -25,6 +25,7 @@
 mod commands;
 mod gossip;
 mod heartbeat;
+mod island;
 mod join;
 mod lifecycle;
 mod timers;
@@ -35,6 +36,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::address::{Address, UniqueAddress};
+use crate::cluster_identity::{ClusterIdentity, MembershipRecord};
 use crate::events::ClusterEvent;
 use crate::failure_detector::PhiAccrualFailureDetector;
 use crate::gossip::Gossip;
@@ -48,6 +50,7 @@ use crate::settings::ClusterSettings;
 use crate::split_brain_resolver::{Decision, SplitBrainResolver};
 use crate::timers::TimerTable;
 
+pub use island::{OtherCluster, ISLAND_PROBE_INTERVAL_MS, OTHER_CLUSTER_FORGOTTEN_AFTER_MS};
 use join::JoinProcess;
 pub use timers::ClusterTimer;
 
@@ -69,6 +72,12 @@ pub enum ShutdownReason {
     JoinSeedNodesTimeout,
     /// `leave` was called before the node was in a cluster.
     LeftBeforeJoining,
+    /// This node's cluster proved to be an island: it was re-formed by a node whose
+    /// membership record named another cluster, and that cluster was found running
+    /// ([`crate::cluster_identity::ClusterIdentity::yields_to`]). The node stops so that,
+    /// restarted by its supervisor, it joins its seed nodes again (like a downed node in
+    /// Akka). Only with `island-resolution = rejoin`.
+    IslandCluster,
     /// Stopped by its owner without leaving (the runtime's abrupt stop, like a crash).
     Stopped,
     /// A peer refused this incarnation as quarantined: it was removed from the cluster
@@ -126,6 +135,10 @@ pub struct CoreStats {
     /// refused: Joins, gossip from a non-member taken as its Join, and gossip from a member
     /// not yet Up carrying members this node did not hold (one count per refused message).
     pub join_requests_throttled: u64,
+    /// Times `seed-node-timeout` passed without this node forming a new cluster because its
+    /// membership record shows it was a member of one
+    /// ([`crate::cluster_identity::may_join_self_after_seed_timeout`]).
+    pub self_joins_refused: u64,
 }
 
 /// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
@@ -177,6 +190,14 @@ pub struct ClusterCore {
     /// The latest split brain resolver decisions this node carried out (at most
     /// [`SBR_DECISIONS_KEPT`]), oldest first.
     sbr_decisions: VecDeque<SbrDecisionRecord>,
+    /// What the node's membership record said at start ([`ClusterCore::set_membership_record`]).
+    membership_record: Option<MembershipRecord>,
+    /// The seed nodes of the last seed-node process (island probes go to those outside
+    /// this node's cluster).
+    seed_nodes: Vec<Address>,
+    /// Other clusters of this system name found through the seed nodes, by id (at most
+    /// [`island::MAX_OTHER_CLUSTERS`]).
+    other_clusters: BTreeMap<crate::cluster_identity::ClusterId, OtherCluster>,
 }
 
 /// InitJoin, Join and heartbeat requests from non-members a node answers per second (on
@@ -219,6 +240,10 @@ impl ClusterCore {
         timers.set(ClusterTimer::Gossip, first);
         timers.set(ClusterTimer::Heartbeat, first);
         timers.set(
+            ClusterTimer::IslandProbe,
+            first.saturating_add(ISLAND_PROBE_INTERVAL_MS),
+        );
+        timers.set(
             ClusterTimer::Reaper,
             first.saturating_add(settings.unreachable_nodes_reaper_interval_ms),
         );
@@ -255,7 +280,33 @@ impl ClusterCore {
             non_member_requests: TokenBucket::new(JOIN_REQUEST_BURST, JOIN_REQUESTS_PER_SECOND),
             state_changes: 0,
             sbr,
+            membership_record: None,
+            seed_nodes: Vec::new(),
+            other_clusters: BTreeMap::new(),
         }
+    }
+
+    /// Tells the node what its membership record (kept by the runtime in the data
+    /// directory) says: an earlier incarnation at this address was a member of a cluster.
+    /// With a record the node does not form a new cluster when no other seed node answers
+    /// within `seed-node-timeout`; it keeps trying to join
+    /// ([`crate::cluster_identity::may_join_self_after_seed_timeout`]). Call before joining.
+    pub fn set_membership_record(&mut self, record: Option<MembershipRecord>) {
+        self.membership_record = record;
+    }
+
+    /// The identity of this node's cluster, once it is in one that has an identity.
+    pub fn cluster_identity(&self) -> Option<ClusterIdentity> {
+        if self.initialized {
+            self.state.latest_gossip.identity
+        } else {
+            None
+        }
+    }
+
+    /// The membership record given at start, if any.
+    pub fn membership_record(&self) -> Option<&MembershipRecord> {
+        self.membership_record.as_ref()
     }
 
     // ------------------------------------------------------------------ queries
@@ -486,12 +537,14 @@ impl ClusterCore {
             return;
         }
         match msg {
-            ClusterMessage::InitJoin => {
+            ClusterMessage::InitJoin { cluster } => {
                 if self.admit_non_member_request(now_ms, from) {
-                    self.receive_init_join(from);
+                    self.receive_init_join(now_ms, from, cluster);
                 }
             }
-            ClusterMessage::InitJoinAck => self.receive_init_join_ack(now_ms, from),
+            ClusterMessage::InitJoinAck { cluster } => {
+                self.receive_init_join_ack(now_ms, from, cluster)
+            }
             ClusterMessage::InitJoinNack => self.receive_init_join_nack(now_ms, from),
             ClusterMessage::Join { roles, app_version } => {
                 self.receive_join(now_ms, from, roles, app_version)

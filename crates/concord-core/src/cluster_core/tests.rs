@@ -574,4 +574,5 @@ fn gossip_for_another_incarnation_is_ignored() {
 
 mod downing;
 mod hostile;
+mod island;
 mod join;

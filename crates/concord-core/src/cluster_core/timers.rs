@@ -43,6 +43,9 @@ pub enum ClusterTimer {
     QuarantineRemoved(UniqueAddress),
     /// The lease-majority strategy's delay before acquiring the lease passed.
     LeaseAcquire,
+    /// A member probes its seed nodes outside its cluster for other clusters (every
+    /// [`super::ISLAND_PROBE_INTERVAL_MS`]).
+    IslandProbe,
 }
 
 impl ClusterCore {
@@ -120,6 +123,7 @@ impl ClusterCore {
                 }
                 ClusterTimer::QuarantineRemoved(node) => self.quarantines.push_back(node),
                 ClusterTimer::LeaseAcquire => self.lease_requests.push_back(LeaseRequest::Acquire),
+                ClusterTimer::IslandProbe => self.island_probe(now_ms),
             }
         }
     }

@@ -55,15 +55,31 @@ impl Default for MembershipCodec {
     }
 }
 
+fn identity_to_wire(c: Option<concord_core::ClusterIdentity>) -> wire::InitJoinInfo {
+    let (cluster_id, reformed_from) = super::gossip_wire::identity_parts(c);
+    wire::InitJoinInfo {
+        cluster_id,
+        reformed_from,
+    }
+}
+
+fn identity_from_wire(w: &wire::InitJoinInfo) -> Option<concord_core::ClusterIdentity> {
+    super::gossip_wire::identity_of(w.cluster_id, w.reformed_from)
+}
+
 impl Codec for MembershipCodec {
     type Message = ClusterMessage;
 
     fn encode(&self, msg: &ClusterMessage) -> (u32, Bytes) {
         let (m, bytes) = match msg {
-            ClusterMessage::InitJoin => (manifest::INIT_JOIN, wire::Empty {}.encode_to_vec()),
-            ClusterMessage::InitJoinAck => {
-                (manifest::INIT_JOIN_ACK, wire::Empty {}.encode_to_vec())
-            }
+            ClusterMessage::InitJoin { cluster } => (
+                manifest::INIT_JOIN,
+                identity_to_wire(*cluster).encode_to_vec(),
+            ),
+            ClusterMessage::InitJoinAck { cluster } => (
+                manifest::INIT_JOIN_ACK,
+                identity_to_wire(*cluster).encode_to_vec(),
+            ),
             ClusterMessage::InitJoinNack => {
                 (manifest::INIT_JOIN_NACK, wire::Empty {}.encode_to_vec())
             }
@@ -135,14 +151,12 @@ impl Codec for MembershipCodec {
 
     fn decode(&self, m: u32, payload: Bytes) -> Result<ClusterMessage, DecodeError> {
         Ok(match m {
-            manifest::INIT_JOIN => {
-                wire::Empty::decode(payload)?;
-                ClusterMessage::InitJoin
-            }
-            manifest::INIT_JOIN_ACK => {
-                wire::Empty::decode(payload)?;
-                ClusterMessage::InitJoinAck
-            }
+            manifest::INIT_JOIN => ClusterMessage::InitJoin {
+                cluster: identity_from_wire(&wire::InitJoinInfo::decode(payload)?),
+            },
+            manifest::INIT_JOIN_ACK => ClusterMessage::InitJoinAck {
+                cluster: identity_from_wire(&wire::InitJoinInfo::decode(payload)?),
+            },
             manifest::INIT_JOIN_NACK => {
                 wire::Empty::decode(payload)?;
                 ClusterMessage::InitJoinNack
@@ -243,6 +257,10 @@ mod tests {
             .unreachable(&ua(0), &ua(1))
             .terminated(&ua(2), &ua(1));
         g.tombstones.insert(ua(100), 12345);
+        g.identity = Some(concord_core::ClusterIdentity {
+            id: concord_core::ClusterId(0xfeed),
+            reformed_from: None,
+        });
         g
     }
 
@@ -255,11 +273,31 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_init_join_of_an_older_version_decodes_without_identity() {
+        let c = MembershipCodec::default();
+        let m = c
+            .decode(
+                manifest::INIT_JOIN_ACK,
+                wire::Empty {}.encode_to_vec().into(),
+            )
+            .unwrap();
+        assert_eq!(m, ClusterMessage::InitJoinAck { cluster: None });
+    }
+
+    #[test]
     fn every_message_round_trips() {
         let g = sample_gossip(3);
         let msgs = vec![
-            ClusterMessage::InitJoin,
-            ClusterMessage::InitJoinAck,
+            ClusterMessage::InitJoin { cluster: None },
+            ClusterMessage::InitJoin {
+                cluster: g.identity,
+            },
+            ClusterMessage::InitJoinAck {
+                cluster: Some(concord_core::ClusterIdentity {
+                    id: concord_core::ClusterId(1),
+                    reformed_from: Some(concord_core::ClusterId(u64::MAX)),
+                }),
+            },
             ClusterMessage::InitJoinNack,
             ClusterMessage::Join {
                 roles: ["a".to_string()].into(),

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use concord_core::{
-    Address, ClusterCore, ClusterMessage, CommandError, LeaseRequest, ShutdownReason,
+    Address, ClusterCore, ClusterMessage, CommandError, LeaseRequest, MemberStatus, ShutdownReason,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use super::codec::MembershipCodec;
+use super::membership_record::{self, RecordFile};
 use super::subscription::EventBatch;
 use super::Shared;
 use crate::clock::{sleep_until, Clock};
@@ -61,6 +62,11 @@ pub(crate) struct Daemon {
     pub(crate) node_label: String,
     /// When refusals were last logged, ms, and the counters then.
     pub(crate) refusals_logged: (u64, concord_core::CoreStats),
+    /// Where the membership record is kept (`None`: `cluster.membership-record = off`).
+    pub(crate) record_dir: Option<std::path::PathBuf>,
+    /// The cluster identity the record was last written for (`Some(None)`: a cluster
+    /// without identity); `None` until written.
+    pub(crate) record_written: Option<Option<concord_core::ClusterIdentity>>,
 }
 
 impl Daemon {
@@ -197,6 +203,7 @@ impl Daemon {
             }
         }
         if changed {
+            self.write_membership_record();
             self.published = version;
             let view = Arc::new(self.core.membership_view());
             metrics::record_membership(&self.node_label, &view, &self.core.stats());
@@ -209,6 +216,37 @@ impl Daemon {
                     .send(Arc::new(EventBatch { view, events }));
             }
         }
+    }
+
+    /// Writes the membership record once this node is Up or WeaklyUp in a cluster, and again
+    /// when the cluster's identity changes (in a blocking task: temp file, fsync, rename).
+    fn write_membership_record(&mut self) {
+        let Some(dir) = self.record_dir.clone() else {
+            return;
+        };
+        let up = self.core.is_initialized()
+            && self.core.shutdown_reason().is_none()
+            && matches!(
+                self.core.self_member().status,
+                MemberStatus::Up | MemberStatus::WeaklyUp
+            );
+        let identity = self.core.cluster_identity();
+        if !up || self.record_written == Some(identity) {
+            return;
+        }
+        self.record_written = Some(identity);
+        let record = RecordFile::new(self.core.self_unique_address(), identity);
+        tokio::task::spawn_blocking(move || match membership_record::write(&dir, &record) {
+            Ok(()) => info!(
+                file = %membership_record::path(&dir).display(),
+                cluster = record.cluster_id.as_deref().unwrap_or("unknown"),
+                "membership record written"
+            ),
+            Err(e) => warn!(
+                dir = %dir.display(), error = %e,
+                "cannot write the membership record; after a restart this node may form a new cluster on seed-node-timeout"
+            ),
+        });
     }
 
     /// Shares the core's counters and logs, at most once per 10 s, how many messages it
@@ -238,6 +276,19 @@ impl Daemon {
             .core_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = stats;
+        let report = super::IslandReport {
+            identity: self.core.cluster_identity(),
+            other_clusters: self.core.other_clusters().cloned().collect(),
+        };
+        let mut islands = self
+            .shared
+            .islands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *islands != report {
+            metrics::record_other_clusters(&self.node_label, report.other_clusters.len());
+            *islands = report;
+        }
     }
 
     fn lease_request(&mut self, r: LeaseRequest) {

@@ -11,7 +11,7 @@ use concord_core::gossip::{Gossip, GossipOverview};
 use concord_core::member::{Member, MemberStatus};
 use concord_core::reachability::{Reachability, ReachabilityStatus};
 use concord_core::vector_clock::VectorClock;
-use concord_core::UniqueAddress;
+use concord_core::{ClusterId, ClusterIdentity, UniqueAddress};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -163,6 +163,7 @@ pub fn gossip_to_wire(g: &Gossip) -> wire::Gossip {
             removed_at_ms: *at,
         })
         .collect();
+    let (cluster_id, reformed_from) = identity_parts(g.identity);
     wire::Gossip {
         all_addresses: t.list,
         members,
@@ -170,6 +171,8 @@ pub fn gossip_to_wire(g: &Gossip) -> wire::Gossip {
         reachability: reach.into_values().collect(),
         version,
         tombstones,
+        cluster_id,
+        reformed_from,
     }
 }
 
@@ -238,8 +241,25 @@ pub fn gossip_from_wire(w: &wire::Gossip) -> Result<Gossip, DecodeError> {
         },
         version,
         tombstones,
+        identity: identity_of(w.cluster_id, w.reformed_from),
     }
     .normalize())
+}
+
+/// A cluster identity as its two wire numbers (0: none).
+pub(crate) fn identity_parts(c: Option<ClusterIdentity>) -> (u64, u64) {
+    match c {
+        Some(c) => (c.id.0, c.reformed_from.map_or(0, |p| p.0)),
+        None => (0, 0),
+    }
+}
+
+/// The identity of two wire numbers: none when the id is 0.
+pub(crate) fn identity_of(cluster_id: u64, reformed_from: u64) -> Option<ClusterIdentity> {
+    (cluster_id != 0).then_some(ClusterIdentity {
+        id: ClusterId(cluster_id),
+        reformed_from: (reformed_from != 0).then_some(ClusterId(reformed_from)),
+    })
 }
 
 /// Gossip → gzip(protobuf), with the sizes before and after compression.

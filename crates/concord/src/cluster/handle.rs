@@ -11,6 +11,7 @@ use concord_core::{
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::codec::MembershipCodec;
+use super::membership_record;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::coordinated_shutdown::CoordinatedShutdown;
@@ -44,6 +45,19 @@ pub(crate) struct Shared {
     pub(crate) max_heartbeat_rtt_ms: AtomicU64,
     /// The core's counters as of its last output.
     pub(crate) core_stats: std::sync::Mutex<concord_core::CoreStats>,
+    /// This node's cluster identity and the other clusters found, as of the core's last
+    /// output.
+    pub(crate) islands: std::sync::Mutex<IslandReport>,
+}
+
+/// This node's cluster identity and the other clusters of its system name it found
+/// through its seed nodes (island clusters; docs/MEMBERSHIP.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IslandReport {
+    /// This node's cluster, once it is a member of one that has an identity.
+    pub identity: Option<concord_core::ClusterIdentity>,
+    /// Other clusters found (each confirmed within the last 15 s).
+    pub other_clusters: Vec<concord_core::cluster_core::OtherCluster>,
 }
 
 /// Handle to this node's membership. Cheap to clone.
@@ -83,7 +97,7 @@ impl Cluster {
         let clock = Clock::new();
         let roles = config.cluster.roles.iter().cloned().collect();
         let seed = parts.self_unique_address.uid ^ rand::random::<u64>();
-        let core = ClusterCore::new(
+        let mut core = ClusterCore::new(
             parts.self_unique_address.clone(),
             roles,
             config.cluster.app_version.clone(),
@@ -91,6 +105,24 @@ impl Cluster {
             clock.now_ms(),
             seed,
         );
+        let record_dir = config
+            .cluster
+            .membership_record
+            .then(|| config.data_dir_path());
+        if let Some(dir) = &record_dir {
+            let record = membership_record::read(dir, &parts.self_unique_address.address);
+            if let Some(r) = record {
+                let cluster = r
+                    .cluster
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                tracing::info!(
+                    %cluster, file = %membership_record::path(dir).display(),
+                    "this node was a member of a cluster (membership record): it will not form a new cluster on seed-node-timeout"
+                );
+            }
+            core.set_membership_record(record);
+        }
         let (commands, command_rx) = mpsc::channel(256);
         let (views_tx, views) = watch::channel(Arc::new(core.membership_view()));
         let (ended_tx, ended) = watch::channel(None);
@@ -105,6 +137,7 @@ impl Cluster {
             remoting_addr: parts.transport.local_addr(),
             max_heartbeat_rtt_ms: AtomicU64::new(0),
             core_stats: std::sync::Mutex::default(),
+            islands: std::sync::Mutex::default(),
         });
         let node_label = parts.self_unique_address.address.to_string();
         let daemon = super::daemon::Daemon {
@@ -125,6 +158,8 @@ impl Cluster {
             metrics_recorded_ms: 0,
             node_label,
             refusals_logged: (0, concord_core::CoreStats::default()),
+            record_dir,
+            record_written: None,
         };
         tokio::spawn(tracing::Instrument::instrument(
             daemon.run(command_rx, parts.inbound, parts.transport_events),
@@ -258,6 +293,16 @@ impl Cluster {
             .core_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This node's cluster identity and the other clusters of its system name it found
+    /// (island clusters), as of the membership machine's last output.
+    pub fn island_report(&self) -> IslandReport {
+        self.shared
+            .islands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The largest heartbeat round trip (control lane) seen since the start or the last

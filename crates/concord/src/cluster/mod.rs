@@ -36,6 +36,8 @@ mod daemon;
 #[cfg(feature = "runtime")]
 mod handle;
 #[cfg(feature = "runtime")]
+pub mod membership_record;
+#[cfg(feature = "runtime")]
 mod shutdown_tasks;
 #[cfg(feature = "runtime")]
 mod subscription;

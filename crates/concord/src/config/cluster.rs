@@ -120,6 +120,12 @@ pub struct ClusterConfig {
     pub downing_provider: String,
     /// `[cluster.split-brain-resolver]`.
     pub split_brain_resolver: SplitBrainResolverConfig,
+    /// Keep the membership record `<data-dir>/membership.json` (true): a node that was a
+    /// member never forms a new cluster because its seed nodes did not answer in time.
+    pub membership_record: bool,
+    /// `"rejoin"` (default) or `"report"`: what a member does when its cluster proves to be
+    /// an island (re-formed from a cluster that is still running).
+    pub island_resolution: concord_core::IslandResolution,
 }
 
 impl Default for ClusterConfig {
@@ -150,6 +156,8 @@ impl Default for ClusterConfig {
             failure_detector: FailureDetectorConfig::default(),
             downing_provider: "split-brain-resolver".into(),
             split_brain_resolver: SplitBrainResolverConfig::default(),
+            membership_record: true,
+            island_resolution: concord_core::IslandResolution::Rejoin,
         }
     }
 }
@@ -193,6 +201,7 @@ impl Config {
             },
             // Validated in `validate`; an invalid provider never reaches here.
             downing: self.downing().unwrap_or(None),
+            island_resolution: c.island_resolution,
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Management HTTP API (axum), in Akka Management's routes and JSON shapes:
 //!
 //! - `GET /cluster/members` → `{"selfNode", "leader"?, "oldest"?, "unreachable": [{"node",
-//!   "observedBy"}], "members": [{"node", "nodeUid" (string), "status", "roles"}]}`
+//!   "observedBy"}], "members": [{"node", "nodeUid" (string), "status", "roles"}],
+//!   "clusterId"?, "otherClusters"?: [{"clusterId", "reformedFrom"?, "seenVia",
+//!   "thisClusterYields"}]}` (the last two Concord-specific: island clusters)
 //! - `POST /cluster/members` (form `address`) → join that address
 //! - `GET /cluster/members/{address}` → one member, 404 if unknown
 //! - `PUT /cluster/members/{address}` (form `operation=Down|Leave`, case-insensitive);
 //!   `DELETE /cluster/members/{address}` → leave
-//! - `GET /ready` (200 `OK` when this node is Up or WeaklyUp, else 500 with the reason),
+//! - `GET /ready` (200 `OK` when this node is Up or WeaklyUp and found no other cluster of
+//!   its system name, else 500 with the reason),
 //!   `GET /alive`, `GET /metrics` (Prometheus text)
 //! - `GET|DELETE /testkit/faults`, `PUT /testkit/faults/{address}` (link fault injection;
 //!   403 unless `testkit.fault-injection = true`)
@@ -119,6 +122,46 @@ pub struct ClusterMembersJson {
     /// `remote.insecure`: remoting reachable beyond loopback without TLS or a secret).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub warnings: Vec<String>,
+    /// This node's cluster identity (16 hex digits), omitted before it is a member of a
+    /// cluster that has one (Concord-specific; docs/MEMBERSHIP.md).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cluster_id: Option<String>,
+    /// Other clusters of this system name found through the seed nodes (island clusters),
+    /// omitted when none. While any is listed, `GET /ready` fails.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub other_clusters: Vec<OtherClusterJson>,
+}
+
+/// One other cluster of this system name (`otherClusters` of `GET /cluster/members`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OtherClusterJson {
+    /// Its identity, 16 hex digits.
+    pub cluster_id: String,
+    /// The cluster it was re-formed from, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reformed_from: Option<String>,
+    /// The member of it that told this node (`address#uid`).
+    pub seen_via: String,
+    /// True if this node's cluster proved to be the island (it was re-formed from that
+    /// one): with `cluster.island-resolution = rejoin` this node is stopping.
+    pub this_cluster_yields: bool,
+}
+
+/// `clusterId` and `otherClusters` of `GET /cluster/members` from an island report.
+pub fn island_json(r: &crate::cluster::IslandReport) -> (Option<String>, Vec<OtherClusterJson>) {
+    (
+        r.identity.map(|i| i.id.to_string()),
+        r.other_clusters
+            .iter()
+            .map(|o| OtherClusterJson {
+                cluster_id: o.identity.id.to_string(),
+                reformed_from: o.identity.reformed_from.map(|c| c.to_string()),
+                seen_via: o.seen_via.to_string(),
+                this_cluster_yields: o.this_cluster_yields,
+            })
+            .collect(),
+    )
 }
 
 /// `{"message": ...}`.
@@ -163,6 +206,8 @@ pub fn members_json(self_node: &Address, v: &MembershipView) -> ClusterMembersJs
         leader: v.leader.as_ref().map(|a| a.address.to_string()),
         oldest: v.oldest(None).map(|m| m.address().to_string()),
         warnings: Vec::new(),
+        cluster_id: None,
+        other_clusters: Vec::new(),
     }
 }
 
@@ -220,6 +265,7 @@ fn decode_path(raw: &str) -> String {
 async fn get_members(State(s): State<ManagementState>) -> Json<ClusterMembersJson> {
     let mut body = members_json(s.cluster.self_address(), &s.cluster.view());
     body.warnings = s.warnings.clone();
+    (body.cluster_id, body.other_clusters) = island_json(&s.cluster.island_report());
     Json(body)
 }
 
@@ -347,6 +393,19 @@ async fn ready(State(s): State<ManagementState>) -> Response {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("Not Healthy: shutting down ({reason:?})"),
+        )
+            .into_response();
+    }
+    let islands = c.island_report();
+    if let Some(o) = islands.other_clusters.first() {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "Not Healthy: another cluster of this system name was found ({} via {}; this cluster {}), see GET /cluster/members otherClusters",
+                o.identity,
+                o.seen_via,
+                islands.identity.map(|i| i.to_string()).unwrap_or_default()
+            ),
         )
             .into_response();
     }

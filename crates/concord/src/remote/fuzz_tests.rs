@@ -109,8 +109,13 @@ fn sample_gossip() -> concord_core::Gossip {
 fn membership_samples() -> Vec<ClusterMessage> {
     let g = sample_gossip();
     vec![
-        ClusterMessage::InitJoin,
-        ClusterMessage::InitJoinAck,
+        ClusterMessage::InitJoin { cluster: None },
+        ClusterMessage::InitJoinAck {
+            cluster: Some(concord_core::ClusterIdentity {
+                id: concord_core::ClusterId(7),
+                reformed_from: Some(concord_core::ClusterId(3)),
+            }),
+        },
         ClusterMessage::Join {
             roles: ["a".to_string()].into(),
             app_version: "1".into(),

@@ -189,6 +189,12 @@ impl Node {
         if !seeds.is_empty() {
             cmd.args(["--seed-nodes", &seeds]);
         }
+        // A fresh data directory per process unless the test gives one: a node restarted
+        // by a test starts as a new node (no membership record) unless the test says so.
+        if !args.contains(&"--data-dir") {
+            let data = dir.join(format!("data-{port}-{}", rand_suffix()));
+            cmd.arg("--data-dir").arg(data);
+        }
         if let Some(n) = nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: only setrlimit between fork and exec (async-signal-safe).
@@ -329,11 +335,15 @@ fn parse_running_line(log: &str) -> Option<(u16, u16)> {
 }
 
 fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
-        % 1_000_000
+        % 1_000_000)
+        * 1000
+        + n % 1000
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -427,6 +437,12 @@ pub fn fast_config(system: &str, seeds: &[u16]) -> concord::Config {
     c.remote.port = 0;
     c.management.port = 0;
     c.cluster.seed_nodes = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    // A fresh data directory (membership record, stores) per node.
+    c.data_dir = std::env::temp_dir()
+        .join(format!("concord-test-{}", std::process::id()))
+        .join(format!("data-{}", rand_suffix()))
+        .display()
+        .to_string();
     c
 }
 

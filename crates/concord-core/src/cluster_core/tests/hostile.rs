@@ -105,13 +105,16 @@ fn a_flood_of_init_joins_from_made_up_addresses_is_answered_only_within_the_rate
     let (mut net, addrs) = form(2);
     let now = net.now;
     for i in 0..2000 {
-        net.core(&addrs[0])
-            .handle_message(now, &stranger(i), ClusterMessage::InitJoin);
+        net.core(&addrs[0]).handle_message(
+            now,
+            &stranger(i),
+            ClusterMessage::InitJoin { cluster: None },
+        );
     }
     let c = net.core(&addrs[0]);
     let mut replies = 0;
     while let Some(t) = c.poll_transmit() {
-        if matches!(t.message, ClusterMessage::InitJoinAck) {
+        if matches!(t.message, ClusterMessage::InitJoinAck { .. }) {
             replies += 1;
         }
     }
@@ -143,9 +146,13 @@ fn a_flood_of_init_joins_from_made_up_addresses_is_answered_only_within_the_rate
     assert_eq!(rsp, vec![addrs[1].clone()]);
     // The allowance refills with time.
     let later = now + 1000;
-    c.handle_message(later, &stranger(7), ClusterMessage::InitJoin);
+    c.handle_message(
+        later,
+        &stranger(7),
+        ClusterMessage::InitJoin { cluster: None },
+    );
     assert!(std::iter::from_fn(|| c.poll_transmit())
-        .any(|t| matches!(t.message, ClusterMessage::InitJoinAck)));
+        .any(|t| matches!(t.message, ClusterMessage::InitJoinAck { .. })));
 }
 
 #[test]
@@ -157,8 +164,11 @@ fn an_init_join_ack_from_a_node_that_is_not_a_seed_is_ignored() {
         .join_seed_nodes(now, &[addr(2), addr(3)])
         .unwrap();
     while net.core(&a).poll_transmit().is_some() {}
-    net.core(&a)
-        .handle_message(now, &stranger(1), ClusterMessage::InitJoinAck);
+    net.core(&a).handle_message(
+        now,
+        &stranger(1),
+        ClusterMessage::InitJoinAck { cluster: None },
+    );
     let c = net.core(&a);
     assert!(
         std::iter::from_fn(|| c.poll_transmit()).all(|t| t.to != stranger(1).address),
@@ -327,8 +337,11 @@ fn an_up_members_gossip_is_never_throttled() {
     let (mut net, addrs) = form(3);
     let now = net.now;
     for i in 0..2000 {
-        net.core(&addrs[0])
-            .handle_message(now, &stranger(i), ClusterMessage::InitJoin);
+        net.core(&addrs[0]).handle_message(
+            now,
+            &stranger(i),
+            ClusterMessage::InitJoin { cluster: None },
+        );
     }
     let d = net.start(4, 4007, ClusterSettings::fast());
     let now = net.now;

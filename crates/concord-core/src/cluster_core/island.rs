@@ -1,0 +1,140 @@
+//! Island clusters: a member probes its seed nodes outside its cluster for another cluster
+//! of the same system name, reports what it finds ([`ClusterCore::other_clusters`]), and
+//! stops when its own cluster can prove it is the island
+//! ([`ClusterIdentity::yields_to`], with [`IslandResolution::Rejoin`]).
+//!
+//! The probe is the seed-node process's InitJoin, carrying the prober's cluster identity; a
+//! member answers InitJoinAck with its own. Both sides learn of each other: the prober from
+//! the answer, the probed node from the InitJoin. Concord-specific (Akka has neither cluster
+//! identities nor probes); see docs/MEMBERSHIP.md, "Island clusters".
+
+use std::collections::BTreeSet;
+
+use tracing::warn;
+
+use super::{ClusterCore, ClusterTimer, ShutdownReason};
+use crate::address::{Address, UniqueAddress};
+use crate::cluster_identity::{ClusterIdentity, IslandResolution};
+use crate::message::ClusterMessage;
+
+/// A member probes its seed nodes outside its cluster this often, ms.
+pub const ISLAND_PROBE_INTERVAL_MS: u64 = 5_000;
+
+/// Other clusters remembered at once (more are ignored: the report only needs some).
+pub(super) const MAX_OTHER_CLUSTERS: usize = 8;
+
+/// A found cluster not confirmed again for this long is forgotten (readiness recovers once
+/// the island is gone), ms.
+pub const OTHER_CLUSTER_FORGOTTEN_AFTER_MS: u64 = 3 * ISLAND_PROBE_INTERVAL_MS;
+
+/// Another cluster of this node's system name, found through a seed node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtherCluster {
+    /// Its identity.
+    pub identity: ClusterIdentity,
+    /// The member of it that told this node (answered a probe or probed this node).
+    pub seen_via: UniqueAddress,
+    /// When it was first found, ms.
+    pub first_seen_ms: u64,
+    /// When it was last confirmed, ms.
+    pub last_seen_ms: u64,
+    /// True if this node's cluster can prove it is the island
+    /// ([`ClusterIdentity::yields_to`]).
+    pub this_cluster_yields: bool,
+}
+
+impl ClusterCore {
+    /// Other clusters of this system name found through the seed nodes (confirmed within
+    /// [`OTHER_CLUSTER_FORGOTTEN_AFTER_MS`]), by id.
+    pub fn other_clusters(&self) -> impl Iterator<Item = &OtherCluster> {
+        self.other_clusters.values()
+    }
+
+    /// The island probe: InitJoin (with this cluster's identity) to every seed node whose
+    /// address is not a member of this node's cluster; re-armed every
+    /// [`ISLAND_PROBE_INTERVAL_MS`].
+    pub(super) fn island_probe(&mut self, now_ms: u64) {
+        self.timers.set(
+            ClusterTimer::IslandProbe,
+            now_ms.saturating_add(ISLAND_PROBE_INTERVAL_MS),
+        );
+        self.other_clusters.retain(|_, o| {
+            now_ms.saturating_sub(o.last_seen_ms) <= OTHER_CLUSTER_FORGOTTEN_AFTER_MS
+        });
+        let Some(identity) = self.cluster_identity() else {
+            return;
+        };
+        let members: BTreeSet<&Address> = self
+            .state
+            .latest_gossip
+            .members
+            .keys()
+            .map(|m| &m.address)
+            .collect();
+        let targets: Vec<Address> = self
+            .seed_nodes
+            .iter()
+            .filter(|s| *s != self.self_address() && !members.contains(s))
+            .cloned()
+            .collect();
+        for t in targets {
+            self.send_to_address(
+                &t,
+                ClusterMessage::InitJoin {
+                    cluster: Some(identity),
+                },
+            );
+        }
+    }
+
+    /// `from`, not a member of this node's cluster, is a member of the cluster `other`
+    /// (its InitJoin or InitJoinAck said so): record and report it, and stop if this
+    /// cluster is the island and `island-resolution = rejoin`.
+    pub(super) fn found_cluster(
+        &mut self,
+        now_ms: u64,
+        from: &UniqueAddress,
+        other: ClusterIdentity,
+    ) {
+        let Some(mine) = self.cluster_identity() else {
+            return;
+        };
+        if other.id == mine.id || self.state.latest_gossip.has_member(from) {
+            return;
+        }
+        let yields = mine.yields_to(&other);
+        let full = self.other_clusters.len() >= MAX_OTHER_CLUSTERS;
+        match self.other_clusters.get_mut(&other.id) {
+            Some(o) => {
+                o.last_seen_ms = now_ms;
+                o.seen_via = from.clone();
+            }
+            None if full => return,
+            None => {
+                warn!(
+                    this_cluster = %mine, other_cluster = %other, via = %from,
+                    this_cluster_yields = yields,
+                    "found another cluster of this system name (island)"
+                );
+                self.other_clusters.insert(
+                    other.id,
+                    super::OtherCluster {
+                        identity: other,
+                        seen_via: from.clone(),
+                        first_seen_ms: now_ms,
+                        last_seen_ms: now_ms,
+                        this_cluster_yields: yields,
+                    },
+                );
+                self.state_changes += 1;
+            }
+        }
+        if yields && self.settings.island_resolution == IslandResolution::Rejoin {
+            warn!(
+                this_cluster = %mine, original = %other,
+                "this cluster was re-formed from a cluster that is still running: this node stops so that it joins its seed nodes again when restarted (island-resolution = rejoin)"
+            );
+            self.shut_down(ShutdownReason::IslandCluster);
+        }
+    }
+}
