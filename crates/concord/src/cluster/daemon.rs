@@ -27,6 +27,9 @@ use crate::remote::{Inbound, ProtocolSender, Transport, TransportEvent};
 /// as soon as every lane's queue is empty; a loaded machine may need more than a moment).
 const DRAIN_ON_STOP: Duration = Duration::from_secs(2);
 
+/// How long a stop waits for the listening socket to close, at most.
+const LISTENER_CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
 type Reply = oneshot::Sender<Result<(), CommandError>>;
 
 /// Requests from [`super::Cluster`] handles and the coordinated shutdown's tasks.
@@ -335,6 +338,7 @@ impl Daemon {
         info!(?reason, "membership stopped; closing remoting");
         self.transport.drain(DRAIN_ON_STOP).await;
         self.transport.shutdown();
+        self.transport.listener_closed(LISTENER_CLOSE_LIMIT).await;
         self.ended.send_if_modified(|e| {
             let changed = e.is_none();
             e.get_or_insert(reason);
@@ -345,6 +349,7 @@ impl Daemon {
     async fn stop(&mut self) {
         warn!("cluster node stopped without leaving");
         self.transport.shutdown();
+        self.transport.listener_closed(LISTENER_CLOSE_LIMIT).await;
         self.ended.send_if_modified(|e| {
             let changed = e.is_none();
             e.get_or_insert(ShutdownReason::Stopped);

@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use concord_core::{Lane, ProtocolId, UniqueAddress};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -44,6 +45,16 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
+    /// Reports the listener closed when dropped (declared before the listener, so dropped
+    /// after it).
+    struct Closed(watch::Sender<bool>);
+    impl Drop for Closed {
+        fn drop(&mut self) {
+            self.0.send_replace(false);
+        }
+    }
+    let _closed = Closed(inner.listening.clone());
+    let listener = listener;
     let mut shutdown = inner.shutdown.subscribe();
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {

@@ -105,6 +105,7 @@ impl Transport {
             quarantined: RwLock::new(HashSet::new()),
             shutdown,
             shut_down: AtomicBool::new(false),
+            listening: watch::channel(true).0,
             log: LogLimiter::new(Duration::from_secs(10)),
             inbound,
         });
@@ -405,6 +406,13 @@ impl Transport {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Waits until the listening socket is closed after [`Transport::shutdown`] (at most
+    /// `limit`), so that a node restarted in the same process can bind the same port.
+    pub async fn listener_closed(&self, limit: Duration) {
+        let mut rx = self.inner.listening.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|open| !*open)).await;
     }
 
     /// Stops accepting and closes every connection (what is queued is dropped).

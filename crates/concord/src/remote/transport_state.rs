@@ -39,6 +39,9 @@ pub(crate) struct Inner {
     pub(crate) stats: TransportStats,
     pub(crate) shutdown: watch::Sender<bool>,
     pub(super) shut_down: AtomicBool,
+    /// True while the accept loop holds the listening socket (see
+    /// [`super::transport::Transport::listener_closed`]).
+    pub(crate) listening: watch::Sender<bool>,
     pub(crate) log: LogLimiter,
     pub(crate) inbound: InboundLimits,
 }
