@@ -516,4 +516,5 @@ fn a_role_counts_only_its_members_but_the_decision_downs_every_member_of_the_sid
     );
 }
 
+mod pekko;
 mod stricter;
