@@ -563,12 +563,10 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     let Ok(downed) = nodes_to_down(strategy, view, akka) else {
         return akka; // a double decision: down all, as Akka does
     };
-    let kept: Vec<&UniqueAddress> = view
-        .members
-        .iter()
-        .map(|m| &m.unique_address)
-        .filter(|n| !downed.contains(*n) && !view.unreachable.contains(*n))
-        .filter(|n| view.downable().contains(*n))
+    let kept: Vec<UniqueAddress> = view
+        .downable()
+        .into_iter()
+        .filter(|n| !downed.contains(n) && !view.unreachable.contains(n))
         .collect();
     if kept.is_empty() {
         return akka;
@@ -576,9 +574,9 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     let keeps_by_own_observations = |k: &UniqueAddress| {
         akka_decision(strategy, &view.observations_of(k)) == Decision::DownUnreachable
     };
-    let self_kept = kept.contains(&&view.self_node);
+    let self_kept = kept.contains(&view.self_node);
     if self_kept && !keeps_by_own_observations(&view.self_node)
-        || !self_kept && !kept.iter().all(|k| keeps_by_own_observations(k))
+        || !self_kept && !kept.iter().all(keeps_by_own_observations)
     {
         return Decision::DownAll;
     }
