@@ -40,6 +40,18 @@ pub struct Checker {
     decisions_judged: BTreeMap<UniqueAddress, u64>,
     /// Resolver decisions seen in the whole run.
     decisions_seen: u64,
+    /// Resolver decisions counted by kind.
+    pub counts: DecisionCounts,
+}
+
+/// Resolver decisions carried out in a run (every node's, each counted once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecisionCounts {
+    /// Decisions that downed someone.
+    pub decisions: u64,
+    /// Of those, down-all decisions (down-all-when-unstable, the membership-change guard, a
+    /// double decision, Concord's stricter rules, or the down-all strategy).
+    pub down_all: u64,
 }
 
 impl Checker {
@@ -132,6 +144,7 @@ impl Checker {
                 continue;
             }
             self.decisions_seen += count - judged;
+            self.counts.decisions += count - judged;
             let lease = matches!(
                 n.core.settings().downing.as_ref().map(|d| &d.strategy),
                 Some(DowningStrategy::LeaseMajority { .. })
@@ -141,6 +154,9 @@ impl Checker {
                 .unwrap_or(usize::MAX)
                 .min(fresh.len());
             for record in &fresh[fresh.len() - new..] {
+                if record.decision == Decision::DownAll {
+                    self.counts.down_all += 1;
+                }
                 let exempt = record.decision == Decision::DownAll
                     || (lease
                         && matches!(

@@ -7,12 +7,12 @@
 use std::collections::BTreeSet;
 
 use concord_core::settings::ClusterSettings;
-use concord_core::split_brain_resolver::{DowningStrategy, SbrSettings};
+use concord_core::split_brain_resolver::{DowningStrategy, SbrRules, SbrSettings};
 use concord_core::Address;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use crate::invariants::Checker;
+use crate::invariants::{Checker, DecisionCounts};
 use crate::network::{NetworkConfig, Partitions};
 use crate::sim::Simulation;
 
@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub spares: u32,
     /// The downing strategy; `None`: chosen by the seed ([`strategy_for_seed`]).
     pub strategy: Option<DowningStrategy>,
+    /// The resolver's rules: Concord's, or Akka's alone to compare.
+    pub rules: SbrRules,
 }
 
 impl Default for RunConfig {
@@ -63,6 +65,7 @@ impl Default for RunConfig {
             quiet_ms: 40_000,
             spares: 2,
             strategy: None,
+            rules: SbrRules::Concord,
         }
     }
 }
@@ -79,6 +82,7 @@ pub fn sim_settings_with(strategy: DowningStrategy) -> ClusterSettings {
         strategy,
         stable_after_ms: 2000,
         down_all_when_unstable_ms: Some(4000),
+        rules: concord_core::split_brain_resolver::SbrRules::Concord,
     });
     s
 }
@@ -133,11 +137,27 @@ pub fn run_seed(seed: u64, cfg: &RunConfig) -> Result<RunReport, String> {
     run_seed_with(seed, cfg, false).0
 }
 
+/// Like [`run_seed`], with the resolver decisions the run carried out (up to a failure).
+pub fn run_seed_counted(seed: u64, cfg: &RunConfig) -> (Result<RunReport, String>, DecisionCounts) {
+    let mut counts = DecisionCounts::default();
+    let (r, _) = run_seed_into(seed, cfg, false, &mut counts);
+    (r, counts)
+}
+
 /// Like [`run_seed`], optionally recording every node's events; returns the simulation too.
 pub fn run_seed_with(
     seed: u64,
     cfg: &RunConfig,
     record: bool,
+) -> (Result<RunReport, String>, Simulation) {
+    run_seed_into(seed, cfg, record, &mut DecisionCounts::default())
+}
+
+fn run_seed_into(
+    seed: u64,
+    cfg: &RunConfig,
+    record: bool,
+    counts: &mut DecisionCounts,
 ) -> (Result<RunReport, String>, Simulation) {
     let net = NetworkConfig {
         min_delay_ms: 1,
@@ -150,19 +170,29 @@ pub fn run_seed_with(
         .strategy
         .clone()
         .unwrap_or_else(|| strategy_for_seed(seed, cfg.nodes));
-    let mut sim = Simulation::new(seed, sim_settings_with(strategy), net);
+    let mut settings = sim_settings_with(strategy);
+    if let Some(d) = settings.downing.as_mut() {
+        d.rules = cfg.rules;
+    }
+    let mut sim = Simulation::new(seed, settings, net);
     sim.record_events = record;
-    let r = run_in(&mut sim, seed, cfg);
+    let mut checker = Checker::default();
+    let r = run_in(&mut sim, seed, cfg, &mut checker);
+    *counts = checker.counts;
     (r, sim)
 }
 
-fn run_in(sim: &mut Simulation, seed: u64, cfg: &RunConfig) -> Result<RunReport, String> {
+fn run_in(
+    sim: &mut Simulation,
+    seed: u64,
+    cfg: &RunConfig,
+    checker: &mut Checker,
+) -> Result<RunReport, String> {
     let fail = |e: String| format!("seed {seed}: {e}\nreplay: {}", replay_command(seed, cfg));
     let mut addrs = sim
         .form_cluster(cfg.nodes, 60_000)
         .ok_or_else(|| fail("the initial cluster did not form".into()))?;
     addrs.extend((cfg.nodes..cfg.nodes + cfg.spares).map(crate::sim::node_address));
-    let mut checker = Checker::default();
     let mut faults: Vec<(u64, Fault)> = Vec::new();
     let trace = std::env::var_os("CONCORD_SIM_TRACE").is_some();
     let mut traced_decisions: std::collections::BTreeMap<concord_core::UniqueAddress, u64> =

@@ -254,6 +254,7 @@ fn lease_majority() -> concord_core::settings::ClusterSettings {
         },
         stable_after_ms: 2000,
         down_all_when_unstable_ms: None,
+        rules: concord_core::split_brain_resolver::SbrRules::Concord,
     });
     s
 }

@@ -2,9 +2,11 @@
 
 use std::collections::BTreeSet;
 
+use concord_core::split_brain_resolver::SbrRules;
 use concord_core::MemberStatus;
+use concord_sim::invariants::DecisionCounts;
 use concord_sim::network::{NetworkConfig, Partitions};
-use concord_sim::schedule::{run_seed, run_seed_with, sim_settings, RunConfig};
+use concord_sim::schedule::{run_seed, run_seed_counted, run_seed_with, sim_settings, RunConfig};
 use concord_sim::Simulation;
 
 #[test]
@@ -25,6 +27,99 @@ fn a_set_of_random_fault_schedules_keeps_every_invariant() {
             panic!("{e}");
         }
     }
+}
+
+/// What one rule set did over a set of seeds.
+#[derive(Debug, Default)]
+struct Tally {
+    decisions: u64,
+    down_all: u64,
+    seeds_with_down_all: u64,
+    split_brains: Vec<u64>,
+    other_failures: Vec<u64>,
+    /// Down-all decisions per seed.
+    per_seed: Vec<(u64, u64)>,
+}
+
+fn tally(rules: SbrRules, seeds: std::ops::Range<u64>) -> Tally {
+    let cfg = RunConfig {
+        rules,
+        ..RunConfig::default()
+    };
+    let mut t = Tally::default();
+    for seed in seeds {
+        let (
+            r,
+            DecisionCounts {
+                decisions,
+                down_all,
+            },
+        ) = run_seed_counted(seed, &cfg);
+        t.decisions += decisions;
+        t.down_all += down_all;
+        t.seeds_with_down_all += u64::from(down_all > 0);
+        t.per_seed.push((seed, down_all));
+        match r {
+            Ok(_) => {}
+            Err(e) if e.contains("split brain") => t.split_brains.push(seed),
+            Err(_) => t.other_failures.push(seed),
+        }
+    }
+    t
+}
+
+/// The resolver soak with both rule sets over the same seeds (`CONCORD_SIM_SEEDS`, default
+/// 200, from `CONCORD_SIM_SEED_START`, default 0; every strategy in turn): the resolver
+/// decisions that ended in down-all with Concord's rules and with Akka's alone, and the
+/// split brains each produced (a run stops at its first violated invariant). Concord's
+/// rules must produce none. The down-all counts are a reported figure (--nocapture; the
+/// 10,000-seed figures are in docs/SPLIT_BRAIN_RESOLVER.md): the goal of no more down-alls
+/// than Akka's rules is not met yet, so it is printed, not asserted.
+#[test]
+fn concord_rules_never_split_brain_and_their_down_alls_against_akka_rules() {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let start = env("CONCORD_SIM_SEED_START", 0);
+    let seeds = start..start + env("CONCORD_SIM_SEEDS", 200);
+    let (concord, akka) = std::thread::scope(|s| {
+        let akka = s.spawn(|| tally(SbrRules::Akka, seeds.clone()));
+        let concord = tally(SbrRules::Concord, seeds.clone());
+        (concord, akka.join().expect("the Akka rules' runs"))
+    });
+    for (name, t) in [("concord", &concord), ("akka", &akka)] {
+        println!(
+            "{name:>8} rules, seeds {seeds:?}: {} decisions, {} down-all ({} seeds with a down-all), {} split brains {:?}, {} other invariant failures {:?}",
+            t.decisions,
+            t.down_all,
+            t.seeds_with_down_all,
+            t.split_brains.len(),
+            t.split_brains,
+            t.other_failures.len(),
+            t.other_failures,
+        );
+    }
+    let more: Vec<(u64, u64, u64)> = concord
+        .per_seed
+        .iter()
+        .zip(&akka.per_seed)
+        .filter(|((_, c), (_, a))| c > a)
+        .map(|((seed, c), (_, a))| (*seed, *c, *a))
+        .collect();
+    println!(
+        "seeds where Concord's rules downed all more often (seed, concord, akka): {} {:?}",
+        more.len(),
+        &more[..more.len().min(30)]
+    );
+    assert!(
+        concord.split_brains.is_empty() && concord.other_failures.is_empty(),
+        "{:?} {:?}",
+        concord.split_brains,
+        concord.other_failures
+    );
 }
 
 #[test]

@@ -23,7 +23,23 @@ use crate::membership_state::MembershipState;
 
 pub mod strategy;
 
-pub use strategy::{decide, nodes_to_down, Decision, DoubleDecision, DowningStrategy, SbrView};
+pub use strategy::{
+    decide, decide_with, nodes_to_down, Decision, DoubleDecision, DowningStrategy, SbrView,
+};
+
+/// Which rules decide: Concord's (Akka's and the stricter ones of
+/// docs/SPLIT_BRAIN_RESOLVER.md) or Akka's alone. Akka's exist to measure the difference (the
+/// simulator runs the same seeds with both); not a configuration key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SbrRules {
+    /// Akka's rules and Concord's stricter ones (the default, and the only one configured).
+    #[default]
+    Concord,
+    /// Akka's rules alone: stable-after watches only the unreachable and counted members,
+    /// no suspects, no counting of downings the other side has not seen, and the
+    /// strategies' decisions as Akka takes them.
+    Akka,
+}
 
 /// Split Brain Resolver settings (units: ms).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +51,8 @@ pub struct SbrSettings {
     /// Down all when unstable for `stable_after + this`; `None` = off. Default: 3/4 of
     /// stable-after, at least 4 s.
     pub down_all_when_unstable_ms: Option<u64>,
+    /// Concord's rules, or Akka's alone for comparison.
+    pub rules: SbrRules,
 }
 
 impl SbrSettings {
@@ -50,6 +68,7 @@ impl Default for SbrSettings {
             strategy: DowningStrategy::KeepMajority { role: None },
             stable_after_ms: 20_000,
             down_all_when_unstable_ms: Some(SbrSettings::derived_down_all_when_unstable_ms(20_000)),
+            rules: SbrRules::Concord,
         }
     }
 }
@@ -202,6 +221,9 @@ impl SplitBrainResolver {
         }
         let mut view = SbrView::from_state(state);
         self.track_down_seen(state, &mut view);
+        if self.settings.rules == SbrRules::Akka {
+            view.down_unseen_by_other_side.clear();
+        }
         let me = &state.self_unique_address;
         if state
             .latest_gossip
@@ -220,11 +242,17 @@ impl SplitBrainResolver {
         // that are still moving — a new partition this node has not detected yet, records
         // from the other side still crossing — is how two sides came to keep themselves in
         // the simulator (seed 1712).
+        let akka = self.settings.rules == SbrRules::Akka;
+        let records = if akka {
+            BTreeSet::new()
+        } else {
+            view.records.clone()
+        };
         let reachability_changed = self
             .signature
             .as_ref()
-            .is_none_or(|(u, _, r)| u != &view.unreachable || r != &view.records);
-        let sig = (view.unreachable.clone(), counted, view.records.clone());
+            .is_none_or(|(u, _, r)| u != &view.unreachable || r != &records);
+        let sig = (view.unreachable.clone(), counted, records);
         if self.signature.as_ref() != Some(&sig) {
             self.signature = Some(sig);
             self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
@@ -273,8 +301,8 @@ impl SplitBrainResolver {
         {
             return None;
         }
-        let decision = decide(&self.settings.strategy, &view);
-        if !self.suspects.is_empty() && self.keeps(&view, decision) {
+        let decision = decide_with(self.settings.rules, &self.settings.strategy, &view);
+        if !akka && !self.suspects.is_empty() && self.keeps(&view, decision) {
             // Were the suspects cut off from this node already, would its side still keep?
             // Asked of its own observations: the others' records may be what is stale.
             let mut suspected = view.own_observations();

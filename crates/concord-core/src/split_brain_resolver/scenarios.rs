@@ -377,6 +377,7 @@ fn the_resolver_downs_all_on_a_double_decision() {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: None,
+        rules: SbrRules::Concord,
     });
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
@@ -399,6 +400,7 @@ fn down_all_when_unstable_counts_from_the_first_change_until_now() {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: Some(4000),
+        rules: SbrRules::Concord,
     };
     let mk = |records: &[(u16, u16)]| state_of(5, records, &[], &[5]);
     // 1 (the leader) is unreachable from 5 and so is 2, then 3, in turn.
@@ -516,4 +518,5 @@ fn a_role_counts_only_its_members_but_the_decision_downs_every_member_of_the_sid
     );
 }
 
+mod pekko;
 mod stricter;

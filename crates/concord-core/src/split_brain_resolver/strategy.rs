@@ -299,10 +299,16 @@ impl SbrView {
     /// This view as this node observes it itself: unreachable only what it cannot hear, no
     /// other observations (so no indirect connections).
     pub(super) fn own_observations(&self) -> SbrView {
+        self.observations_of(&self.self_node)
+    }
+
+    /// This view as member `observer` observes it itself, as the records here show: from
+    /// `observer`, unreachable only what it cannot hear, no other observations.
+    pub(super) fn observations_of(&self, observer: &UniqueAddress) -> SbrView {
         let unreachable: BTreeSet<UniqueAddress> = self
             .records
             .iter()
-            .filter(|(o, _)| *o == self.self_node)
+            .filter(|(o, _)| o == observer)
             .map(|(_, s)| s.clone())
             .chain(
                 self.members
@@ -310,10 +316,10 @@ impl SbrView {
                     .filter(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
                     .map(|m| m.unique_address.clone()),
             )
-            .filter(|n| *n != self.self_node)
+            .filter(|n| n != observer)
             .collect();
         SbrView {
-            self_node: self.self_node.clone(),
+            self_node: observer.clone(),
             members: self.members.clone(),
             unreachable,
             records: BTreeSet::new(),
@@ -524,15 +530,21 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 
 /// The strategy's decision for `view`.
 ///
-/// Concord's stricter rules on top of Akka's: a [`Decision::DownIndirectlyConnected`] is
-/// taken only when
+/// Concord's stricter rules on top of Akka's, for a [`Decision::DownIndirectlyConnected`]
+/// (docs/SPLIT_BRAIN_RESOLVER.md, rules 2 and 6). Let *kept* be the members the decision
+/// leaves running that this node can reach.
 ///
-/// - the side this node observes itself is one the strategy keeps (without it, what the
-///   indirectly connected decision leaves running may be a minority while the other side
-///   keeps itself too: observations that crossed the partition before it settled make both
-///   sides look indirectly connected; found by the simulator, seeds 181, 220, 1855 and
-///   6927), and
-/// - when it keeps this node: the strategy would keep this side too were the members it
+/// - None kept (the decision downs this node's whole side and the indirectly connected):
+///   Akka's decision stands. This side keeps nobody, so whatever the members it cannot
+///   reach decide, at most they keep running — as if this side had crashed.
+/// - The side kept must be one the strategy keeps by its own observations: evaluated with
+///   only what this node itself cannot hear (when it is kept; when it is downed itself as
+///   indirectly connected, with only what each kept member cannot hear: its own links are
+///   the broken ones). Without it, what the decision leaves running may be a minority while
+///   the other side keeps itself too: observations that crossed the partition before it
+///   settled make both sides look indirectly connected (found by the simulator, seeds 181,
+///   220, 1855 and 6927).
+/// - When it keeps this node: the strategy would keep this side too were the members it
 ///   downs as indirectly connected on the other side of a clean partition together (the
 ///   members unreachable otherwise left out). They learn of their downing only by gossip:
 ///   cut off from this node the moment the decision is taken, with the links between them
@@ -544,27 +556,49 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 ///
 /// Otherwise the decision is to down all.
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
+    let akka = akka_decision(strategy, view);
+    if akka != Decision::DownIndirectlyConnected {
+        return akka;
+    }
+    let Ok(downed) = nodes_to_down(strategy, view, akka) else {
+        return akka; // a double decision: down all, as Akka does
+    };
+    let kept: Vec<UniqueAddress> = view
+        .downable()
+        .into_iter()
+        .filter(|n| !downed.contains(n) && !view.unreachable.contains(n))
+        .collect();
+    if kept.is_empty() {
+        return akka;
+    }
+    let keeps_by_own_observations = |k: &UniqueAddress| {
+        akka_decision(strategy, &view.observations_of(k)) == Decision::DownUnreachable
+    };
+    let self_kept = kept.contains(&view.self_node);
+    if self_kept && !keeps_by_own_observations(&view.self_node)
+        || !self_kept && !kept.iter().all(keeps_by_own_observations)
+    {
+        return Decision::DownAll;
+    }
     let keeps_against = |cut: &BTreeSet<UniqueAddress>| {
         !cut.contains(&view.self_node)
             && akka_decision(strategy, &view.with_cut_off(cut)) == Decision::DownUnreachable
     };
-    match akka_decision(strategy, view) {
+    let indirect = view.indirectly_connected();
+    if indirect.contains(&view.self_node) || keeps_against(&indirect) {
         Decision::DownIndirectlyConnected
-            if akka_decision(strategy, &view.own_observations()) != Decision::DownUnreachable =>
-        {
-            Decision::DownAll
-        }
-        Decision::DownIndirectlyConnected => {
-            let indirect = view.indirectly_connected();
-            if indirect.contains(&view.self_node) || keeps_against(&indirect) {
-                Decision::DownIndirectlyConnected
-            } else if keeps_against(&view.indirectly_connected_to_down()) {
-                Decision::DownSomeIndirectlyConnected
-            } else {
-                Decision::DownAll
-            }
-        }
-        d => d,
+    } else if keeps_against(&view.indirectly_connected_to_down()) {
+        Decision::DownSomeIndirectlyConnected
+    } else {
+        Decision::DownAll
+    }
+}
+
+/// The strategy's decision for `view` by `rules`: [`decide`], or Akka's rules alone.
+pub fn decide_with(rules: super::SbrRules, strategy: &DowningStrategy, view: &SbrView) -> Decision {
+    match rules {
+        super::SbrRules::Concord => decide(strategy, view),
+        super::SbrRules::Akka => akka_decision(strategy, view),
     }
 }
 
@@ -676,7 +710,8 @@ fn additional_nodes_when_indirectly_connected(
         return Ok(BTreeSet::new());
     }
     let filtered = view.without_indirect_observations(downable);
-    let decision = decide(strategy, &filtered);
+    // Concord's rules change only indirectly-connected decisions, the error case here.
+    let decision = akka_decision(strategy, &filtered);
     if decision.is_indirectly_connected() {
         return Err(DoubleDecision);
     }

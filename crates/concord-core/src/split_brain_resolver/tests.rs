@@ -204,6 +204,7 @@ fn settings(strategy: DowningStrategy) -> SbrSettings {
         strategy,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: Some(4000),
+        rules: SbrRules::Concord,
     }
 }
 

@@ -187,6 +187,7 @@ impl Config {
             strategy,
             stable_after_ms,
             down_all_when_unstable_ms,
+            rules: concord_core::split_brain_resolver::SbrRules::Concord,
         }))
     }
 

@@ -8,6 +8,7 @@ fn sbr_settings(strategy: crate::split_brain_resolver::DowningStrategy) -> Clust
         strategy,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: Some(4000),
+        rules: crate::split_brain_resolver::SbrRules::Concord,
     });
     s
 }

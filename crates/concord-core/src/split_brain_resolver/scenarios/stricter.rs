@@ -52,6 +52,7 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: None,
+        rules: SbrRules::Concord,
     };
     let records = [(2, 1), (5, 1), (2, 3), (2, 4), (5, 3), (5, 4)];
     let st = state_of(2, &records, &[1], &[2, 5]);
@@ -90,6 +91,7 @@ fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: None,
+        rules: SbrRules::Concord,
     };
     let mut sbr = SplitBrainResolver::new(sbr_settings.clone());
     assert_eq!(sbr.tick(0, &st), None);
@@ -176,6 +178,7 @@ fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
         down_all_when_unstable_ms: None,
+        rules: SbrRules::Concord,
     });
     sbr.set_suspects([n(3)].into_iter().collect());
     assert_eq!(sbr.tick(0, &st), None);
