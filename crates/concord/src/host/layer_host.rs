@@ -34,6 +34,20 @@ pub struct HostStats {
     pub transmits: u64,
 }
 
+/// The effects of a turn at `now` (a macro, not a method: it borrows the host's fields one
+/// by one, so the host may use its other fields meanwhile).
+macro_rules! effects_at {
+    ($host:ident, $now:expr) => {
+        Effects::<E> {
+            machine: &mut $host.machine,
+            now_ms: $now,
+            backlog: $host.outbound.backlog(),
+            env: &$host.env,
+            stop: &mut $host.stop,
+        }
+    };
+}
+
 /// The host of one layer; see the module docs.
 pub struct LayerHost<E: LayerEffects> {
     machine: E::Machine,
@@ -156,13 +170,7 @@ impl<E: LayerEffects> LayerHost<E> {
     /// hand: tests, the simulator). Flush afterwards.
     pub fn with<T>(&mut self, f: impl FnOnce(&mut E, &mut Effects<'_, E>) -> T) -> T {
         let now = self.now();
-        let mut fx = Effects::<E> {
-            machine: &mut self.machine,
-            now_ms: now,
-            backlog: self.outbound.backlog(),
-            env: &self.env,
-            stop: &mut self.stop,
-        };
+        let mut fx = effects_at!(self, now);
         f(&mut self.effects, &mut fx)
     }
 
@@ -170,13 +178,7 @@ impl<E: LayerEffects> LayerHost<E> {
     pub fn handle(&mut self, input: HostInput<E>) {
         self.stats.inputs += 1;
         let now = self.now();
-        let mut fx = Effects::<E> {
-            machine: &mut self.machine,
-            now_ms: now,
-            backlog: self.outbound.backlog(),
-            env: &self.env,
-            stop: &mut self.stop,
-        };
+        let mut fx = effects_at!(self, now);
         match input {
             HostInput::Inbound(batch) => {
                 for (message, bytes) in batch.messages {
@@ -225,13 +227,7 @@ impl<E: LayerEffects> LayerHost<E> {
         self.stats.turns += 1;
         let now = self.now();
         loop {
-            let mut fx = Effects::<E> {
-                machine: &mut self.machine,
-                now_ms: now,
-                backlog: self.outbound.backlog(),
-                env: &self.env,
-                stop: &mut self.stop,
-            };
+            let mut fx = effects_at!(self, now);
             self.effects.before_outputs(&mut fx);
             let mut any = false;
             while let Some(t) = self.machine.poll_transmit() {
@@ -240,13 +236,7 @@ impl<E: LayerEffects> LayerHost<E> {
             }
             while let Some(e) = self.machine.poll_event() {
                 any = true;
-                let mut fx = Effects::<E> {
-                    machine: &mut self.machine,
-                    now_ms: now,
-                    backlog: self.outbound.backlog(),
-                    env: &self.env,
-                    stop: &mut self.stop,
-                };
+                let mut fx = effects_at!(self, now);
                 self.effects.event(&mut fx, e);
             }
             if !any {
