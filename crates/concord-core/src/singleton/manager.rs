@@ -62,7 +62,7 @@ pub struct ManagerStats {
 }
 
 #[derive(Clone, Debug)]
-enum State {
+pub(super) enum State {
     Start,
     AcquiringLease,
     Oldest {
@@ -92,7 +92,7 @@ enum State {
 /// The manager's state and memory.
 #[derive(Debug)]
 pub(super) struct Manager {
-    state: State,
+    pub(super) state: State,
     /// Members counted as gone (removed, plus the removal margin), with when.
     removed: BTreeMap<UniqueAddress, u64>,
     /// Members seen in the membership (to notice removals), with their up-numbers.
@@ -198,7 +198,7 @@ impl ClusterSingleton {
         }
     }
 
-    fn start_instance(&mut self) {
+    pub(super) fn start_instance(&mut self) {
         let incarnation = self.rng.random::<u64>();
         self.manager.stats.instances_started += 1;
         self.manager.state = State::Oldest {
@@ -647,40 +647,6 @@ impl ClusterSingleton {
             _ => {}
         }
         let _ = now_ms;
-    }
-
-    pub(super) fn manager_lease_result(&mut self, now_ms: u64, granted: bool) {
-        match (&self.manager.state, granted) {
-            (State::AcquiringLease, true) => self.start_instance(),
-            (State::AcquiringLease, false) => {
-                let at = now_ms + self.settings.lease_retry_interval_ms;
-                self.out.timers.set(SingletonTimer::LeaseRetry, at);
-            }
-            (_, true) => self.out.events.push_back(SingletonEvent::ReleaseLease),
-            (_, false) => {}
-        }
-    }
-
-    pub(super) fn manager_lease_retry(&mut self, _now_ms: u64) {
-        if matches!(self.manager.state, State::AcquiringLease) {
-            self.out.events.push_back(SingletonEvent::AcquireLease);
-        }
-    }
-
-    pub(super) fn manager_lease_lost(&mut self, _now_ms: u64) {
-        match self.manager.state {
-            State::Oldest { running: Some(_) } => {
-                self.out.events.push_back(SingletonEvent::StopInstance);
-                self.manager.state = State::Stopping {
-                    then_acquire_lease: true,
-                };
-            }
-            State::Oldest { running: None } => {
-                self.manager.state = State::AcquiringLease;
-                self.out.events.push_back(SingletonEvent::AcquireLease);
-            }
-            _ => {}
-        }
     }
 
     pub(super) fn manager_self_exiting(&mut self, now_ms: u64) {

@@ -13,6 +13,7 @@
 //! ([`ClusterSingleton::self_exiting`], [`SingletonEvent::ExitingDone`]).
 
 pub mod manager;
+mod manager_lease;
 mod oldest;
 pub mod proxy;
 mod settings;

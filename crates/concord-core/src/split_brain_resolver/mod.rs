@@ -22,6 +22,7 @@ use crate::member::MemberStatus;
 use crate::membership_state::MembershipState;
 
 pub mod strategy;
+mod view;
 
 pub use strategy::{
     decide, decide_with, nodes_to_down, Decision, DoubleDecision, DowningStrategy, SbrView,
