@@ -11,7 +11,7 @@
 //! - a member that has been connected both ways to every other member (all running, none
 //!   paused) for [`HEALTHY_WINDOW_MS`] is never downed by a resolver decision, except by
 //!   the down-all rules (down-all, down-all-when-unstable, the membership-change guard, a
-//!   double decision) and a refused lease;
+//!   double decision), Concord's stricter rules (down own side) and a refused lease;
 //! - a run that ends with no node running must have had a resolver decision that explains
 //!   it (never a vacuous pass).
 
@@ -50,8 +50,13 @@ pub struct DecisionCounts {
     /// Decisions that downed someone.
     pub decisions: u64,
     /// Of those, down-all decisions (down-all-when-unstable, the membership-change guard, a
-    /// double decision, Concord's stricter rules, or the down-all strategy).
+    /// double decision, or the down-all strategy).
     pub down_all: u64,
+    /// Of those, the decisions Concord's stricter rules take instead of Akka's
+    /// ([`Decision::DownOwnSide`], a down-all until stop 27).
+    pub down_own_side: u64,
+    /// Members downed by all the decisions (a member downed twice counts twice).
+    pub members_downed: u64,
 }
 
 impl Checker {
@@ -154,10 +159,15 @@ impl Checker {
                 .unwrap_or(usize::MAX)
                 .min(fresh.len());
             for record in &fresh[fresh.len() - new..] {
-                if record.decision == Decision::DownAll {
-                    self.counts.down_all += 1;
+                match record.decision {
+                    Decision::DownAll => self.counts.down_all += 1,
+                    Decision::DownOwnSide => self.counts.down_own_side += 1,
+                    _ => {}
                 }
-                let exempt = record.decision == Decision::DownAll
+                self.counts.members_downed += u64::try_from(record.nodes.len()).unwrap_or(u64::MAX);
+                // Down-all, and Concord's stricter rules in place of Akka's decision: they
+                // keep nobody the decider can reach, healthy or not.
+                let exempt = matches!(record.decision, Decision::DownAll | Decision::DownOwnSide)
                     || (lease
                         && matches!(
                             record.decision,

@@ -34,11 +34,15 @@ fn a_set_of_random_fault_schedules_keeps_every_invariant() {
 struct Tally {
     decisions: u64,
     down_all: u64,
+    down_own_side: u64,
+    members_downed: u64,
     seeds_with_down_all: u64,
     split_brains: Vec<u64>,
     other_failures: Vec<u64>,
     /// Down-all decisions per seed.
     per_seed: Vec<(u64, u64)>,
+    /// Members downed per seed.
+    downed_per_seed: Vec<u64>,
 }
 
 fn tally(rules: SbrRules, seeds: std::ops::Range<u64>) -> Tally {
@@ -53,10 +57,15 @@ fn tally(rules: SbrRules, seeds: std::ops::Range<u64>) -> Tally {
             DecisionCounts {
                 decisions,
                 down_all,
+                down_own_side,
+                members_downed,
             },
         ) = run_seed_counted(seed, &cfg);
         t.decisions += decisions;
         t.down_all += down_all;
+        t.down_own_side += down_own_side;
+        t.members_downed += members_downed;
+        t.downed_per_seed.push(members_downed);
         t.seeds_with_down_all += u64::from(down_all > 0);
         t.per_seed.push((seed, down_all));
         match r {
@@ -92,10 +101,12 @@ fn concord_rules_never_split_brain_and_their_down_alls_against_akka_rules() {
     });
     for (name, t) in [("concord", &concord), ("akka", &akka)] {
         println!(
-            "{name:>8} rules, seeds {seeds:?}: {} decisions, {} down-all ({} seeds with a down-all), {} split brains {:?}, {} other invariant failures {:?}",
+            "{name:>8} rules, seeds {seeds:?}: {} decisions, {} down-all ({} seeds with a down-all), {} down own side, {} members downed, {} split brains {:?}, {} other invariant failures {:?}",
             t.decisions,
             t.down_all,
             t.seeds_with_down_all,
+            t.down_own_side,
+            t.members_downed,
             t.split_brains.len(),
             t.split_brains,
             t.other_failures.len(),
@@ -113,6 +124,16 @@ fn concord_rules_never_split_brain_and_their_down_alls_against_akka_rules() {
         "seeds where Concord's rules downed all more often (seed, concord, akka): {} {:?}",
         more.len(),
         &more[..more.len().min(30)]
+    );
+    let (more_downed, fewer_downed) = concord
+        .downed_per_seed
+        .iter()
+        .zip(&akka.downed_per_seed)
+        .fold((0, 0), |(m, f), (c, a)| {
+            (m + u64::from(c > a), f + u64::from(c < a))
+        });
+    println!(
+        "seeds where Concord's rules downed more members than Akka's: {more_downed}, fewer: {fewer_downed}"
     );
     assert!(
         concord.split_brains.is_empty() && concord.other_failures.is_empty(),

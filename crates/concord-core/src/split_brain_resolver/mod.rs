@@ -242,9 +242,11 @@ impl SplitBrainResolver {
         // not only for the set of unreachable members as Akka does: a decision on records
         // that are still moving — a new partition this node has not detected yet, records
         // from the other side still crossing — is how two sides came to keep themselves in
-        // the simulator (seed 1712).
+        // the simulator (seed 1712). Only while some members are indirectly connected: the
+        // records decide nothing else (a clean partition is decided on the unreachable set
+        // alone), and waiting for them there delayed decisions past down-all-when-unstable.
         let akka = self.settings.rules == SbrRules::Akka;
-        let records = if akka {
+        let records = if akka || view.indirectly_connected().is_empty() {
             BTreeSet::new()
         } else {
             view.records.clone()

@@ -106,6 +106,14 @@ pub enum Decision {
     /// [`Decision::DownIndirectlyConnected`] where the indirectly connected, all downed and
     /// cut off together, could keep themselves (see [`decide`]).
     DownSomeIndirectlyConnected,
+    /// Concord: this side and the indirectly connected members (the members of
+    /// [`Decision::ReverseDownIndirectlyConnected`]), taken where Concord's rules 2 or 6 find
+    /// that the side Akka's decision keeps may not be the only side kept. It keeps nobody
+    /// this node can reach, so it is as safe as the down-all it replaces — the members this
+    /// node cannot reach decide for themselves, as they would had this side crashed — and it
+    /// leaves them running where a down-all's gossip would down them too
+    /// (docs/SPLIT_BRAIN_RESOLVER.md, "What the stricter rules cost").
+    DownOwnSide,
 }
 
 impl Decision {
@@ -197,20 +205,35 @@ fn keep_majority(view: &SbrView, role: Option<&str>) -> Decision {
     // there (Joining and WeaklyUp may be Up over there). A different conclusion means the
     // other side may also keep itself: down all. Concord adds to the other side the
     // members this side downed without the other side seeing it (they still count there).
-    let unseen = view.down_unseen(role);
-    let ms = view.counted(role, false, true);
-    let lowest_unreachable = match (ms.first(), unseen.iter().min_by_key(|m| &m.unique_address)) {
-        (None, None) => return Decision::DownAll,
-        (Some(l), Some(u)) if u.unique_address < l.unique_address => true,
-        (Some(l), _) => view.is_unreachable(l),
-        (None, Some(_)) => true,
+    let second = |unseen: &[&Member]| {
+        let ms = view.counted(role, false, true);
+        let lowest_unreachable = match (ms.first(), unseen.iter().min_by_key(|m| &m.unique_address))
+        {
+            (None, None) => return Decision::DownAll,
+            (Some(l), Some(u)) if u.unique_address < l.unique_address => true,
+            (Some(l), _) => view.is_unreachable(l),
+            (None, Some(_)) => true,
+        };
+        majority_decision(
+            view.count(role, false, true, true),
+            view.count(role, true, false, false) + unseen.len(),
+            lowest_unreachable,
+        )
     };
-    match majority_decision(
-        view.count(role, false, true, true),
-        view.count(role, true, false, false) + unseen.len(),
-        lowest_unreachable,
-    ) {
+    guarded(second, &view.down_unseen(role))
+}
+
+/// The membership-change guard's outcome: `second` (the second evaluation, given the members
+/// downed here that the other side has not seen downed) must keep this side too; if not,
+/// down all (Akka). Where only those unseen members (Concord's rule 3) turn Akka's keep into
+/// a loss, down this node's own side ([`Decision::DownOwnSide`]): it keeps nobody here, so
+/// it is as safe as the down-all, and leaves the other side running.
+fn guarded(second: impl Fn(&[&Member]) -> Decision, unseen: &[&Member]) -> Decision {
+    match second(unseen) {
         Decision::DownUnreachable => Decision::DownUnreachable,
+        _ if !unseen.is_empty() && second(&[]) == Decision::DownUnreachable => {
+            Decision::DownOwnSide
+        }
         _ => Decision::DownAll,
     }
 }
@@ -235,25 +258,24 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
     // over there and change who is alone. Concord adds the members downed here that the
     // other side has not seen downed: over there they still count, and may be the oldest
     // (simulator seed 5870).
-    let unseen = view.down_unseen(role);
-    let mut ms = view.counted(role, false, true);
-    ms.extend(unseen.iter().copied());
-    let Some(oldest_member) = oldest(&ms) else {
-        return Decision::DownAll;
+    let second = |unseen: &[&Member]| {
+        let mut ms = view.counted(role, false, true);
+        ms.extend(unseen.iter().copied());
+        let Some(oldest_member) = oldest(&ms) else {
+            return Decision::DownAll;
+        };
+        let oldest_here = !view.is_unreachable(&oldest_member)
+            && !unseen
+                .iter()
+                .any(|m| m.unique_address == oldest_member.unique_address);
+        oldest_decision(
+            oldest_here,
+            view.count(role, down_if_alone, true, true),
+            view.count(role, down_if_alone, true, false) + unseen.len(),
+            down_if_alone,
+        )
     };
-    let oldest_here = !view.is_unreachable(&oldest_member)
-        && !view
-            .down_unseen_by_other_side
-            .contains(&oldest_member.unique_address);
-    match oldest_decision(
-        oldest_here,
-        view.count(role, down_if_alone, true, true),
-        view.count(role, down_if_alone, true, false) + unseen.len(),
-        down_if_alone,
-    ) {
-        Decision::DownUnreachable => Decision::DownUnreachable,
-        _ => Decision::DownAll,
-    }
+    guarded(second, &view.down_unseen(role))
 }
 
 /// The strategy's decision for `view`.
@@ -282,7 +304,8 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 ///   downed `0`). Where downing all of them fails this, downing only as few as break every
 ///   record between the kept ones ([`Decision::DownSomeIndirectlyConnected`]) is tried.
 ///
-/// Otherwise the decision is to down all.
+/// Otherwise the decision is to down this node's own side and the indirectly connected
+/// ([`Decision::DownOwnSide`]; until stop 27, down all): it keeps nobody here either.
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     let akka = akka_decision(strategy, view);
     if akka != Decision::DownIndirectlyConnected {
@@ -306,7 +329,7 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     if self_kept && !keeps_by_own_observations(&view.self_node)
         || !self_kept && !kept.iter().all(keeps_by_own_observations)
     {
-        return Decision::DownAll;
+        return Decision::DownOwnSide;
     }
     let keeps_against = |cut: &BTreeSet<UniqueAddress>| {
         !cut.contains(&view.self_node)
@@ -318,7 +341,7 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     } else if keeps_against(&view.indirectly_connected_to_down()) {
         Decision::DownSomeIndirectlyConnected
     } else {
-        Decision::DownAll
+        Decision::DownOwnSide
     }
 }
 
@@ -414,7 +437,7 @@ pub fn nodes_to_down(
             )?);
             nodes.intersection(&downable).cloned().collect()
         }
-        Decision::ReverseDownIndirectlyConnected => {
+        Decision::ReverseDownIndirectlyConnected | Decision::DownOwnSide => {
             let indirect = view.indirectly_connected();
             downable
                 .iter()

@@ -10,7 +10,8 @@ fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing(
     // rules alone 2 sees the cycle 1-2-3, downs {1,2,3} and keeps 4; 1 sees the cycle 1-2,
     // downs {1,2,4} and keeps 3: two clusters (simulator seed 220). Concord adds: the side
     // this node observes itself ({2,4} against {1,3}: the tie goes to the lowest address,
-    // 1) must be one the strategy keeps, otherwise down all.
+    // 1) must be one the strategy keeps, otherwise down its own side and the indirectly
+    // connected (here everyone: 1, 2 and 3 are indirectly connected, 4 is 2's side).
     let members = ups(1..=4);
     let b = side(
         2,
@@ -22,7 +23,7 @@ fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing(
     let (db, downed_b) = outcome(&KEEP_MAJORITY, &b);
     assert_eq!(
         (db, downed_b.clone()),
-        (Decision::DownAll, set(&[1, 2, 3, 4]))
+        (Decision::DownOwnSide, set(&[1, 2, 3, 4]))
     );
     let a = side(
         1,
@@ -48,6 +49,8 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     // 1 was cut off and this side downed it; 3 and 4 were partitioned away from {2,5}
     // before they saw that. Over there 1 still counts, so {3,4} may count 1 as theirs; here
     // the 2|2 tie (lowest address 2) would keep {2,5}: two clusters (simulator seed 181).
+    // Counting 1 over there, {2,5} loses: it downs itself and leaves {3,4} to decide (only
+    // Concord's rule 3 turned Akka's keep into a loss, so not a down-all).
     let settings = SbrSettings {
         strategy: KEEP_MAJORITY,
         stable_after_ms: 1000,
@@ -60,10 +63,10 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
         Some(SbrAction::Down { decision, nodes }) => {
-            assert_eq!(decision, Decision::DownAll);
-            assert_eq!(nodes, [n(2), n(3), n(4), n(5)].into());
+            assert_eq!(decision, Decision::DownOwnSide);
+            assert_eq!(nodes, [n(2), n(5)].into());
         }
-        other => panic!("expected down-all, got {other:?}"),
+        other => panic!("expected down own side, got {other:?}"),
     }
     // Had 3 and 4 seen 1 Down before the partition, the tie keeps this side.
     let mut sbr = SplitBrainResolver::new(settings);
@@ -186,4 +189,69 @@ fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
         Some(SbrAction::Down { nodes, .. }) => assert_eq!(nodes, [n(5)].into_iter().collect()),
         other => panic!("expected 5 downed, got {other:?}"),
     }
+}
+
+#[test]
+fn where_no_indirectly_connected_decision_holds_this_node_downs_its_own_side_not_all() {
+    // 6 and 7 crashed (everyone observes it); 1, 2, 3 and 4 cannot hear each other at all;
+    // this is 5. Akka downs 1..4 as indirectly connected, 6 and 7, and keeps 5 alone. Cut off
+    // together, {1,2,3,4} would outnumber 5 (rule 6); downing three of them to break every
+    // record still leaves {5, 1} against {2,3,4}. No decision that keeps 5 holds: 5 downs its
+    // side and the indirectly connected, and leaves 6 and 7 — whatever they are — to decide
+    // for themselves. Until stop 27 this was a down-all.
+    let mut records = clean(&[1, 2, 3, 4, 5], &[6, 7]);
+    for o in 1..=4 {
+        records.extend((1..=4).filter(|s| *s != o).map(|s| (o, s)));
+    }
+    let v = side(5, &ups(1..=7), &records, &[1, 2, 3, 4, 5]);
+    assert_eq!(v.indirectly_connected(), set_n(&[1, 2, 3, 4]));
+    assert_eq!(v.indirectly_connected_to_down().len(), 3);
+    let (d, downed) = outcome(&KEEP_MAJORITY, &v);
+    assert_eq!((d, downed), (Decision::DownOwnSide, set(&[1, 2, 3, 4, 5])));
+    // By Akka's rules alone 5 is kept.
+    assert_eq!(
+        decide_with(SbrRules::Akka, &KEEP_MAJORITY, &v),
+        Decision::DownIndirectlyConnected
+    );
+}
+
+fn set_n(ids: &[u16]) -> BTreeSet<UniqueAddress> {
+    ids.iter().map(|i| n(*i)).collect()
+}
+
+#[test]
+fn records_restart_stable_after_only_while_members_are_indirectly_connected() {
+    let settings = SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: None,
+        rules: SbrRules::Concord,
+    };
+    // A clean partition {1,2,3} | {4,5}: more members of this side observe 4 and 5 as the
+    // detection spreads. The unreachable set is the same, so the decision is taken 1 s
+    // after it last changed, as Akka does.
+    let mut sbr = SplitBrainResolver::new(settings.clone());
+    let seen = [1, 2, 3];
+    assert_eq!(
+        sbr.tick(0, &state_of(1, &[(1, 4), (1, 5)], &[], &seen)),
+        None
+    );
+    let more = clean(&[1, 2, 3], &[4, 5]);
+    assert_eq!(sbr.tick(600, &state_of(1, &more, &[], &seen)), None);
+    assert_eq!(
+        sbr.tick(1000, &state_of(1, &more, &[], &seen)),
+        Some(SbrAction::Down {
+            decision: Decision::DownUnreachable,
+            nodes: [n(4), n(5)].into()
+        })
+    );
+    // 2 and 3 cannot hear each other: who observes whom decides who is downed, so a new
+    // record restarts stable-after (rule 1).
+    let mut sbr = SplitBrainResolver::new(settings);
+    let all = [1, 2, 3, 4, 5];
+    assert_eq!(sbr.tick(0, &state_of(1, &[(2, 3)], &[], &all)), None);
+    let both = [(2, 3), (3, 2)];
+    assert_eq!(sbr.tick(600, &state_of(1, &both, &[], &all)), None);
+    assert_eq!(sbr.tick(1000, &state_of(1, &both, &[], &all)), None);
+    assert!(sbr.tick(1600, &state_of(1, &both, &[], &all)).is_some());
 }
