@@ -1,5 +1,7 @@
-//! Island clusters: a member probes its seed nodes outside its cluster for another cluster
-//! of the same system name, reports what it finds ([`ClusterCore::other_clusters`]), and
+//! Island clusters: a member probes its seed nodes outside its cluster — and the addresses
+//! the runtime learned from Cluster Bootstrap's contact points
+//! ([`ClusterCore::set_island_probe_targets`]) — for another cluster of the same system
+//! name, reports what it finds ([`ClusterCore::other_clusters`]), and
 //! stops when its own cluster can prove it is the island
 //! ([`ClusterIdentity::yields_to`], with [`IslandResolution::Rejoin`]).
 //!
@@ -20,6 +22,10 @@ use crate::message::ClusterMessage;
 /// A member probes its seed nodes outside its cluster this often, ms.
 pub const ISLAND_PROBE_INTERVAL_MS: u64 = 5_000;
 
+/// Island probe targets the runtime may add beyond the seed nodes
+/// ([`ClusterCore::set_island_probe_targets`]); further addresses are ignored.
+pub const MAX_ISLAND_PROBE_TARGETS: usize = 16;
+
 /// Other clusters remembered at once (more are ignored: the report only needs some).
 pub(super) const MAX_OTHER_CLUSTERS: usize = 8;
 
@@ -27,7 +33,8 @@ pub(super) const MAX_OTHER_CLUSTERS: usize = 8;
 /// the island is gone), ms.
 pub const OTHER_CLUSTER_FORGOTTEN_AFTER_MS: u64 = 3 * ISLAND_PROBE_INTERVAL_MS;
 
-/// Another cluster of this node's system name, found through a seed node.
+/// Another cluster of this node's system name, found through a seed node or an extra
+/// island probe target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtherCluster {
     /// Its identity.
@@ -44,15 +51,55 @@ pub struct OtherCluster {
 }
 
 impl ClusterCore {
-    /// Other clusters of this system name found through the seed nodes (confirmed within
+    /// Other clusters of this system name found through the island probe (confirmed within
     /// [`OTHER_CLUSTER_FORGOTTEN_AFTER_MS`]), by id.
     pub fn other_clusters(&self) -> impl Iterator<Item = &OtherCluster> {
         self.other_clusters.values()
     }
 
-    /// The island probe: InitJoin (with this cluster's identity) to every seed node whose
-    /// address is not a member of this node's cluster; re-armed every
-    /// [`ISLAND_PROBE_INTERVAL_MS`].
+    /// Replaces the island probe's extra targets: addresses, learned outside the seed-node
+    /// process, where a member of another cluster of this system name may run — Cluster
+    /// Bootstrap's island watch hands over the seed nodes its contact points report
+    /// (docs/MEMBERSHIP.md, "Island clusters"). This node's own address, addresses of
+    /// another system name, members of this node's cluster and duplicates are dropped;
+    /// at most [`MAX_ISLAND_PROBE_TARGETS`] are kept (the first ones given). They are
+    /// probed like the seed nodes, from the next probe on (every
+    /// [`ISLAND_PROBE_INTERVAL_MS`]), and their InitJoinAck answers are taken as probe
+    /// answers. Concord-specific.
+    pub fn set_island_probe_targets(&mut self, targets: impl IntoIterator<Item = Address>) {
+        let me = self.self_address().clone();
+        let members: BTreeSet<Address> = self
+            .state
+            .latest_gossip
+            .members
+            .keys()
+            .map(|m| m.address.clone())
+            .collect();
+        self.island_probe_targets.clear();
+        for t in targets {
+            if self.island_probe_targets.len() >= MAX_ISLAND_PROBE_TARGETS {
+                break;
+            }
+            if t != me && t.system == me.system && !members.contains(&t) {
+                self.island_probe_targets.insert(t);
+            }
+        }
+    }
+
+    /// The island probe's extra targets ([`ClusterCore::set_island_probe_targets`]).
+    pub fn island_probe_targets(&self) -> impl Iterator<Item = &Address> {
+        self.island_probe_targets.iter()
+    }
+
+    /// Whether the island probe goes to `address` (a seed node or an extra target), so
+    /// that its InitJoinAck is a probe answer.
+    pub(super) fn is_island_probe_target(&self, address: &Address) -> bool {
+        self.seed_nodes.contains(address) || self.island_probe_targets.contains(address)
+    }
+
+    /// The island probe: InitJoin (with this cluster's identity) to every seed node and
+    /// extra target ([`ClusterCore::set_island_probe_targets`]) whose address is not a
+    /// member of this node's cluster; re-armed every [`ISLAND_PROBE_INTERVAL_MS`].
     pub(super) fn island_probe(&mut self, now_ms: u64) {
         self.timers.set(
             ClusterTimer::IslandProbe,
@@ -71,12 +118,17 @@ impl ClusterCore {
             .keys()
             .map(|m| &m.address)
             .collect();
-        let targets: Vec<Address> = self
+        // The seed nodes first, in their order, then the extra targets not among them.
+        let mut targets: Vec<Address> = Vec::new();
+        for s in self
             .seed_nodes
             .iter()
-            .filter(|s| *s != self.self_address() && !members.contains(s))
-            .cloned()
-            .collect();
+            .chain(self.island_probe_targets.iter())
+        {
+            if s != self.self_address() && !members.contains(s) && !targets.contains(s) {
+                targets.push(s.clone());
+            }
+        }
         for t in targets {
             self.send_to_address(
                 &t,

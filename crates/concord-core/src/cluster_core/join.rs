@@ -293,7 +293,7 @@ impl ClusterCore {
         if self.initialized {
             // The answer to an island probe.
             if let Some(other) = cluster {
-                if self.seed_nodes.contains(&from.address) {
+                if self.is_island_probe_target(&from.address) {
                     self.found_cluster(now_ms, from, other);
                 } else {
                     self.stats.refused_non_member += 1;

@@ -50,7 +50,10 @@ use crate::settings::ClusterSettings;
 use crate::split_brain_resolver::{Decision, SplitBrainResolver};
 use crate::timers::TimerTable;
 
-pub use island::{OtherCluster, ISLAND_PROBE_INTERVAL_MS, OTHER_CLUSTER_FORGOTTEN_AFTER_MS};
+pub use island::{
+    OtherCluster, ISLAND_PROBE_INTERVAL_MS, MAX_ISLAND_PROBE_TARGETS,
+    OTHER_CLUSTER_FORGOTTEN_AFTER_MS,
+};
 use join::JoinProcess;
 pub use timers::ClusterTimer;
 
@@ -195,6 +198,10 @@ pub struct ClusterCore {
     /// The seed nodes of the last seed-node process (island probes go to those outside
     /// this node's cluster).
     seed_nodes: Vec<Address>,
+    /// Further island probe targets the runtime learned outside the seed-node process
+    /// (Cluster Bootstrap's contact points; [`ClusterCore::set_island_probe_targets`]), at
+    /// most [`MAX_ISLAND_PROBE_TARGETS`].
+    island_probe_targets: BTreeSet<Address>,
     /// Other clusters of this system name found through the seed nodes, by id (at most
     /// [`island::MAX_OTHER_CLUSTERS`]).
     other_clusters: BTreeMap<crate::cluster_identity::ClusterId, OtherCluster>,
@@ -282,6 +289,7 @@ impl ClusterCore {
             sbr,
             membership_record: None,
             seed_nodes: Vec::new(),
+            island_probe_targets: BTreeSet::new(),
             other_clusters: BTreeMap::new(),
         }
     }

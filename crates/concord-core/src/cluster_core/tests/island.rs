@@ -189,3 +189,118 @@ fn islands_that_cannot_prove_anything_report_each_other_and_forget_after_the_isl
         |n| n.nodes[&b].other_clusters().count() == 0
     ));
 }
+
+/// Two one-node clusters formed by joining themselves (as Cluster Bootstrap does), with no
+/// seed nodes: `x` formed the original, `y` re-formed from it (its record names `x`'s
+/// cluster). Neither has anything to probe yet.
+fn two_bootstrapped_clusters() -> (Net, Address, Address) {
+    let mut net = Net::new();
+    let x = net.start(1, 11, ClusterSettings::fast());
+    let now = net.now;
+    net.core(&x).join(now, &x.clone()).unwrap();
+    let original = net.nodes[&x].cluster_identity().unwrap();
+    let y = net.start(2, 22, ClusterSettings::fast());
+    net.core(&y).set_membership_record(Some(MembershipRecord {
+        cluster: Some(original.id),
+    }));
+    net.core(&y).join(now, &y.clone()).unwrap();
+    assert_eq!(
+        net.nodes[&y].cluster_identity().unwrap().reformed_from,
+        Some(original.id)
+    );
+    (net, x, y)
+}
+
+#[test]
+fn without_seed_nodes_or_targets_nothing_is_probed_and_nothing_found() {
+    let (mut net, x, y) = two_bootstrapped_clusters();
+    net.run_for(3 * ISLAND_PROBE_INTERVAL_MS);
+    assert_eq!(net.nodes[&x].other_clusters().count(), 0);
+    assert_eq!(net.nodes[&y].other_clusters().count(), 0);
+    assert!(net.nodes[&y].shutdown_reason().is_none());
+}
+
+#[test]
+fn an_island_probe_target_of_the_original_makes_the_island_stop_and_is_reported() {
+    let (mut net, x, y) = two_bootstrapped_clusters();
+    // The original's runtime learned y's address from a contact point.
+    net.core(&x).set_island_probe_targets([y.clone()]);
+    assert!(
+        net.run_until(2 * ISLAND_PROBE_INTERVAL_MS, |n| {
+            n.nodes[&y].shutdown_reason() == Some(ShutdownReason::IslandCluster)
+        }),
+        "the island did not stop"
+    );
+    // y answered the probe (InitJoinAck from a target): x reports y's cluster.
+    let seen: Vec<_> = net.nodes[&x].other_clusters().cloned().collect();
+    assert_eq!(seen.len(), 1, "the original reports the island");
+    assert_eq!(seen[0].seen_via.address, y);
+    assert!(!seen[0].this_cluster_yields);
+    assert!(net.nodes[&x].shutdown_reason().is_none());
+}
+
+#[test]
+fn the_island_probing_a_target_in_the_original_stops_on_its_answer() {
+    let (mut net, x, y) = two_bootstrapped_clusters();
+    net.core(&y).set_island_probe_targets([x.clone()]);
+    assert!(
+        net.run_until(2 * ISLAND_PROBE_INTERVAL_MS, |n| {
+            n.nodes[&y].shutdown_reason() == Some(ShutdownReason::IslandCluster)
+        }),
+        "the island did not stop on the original's InitJoinAck"
+    );
+    // x learned of y from its InitJoin.
+    assert_eq!(net.nodes[&x].other_clusters().count(), 1);
+}
+
+#[test]
+fn an_init_join_ack_from_an_address_that_is_no_longer_a_target_is_refused() {
+    let (mut net, x, y) = two_bootstrapped_clusters();
+    net.core(&y).set_island_probe_targets([x.clone()]);
+    net.core(&y).set_island_probe_targets([]);
+    let refused = net.nodes[&y].stats().refused_non_member;
+    let now = net.now;
+    let from = net.nodes[&x].self_unique_address().clone();
+    let identity = net.nodes[&x].cluster_identity();
+    net.core(&y).handle_message(
+        now,
+        &from,
+        ClusterMessage::InitJoinAck { cluster: identity },
+    );
+    assert!(net.nodes[&y].shutdown_reason().is_none());
+    assert_eq!(net.nodes[&y].stats().refused_non_member, refused + 1);
+}
+
+#[test]
+fn island_probe_targets_are_bounded_replaced_and_exclude_self_members_and_other_systems() {
+    let (mut net, addrs) = form(3);
+    let a = addrs[0].clone();
+    let strangers: Vec<Address> = (100..140).map(addr).collect();
+    let given = [
+        a.clone(),
+        addrs[1].clone(),
+        Address::new("other", "127.0.0.1", 9),
+    ]
+    .into_iter()
+    .chain(strangers.iter().cloned())
+    .chain(strangers.iter().cloned());
+    net.core(&a).set_island_probe_targets(given);
+    let kept: Vec<Address> = net.nodes[&a].island_probe_targets().cloned().collect();
+    assert_eq!(kept.len(), MAX_ISLAND_PROBE_TARGETS);
+    assert_eq!(kept, strangers[..MAX_ISLAND_PROBE_TARGETS].to_vec());
+    // Each call replaces the set.
+    net.core(&a)
+        .set_island_probe_targets([strangers[30].clone()]);
+    let kept: Vec<Address> = net.nodes[&a].island_probe_targets().cloned().collect();
+    assert_eq!(kept, vec![strangers[30].clone()]);
+    // The next probe goes to the target only (the seed nodes are members).
+    let now = net.now + ISLAND_PROBE_INTERVAL_MS + 1;
+    let core = net.core(&a);
+    while core.poll_transmit().is_some() {}
+    core.handle_timeout(now);
+    let probed: Vec<Address> = std::iter::from_fn(|| core.poll_transmit())
+        .filter(|t| matches!(t.message, ClusterMessage::InitJoin { .. }))
+        .map(|t| t.to)
+        .collect();
+    assert_eq!(probed, vec![strangers[30].clone()]);
+}
