@@ -12,6 +12,10 @@ use crate::discovery::ResolvedTarget;
 /// At most this many seed nodes are reported.
 pub const MAX_SEED_NODES: usize = 5;
 
+/// A probe reads at most this much of an answer, bytes (an honest one, with
+/// [`MAX_SEED_NODES`] seed nodes, is under 2 KiB); a longer one is an error.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// One reported seed node.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -91,7 +95,8 @@ pub fn seed_nodes_url(scheme: &str, target: &ResolvedTarget, default_port: u16) 
     )
 }
 
-/// Probes one contact point; errors (unreachable, timeout, not our JSON) as text.
+/// Probes one contact point; errors (unreachable, timeout, an answer longer than
+/// [`MAX_ANSWER_BYTES`], not our JSON) as text.
 pub async fn probe(
     http: &reqwest::Client,
     scheme: &str,
@@ -100,7 +105,7 @@ pub async fn probe(
     timeout: Duration,
 ) -> Result<SeedNodesJson, String> {
     let url = seed_nodes_url(scheme, target, default_port);
-    let resp = http
+    let mut resp = http
         .get(&url)
         .timeout(timeout)
         .send()
@@ -109,7 +114,54 @@ pub async fn probe(
     if !resp.status().is_success() {
         return Err(format!("{url}: HTTP {}", resp.status()));
     }
-    resp.json::<SeedNodesJson>()
-        .await
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(format!(
+                "{url}: answer longer than {MAX_ANSWER_BYTES} bytes"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice::<SeedNodesJson>(&body)
         .map_err(|e| format!("{url}: not a seed-nodes answer: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Serves one HTTP/1.1 answer with `body` on a loopback port; returns the target.
+    async fn serve_once(body: Vec<u8>) -> ResolvedTarget {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(&body).await;
+        });
+        ResolvedTarget::new("127.0.0.1", Some(port))
+    }
+
+    #[tokio::test]
+    async fn a_probe_reads_an_answer_and_refuses_one_that_is_too_long() {
+        crate::tls::install_default_provider();
+        let http = crate::tls::http_client_builder().build().unwrap();
+        let t = Duration::from_secs(5);
+        let ok = br#"{"selfNode":"concord://s@127.0.0.1:1","seedNodes":[]}"#.to_vec();
+        let target = serve_once(ok).await;
+        let answer = probe(&http, "http", &target, 0, t).await.unwrap();
+        assert_eq!(answer.self_node, "concord://s@127.0.0.1:1");
+        let huge = vec![b' '; MAX_ANSWER_BYTES + 1];
+        let target = serve_once(huge).await;
+        let e = probe(&http, "http", &target, 0, t).await.unwrap_err();
+        assert!(e.contains("longer than"), "{e}");
+    }
 }

@@ -9,9 +9,12 @@
 //! timeout `probing-failure-timeout`); after every result ask the [`JoinDecider`]. Seed
 //! nodes reported by any contact point are joined at once ("epidemic joining"); with no
 //! cluster anywhere, the lowest contact point joins itself once discovery has been stable
-//! for `stable-margin`. The process ends when this node is a member.
+//! for `stable-margin`. The process ends when this node is a member; the [`island_watch`]
+//! then keeps probing the contact points every `island-watch-interval` for another cluster
+//! of this system name (Concord-specific).
 
 pub mod contact_point;
+pub mod island_watch;
 pub mod join_decider;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,6 +63,8 @@ pub struct BootstrapSettings {
     pub required_contact_point_nr: usize,
     /// The default decider's settings.
     pub decider: JoinDeciderSettings,
+    /// Time between island watch rounds once this node is a member (zero: no watch).
+    pub island_watch_interval: Duration,
     /// `[management.tls]`: contact points are probed over HTTPS, trusting its
     /// `ca-certificates` (and checking the contact point's name with
     /// `verify-peer-hostname`); `None`: plain HTTP.
@@ -105,6 +110,7 @@ impl BootstrapSettings {
                 contact_with_all_contact_points: d.contact_with_all_contact_points,
                 new_cluster_enabled: config.bootstrap.new_cluster_enabled,
             },
+            island_watch_interval: config.bootstrap.island_watch_interval,
             management_tls: config.management.tls.clone(),
         }
     }
@@ -364,8 +370,9 @@ impl Bootstrap {
     }
 }
 
-/// Runs Cluster Bootstrap for `cluster` until it is a member (or shuts down). `self_host` is
-/// this node's advertised host (`remote.hostname`).
+/// Runs Cluster Bootstrap for `cluster` until it is a member (or shuts down), then its
+/// [`island_watch`] until the node's membership ends. `self_host` is this node's advertised
+/// host (`remote.hostname`).
 pub async fn run(
     cluster: Cluster,
     settings: BootstrapSettings,
@@ -413,7 +420,7 @@ pub async fn run(
     loop {
         if b.cluster.view().self_member().is_some() {
             info!("cluster bootstrap done: this node is a member");
-            return;
+            break;
         }
         tokio::select! {
             _ = &mut terminated => return,
@@ -425,6 +432,19 @@ pub async fn run(
         }
         b.start_due_work();
         b.decide().await;
+    }
+    let watch = island_watch::IslandWatch {
+        cluster: b.cluster,
+        settings: b.settings,
+        discovery: b.discovery,
+        http: b.http,
+        self_contact_point: b.info.self_contact_point,
+        system: b.system,
+        rng: b.rng,
+    };
+    tokio::select! {
+        _ = &mut terminated => {}
+        _ = watch.run() => {}
     }
 }
 

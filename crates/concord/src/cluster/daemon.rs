@@ -39,6 +39,8 @@ pub(crate) enum Command {
     Leave(Address, Reply),
     Down(Address, Reply),
     PrepareForFullShutdown(Reply),
+    /// Replaces the island probe's extra targets (`ClusterCore::set_island_probe_targets`).
+    IslandProbeTargets(Vec<Address>),
     /// The `cluster-exiting` phase is over (`ClusterCore::exiting_completed`).
     ExitingCompleted(oneshot::Sender<()>),
     /// The `cluster-shutdown` phase: stop, then close remoting.
@@ -153,6 +155,10 @@ impl Daemon {
             Command::Down(a, r) => (self.core.down(now, &a), r),
             Command::PrepareForFullShutdown(r) => {
                 (self.core.prepare_for_full_cluster_shutdown(now), r)
+            }
+            Command::IslandProbeTargets(t) => {
+                self.core.set_island_probe_targets(t);
+                return;
             }
             Command::ExitingCompleted(r) => {
                 self.core.exiting_completed(now);

@@ -51,7 +51,8 @@ pub(crate) struct Shared {
 }
 
 /// This node's cluster identity and the other clusters of its system name it found
-/// through its seed nodes (island clusters; docs/MEMBERSHIP.md).
+/// through its seed nodes or the bootstrap contact points (island clusters;
+/// docs/MEMBERSHIP.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IslandReport {
     /// This node's cluster, once it is a member of one that has an identity.
@@ -222,6 +223,24 @@ impl Cluster {
     /// Starts a full cluster shutdown (Up → PreparingForShutdown → ReadyForShutdown).
     pub async fn prepare_for_full_cluster_shutdown(&self) -> Result<(), ClusterError> {
         Ok(self.command(Command::PrepareForFullShutdown).await??)
+    }
+
+    /// Replaces the addresses, beyond the seed nodes, that the island probe sends InitJoin
+    /// to every 5 s (`concord_core::cluster_core::ISLAND_PROBE_INTERVAL_MS`): where a member of another
+    /// cluster of this system name may run. Cluster Bootstrap's island watch hands over
+    /// the seed nodes its contact points report. This node's address, members of its
+    /// cluster and other system names are dropped; at most 16 are kept
+    /// (`concord_core::cluster_core::MAX_ISLAND_PROBE_TARGETS`). See docs/MEMBERSHIP.md,
+    /// "Island clusters".
+    pub async fn set_island_probe_targets(
+        &self,
+        targets: Vec<Address>,
+    ) -> Result<(), ClusterError> {
+        self.shared
+            .commands
+            .send(Command::IslandProbeTargets(targets))
+            .await
+            .map_err(|_| ClusterError::Terminated)
     }
 
     /// Reports the exiting tasks done (the `cluster-exiting-done` phase).

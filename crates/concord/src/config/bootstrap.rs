@@ -18,6 +18,14 @@ pub struct BootstrapConfig {
     pub contact_point_discovery: ContactPointDiscoveryConfig,
     /// Probing of contact points.
     pub contact_point: ContactPointConfig,
+    /// Once this node is a member, the island watch looks the contact points up and
+    /// probes them this often ("30s", ± `contact-point.probe-interval-jitter`), and hands
+    /// the seed nodes they report to the island probe, so that another cluster of this
+    /// system name reachable through them is found (docs/MEMBERSHIP.md, "Island
+    /// clusters"). "0s": no island watch. Concord-specific (Akka's bootstrap ends when the
+    /// node joins).
+    #[serde(deserialize_with = "duration::de")]
+    pub island_watch_interval: Duration,
 }
 
 impl Default for BootstrapConfig {
@@ -26,6 +34,7 @@ impl Default for BootstrapConfig {
             new_cluster_enabled: true,
             contact_point_discovery: ContactPointDiscoveryConfig::default(),
             contact_point: ContactPointConfig::default(),
+            island_watch_interval: Duration::from_secs(30),
         }
     }
 }

@@ -120,6 +120,12 @@ fn bootstrap_discovery_and_management_bad_values_name_the_key() {
     let ok = Config::from_toml("[bootstrap.contact-point-discovery]\nservice-name = \"shop\"\n[discovery.config.services.shop]\nendpoints = [{ host = \"10.0.0.1\", port = 8558 }, { host = \"10.0.0.2\" }]").unwrap();
     assert!(ok.bootstrap_enabled());
     assert_eq!(ok.discovery.config.services["shop"].endpoints.len(), 2);
+    assert_eq!(
+        ok.bootstrap.island_watch_interval,
+        std::time::Duration::from_secs(30)
+    );
+    let off = Config::from_toml("[bootstrap]\nisland-watch-interval = \"0s\"").unwrap();
+    assert!(off.bootstrap.island_watch_interval.is_zero());
 }
 
 #[test]

@@ -126,7 +126,8 @@ pub struct ClusterMembersJson {
     /// cluster that has one (Concord-specific; docs/MEMBERSHIP.md).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub cluster_id: Option<String>,
-    /// Other clusters of this system name found through the seed nodes (island clusters),
+    /// Other clusters of this system name found through the seed nodes or the bootstrap
+    /// contact points (island clusters),
     /// omitted when none. While any is listed, `GET /ready` fails.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub other_clusters: Vec<OtherClusterJson>,
