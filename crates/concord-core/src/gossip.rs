@@ -195,6 +195,22 @@ impl Gossip {
         }
     }
 
+    /// True if [`Gossip::merge`] of the two drops a vector-clock entry that one of them
+    /// holds: a node one side has tombstoned still has an entry in the other side's version
+    /// (that side has not heard of the removal yet, or the removed node kept changing its
+    /// own view, e.g. a node removed while cut off that admitted a joiner). The merged
+    /// state then contains changes that its version no longer records, and may carry the
+    /// very version of a state without them; the receiver must give it a version of its
+    /// own ([`crate::cluster_core`]'s gossip merge).
+    pub fn merge_prunes_versions(&self, other: &Gossip) -> bool {
+        let tombstoned =
+            |n: &UniqueAddress| self.tombstones.contains_key(n) || other.tombstones.contains_key(n);
+        self.version
+            .entries()
+            .chain(other.version.entries())
+            .any(|(n, _)| tombstoned(n))
+    }
+
     /// A copy where `node` is removed: no longer a member, tombstoned at `now_ms`, its
     /// vector clock entry, reachability rows and seen entry dropped.
     pub fn remove(&self, node: &UniqueAddress, now_ms: u64) -> Gossip {
@@ -313,6 +329,17 @@ mod tests {
             m.overview.seen.is_empty(),
             "nobody has seen a merged gossip"
         );
+    }
+
+    #[test]
+    fn a_merge_prunes_versions_when_one_side_still_has_a_removed_nodes_entry() {
+        let mut a = Gossip::single(member(0, MemberStatus::Up, 1));
+        a.members.insert(n(1), member(1, MemberStatus::Up, 2));
+        let removed = a.clone().bump(&n(1)).remove(&n(1), 10);
+        assert!(!a.merge_prunes_versions(&a.clone().bump(&n(0))));
+        assert!(removed.merge_prunes_versions(&a.clone().bump(&n(1))));
+        assert!(a.clone().bump(&n(1)).merge_prunes_versions(&removed));
+        assert!(!removed.merge_prunes_versions(&removed.clone().bump(&n(0))));
     }
 
     #[test]

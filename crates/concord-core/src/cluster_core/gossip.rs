@@ -72,6 +72,23 @@ impl ClusterCore {
             ClockOrdering::Same => (remote.merge_seen(local), !remote_seen_by_me),
             ClockOrdering::Before => (local.clone(), true),
             ClockOrdering::After => (remote, !remote_seen_by_me),
+            ClockOrdering::Concurrent if remote.merge_prunes_versions(local) => {
+                // The merge drops the vector-clock entries of removed nodes (Akka's
+                // `Gossip.merge` prunes the tombstoned nodes' entries too). What those
+                // nodes changed stays in the merged members, but the merged version no
+                // longer records it, and can be the very version of a state without those
+                // changes: a member removed while cut off that had moved a joiner it
+                // admitted to WeaklyUp, merged with the cluster that removed it, gave the
+                // cluster's own version to a state with the joiner WeaklyUp; the cluster's
+                // next state (Joining, a later version) then replaced it and the joiner's
+                // status went back from WeaklyUp to Joining, on the joiner too (found by
+                // the simulator, seed 491 of `concord-sim --seeds 1000`). The merged state
+                // gets a version of its own, this node's counter incremented: later than
+                // both, and concurrent with every state that does not descend from it, so
+                // the next merge keeps the higher status. Akka does not do this (it keeps
+                // the merged version as is).
+                (remote.merge(local).bump(&me), true)
+            }
             ClockOrdering::Concurrent => (remote.merge(local), true),
         };
         let new = self.seen_by_self(winner.normalize());

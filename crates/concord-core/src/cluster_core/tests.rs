@@ -576,3 +576,4 @@ mod downing;
 mod hostile;
 mod island;
 mod join;
+mod merge;
