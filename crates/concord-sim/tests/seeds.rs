@@ -21,8 +21,9 @@ fn a_set_of_random_fault_schedules_keeps_every_invariant() {
     // stricter"); 1111 a checker that took a node that had just started for a healthy one;
     // 491 a status that went back (WeaklyUp to Joining) after a merge pruned the vector
     // clock entry of a removed node that had admitted the joiner.
+    // 7143: a crashed member seen unreachable only by since-downed observers, monitored by no live one.
     let regressions = [
-        8, 21, 181, 220, 259, 491, 1111, 1712, 1855, 5049, 5750, 5870, 5924, 6927, 7874, 7888,
+        8, 21, 181, 220, 259, 491, 1111, 1712, 1855, 5049, 5750, 5870, 5924, 6927, 7143, 7874, 7888,
     ];
     for seed in (0..100).chain(regressions) {
         if let Err(e) = run_seed(seed, &cfg) {

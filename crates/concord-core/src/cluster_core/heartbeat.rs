@@ -5,6 +5,8 @@
 //! Spec: cluster-specification.md, "Failure Detector"; Akka `ClusterHeartbeatSender`;
 //! Hayashibara et al., "The φ Accrual Failure Detector" (2004).
 
+use std::collections::BTreeSet;
+
 use tracing::{info, warn};
 
 use super::{ClusterCore, ClusterTimer};
@@ -22,13 +24,40 @@ impl ClusterCore {
         if self.ring_dirty {
             self.ring_dirty = false;
             let g = &self.state.latest_gossip;
+            // The ring's unreachable nodes are those of the view the rest of the core acts
+            // on (events, resolver, convergence): records of Down observers left out. With
+            // the raw records, a node only Down observers saw unreachable counts as already
+            // unreachable here (watched only "in between", and not at all once enough
+            // receivers are taken) while the resolver counts it reachable: if it crashed,
+            // no live node would ever detect it (seed 7143).
             let ring = HeartbeatNodeRing::new(
                 self.state.self_unique_address.clone(),
                 g.members.keys().cloned(),
-                g.overview.reachability.all_unreachable_or_terminated(),
+                self.state
+                    .reachability_excluding_downed_observers()
+                    .all_unreachable_or_terminated(),
                 self.settings.failure_detector.monitored_by_nr_of_members,
             );
-            let receivers = ring.my_receivers();
+            let ring_receivers = ring.my_receivers();
+            // Receivers the ring drops while their detector says unavailable stay
+            // monitored (Akka `HeartbeatSenderState.membershipChange`): otherwise this
+            // node's record of them would be cleared unchecked, the ring would take them
+            // back as reachable, and they would flap unreachable/reachable.
+            for r in self.active_receivers.difference(&ring_receivers) {
+                if self
+                    .failure_detectors
+                    .get(r)
+                    .is_some_and(|fd| !fd.is_available(now_ms))
+                {
+                    self.old_receivers_now_unreachable.insert(r.clone());
+                }
+            }
+            self.old_receivers_now_unreachable
+                .retain(|n| g.has_member(n) && !ring_receivers.contains(n));
+            let receivers: BTreeSet<UniqueAddress> = ring_receivers
+                .union(&self.old_receivers_now_unreachable)
+                .cloned()
+                .collect();
             self.failure_detectors.retain(|k, _| receivers.contains(k));
             self.timers.retain(|t| match t {
                 ClusterTimer::ExpectedFirstHeartbeat(n) => receivers.contains(n),
@@ -58,6 +87,15 @@ impl ClusterCore {
 
     pub(super) fn receive_heartbeat_rsp(&mut self, now_ms: u64, from: &UniqueAddress) {
         if self.active_receivers.contains(from) {
+            if self.old_receivers_now_unreachable.remove(from) {
+                // A dropped receiver answered: no longer monitored (its detector goes, and
+                // the reaper clears this node's record of it). Akka `heartbeatRsp`.
+                self.active_receivers.remove(from);
+                self.failure_detectors.remove(from);
+                self.timers
+                    .cancel(&ClusterTimer::ExpectedFirstHeartbeat(from.clone()));
+                return;
+            }
             let phi = self.settings.failure_detector.phi_settings();
             self.failure_detectors
                 .entry(from.clone())

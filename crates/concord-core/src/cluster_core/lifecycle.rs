@@ -132,8 +132,15 @@ impl ClusterCore {
             .members
             .keys()
             .ne(self.state.latest_gossip.members.keys())
-            || old_state.latest_gossip.overview.reachability
-                != self.state.latest_gossip.overview.reachability
+            // The ring's unreachable set (records of Down observers left out; a member
+            // downed with records changes it without any record changing).
+            || old_state
+                .reachability_excluding_downed_observers()
+                .all_unreachable_or_terminated()
+                != self
+                    .state
+                    .reachability_excluding_downed_observers()
+                    .all_unreachable_or_terminated()
         {
             self.ring_dirty = true;
         }

@@ -168,6 +168,11 @@ pub struct ClusterCore {
     heartbeat_seq: u64,
     ring_dirty: bool,
     active_receivers: BTreeSet<UniqueAddress>,
+    /// Receivers the ring dropped while their failure detector said unavailable: still
+    /// monitored until they answer or leave the membership, so that this node's own
+    /// unreachability record of them stays backed by a detector (Akka
+    /// `HeartbeatSenderState.oldReceiversNowUnreachable`).
+    old_receivers_now_unreachable: BTreeSet<UniqueAddress>,
     failure_detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
     joining_since_ms: BTreeMap<UniqueAddress, u64>,
     /// Self has been seen Exiting (the coordinated shutdown's exiting tasks were asked for).
@@ -271,6 +276,7 @@ impl ClusterCore {
             heartbeat_seq: 0,
             ring_dirty: true,
             active_receivers: BTreeSet::new(),
+            old_receivers_now_unreachable: BTreeSet::new(),
             failure_detectors: BTreeMap::new(),
             joining_since_ms: BTreeMap::new(),
             exiting_seen: false,

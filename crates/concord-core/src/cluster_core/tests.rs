@@ -573,6 +573,7 @@ fn gossip_for_another_incarnation_is_ignored() {
 }
 
 mod downing;
+mod heartbeat;
 mod hostile;
 mod island;
 mod join;
