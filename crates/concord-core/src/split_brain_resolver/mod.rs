@@ -121,6 +121,9 @@ pub struct SplitBrainResolver {
     /// (observer, subject) at the last tick.
     signature: Option<Signature>,
     stable_deadline_ms: u64,
+    /// When Akka's stable-after would end: the last change of the unreachable or counted
+    /// members (not of the records) plus stable-after, ms.
+    akka_stable_deadline_ms: u64,
     /// The first reachability change since the last time every unreachable member was
     /// healed, downed or removed, ms.
     unstable_since_ms: Option<u64>,
@@ -149,6 +152,7 @@ impl SplitBrainResolver {
             settings,
             signature: None,
             stable_deadline_ms: 0,
+            akka_stable_deadline_ms: 0,
             unstable_since_ms: None,
             lease: LeaseState::Idle,
             lease_held: false,
@@ -256,6 +260,13 @@ impl SplitBrainResolver {
             .as_ref()
             .is_none_or(|(u, _, r)| u != &view.unreachable || r != &records);
         let sig = (view.unreachable.clone(), counted, records);
+        if self
+            .signature
+            .as_ref()
+            .is_none_or(|(u, c, _)| u != &sig.0 || c != &sig.1)
+        {
+            self.akka_stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
+        }
         if self.signature.as_ref() != Some(&sig) {
             self.signature = Some(sig);
             self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
@@ -288,12 +299,24 @@ impl SplitBrainResolver {
             LeaseState::Idle => {}
         }
         // Down all when unstable: on every node, not only the leader, so it happens even
-        // when the leader cannot decide.
+        // when the leader cannot decide. The time Concord's stricter stability (records
+        // still moving, rule 1) held the decision back past Akka's stable-after does not
+        // count against it, up to one more stable-after: a wait Akka does not make should
+        // not turn into a down-all Akka does not take.
         if let (Some(first), Some(extra)) = (
             self.unstable_since_ms,
             self.settings.down_all_when_unstable_ms,
         ) {
-            if now_ms.saturating_sub(first) > self.settings.stable_after_ms.saturating_add(extra) {
+            let held_back = self
+                .stable_deadline_ms
+                .saturating_sub(self.akka_stable_deadline_ms)
+                .min(self.settings.stable_after_ms);
+            let allowed = self
+                .settings
+                .stable_after_ms
+                .saturating_add(extra)
+                .saturating_add(held_back);
+            if now_ms.saturating_sub(first) > allowed {
                 return self.act(now_ms, &view, Decision::DownAll, false);
             }
         }

@@ -255,3 +255,34 @@ fn records_restart_stable_after_only_while_members_are_indirectly_connected() {
     assert_eq!(sbr.tick(1000, &state_of(1, &both, &[], &all)), None);
     assert!(sbr.tick(1600, &state_of(1, &both, &[], &all)).is_some());
 }
+
+#[test]
+fn the_wait_for_records_to_settle_does_not_count_against_down_all_when_unstable() {
+    // 3 and 4 cannot hear each other; this is 2, not the leader. Akka's stable-after ends
+    // 1 s after the unreachable set last changed (0 ms), and down-all-when-unstable 1 s
+    // later; the record 5 → 4 at 600 ms (4 was unreachable already) holds Concord's
+    // decision back by 600 ms more
+    // (rule 1), so the down-all comes 600 ms later too — once.
+    let settings = SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms: Some(1000),
+        rules: SbrRules::Concord,
+    };
+    let all = [1, 2, 3, 4, 5];
+    let mut sbr = SplitBrainResolver::new(settings);
+    assert_eq!(
+        sbr.tick(0, &state_of(2, &[(3, 4), (4, 3)], &[], &all)),
+        None
+    );
+    let both = state_of(2, &[(3, 4), (4, 3), (5, 4)], &[], &all);
+    assert_eq!(sbr.tick(600, &both), None);
+    assert_eq!(sbr.tick(2001, &both), None, "Akka's horizon alone");
+    match sbr.tick(2601, &both) {
+        Some(SbrAction::Down { decision, nodes }) => {
+            assert_eq!(decision, Decision::DownAll);
+            assert_eq!(nodes.len(), 5);
+        }
+        other => panic!("expected down-all, got {other:?}"),
+    }
+}
