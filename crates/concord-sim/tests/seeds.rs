@@ -82,11 +82,12 @@ fn tally(rules: SbrRules, seeds: std::ops::Range<u64>) -> Tally {
 
 /// The resolver soak with both rule sets over the same seeds (`CONCORD_SIM_SEEDS`, default
 /// 200, from `CONCORD_SIM_SEED_START`, default 0; every strategy in turn): the resolver
-/// decisions that ended in down-all with Concord's rules and with Akka's alone, and the
-/// split brains each produced (a run stops at its first violated invariant). Concord's
-/// rules must produce none. The down-all counts are a reported figure (--nocapture; the
-/// 10,000-seed figures are in docs/SPLIT_BRAIN_RESOLVER.md): the goal of no more down-alls
-/// than Akka's rules is not met yet, so it is printed, not asserted.
+/// decisions that ended in down-all with Concord's rules and with Akka's alone, the
+/// decisions by which Concord's stricter rules down their own side instead, the members
+/// downed, and the split brains each produced (a run stops at its first violated
+/// invariant). Concord's rules must produce none. The down-all counts are a reported figure
+/// (--nocapture; the 10,000-seed figures are in docs/SPLIT_BRAIN_RESOLVER.md): the goal of
+/// no more down-alls than Akka's rules is not met yet, so it is printed, not asserted.
 #[test]
 fn concord_rules_never_split_brain_and_their_down_alls_against_akka_rules() {
     let env = |k: &str, d: u64| {
