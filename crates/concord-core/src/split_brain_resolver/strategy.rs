@@ -107,8 +107,8 @@ pub enum Decision {
     /// cut off together, could keep themselves (see [`decide`]).
     DownSomeIndirectlyConnected,
     /// Concord: this side and the indirectly connected members (the members of
-    /// [`Decision::ReverseDownIndirectlyConnected`]), taken where Concord's rules 2 or 6 find
-    /// that the side Akka's decision keeps may not be the only side kept. It keeps nobody
+    /// [`Decision::ReverseDownIndirectlyConnected`]), taken where Concord's rules 2, 3 or 6
+    /// find that the side Akka's decision keeps may not be the only side kept. It keeps nobody
     /// this node can reach, so it is as safe as the down-all it replaces — the members this
     /// node cannot reach decide for themselves, as they would had this side crashed — and it
     /// leaves them running where a down-all's gossip would down them too
