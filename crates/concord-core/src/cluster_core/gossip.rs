@@ -244,9 +244,10 @@ impl ClusterCore {
         self.gossip_round(now_ms);
         if self.state.is_gossip_speedup_needed() {
             let i = self.settings.gossip_interval_ms;
-            self.timers
+            self.outputs
+                .timers
                 .set(ClusterTimer::GossipSpeedup(1), now_ms.saturating_add(i / 3));
-            self.timers.set(
+            self.outputs.timers.set(
                 ClusterTimer::GossipSpeedup(2),
                 now_ms.saturating_add(i.saturating_mul(2) / 3),
             );

@@ -59,14 +59,15 @@ impl ClusterCore {
                 .cloned()
                 .collect();
             self.failure_detectors.retain(|k, _| receivers.contains(k));
-            self.timers.retain(|t| match t {
+            self.outputs.timers.retain(|t| match t {
                 ClusterTimer::ExpectedFirstHeartbeat(n) => receivers.contains(n),
                 _ => true,
             });
             let first =
                 now_ms.saturating_add(self.settings.failure_detector.expected_response_after_ms);
             for r in receivers.difference(&self.active_receivers) {
-                self.timers
+                self.outputs
+                    .timers
                     .set(ClusterTimer::ExpectedFirstHeartbeat(r.clone()), first);
             }
             self.active_receivers = receivers;
@@ -92,7 +93,8 @@ impl ClusterCore {
                 // the reaper clears this node's record of it). Akka `heartbeatRsp`.
                 self.active_receivers.remove(from);
                 self.failure_detectors.remove(from);
-                self.timers
+                self.outputs
+                    .timers
                     .cancel(&ClusterTimer::ExpectedFirstHeartbeat(from.clone()));
                 return;
             }
@@ -101,7 +103,8 @@ impl ClusterCore {
                 .entry(from.clone())
                 .or_insert_with(|| PhiAccrualFailureDetector::new(phi))
                 .heartbeat(now_ms);
-            self.timers
+            self.outputs
+                .timers
                 .cancel(&ClusterTimer::ExpectedFirstHeartbeat(from.clone()));
         }
     }

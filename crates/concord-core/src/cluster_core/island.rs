@@ -101,7 +101,7 @@ impl ClusterCore {
     /// extra target ([`ClusterCore::set_island_probe_targets`]) whose address is not a
     /// member of this node's cluster; re-armed every [`ISLAND_PROBE_INTERVAL_MS`].
     pub(super) fn island_probe(&mut self, now_ms: u64) {
-        self.timers.set(
+        self.outputs.timers.set(
             ClusterTimer::IslandProbe,
             now_ms.saturating_add(ISLAND_PROBE_INTERVAL_MS),
         );

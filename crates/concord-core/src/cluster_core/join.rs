@@ -82,7 +82,7 @@ impl ClusterCore {
             return Ok(());
         }
         if let Some(t) = self.settings.shutdown_after_unsuccessful_join_seed_nodes_ms {
-            self.timers.set_if_unset(
+            self.outputs.timers.set_if_unset(
                 ClusterTimer::JoinSeedNodesDeadline,
                 now_ms.saturating_add(t),
             );
@@ -108,14 +108,14 @@ impl ClusterCore {
             first_seed,
             remaining,
         };
-        self.timers.cancel(&ClusterTimer::JoinRetry);
+        self.outputs.timers.cancel(&ClusterTimer::JoinRetry);
         if first_seed {
-            self.timers.set(
+            self.outputs.timers.set(
                 ClusterTimer::SeedNodeTimeout,
                 now_ms.saturating_add(self.settings.seed_node_timeout_ms),
             );
         } else {
-            self.timers.cancel(&ClusterTimer::SeedNodeTimeout);
+            self.outputs.timers.cancel(&ClusterTimer::SeedNodeTimeout);
         }
         self.send_init_joins(now_ms);
     }
@@ -134,7 +134,7 @@ impl ClusterCore {
             }
             _ => return,
         };
-        self.timers.set(
+        self.outputs.timers.set(
             ClusterTimer::InitJoin,
             now_ms.saturating_add(init_join_interval_ms(self.settings.seed_node_timeout_ms)),
         );
@@ -193,14 +193,15 @@ impl ClusterCore {
             app_version: self.self_member.app_version.clone(),
         };
         self.send_to_address(&target, msg);
-        self.timers.cancel(&ClusterTimer::InitJoin);
-        self.timers.cancel(&ClusterTimer::SeedNodeTimeout);
+        self.outputs.timers.cancel(&ClusterTimer::InitJoin);
+        self.outputs.timers.cancel(&ClusterTimer::SeedNodeTimeout);
         match self.settings.retry_unsuccessful_join_after_ms {
             Some(r) => self
+                .outputs
                 .timers
                 .set(ClusterTimer::JoinRetry, now_ms.saturating_add(r)),
             None => {
-                self.timers.cancel(&ClusterTimer::JoinRetry);
+                self.outputs.timers.cancel(&ClusterTimer::JoinRetry);
             }
         }
         self.join = JoinProcess::TryingToJoin { target, seeds };
@@ -216,7 +217,7 @@ impl ClusterCore {
             ClusterTimer::JoinRetry,
             ClusterTimer::JoinSeedNodesDeadline,
         ] {
-            self.timers.cancel(&t);
+            self.outputs.timers.cancel(&t);
         }
     }
 

@@ -41,7 +41,7 @@ impl ClusterCore {
         let me = self.state.self_unique_address.clone();
         let g = self.state.latest_gossip.clone().seen(&me);
         self.update_latest_gossip(now_ms, g);
-        self.timers.set(
+        self.outputs.timers.set(
             ClusterTimer::ExitingShutdown,
             now_ms.saturating_add(self.settings.exiting_shutdown_timeout_ms),
         );
@@ -113,7 +113,7 @@ impl ClusterCore {
                     if member.unique_address != self.state.self_unique_address {
                         // Akka's quarantine-removed-node-after: give the removed node time to
                         // receive the gossip that tells it so, then refuse it for good.
-                        self.timers.set(
+                        self.outputs.timers.set(
                             ClusterTimer::QuarantineRemoved(member.unique_address.clone()),
                             now_ms.saturating_add(self.settings.quarantine_removed_node_after_ms),
                         );
@@ -125,7 +125,7 @@ impl ClusterCore {
                     }
                 }
             }
-            self.events.push_back(e);
+            self.outputs.events.push_back(e);
         }
         if old_state
             .latest_gossip
@@ -161,7 +161,7 @@ impl ClusterCore {
                     self.coordinated_shutdown.push_back(ShutdownReason::Downed);
                 }
                 // Keep gossiping for two rounds so the cluster learns, then stop.
-                self.timers.set_if_unset(
+                self.outputs.timers.set_if_unset(
                     ClusterTimer::DownShutdown,
                     now_ms.saturating_add(self.settings.gossip_interval_ms.saturating_mul(2)),
                 );
@@ -171,7 +171,7 @@ impl ClusterCore {
                 // Left: hand over, then go (Akka's ClusterLeavingReason).
                 self.coordinated_shutdown.push_back(ShutdownReason::Removed);
                 if self.exiting_done {
-                    self.timers.set(
+                    self.outputs.timers.set(
                         ClusterTimer::ExitingShutdown,
                         now_ms.saturating_add(self.settings.exiting_shutdown_timeout_ms),
                     );
@@ -191,7 +191,7 @@ impl ClusterCore {
             info!(previous = ?previous, "this node has been removed from the cluster; shutting down");
             let me = self.state.self_unique_address.clone();
             if let Some(m) = self.state.latest_gossip.member(&me).cloned() {
-                self.events.push_back(ClusterEvent::MemberRemoved {
+                self.outputs.events.push_back(ClusterEvent::MemberRemoved {
                     member: m.with_status(MemberStatus::Removed),
                     previous_status: m.status,
                 });
@@ -248,7 +248,8 @@ impl ClusterCore {
             }
             Some(SbrAction::AcquireLease { delay_ms }) => {
                 info!(delay_ms, "split brain resolver: acquiring the lease");
-                self.timers
+                self.outputs
+                    .timers
                     .set(ClusterTimer::LeaseAcquire, now_ms.saturating_add(delay_ms));
             }
             Some(SbrAction::ReleaseLease) => {

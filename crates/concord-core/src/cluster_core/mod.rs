@@ -44,6 +44,7 @@ use crate::member::{Member, MemberStatus};
 use crate::membership_state::MembershipState;
 use crate::membership_view::MembershipView;
 use crate::message::ClusterMessage;
+use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::rate_limit::TokenBucket;
 use crate::settings::ClusterSettings;
@@ -164,7 +165,9 @@ pub struct ClusterCore {
     initialized: bool,
     join: JoinProcess,
     rng: SmallRng,
-    timers: TimerTable<ClusterTimer>,
+    /// Transmits, domain events and timers, drained by the host through the
+    /// [`ProtocolMachine`] verbs.
+    outputs: Outputs<ClusterMessage, ClusterEvent, ClusterTimer>,
     heartbeat_seq: u64,
     ring_dirty: bool,
     active_receivers: BTreeSet<UniqueAddress>,
@@ -180,8 +183,6 @@ pub struct ClusterCore {
     /// The runtime reported that the exiting tasks are done ([`ClusterCore::exiting_completed`]).
     exiting_done: bool,
     shutdown: Option<ShutdownReason>,
-    transmits: VecDeque<Transmit<ClusterMessage>>,
-    events: VecDeque<ClusterEvent>,
     quarantines: VecDeque<UniqueAddress>,
     lease_requests: VecDeque<LeaseRequest>,
     /// Requests to start the coordinated shutdown, with their reason (see
@@ -248,18 +249,18 @@ impl ClusterCore {
         rng_seed: u64,
     ) -> Self {
         let first = now_ms.saturating_add(settings.periodic_tasks_initial_delay_ms);
-        let mut timers = TimerTable::new();
-        timers.set(ClusterTimer::Gossip, first);
-        timers.set(ClusterTimer::Heartbeat, first);
-        timers.set(
+        let mut outputs = Outputs::new();
+        outputs.timers.set(ClusterTimer::Gossip, first);
+        outputs.timers.set(ClusterTimer::Heartbeat, first);
+        outputs.timers.set(
             ClusterTimer::IslandProbe,
             first.saturating_add(ISLAND_PROBE_INTERVAL_MS),
         );
-        timers.set(
+        outputs.timers.set(
             ClusterTimer::Reaper,
             first.saturating_add(settings.unreachable_nodes_reaper_interval_ms),
         );
-        timers.set(
+        outputs.timers.set(
             ClusterTimer::LeaderActions,
             first.saturating_add(settings.leader_actions_interval_ms),
         );
@@ -272,7 +273,7 @@ impl ClusterCore {
             initialized: false,
             join: JoinProcess::Idle,
             rng: SmallRng::seed_from_u64(rng_seed),
-            timers,
+            outputs,
             heartbeat_seq: 0,
             ring_dirty: true,
             active_receivers: BTreeSet::new(),
@@ -282,8 +283,6 @@ impl ClusterCore {
             exiting_seen: false,
             exiting_done: false,
             shutdown: None,
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
             quarantines: VecDeque::new(),
             lease_requests: VecDeque::new(),
             coordinated_shutdown: VecDeque::new(),
@@ -425,13 +424,13 @@ impl ClusterCore {
     /// Next message to send.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit<ClusterMessage>> {
-        self.transmits.pop_front()
+        self.outputs.transmits.pop_front()
     }
 
     /// Next domain event.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ClusterEvent> {
-        self.events.pop_front()
+        self.outputs.events.pop_front()
     }
 
     /// Next incarnation to quarantine: a member removed `quarantine-removed-node-after` ago
@@ -471,18 +470,18 @@ impl ClusterCore {
         if self.shutdown.is_some() {
             return None;
         }
-        self.timers.next_deadline()
+        self.outputs.timers.next_deadline()
     }
 
     /// The armed timers and their deadlines (for tests and diagnostics).
     pub fn timers(&self) -> &TimerTable<ClusterTimer> {
-        &self.timers
+        &self.outputs.timers
     }
 
     // ------------------------------------------------------------------ sending
 
     fn send(&mut self, to: &UniqueAddress, message: ClusterMessage) {
-        self.transmits.push_back(Transmit {
+        self.outputs.transmits.push_back(Transmit {
             to: to.address.clone(),
             to_uid: Some(to.uid),
             lane: Lane::Control,
@@ -491,7 +490,7 @@ impl ClusterCore {
     }
 
     fn send_to_address(&mut self, to: &Address, message: ClusterMessage) {
-        self.transmits.push_back(Transmit {
+        self.outputs.transmits.push_back(Transmit {
             to: to.clone(),
             to_uid: None,
             lane: Lane::Control,

@@ -54,7 +54,7 @@ impl ClusterCore {
         if self.shutdown.is_some() {
             return;
         }
-        let due = self.timers.expired(now_ms);
+        let due = self.outputs.timers.expired(now_ms);
         let gossip_due = due.contains(&ClusterTimer::Gossip);
         for timer in due {
             if self.shutdown.is_some() {
@@ -83,28 +83,28 @@ impl ClusterCore {
                     }
                 }
                 ClusterTimer::Heartbeat => {
-                    self.timers.set(
+                    self.outputs.timers.set(
                         ClusterTimer::Heartbeat,
                         now_ms.saturating_add(self.settings.failure_detector.heartbeat_interval_ms),
                     );
                     self.heartbeat_tick(now_ms);
                 }
                 ClusterTimer::Reaper => {
-                    self.timers.set(
+                    self.outputs.timers.set(
                         ClusterTimer::Reaper,
                         now_ms.saturating_add(self.settings.unreachable_nodes_reaper_interval_ms),
                     );
                     self.reap_unreachable(now_ms);
                 }
                 ClusterTimer::LeaderActions => {
-                    self.timers.set(
+                    self.outputs.timers.set(
                         ClusterTimer::LeaderActions,
                         now_ms.saturating_add(self.settings.leader_actions_interval_ms),
                     );
                     self.leader_actions(now_ms);
                 }
                 ClusterTimer::Gossip => {
-                    self.timers.set(
+                    self.outputs.timers.set(
                         ClusterTimer::Gossip,
                         now_ms.saturating_add(self.settings.gossip_interval_ms),
                     );
