@@ -144,8 +144,8 @@ impl Codec for PingCodec {
         (manifest, Bytes::copy_from_slice(&ms.to_be_bytes()))
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<PingMessage, DecodeError> {
-        let ms = <[u8; 8]>::try_from(payload.as_ref())
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<PingMessage, DecodeError> {
+        let ms = <[u8; 8]>::try_from(payload)
             .map(u64::from_be_bytes)
             .map_err(|_| DecodeError::Invalid(format!("{} bytes, not 8", payload.len())))?;
         match manifest {

@@ -28,7 +28,12 @@ impl Codec for RawCodec {
         (PAYLOAD_MANIFEST, message.clone())
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<Bytes, DecodeError> {
+        self.decode_owned(manifest, Bytes::copy_from_slice(payload))
+    }
+
+    /// The payload itself, without a copy.
+    fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
         match manifest {
             PAYLOAD_MANIFEST => Ok(payload),
             other => Err(DecodeError::UnknownManifest(other)),

@@ -149,7 +149,7 @@ impl Codec for MembershipCodec {
         (m, Bytes::from(bytes))
     }
 
-    fn decode(&self, m: u32, payload: Bytes) -> Result<ClusterMessage, DecodeError> {
+    fn decode(&self, m: u32, payload: &[u8]) -> Result<ClusterMessage, DecodeError> {
         Ok(match m {
             manifest::INIT_JOIN => ClusterMessage::InitJoin {
                 cluster: identity_from_wire(&wire::InitJoinInfo::decode(payload)?),
@@ -276,7 +276,7 @@ mod tests {
     fn an_empty_init_join_of_an_older_version_decodes_without_identity() {
         let c = MembershipCodec::default();
         let m = c
-            .decode(
+            .decode_owned(
                 manifest::INIT_JOIN_ACK,
                 wire::Empty {}.encode_to_vec().into(),
             )
@@ -324,7 +324,9 @@ mod tests {
         for m in msgs {
             let (manifest, bytes) = MembershipCodec::default().encode(&m);
             assert_eq!(
-                MembershipCodec::default().decode(manifest, bytes).unwrap(),
+                MembershipCodec::default()
+                    .decode_owned(manifest, bytes)
+                    .unwrap(),
                 m
             );
         }
@@ -351,10 +353,10 @@ mod tests {
             Err(DecodeError::BadPort(70000))
         ));
         assert!(MembershipCodec::default()
-            .decode(manifest::JOIN, Bytes::from_static(&[0xff]))
+            .decode_owned(manifest::JOIN, Bytes::from_static(&[0xff]))
             .is_err());
         assert!(matches!(
-            MembershipCodec::default().decode(99, Bytes::new()),
+            MembershipCodec::default().decode_owned(99, Bytes::new()),
             Err(DecodeError::UnknownManifest(99))
         ));
         assert!(decompress_gossip(b"not gzip", 1 << 20).is_err());
@@ -382,7 +384,7 @@ mod tests {
             gossip: Bytes::from(bomb),
         };
         assert!(matches!(
-            codec.decode(manifest::GOSSIP_ENVELOPE, Bytes::from(env.encode_to_vec())),
+            codec.decode_owned(manifest::GOSSIP_ENVELOPE, Bytes::from(env.encode_to_vec())),
             Err(DecodeError::DecompressedTooLarge(4096))
         ));
     }
@@ -391,7 +393,7 @@ mod tests {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             for m in 0..12 {
-                let _ = MembershipCodec::default().decode(m, Bytes::from(bytes.clone()));
+                let _ = MembershipCodec::default().decode_owned(m, Bytes::from(bytes.clone()));
             }
             let _ = decompress_gossip(&bytes, 1 << 20);
         }

@@ -241,7 +241,7 @@ impl Codec for ReplicatorCodec {
         (m, Bytes::from(bytes))
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<ReplicatorMessage, DecodeError> {
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<ReplicatorMessage, DecodeError> {
         Ok(match manifest {
             manifest::READ => {
                 let w = wire::DdRead::decode(payload)?;
@@ -404,18 +404,18 @@ pub(crate) mod tests {
     fn every_message_round_trips() {
         for m in all_messages() {
             let (manifest, bytes) = ReplicatorCodec.encode(&m);
-            assert_eq!(ReplicatorCodec.decode(manifest, bytes).unwrap(), m);
+            assert_eq!(ReplicatorCodec.decode_owned(manifest, bytes).unwrap(), m);
         }
         assert!(matches!(
-            ReplicatorCodec.decode(99, Bytes::new()),
+            ReplicatorCodec.decode_owned(99, Bytes::new()),
             Err(DecodeError::UnknownManifest(99))
         ));
         assert!(ReplicatorCodec
-            .decode(manifest::WRITE, Bytes::from_static(&[0xff, 0xff]))
+            .decode_owned(manifest::WRITE, Bytes::from_static(&[0xff, 0xff]))
             .is_err());
         assert!(
             ReplicatorCodec
-                .decode(manifest::WRITE, Bytes::new())
+                .decode_owned(manifest::WRITE, Bytes::new())
                 .is_err(),
             "no envelope"
         );

@@ -370,7 +370,12 @@ impl Codec for KvCodec {
         (m, Bytes::from(bytes))
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<KvMessage, DecodeError> {
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<KvMessage, DecodeError> {
+        self.decode_owned(manifest, Bytes::copy_from_slice(payload))
+    }
+
+    /// Values are read from `payload` without a first copy into a buffer of their own.
+    fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<KvMessage, DecodeError> {
         let ack = |a: wire::KvAck| match a.error {
             Some(e) => Err(e),
             None => Ok(()),

@@ -49,11 +49,20 @@ pub trait Codec: Send + Sync + 'static {
     /// The manifest and bytes of `message`.
     fn encode(&self, message: &Self::Message) -> (u32, Bytes);
 
-    /// The message of type `manifest` in `payload`; [`DecodeError::UnknownManifest`] for a
-    /// type this build does not know. `payload` is a zero-copy slice of the connection's
-    /// read buffer: a message that keeps it for long (rather than decoding from it) should
-    /// copy it (`Bytes::copy_from_slice`), or it keeps that whole buffer alive.
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<Self::Message, DecodeError>;
+    /// The message of type `manifest` in `payload`, borrowed from the connection's read
+    /// buffer for the call; [`DecodeError::UnknownManifest`] for a type this build does not
+    /// know.
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<Self::Message, DecodeError>;
+
+    /// The same from an owned buffer: what the layer host calls. By default it borrows
+    /// ([`Codec::decode`]); a codec whose messages keep parts of the payload (an entity's
+    /// message, a stored value) overrides it to keep them without a copy, as zero-copy
+    /// slices of `payload` — which is itself a slice of the connection's read buffer, so a
+    /// message that keeps it for long should copy it (`Bytes::copy_from_slice`), or it
+    /// keeps that whole buffer alive.
+    fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<Self::Message, DecodeError> {
+        self.decode(manifest, &payload)
+    }
 }
 
 /// Messages of one protocol received from one authenticated peer in one read, in the

@@ -172,18 +172,27 @@ fn valid_payloads() -> Vec<(u32, u32, Vec<u8>)> {
 }
 
 /// Decodes `payload` with the codec of `codec` (1 membership, 2 ddata, 3 singleton, 4
-/// sharding, 5 key-value store); only errors, never a panic.
+/// sharding, 5 key-value store), both ways the host may call it (borrowed and owned); only
+/// errors, never a panic, and the same outcome both ways.
 fn decode_with(codec: u32, manifest: u32, payload: Bytes) -> Result<(), DecodeError> {
+    fn both<C: Codec>(c: &C, manifest: u32, payload: Bytes) -> Result<(), DecodeError> {
+        let borrowed = c.decode(manifest, &payload).map(drop);
+        let owned = c.decode_owned(manifest, payload).map(drop);
+        assert_eq!(borrowed.is_ok(), owned.is_ok());
+        owned
+    }
     match codec {
-        1 => MembershipCodec {
-            max_decompressed_gossip_bytes: 1 << 20,
-        }
-        .decode(manifest, payload)
-        .map(drop),
-        2 => ReplicatorCodec.decode(manifest, payload).map(drop),
-        3 => SingletonCodec.decode(manifest, payload).map(drop),
-        4 => ShardingCodec.decode(manifest, payload).map(drop),
-        _ => KvCodec.decode(manifest, payload).map(drop),
+        1 => both(
+            &MembershipCodec {
+                max_decompressed_gossip_bytes: 1 << 20,
+            },
+            manifest,
+            payload,
+        ),
+        2 => both(&ReplicatorCodec, manifest, payload),
+        3 => both(&SingletonCodec, manifest, payload),
+        4 => both(&ShardingCodec, manifest, payload),
+        _ => both(&KvCodec, manifest, payload),
     }
 }
 

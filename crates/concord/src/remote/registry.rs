@@ -64,7 +64,7 @@ impl<C: Codec> Route for TypedRoute<C> {
         };
         for (manifest, payload) in raw {
             let n = payload.len();
-            match self.codec.decode(manifest, payload) {
+            match self.codec.decode_owned(manifest, payload) {
                 Ok(m) => {
                     routed.bytes += n as u64;
                     messages.push((m, n));
@@ -169,7 +169,10 @@ mod tests {
         fn encode(&self, m: &Bytes) -> (u32, Bytes) {
             (1, m.clone())
         }
-        fn decode(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
+        fn decode(&self, manifest: u32, payload: &[u8]) -> Result<Bytes, DecodeError> {
+            self.decode_owned(manifest, Bytes::copy_from_slice(payload))
+        }
+        fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
             match manifest {
                 1 => Ok(payload),
                 m => Err(DecodeError::UnknownManifest(m)),

@@ -324,7 +324,12 @@ impl Codec for ShardingCodec {
         (m, Bytes::from(bytes))
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<ShardingMessage, DecodeError> {
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<ShardingMessage, DecodeError> {
+        self.decode_owned(manifest, Bytes::copy_from_slice(payload))
+    }
+
+    /// Entity messages keep their payload as a slice of `payload`, without a copy.
+    fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<ShardingMessage, DecodeError> {
         let shard = |payload: Bytes, f: fn(String) -> ShardingBody| {
             let w = wire::ShardingShard::decode(payload)?;
             Ok::<_, DecodeError>(ShardingMessage {
@@ -500,12 +505,12 @@ impl Codec for ShardingCodec {
             }
             manifest::REPLICATOR => {
                 let w = wire::ShardingEmbedded::decode(payload)?;
-                let inner = ReplicatorCodec.decode(w.manifest, w.payload)?;
+                let inner = ReplicatorCodec.decode(w.manifest, &w.payload)?;
                 Ok(msg(w.type_name, ShardingBody::Replicator(inner)))
             }
             manifest::SINGLETON => {
                 let w = wire::ShardingEmbedded::decode(payload)?;
-                let inner = SingletonCodec.decode(w.manifest, w.payload)?;
+                let inner = SingletonCodec.decode(w.manifest, &w.payload)?;
                 Ok(msg(w.type_name, ShardingBody::Singleton(inner.body)))
             }
             m => Err(DecodeError::UnknownManifest(m)),
@@ -612,11 +617,13 @@ pub(crate) mod tests {
                 body,
             };
             let (manifest, bytes) = ShardingCodec.encode(&m);
-            let back = ShardingCodec.decode(manifest, bytes).expect("decodes");
+            let back = ShardingCodec
+                .decode_owned(manifest, bytes)
+                .expect("decodes");
             assert_eq!(back, m);
         }
         assert!(matches!(
-            ShardingCodec.decode(999, Bytes::new()),
+            ShardingCodec.decode_owned(999, Bytes::new()),
             Err(DecodeError::UnknownManifest(999))
         ));
     }
@@ -633,14 +640,14 @@ pub(crate) mod tests {
         }
         .encode_to_vec();
         assert!(ShardingCodec
-            .decode(manifest::SHARD_HOMES, Bytes::from(bad))
+            .decode_owned(manifest::SHARD_HOMES, Bytes::from(bad))
             .is_err());
     }
 
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(manifest in 0u32..30, bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = ShardingCodec.decode(manifest, Bytes::from(bytes));
+            let _ = ShardingCodec.decode_owned(manifest, Bytes::from(bytes));
         }
     }
 }

@@ -88,9 +88,9 @@ impl Codec for SingletonCodec {
         (m, Bytes::from(bytes))
     }
 
-    fn decode(&self, manifest: u32, payload: Bytes) -> Result<SingletonMessage, DecodeError> {
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<SingletonMessage, DecodeError> {
         let named =
-            |body: SingletonBody, payload: Bytes| -> Result<SingletonMessage, DecodeError> {
+            |body: SingletonBody, payload: &[u8]| -> Result<SingletonMessage, DecodeError> {
                 Ok(SingletonMessage {
                     name: wire::SingletonName::decode(payload)?.name,
                     body,
@@ -177,11 +177,11 @@ pub(crate) mod tests {
                 body,
             };
             let (manifest, bytes) = SingletonCodec.encode(&m);
-            assert_eq!(SingletonCodec.decode(manifest, bytes).unwrap(), m);
+            assert_eq!(SingletonCodec.decode_owned(manifest, bytes).unwrap(), m);
         }
-        assert!(SingletonCodec.decode(77, Bytes::new()).is_err());
+        assert!(SingletonCodec.decode_owned(77, Bytes::new()).is_err());
         assert!(SingletonCodec
-            .decode(manifest::DELIVER, Bytes::from_static(&[0xff]))
+            .decode_owned(manifest::DELIVER, Bytes::from_static(&[0xff]))
             .is_err());
     }
 }

@@ -138,7 +138,7 @@ pub(crate) fn all_messages() -> Vec<KvMessage> {
 fn every_message_round_trips() {
     for m in all_messages() {
         let (manifest, bytes) = KvCodec.encode(&m);
-        assert_eq!(KvCodec.decode(manifest, bytes).unwrap(), m);
+        assert_eq!(KvCodec.decode_owned(manifest, bytes).unwrap(), m);
     }
 }
 
@@ -150,9 +150,9 @@ fn invalid_versions_and_unknown_manifests_are_errors() {
         object: Bytes::from_static(b"\x01\xff\xff"),
     }
     .encode_to_vec();
-    assert!(KvCodec.decode(manifest::PUT, bad.into()).is_err());
+    assert!(KvCodec.decode_owned(manifest::PUT, bad.into()).is_err());
     assert!(matches!(
-        KvCodec.decode(99, Bytes::new()),
+        KvCodec.decode_owned(99, Bytes::new()),
         Err(DecodeError::UnknownManifest(99))
     ));
     let wide = wire::KvAeGroups {
@@ -164,5 +164,7 @@ fn invalid_versions_and_unknown_manifests_are_errors() {
         }],
     }
     .encode_to_vec();
-    assert!(KvCodec.decode(manifest::AE_GROUPS, wide.into()).is_err());
+    assert!(KvCodec
+        .decode_owned(manifest::AE_GROUPS, wide.into())
+        .is_err());
 }
