@@ -127,20 +127,20 @@ impl ClusterCore {
             }
             self.outputs.events.push_back(e);
         }
-        if old_state
-            .latest_gossip
-            .members
-            .keys()
-            .ne(self.state.latest_gossip.members.keys())
+        let (old, new) = (&old_state.latest_gossip, &self.state.latest_gossip);
+        if old.members.keys().ne(new.members.keys())
             // The ring's unreachable set (records of Down observers left out; a member
-            // downed with records changes it without any record changing).
-            || old_state
-                .reachability_excluding_downed_observers()
-                .all_unreachable_or_terminated()
-                != self
-                    .state
+            // downed with records changes it without any record changing). Computed only
+            // when what it depends on changed: most gossip changes neither.
+            || (old.overview.reachability != new.overview.reachability
+                || old.members.values().map(|m| m.status).ne(new.members.values().map(|m| m.status)))
+                && old_state
                     .reachability_excluding_downed_observers()
                     .all_unreachable_or_terminated()
+                    != self
+                        .state
+                        .reachability_excluding_downed_observers()
+                        .all_unreachable_or_terminated()
         {
             self.ring_dirty = true;
         }

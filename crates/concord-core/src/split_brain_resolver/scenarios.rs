@@ -84,6 +84,27 @@ fn outcome(strategy: &DowningStrategy, view: &SbrView) -> (Decision, BTreeSet<u1
     (d, ids)
 }
 
+/// keep-majority with Concord's rules, stable-after 1 s, and `down_all_when_unstable_ms`.
+fn keep_majority_settings(down_all_when_unstable_ms: Option<u64>) -> SbrSettings {
+    SbrSettings {
+        strategy: KEEP_MAJORITY,
+        stable_after_ms: 1000,
+        down_all_when_unstable_ms,
+        rules: SbrRules::Concord,
+    }
+}
+
+/// Asserts that `action` downs all `n` members.
+fn assert_down_all(action: Option<SbrAction>, n: usize) {
+    match action {
+        Some(SbrAction::Down { decision, nodes }) => {
+            assert_eq!(decision, Decision::DownAll);
+            assert_eq!(nodes.len(), n);
+        }
+        other => panic!("expected down-all, got {other:?}"),
+    }
+}
+
 fn set(ids: &[u16]) -> BTreeSet<u16> {
     ids.iter().copied().collect()
 }
@@ -373,20 +394,9 @@ fn indirectly_connected_found_again_after_leaving_out_their_links_downs_all() {
 #[test]
 fn the_resolver_downs_all_on_a_double_decision() {
     let st = chain_of_asymmetric_links();
-    let mut sbr = SplitBrainResolver::new(SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: None,
-        rules: SbrRules::Concord,
-    });
+    let mut sbr = SplitBrainResolver::new(keep_majority_settings(None));
     assert_eq!(sbr.tick(0, &st), None);
-    match sbr.tick(1000, &st) {
-        Some(SbrAction::Down { decision, nodes }) => {
-            assert_eq!(decision, Decision::DownAll);
-            assert_eq!(nodes.len(), 5);
-        }
-        other => panic!("expected down-all, got {other:?}"),
-    }
+    assert_down_all(sbr.tick(1000, &st), 5);
 }
 
 // ---------------------------------------------------------------- 4. down-all-when-unstable
@@ -396,12 +406,7 @@ fn down_all_when_unstable_counts_from_the_first_change_until_now() {
     // A non-leader (it never takes the ordinary decision) sees reachability change from
     // 0 to 2000 ms, then nothing new: still unstable, it downs all once
     // stable-after + down-all-when-unstable has passed since the first change.
-    let settings = SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: Some(4000),
-        rules: SbrRules::Concord,
-    };
+    let settings = keep_majority_settings(Some(4000));
     let mk = |records: &[(u16, u16)]| state_of(5, records, &[], &[5]);
     // 1 (the leader) is unreachable from 5 and so is 2, then 3, in turn.
     let a = mk(&[(5, 1)]);

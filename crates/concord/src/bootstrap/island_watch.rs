@@ -23,7 +23,8 @@ use tokio::task::JoinSet;
 use tracing::{debug, info};
 
 use super::contact_point::{self, SeedNodesJson, MAX_SEED_NODES};
-use super::{jittered, BootstrapSettings};
+use super::join_decider::same_contact_point;
+use super::{jittered, with_fallback_port, BootstrapSettings};
 use crate::cluster::Cluster;
 use crate::discovery::{ResolvedTarget, ServiceDiscovery};
 
@@ -89,15 +90,9 @@ impl IslandWatch {
                 return Vec::new();
             }
         };
-        let mut points: Vec<ResolvedTarget> = found
+        let mut points: Vec<ResolvedTarget> = with_fallback_port(found, s.fallback_port)
             .into_iter()
-            .map(|mut t| {
-                t.port = t.port.or(Some(s.fallback_port));
-                t
-            })
-            .filter(|t| !is_self(&self.self_contact_point, t))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
+            .filter(|t| !same_contact_point(&self.self_contact_point, t))
             .collect();
         points.shuffle(&mut self.rng);
         points.truncate(MAX_WATCHED_CONTACT_POINTS);
@@ -148,13 +143,6 @@ pub fn outside_seed_nodes(
         .filter(|u| !members.contains(u))
         .map(|u| u.address)
         .collect()
-}
-
-/// Whether `target` is this node's own contact point (as
-/// [`super::SeedNodesInformation::is_self`]).
-fn is_self(me: &ResolvedTarget, target: &ResolvedTarget) -> bool {
-    target.port == me.port
-        && (target.host == me.host || (target.address.is_some() && target.address == me.address))
 }
 
 #[cfg(test)]

@@ -36,14 +36,17 @@ pub struct SeedNodesInformation {
     pub seed_nodes_observations: BTreeMap<ResolvedTarget, SeedNodesObservation>,
 }
 
+/// Whether `a` and `b` are the same contact point: same port and the same IP address or
+/// host name.
+pub fn same_contact_point(a: &ResolvedTarget, b: &ResolvedTarget) -> bool {
+    a.port == b.port && (a.host == b.host || (a.address.is_some() && a.address == b.address))
+}
+
 impl SeedNodesInformation {
     /// Whether `target` is this node's contact point: same port and the same IP address
     /// or host name.
     pub fn is_self(&self, target: &ResolvedTarget) -> bool {
-        let me = &self.self_contact_point;
-        target.port == me.port
-            && (target.host == me.host
-                || (target.address.is_some() && target.address == me.address))
+        same_contact_point(&self.self_contact_point, target)
     }
 
     /// Seed nodes reported by any contact point.

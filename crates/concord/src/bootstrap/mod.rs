@@ -213,13 +213,7 @@ impl Bootstrap {
             Vec::new()
         });
         let fallback = self.settings.fallback_port;
-        let points: BTreeSet<ResolvedTarget> = found
-            .into_iter()
-            .map(|mut t| {
-                t.port = t.port.or(Some(fallback));
-                t
-            })
-            .collect();
+        let points = with_fallback_port(found, fallback);
         if points != self.info.contact_points {
             info!(
                 contact_points = ?points
@@ -368,6 +362,18 @@ impl Bootstrap {
             }
         }
     }
+}
+
+/// The contact points of a lookup, each without a port given `fallback` (the management
+/// port unless `contact-point.fallback-port` is set), without duplicates.
+fn with_fallback_port(found: Vec<ResolvedTarget>, fallback: u16) -> BTreeSet<ResolvedTarget> {
+    found
+        .into_iter()
+        .map(|mut t| {
+            t.port = t.port.or(Some(fallback));
+            t
+        })
+        .collect()
 }
 
 /// Runs Cluster Bootstrap for `cluster` until it is a member (or shuts down), then its

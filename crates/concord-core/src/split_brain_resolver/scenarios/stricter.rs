@@ -51,12 +51,7 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     // the 2|2 tie (lowest address 2) would keep {2,5}: two clusters (simulator seed 181).
     // Counting 1 over there, {2,5} loses: it downs itself and leaves {3,4} to decide (only
     // Concord's rule 3 turned Akka's keep into a loss, so not a down-all).
-    let settings = SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: None,
-        rules: SbrRules::Concord,
-    };
+    let settings = keep_majority_settings(None);
     let records = [(2, 1), (5, 1), (2, 3), (2, 4), (5, 3), (5, 4)];
     let st = state_of(2, &records, &[1], &[2, 5]);
     let mut sbr = SplitBrainResolver::new(settings.clone());
@@ -90,12 +85,7 @@ fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
     // the suspects are detected, the records change and stable-after starts over. (The
     // simulator's seed 692 was this shape with stale indirectly-connected records.)
     let st = state_of(1, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
-    let sbr_settings = SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: None,
-        rules: SbrRules::Concord,
-    };
+    let sbr_settings = keep_majority_settings(None);
     let mut sbr = SplitBrainResolver::new(sbr_settings.clone());
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
@@ -177,12 +167,7 @@ fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
     // 5 crashed (everyone observes it); 3 is merely slow. Keeping {1,2,3,4} holds even if
     // 3 were gone ({1,2,4} is still a majority): the leader downs 5 at once.
     let st = state_of(1, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
-    let mut sbr = SplitBrainResolver::new(SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: None,
-        rules: SbrRules::Concord,
-    });
+    let mut sbr = SplitBrainResolver::new(keep_majority_settings(None));
     sbr.set_suspects([n(3)].into_iter().collect());
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
@@ -221,12 +206,7 @@ fn set_n(ids: &[u16]) -> BTreeSet<UniqueAddress> {
 
 #[test]
 fn records_restart_stable_after_only_while_members_are_indirectly_connected() {
-    let settings = SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: None,
-        rules: SbrRules::Concord,
-    };
+    let settings = keep_majority_settings(None);
     // A clean partition {1,2,3} | {4,5}: more members of this side observe 4 and 5 as the
     // detection spreads. The unreachable set is the same, so the decision is taken 1 s
     // after it last changed, as Akka does.
@@ -263,12 +243,7 @@ fn the_wait_for_records_to_settle_does_not_count_against_down_all_when_unstable(
     // later; the record 5 → 4 at 600 ms (4 was unreachable already) holds Concord's
     // decision back by 600 ms more
     // (rule 1), so the down-all comes 600 ms later too — once.
-    let settings = SbrSettings {
-        strategy: KEEP_MAJORITY,
-        stable_after_ms: 1000,
-        down_all_when_unstable_ms: Some(1000),
-        rules: SbrRules::Concord,
-    };
+    let settings = keep_majority_settings(Some(1000));
     let all = [1, 2, 3, 4, 5];
     let mut sbr = SplitBrainResolver::new(settings);
     assert_eq!(
@@ -278,11 +253,5 @@ fn the_wait_for_records_to_settle_does_not_count_against_down_all_when_unstable(
     let both = state_of(2, &[(3, 4), (4, 3), (5, 4)], &[], &all);
     assert_eq!(sbr.tick(600, &both), None);
     assert_eq!(sbr.tick(2001, &both), None, "Akka's horizon alone");
-    match sbr.tick(2601, &both) {
-        Some(SbrAction::Down { decision, nodes }) => {
-            assert_eq!(decision, Decision::DownAll);
-            assert_eq!(nodes.len(), 5);
-        }
-        other => panic!("expected down-all, got {other:?}"),
-    }
+    assert_down_all(sbr.tick(2601, &both), 5);
 }
