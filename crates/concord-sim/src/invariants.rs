@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use concord_core::split_brain_resolver::{Decision, DowningStrategy};
+use concord_core::split_brain_resolver::{Decision, DecisionCause, DowningStrategy};
 use concord_core::{Address, MemberStatus, UniqueAddress};
 
 use crate::sim::Simulation;
@@ -52,6 +52,9 @@ pub struct DecisionCounts {
     /// Of those, down-all decisions (down-all-when-unstable, the membership-change guard, a
     /// double decision, or the down-all strategy).
     pub down_all: u64,
+    /// The down-alls by cause: the leader's stable decision (the down-all strategy, the
+    /// membership-change guard), down-all-when-unstable, a double decision.
+    pub down_all_by_cause: [u64; 3],
     /// Of those, the decisions Concord's stricter rules take instead of Akka's
     /// ([`Decision::DownOwnSide`], a down-all until stop 27).
     pub down_own_side: u64,
@@ -160,7 +163,15 @@ impl Checker {
                 .min(fresh.len());
             for record in &fresh[fresh.len() - new..] {
                 match record.decision {
-                    Decision::DownAll => self.counts.down_all += 1,
+                    Decision::DownAll => {
+                        self.counts.down_all += 1;
+                        let i = match record.cause {
+                            DecisionCause::Unstable => 1,
+                            DecisionCause::DoubleDecision => 2,
+                            DecisionCause::Stable | DecisionCause::Lease => 0,
+                        };
+                        self.counts.down_all_by_cause[i] += 1;
+                    }
                     Decision::DownOwnSide => self.counts.down_own_side += 1,
                     _ => {}
                 }

@@ -37,6 +37,8 @@ fn a_set_of_random_fault_schedules_keeps_every_invariant() {
 struct Tally {
     decisions: u64,
     down_all: u64,
+    /// Down-alls by cause: stable decision, down-all-when-unstable, double decision.
+    down_all_by_cause: [u64; 3],
     down_own_side: u64,
     members_downed: u64,
     seeds_with_down_all: u64,
@@ -60,12 +62,16 @@ fn tally(rules: SbrRules, seeds: std::ops::Range<u64>) -> Tally {
             DecisionCounts {
                 decisions,
                 down_all,
+                down_all_by_cause,
                 down_own_side,
                 members_downed,
             },
         ) = run_seed_counted(seed, &cfg);
         t.decisions += decisions;
         t.down_all += down_all;
+        for (sum, n) in t.down_all_by_cause.iter_mut().zip(down_all_by_cause) {
+            *sum += n;
+        }
         t.down_own_side += down_own_side;
         t.members_downed += members_downed;
         t.downed_per_seed.push(members_downed);
@@ -105,10 +111,13 @@ fn concord_rules_never_split_brain_and_their_down_alls_against_akka_rules() {
     });
     for (name, t) in [("concord", &concord), ("akka", &akka)] {
         println!(
-            "{name:>8} rules, seeds {seeds:?}: {} decisions, {} down-all ({} seeds with a down-all), {} down own side, {} members downed, {} split brains {:?}, {} other invariant failures {:?}",
+            "{name:>8} rules, seeds {seeds:?}: {} decisions, {} down-all ({} seeds with a down-all; by cause: {} stable decision, {} down-all-when-unstable, {} double decision), {} down own side, {} members downed, {} split brains {:?}, {} other invariant failures {:?}",
             t.decisions,
             t.down_all,
             t.seeds_with_down_all,
+            t.down_all_by_cause[0],
+            t.down_all_by_cause[1],
+            t.down_all_by_cause[2],
             t.down_own_side,
             t.members_downed,
             t.split_brains.len(),

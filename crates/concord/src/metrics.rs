@@ -10,7 +10,10 @@
 //! - `concord_cluster_is_leader{node}`, `concord_cluster_convergence{node}` — 0/1 (gauges)
 //! - `concord_cluster_messages_sent_total{node,kind}` / `..._received_total{node,kind}`
 //! - `concord_cluster_sbr_decisions_total{node}` — split brain resolver decisions this node
-//!   carried out (each is also logged at warn with the decision and the downed members)
+//!   carried out (each is also logged at warn with the decision, its cause and the downed members)
+//! - `concord_cluster_sbr_down_all_total{node,cause}` — of those, the down-all decisions, by
+//!   cause: `stable` (the down-all strategy, the membership-change guard), `unstable`
+//!   (down-all-when-unstable), `double-decision`
 //! - `concord_cluster_gossip_rounds_total{node}`, `concord_cluster_gossip_bytes_{in,out}_total{node}`
 //! - `concord_cluster_heartbeat_rtt_seconds{node}` — heartbeat round trips (summary)
 //! - `concord_cluster_other_clusters{node}` — other clusters of this system name found
@@ -173,6 +176,13 @@ pub(crate) fn record_membership(node: &str, view: &MembershipView, stats: &CoreS
         .absolute(stats.gossip_rounds);
     metrics::counter!("concord_cluster_sbr_decisions_total", "node" => node.to_string())
         .absolute(stats.sbr_decisions);
+    for (cause, v) in ["stable", "unstable", "double-decision"]
+        .into_iter()
+        .zip(stats.sbr_down_all)
+    {
+        metrics::counter!("concord_cluster_sbr_down_all_total", "node" => node.to_string(), "cause" => cause)
+            .absolute(v);
+    }
     for (reason, v) in [
         ("non-member", stats.refused_non_member),
         ("implausible-clock", stats.implausible_clocks),

@@ -18,7 +18,7 @@ use crate::leader::{
 use crate::member::MemberStatus;
 use crate::membership_state::MembershipState;
 use crate::message::ClusterMessage;
-use crate::split_brain_resolver::SbrAction;
+use crate::split_brain_resolver::{Decision, DecisionCause, SbrAction};
 
 impl ClusterCore {
     // ------------------------------------------------------------------ runtime answers
@@ -218,14 +218,27 @@ impl ClusterCore {
         let Some(sbr) = &mut self.sbr else { return };
         sbr.set_suspects(suspects);
         match sbr.tick(now_ms, &self.state) {
-            Some(SbrAction::Down { decision, nodes }) => {
+            Some(SbrAction::Down {
+                decision,
+                nodes,
+                cause,
+            }) => {
                 warn!(
                     strategy = sbr.settings().strategy.name(),
                     ?decision,
+                    cause = cause.name(),
                     nodes = ?nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
                     "split brain resolver decision: downing members"
                 );
                 self.stats.sbr_decisions += 1;
+                if decision == Decision::DownAll {
+                    let i = match cause {
+                        DecisionCause::Unstable => 1,
+                        DecisionCause::DoubleDecision => 2,
+                        DecisionCause::Stable | DecisionCause::Lease => 0,
+                    };
+                    self.stats.sbr_down_all[i] += 1;
+                }
                 if self.sbr_decisions.len() == super::SBR_DECISIONS_KEPT {
                     self.sbr_decisions.pop_front();
                 }
@@ -233,6 +246,7 @@ impl ClusterCore {
                     at_ms: now_ms,
                     decision,
                     nodes: nodes.clone(),
+                    cause,
                 });
                 let mut g = self.state.latest_gossip.clone();
                 for n in &nodes {

@@ -48,7 +48,7 @@ use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::rate_limit::TokenBucket;
 use crate::settings::ClusterSettings;
-use crate::split_brain_resolver::{Decision, SplitBrainResolver};
+use crate::split_brain_resolver::{Decision, DecisionCause, SplitBrainResolver};
 use crate::timers::TimerTable;
 
 pub use island::{
@@ -128,6 +128,10 @@ pub struct CoreStats {
     pub ignored: u64,
     /// Split brain resolver decisions carried out by this node.
     pub sbr_decisions: u64,
+    /// Of those, down-all decisions by cause: [`DecisionCause::Stable`] (the down-all
+    /// strategy, the membership-change guard), [`DecisionCause::Unstable`]
+    /// (down-all-when-unstable) and [`DecisionCause::DoubleDecision`], in that order.
+    pub sbr_down_all: [u64; 3],
     /// Messages refused because the sender is not a member (gossip, status, heartbeats
     /// from a node outside this node's view; only InitJoin and Join may come from one).
     pub refused_non_member: u64,
@@ -236,6 +240,8 @@ pub struct SbrDecisionRecord {
     pub decision: Decision,
     /// The members it marked Down.
     pub nodes: BTreeSet<UniqueAddress>,
+    /// Why it was taken.
+    pub cause: DecisionCause,
 }
 
 impl ClusterCore {

@@ -74,6 +74,38 @@ impl Default for SbrSettings {
     }
 }
 
+/// Why the resolver took a decision (logged, counted in the metrics and by the simulator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecisionCause {
+    /// The leader's decision once the view was stable for `stable-after` (Akka's
+    /// `strategy.decide()`), including the down-all strategy and the keep-majority and
+    /// keep-oldest membership-change guard.
+    Stable,
+    /// The lease's answer to a decision that needed it (granted: the decision; refused:
+    /// its reverse).
+    Lease,
+    /// down-all-when-unstable: reachability kept changing for longer than
+    /// `stable-after + down-all-when-unstable`, on any node (Akka's rule).
+    Unstable,
+    /// A decision about indirectly connected members found, with their observations left
+    /// out, indirectly connected members again (Akka's error case of a second such
+    /// decision): Akka downs all; Concord downs its own side and the indirectly connected
+    /// ([`Decision::DownOwnSide`], docs/SPLIT_BRAIN_RESOLVER.md rule 7).
+    DoubleDecision,
+}
+
+impl DecisionCause {
+    /// The cause's name in logs and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecisionCause::Stable => "stable",
+            DecisionCause::Lease => "lease",
+            DecisionCause::Unstable => "unstable",
+            DecisionCause::DoubleDecision => "double-decision",
+        }
+    }
+}
+
 /// What the resolver asks its driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SbrAction {
@@ -83,6 +115,8 @@ pub enum SbrAction {
         decision: Decision,
         /// Members to down.
         nodes: BTreeSet<UniqueAddress>,
+        /// Why it was taken.
+        cause: DecisionCause,
     },
     /// Try to acquire the lease after `delay_ms`, then call
     /// [`SplitBrainResolver::on_lease_result`].
@@ -143,6 +177,8 @@ pub struct SplitBrainResolver {
     /// Members this node monitors whose heartbeats stopped but that are not unreachable
     /// yet (set by the membership machine before each tick).
     suspects: BTreeSet<UniqueAddress>,
+    /// Rule 5 has restarted the down-all-when-unstable clock in this unstable period.
+    suspect_wait_credited: bool,
 }
 
 impl SplitBrainResolver {
@@ -161,6 +197,7 @@ impl SplitBrainResolver {
             self_added: false,
             down_seen_by: BTreeMap::new(),
             suspects: BTreeSet::new(),
+            suspect_wait_credited: false,
         }
     }
 
@@ -281,6 +318,7 @@ impl SplitBrainResolver {
             .any(|m| view.unreachable.contains(&m.unique_address))
         {
             self.unstable_since_ms = None;
+            self.suspect_wait_credited = false;
         }
         match self.lease {
             LeaseState::Pending(_) => return None,
@@ -294,7 +332,7 @@ impl SplitBrainResolver {
                     self.release_lease_at_ms = None;
                     decision.reversed()
                 };
-                return self.act(now_ms, &view, decision, granted);
+                return self.act(now_ms, &view, decision, granted, DecisionCause::Lease);
             }
             LeaseState::Idle => {}
         }
@@ -317,11 +355,18 @@ impl SplitBrainResolver {
                 .saturating_add(extra)
                 .saturating_add(held_back);
             if now_ms.saturating_sub(first) > allowed {
-                return self.act(now_ms, &view, Decision::DownAll, false);
+                return self.act(
+                    now_ms,
+                    &view,
+                    Decision::DownAll,
+                    false,
+                    DecisionCause::Unstable,
+                );
             }
         }
+        let leader = state.is_leader(me);
         if !self.self_added
-            || !state.is_leader(me)
+            || (!leader && (akka || self.suspects.is_empty()))
             || view.unreachable.is_empty()
             || now_ms < self.stable_deadline_ms
         {
@@ -336,8 +381,23 @@ impl SplitBrainResolver {
                 .unreachable
                 .extend(self.suspects.iter().filter(|s| *s != me).cloned());
             if !self.keeps(&suspected, decide(&self.settings.strategy, &suspected)) {
+                // Rule 5 waits where Akka would decide now, and Akka's decision would
+                // restart its down-all-when-unstable clock: once per unstable period, the
+                // clock restarts here too (on every node that would wait, leader or not,
+                // since every node runs down-all-when-unstable), so that the wait does not
+                // become a down-all Akka does not take. Once only: suspects that never
+                // settle still end in down-all.
+                if !self.suspect_wait_credited {
+                    self.suspect_wait_credited = true;
+                    if let Some(first) = &mut self.unstable_since_ms {
+                        *first = (*first).max(now_ms);
+                    }
+                }
                 return None;
             }
+        }
+        if !leader {
+            return None;
         }
         if decision.needs_lease() && !self.lease_held {
             self.lease = LeaseState::Pending(decision);
@@ -352,6 +412,7 @@ impl SplitBrainResolver {
             &view,
             decision,
             self.lease_held && decision.needs_lease(),
+            DecisionCause::Stable,
         )
     }
 
@@ -400,13 +461,22 @@ impl SplitBrainResolver {
         view: &SbrView,
         decision: Decision,
         with_lease: bool,
+        cause: DecisionCause,
     ) -> Option<SbrAction> {
         let strategy = &self.settings.strategy;
-        let (decision, nodes) = match nodes_to_down(strategy, view, decision) {
-            Ok(nodes) => (decision, nodes),
+        // A second indirectly-connected decision: Akka downs all. Concord downs its own side
+        // and the indirectly connected instead (rule 7): it keeps nobody this node can
+        // reach either, and leaves the members it cannot reach to decide for themselves.
+        let fallback = match self.settings.rules {
+            SbrRules::Concord => Decision::DownOwnSide,
+            SbrRules::Akka => Decision::DownAll,
+        };
+        let (decision, nodes, cause) = match nodes_to_down(strategy, view, decision) {
+            Ok(nodes) => (decision, nodes, cause),
             Err(DoubleDecision) => (
-                Decision::DownAll,
-                nodes_to_down(strategy, view, Decision::DownAll).unwrap_or_default(),
+                fallback,
+                nodes_to_down(strategy, view, fallback).unwrap_or_default(),
+                DecisionCause::DoubleDecision,
             ),
         };
         if with_lease {
@@ -434,7 +504,12 @@ impl SplitBrainResolver {
         // Start over: the downed members change the view.
         self.stable_deadline_ms = now_ms.saturating_add(self.settings.stable_after_ms);
         self.unstable_since_ms = None;
-        Some(SbrAction::Down { decision, nodes })
+        self.suspect_wait_credited = false;
+        Some(SbrAction::Down {
+            decision,
+            nodes,
+            cause,
+        })
     }
 }
 

@@ -97,7 +97,9 @@ fn keep_majority_settings(down_all_when_unstable_ms: Option<u64>) -> SbrSettings
 /// Asserts that `action` downs all `n` members.
 fn assert_down_all(action: Option<SbrAction>, n: usize) {
     match action {
-        Some(SbrAction::Down { decision, nodes }) => {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => {
             assert_eq!(decision, Decision::DownAll);
             assert_eq!(nodes.len(), n);
         }
@@ -392,11 +394,35 @@ fn indirectly_connected_found_again_after_leaving_out_their_links_downs_all() {
 }
 
 #[test]
-fn the_resolver_downs_all_on_a_double_decision() {
+fn a_double_decision_downs_all_with_akka_rules_and_its_own_side_with_concords() {
     let st = chain_of_asymmetric_links();
+    let akka = SbrSettings {
+        rules: SbrRules::Akka,
+        ..keep_majority_settings(None)
+    };
+    let mut sbr = SplitBrainResolver::new(akka);
+    assert_eq!(sbr.tick(0, &st), None);
+    let action = sbr.tick(1000, &st);
+    assert!(matches!(
+        action,
+        Some(SbrAction::Down {
+            cause: DecisionCause::DoubleDecision,
+            ..
+        })
+    ));
+    assert_down_all(action, 5);
+    // Rule 7: 1 downs its side {1, 2, 3} and the indirectly connected 4, keeping nobody it
+    // can reach, and leaves 5 (which only 4 cannot hear) to decide for itself.
     let mut sbr = SplitBrainResolver::new(keep_majority_settings(None));
     assert_eq!(sbr.tick(0, &st), None);
-    assert_down_all(sbr.tick(1000, &st), 5);
+    assert_eq!(
+        sbr.tick(1000, &st),
+        Some(SbrAction::Down {
+            decision: Decision::DownOwnSide,
+            nodes: [n(1), n(2), n(3), n(4)].into(),
+            cause: DecisionCause::DoubleDecision,
+        })
+    );
 }
 
 // ---------------------------------------------------------------- 4. down-all-when-unstable
@@ -419,7 +445,9 @@ fn down_all_when_unstable_counts_from_the_first_change_until_now() {
     assert_eq!(sbr.tick(4000, &c), None);
     assert_eq!(sbr.tick(5000, &c), None, "exactly at the limit: not yet");
     match sbr.tick(5001, &c) {
-        Some(SbrAction::Down { decision, nodes }) => {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => {
             assert_eq!(decision, Decision::DownAll);
             assert_eq!(nodes.len(), 5);
         }

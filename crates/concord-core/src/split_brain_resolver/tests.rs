@@ -219,7 +219,8 @@ fn decides_only_after_stable_after_and_only_on_the_leader() {
         a,
         SbrAction::Down {
             decision: DownUnreachable,
-            nodes: [n(5)].into()
+            nodes: [n(5)].into(),
+            cause: DecisionCause::Stable,
         }
     );
     // A non-leader never acts.
@@ -262,8 +263,13 @@ fn flapping_for_too_long_downs_all() {
         t += 500;
     }
     match last {
-        Some(SbrAction::Down { decision, nodes }) => {
+        Some(SbrAction::Down {
+            decision,
+            nodes,
+            cause,
+        }) => {
             assert_eq!(decision, DownAll);
+            assert_eq!(cause, DecisionCause::Unstable);
             assert_eq!(nodes.len(), 5);
             assert!(
                 t > 1000 + 4000,
@@ -289,7 +295,8 @@ fn indirectly_connected_members_are_downed() {
         sbr.tick(1000, &st),
         Some(SbrAction::Down {
             decision: DownIndirectlyConnected,
-            nodes: [n(2), n(3)].into()
+            nodes: [n(2), n(3)].into(),
+            cause: DecisionCause::Stable,
         })
     );
 }
@@ -307,7 +314,8 @@ fn indirectly_connected_members_that_could_keep_themselves_are_not_all_downed() 
         sbr.tick(1000, &st),
         Some(SbrAction::Down {
             decision: DownSomeIndirectlyConnected,
-            nodes: [n(3)].into()
+            nodes: [n(3)].into(),
+            cause: DecisionCause::Stable,
         })
     );
 }
@@ -318,7 +326,10 @@ fn indirectly_connected_with_a_real_partition() {
     let st = state((1..=5).map(up).collect(), 1, &[(1, 5), (3, 4), (4, 3)]);
     let mut sbr = SplitBrainResolver::new(settings(KM));
     sbr.tick(0, &st);
-    let Some(SbrAction::Down { decision, nodes }) = sbr.tick(1000, &st) else {
+    let Some(SbrAction::Down {
+        decision, nodes, ..
+    }) = sbr.tick(1000, &st)
+    else {
         panic!()
     };
     // 3 and 4 are downed as indirectly connected; for the rest the decision is taken as if
@@ -347,7 +358,8 @@ fn lease_majority_asks_for_the_lease_with_a_delay_for_the_minority() {
         sbr.tick(1200, &maj),
         Some(SbrAction::Down {
             decision: AcquireLeaseAndDownUnreachable { delay_ms: 0 },
-            nodes: [n(4), n(5)].into()
+            nodes: [n(4), n(5)].into(),
+            cause: DecisionCause::Lease,
         })
     );
     assert_eq!(
@@ -375,7 +387,10 @@ fn lease_majority_asks_for_the_lease_with_a_delay_for_the_minority() {
         Some(SbrAction::AcquireLease { delay_ms: 2000 })
     );
     sbr.on_lease_result(false);
-    let Some(SbrAction::Down { decision, nodes }) = sbr.tick(3100, &min) else {
+    let Some(SbrAction::Down {
+        decision, nodes, ..
+    }) = sbr.tick(3100, &min)
+    else {
         panic!()
     };
     assert_eq!(decision, DownReachable);

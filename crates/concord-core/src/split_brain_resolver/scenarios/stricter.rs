@@ -57,7 +57,9 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
     let mut sbr = SplitBrainResolver::new(settings.clone());
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
-        Some(SbrAction::Down { decision, nodes }) => {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => {
             assert_eq!(decision, Decision::DownOwnSide);
             assert_eq!(nodes, [n(2), n(5)].into());
         }
@@ -72,7 +74,8 @@ fn a_member_downed_here_but_not_seen_over_there_still_counts_there() {
         sbr.tick(1100, &st),
         Some(SbrAction::Down {
             decision: Decision::DownUnreachable,
-            nodes: [n(3), n(4)].into()
+            nodes: [n(3), n(4)].into(),
+            cause: DecisionCause::Stable,
         })
     );
 }
@@ -89,7 +92,9 @@ fn a_decision_that_keeps_this_side_waits_while_suspects_could_overturn_it() {
     let mut sbr = SplitBrainResolver::new(sbr_settings.clone());
     assert_eq!(sbr.tick(0, &st), None);
     match sbr.tick(1000, &st) {
-        Some(SbrAction::Down { decision, nodes }) => {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => {
             assert_eq!(decision, Decision::DownUnreachable);
             assert_eq!(nodes, [n(5)].into_iter().collect());
         }
@@ -163,6 +168,36 @@ fn a_member_observed_by_a_member_outside_the_indirectly_connected_is_always_down
 }
 
 #[test]
+fn the_wait_for_suspects_restarts_the_down_all_when_unstable_clock_once() {
+    // The shape above: 5 unreachable since 0 ms, {3, 4} suspect from 1000 ms, when Akka's
+    // leader would decide and restart its down-all-when-unstable clock. Concord waits
+    // instead, so its clock restarts there too — on the leader 1 and on 2, which would
+    // wait as well — : no down-all at 0 + 1000 + 4000 ms, only at 1000 + 1000 + 4000 ms
+    // (the suspects never settled). Once per unstable period: not again at 6000 ms.
+    let st = |me| state_of(me, &clean(&[1, 2, 3, 4], &[5]), &[], &[1, 2, 3, 4]);
+    for me in [1, 2] {
+        let mut sbr = SplitBrainResolver::new(keep_majority_settings(Some(4000)));
+        sbr.set_suspects([n(3), n(4)].into_iter().collect());
+        assert_eq!(sbr.tick(0, &st(me)), None);
+        for t in (1000..=6000).step_by(500) {
+            assert_eq!(sbr.tick(t, &st(me)), None, "node {me} at {t} ms");
+        }
+        let action = sbr.tick(6001, &st(me));
+        assert!(
+            matches!(
+                action,
+                Some(SbrAction::Down {
+                    cause: DecisionCause::Unstable,
+                    ..
+                })
+            ),
+            "node {me}: {action:?}"
+        );
+        assert_down_all(action, 5);
+    }
+}
+
+#[test]
 fn a_suspect_that_cannot_overturn_the_decision_does_not_delay_it() {
     // 5 crashed (everyone observes it); 3 is merely slow. Keeping {1,2,3,4} holds even if
     // 3 were gone ({1,2,4} is still a majority): the leader downs 5 at once.
@@ -222,7 +257,8 @@ fn records_restart_stable_after_only_while_members_are_indirectly_connected() {
         sbr.tick(1000, &state_of(1, &more, &[], &seen)),
         Some(SbrAction::Down {
             decision: Decision::DownUnreachable,
-            nodes: [n(4), n(5)].into()
+            nodes: [n(4), n(5)].into(),
+            cause: DecisionCause::Stable,
         })
     );
     // 2 and 3 cannot hear each other: who observes whom decides who is downed, so a new
