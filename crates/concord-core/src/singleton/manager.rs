@@ -1,6 +1,10 @@
-//! The manager half of [`super::ClusterSingleton`]: Akka's `ClusterSingletonManager`
-//! state machine (Start, AcquiringLease, Oldest, Younger, BecomingOldest, WasOldest,
-//! HandingOver, Stopping, End).
+//! The manager half of [`crate::singleton::ClusterSingleton`]: Akka's
+//! `ClusterSingletonManager` state machine (Pekko `ClusterSingletonManager.scala`; states
+//! Start, AcquiringLease, Oldest, Younger, BecomingOldest, WasOldest, HandingOver,
+//! Stopping, End). `Manager` owns its state and memory; it reads and writes the machine
+//! only through the `Ctx` it is handed (settings, this node, the shared outputs). This
+//! file holds the state, becoming the oldest and the membership; the hand-over itself is in
+//! `manager_hand_over.rs`, the lease in `manager_lease.rs`.
 //!
 //! - **Graceful hand-over.** When the oldest leaves, every node drops it from the
 //!   candidates once it is Exiting (and it drops itself in its `cluster-exiting` phase).
@@ -16,13 +20,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 
-use super::{ClusterSingleton, SingletonBody, SingletonEvent, SingletonTimer};
+use super::context::Ctx;
+use super::event::SingletonEvent;
+use super::message::SingletonBody;
+use super::oldest::OldestChangedBuffer;
+use super::timer::SingletonTimer;
 
 /// How long removed members are remembered, ms (Akka: 15 minutes).
 const REMEMBER_REMOVED_MS: u64 = 15 * 60 * 1_000;
@@ -89,28 +98,36 @@ pub(super) enum State {
     End,
 }
 
-/// The manager's state and memory.
+/// The manager's state and memory (Akka's `ClusterSingletonManager` actor with its
+/// `OldestChangedBuffer` child).
 #[derive(Debug)]
 pub(super) struct Manager {
     pub(super) state: State,
-    /// Members counted as gone (removed, plus the removal margin), with when.
-    removed: BTreeMap<UniqueAddress, u64>,
+    /// Who is the oldest candidate, as Akka's `OldestChangedBuffer` counts it.
+    pub(super) oldest: OldestChangedBuffer,
+    /// Members counted as gone (removed, plus the removal margin), with when (ms).
+    pub(super) removed: BTreeMap<UniqueAddress, u64>,
     /// Members seen in the membership (to notice removals), with their up-numbers.
     known: BTreeMap<UniqueAddress, u32>,
     /// Removed members that were older than this node, within their removal margin.
     removing_older: BTreeSet<UniqueAddress>,
-    self_status: Option<MemberStatus>,
+    pub(super) self_status: Option<MemberStatus>,
     /// No other member (with the role) is Down, Leaving or Exiting.
     safe_to_be_oldest: bool,
-    exiting_requested: bool,
+    pub(super) exiting_requested: bool,
     exiting_done: bool,
+    /// Draws the incarnation numbers of the instances started here.
+    rng: SmallRng,
     pub(super) stats: ManagerStats,
 }
 
 impl Manager {
-    pub(super) fn new() -> Self {
+    /// The manager of `self_node`, counting members with `role`; `seed` seeds the
+    /// incarnation numbers.
+    pub(super) fn new(self_node: UniqueAddress, role: Option<String>, seed: u64) -> Self {
         Manager {
             state: State::Start,
+            oldest: OldestChangedBuffer::new(self_node, role),
             removed: BTreeMap::new(),
             known: BTreeMap::new(),
             removing_older: BTreeSet::new(),
@@ -118,10 +135,12 @@ impl Manager {
             safe_to_be_oldest: true,
             exiting_requested: false,
             exiting_done: false,
+            rng: SmallRng::seed_from_u64(seed),
             stats: ManagerStats::default(),
         }
     }
 
+    /// The state, by Akka's names.
     pub(super) fn state(&self) -> ManagerState {
         match self.state {
             State::Start => ManagerState::Start,
@@ -136,7 +155,7 @@ impl Manager {
         }
     }
 
-    /// The incarnation of the instance running here.
+    /// The incarnation of the instance running here, if one runs.
     pub(super) fn running(&self) -> Option<u64> {
         match self.state {
             State::Oldest { running } => running,
@@ -145,96 +164,96 @@ impl Manager {
     }
 }
 
-impl ClusterSingleton {
-    fn retry_interval(&self) -> u64 {
-        self.settings.hand_over_retry_interval_ms
+impl Manager {
+    /// Arms the hand-over / take-over retry `hand-over-retry-interval` (ms) after `now_ms`.
+    pub(super) fn arm_retry(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
+        let at = now_ms + cx.settings.hand_over_retry_interval_ms;
+        cx.out.timers.set(SingletonTimer::Retry, at);
     }
 
-    fn arm_retry(&mut self, now_ms: u64) {
-        let at = now_ms + self.retry_interval();
-        self.out.timers.set(SingletonTimer::Retry, at);
-    }
-
-    fn exiting_done(&mut self) {
-        if self.manager.exiting_requested && !self.manager.exiting_done {
-            self.manager.exiting_done = true;
-            self.out.events.push_back(SingletonEvent::ExitingDone);
+    /// Tells the runtime the `cluster-exiting` phase may go on, once (if it asked).
+    pub(super) fn exiting_done(&mut self, cx: &mut Ctx<'_>) {
+        if self.exiting_requested && !self.exiting_done {
+            self.exiting_done = true;
+            cx.emit(SingletonEvent::ExitingDone);
         }
     }
 
     /// Becomes the oldest: starts the instance (after the lease, with `use-lease`) — unless
     /// a member older than this node was removed less than the removal margin ago: it may
     /// still run the instance, so wait for it as for a previous oldest.
-    fn goto_oldest(&mut self, now_ms: u64) {
+    pub(super) fn goto_oldest(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
         // A node that is leaving never starts an instance: the others stopped counting it
         // as a candidate when they saw it Leaving, so one of them may start its own. (It
         // still counts itself until its `cluster-exiting` phase, which may come later —
         // e.g. after sharding's hand-over phase — so that an instance it runs is handed
         // over in order.)
         if matches!(
-            self.manager.self_status,
+            self.self_status,
             Some(MemberStatus::Leaving) | Some(MemberStatus::Exiting)
         ) {
-            self.out.timers.cancel(&SingletonTimer::Retry);
-            self.manager.state = State::Younger {
+            cx.out.timers.cancel(&SingletonTimer::Retry);
+            self.state = State::Younger {
                 previous_oldest: Vec::new(),
             };
             return;
         }
-        if !self.manager.removing_older.is_empty() {
-            self.manager.state = State::BecomingOldest {
-                previous_oldest: self.manager.removing_older.iter().cloned().collect(),
+        if !self.removing_older.is_empty() {
+            self.state = State::BecomingOldest {
+                previous_oldest: self.removing_older.iter().cloned().collect(),
                 retries: 0,
             };
-            self.arm_retry(now_ms);
+            self.arm_retry(cx, now_ms);
             return;
         }
-        self.out.timers.cancel(&SingletonTimer::Retry);
-        if self.settings.use_lease {
-            self.manager.state = State::AcquiringLease;
-            self.out.events.push_back(SingletonEvent::AcquireLease);
+        cx.out.timers.cancel(&SingletonTimer::Retry);
+        if cx.settings.use_lease {
+            self.state = State::AcquiringLease;
+            cx.emit(SingletonEvent::AcquireLease);
         } else {
-            self.start_instance();
+            self.start_instance(cx);
         }
     }
 
-    pub(super) fn start_instance(&mut self) {
+    /// Starts the instance with a fresh incarnation number: Oldest.
+    pub(super) fn start_instance(&mut self, cx: &mut Ctx<'_>) {
         let incarnation = self.rng.random::<u64>();
-        self.manager.stats.instances_started += 1;
-        self.manager.state = State::Oldest {
+        self.stats.instances_started += 1;
+        self.state = State::Oldest {
             running: Some(incarnation),
         };
-        self.out
-            .events
-            .push_back(SingletonEvent::StartInstance { incarnation });
+        cx.emit(SingletonEvent::StartInstance { incarnation });
     }
 
     /// The first decision, once this node is a candidate.
-    fn init(&mut self, now_ms: u64) {
+    pub(super) fn init(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
         let oldest = self.oldest.oldest().cloned();
-        if oldest.as_ref() == Some(&self.self_node) {
-            if self.manager.safe_to_be_oldest {
-                self.goto_oldest(now_ms);
+        if oldest.as_ref() == Some(cx.self_node) {
+            if self.safe_to_be_oldest {
+                self.goto_oldest(cx, now_ms);
             } else {
-                self.manager.state = State::BecomingOldest {
+                self.state = State::BecomingOldest {
                     previous_oldest: Vec::new(),
                     retries: 0,
                 };
-                self.arm_retry(now_ms);
+                self.arm_retry(cx, now_ms);
             }
         } else {
-            self.manager.state = State::Younger {
+            self.state = State::Younger {
                 previous_oldest: oldest.into_iter().collect(),
             };
         }
     }
 
-    pub(super) fn manager_membership(&mut self, now_ms: u64, view: &MembershipView) {
-        let role = self.settings.role.clone();
+    /// A new membership `view` at `now_ms`: notes this node's status and removals (each
+    /// counted after `removal-margin`, ms), stops for good when this node is down or
+    /// removed, and acts on a change of the oldest (Akka's `OldestChanged`).
+    pub(super) fn membership(&mut self, cx: &mut Ctx<'_>, now_ms: u64, view: &MembershipView) {
+        let role = cx.settings.role.clone();
         let with_role = |m: &crate::member::Member| role.as_deref().is_none_or(|r| m.has_role(r));
-        self.manager.self_status = view.self_member().map(|m| m.status);
-        self.manager.safe_to_be_oldest = !view.members.values().any(|m| {
-            m.unique_address != self.self_node
+        self.self_status = view.self_member().map(|m| m.status);
+        self.safe_to_be_oldest = !view.members.values().any(|m| {
+            m.unique_address != *cx.self_node
                 && with_role(m)
                 && matches!(
                     m.status,
@@ -250,155 +269,153 @@ impl ClusterSingleton {
         let me = (
             view.self_member()
                 .map_or(crate::member::UP_NUMBER_UNSET, |m| m.up_number),
-            self.self_node.clone(),
+            cx.self_node.clone(),
         );
         let gone: Vec<(UniqueAddress, u32)> = self
-            .manager
             .known
             .iter()
             .filter(|(u, _)| !members.contains_key(*u))
             .map(|(u, n)| (u.clone(), *n))
             .collect();
-        self.manager.known = members;
+        self.known = members;
         for (m, up_number) in gone {
-            if m == self.self_node {
+            if m == *cx.self_node {
                 continue;
             }
             if let State::WasOldest {
                 running,
                 new_oldest: Some(n),
                 ..
-            } = &self.manager.state
+            } = &self.state
             {
                 if *n == m && !self.oldest.self_exited() {
                     let running = *running;
-                    self.manager.removed.insert(m.clone(), now_ms);
-                    self.goto_handing_over(running, None);
+                    self.removed.insert(m.clone(), now_ms);
+                    self.goto_handing_over(cx, running, None);
                     continue;
                 }
             }
             if (up_number, m.clone()) < me {
-                self.manager.removing_older.insert(m.clone());
+                self.removing_older.insert(m.clone());
             }
-            let at = now_ms + self.settings.removal_margin_ms;
-            self.out
+            let at = now_ms + cx.settings.removal_margin_ms;
+            cx.out
                 .timers
                 .set(SingletonTimer::DelayedMemberRemoved(m), at);
         }
         // This node downed or removed: stop for good.
         let self_gone = matches!(
-            self.manager.self_status,
+            self.self_status,
             None | Some(MemberStatus::Down) | Some(MemberStatus::Removed)
-        ) && !matches!(self.manager.state, State::Start);
+        ) && !matches!(self.state, State::Start);
         if self_gone {
-            self.stop_for_good();
+            self.stop_for_good(cx);
             return;
         }
         let changed = self.oldest.update(view);
-        match (&self.manager.state, changed) {
-            (State::Start, _) if self.oldest.candidates().any(|c| *c == self.self_node) => {
-                self.init(now_ms)
+        match (&self.state, changed) {
+            (State::Start, _) if self.oldest.candidates().any(|c| *c == *cx.self_node) => {
+                self.init(cx, now_ms)
             }
             (State::Start, _) => {}
-            (_, Some(new)) => self.on_oldest_changed(now_ms, new),
+            (_, Some(new)) => self.on_oldest_changed(cx, now_ms, new),
             _ => {}
         }
     }
 
     /// This node is down or removed: stop the instance if it runs, then End.
-    fn stop_for_good(&mut self) {
-        match self.manager.state.clone() {
+    fn stop_for_good(&mut self, cx: &mut Ctx<'_>) {
+        match self.state.clone() {
             State::Oldest { running: Some(_) }
             | State::WasOldest {
                 running: Some(_), ..
             } => {
-                self.out.events.push_back(SingletonEvent::StopInstance);
-                self.manager.state = State::Stopping {
+                cx.emit(SingletonEvent::StopInstance);
+                self.state = State::Stopping {
                     then_acquire_lease: false,
                 };
             }
             State::HandingOver { .. } | State::Stopping { .. } | State::End => {}
             _ => {
-                if self.settings.use_lease {
-                    self.out.events.push_back(SingletonEvent::ReleaseLease);
+                if cx.settings.use_lease {
+                    cx.emit(SingletonEvent::ReleaseLease);
                 }
-                self.manager.state = State::End;
-                self.exiting_done();
+                self.state = State::End;
+                self.exiting_done(cx);
             }
         }
-        self.out.timers.cancel(&SingletonTimer::Retry);
+        cx.out.timers.cancel(&SingletonTimer::Retry);
     }
 
-    fn on_oldest_changed(&mut self, now_ms: u64, new: Option<UniqueAddress>) {
-        let is_self = new.as_ref() == Some(&self.self_node);
-        match self.manager.state.clone() {
+    /// The oldest candidate is now `new` (Akka's `OldestChanged`): become the oldest, or
+    /// offer the hand-over to the new one.
+    fn on_oldest_changed(&mut self, cx: &mut Ctx<'_>, now_ms: u64, new: Option<UniqueAddress>) {
+        let is_self = new.as_ref() == Some(cx.self_node);
+        match self.state.clone() {
             State::Start => {}
             State::Younger { previous_oldest } => {
                 if is_self {
-                    if previous_oldest
-                        .iter()
-                        .all(|p| self.manager.removed.contains_key(p))
-                    {
-                        self.goto_oldest(now_ms);
+                    if previous_oldest.iter().all(|p| self.removed.contains_key(p)) {
+                        self.goto_oldest(cx, now_ms);
                     } else {
                         let first = previous_oldest[0].clone();
-                        self.send(&first, SingletonBody::HandOverToMe);
-                        self.manager.state = State::BecomingOldest {
+                        cx.send(&first, SingletonBody::HandOverToMe);
+                        self.state = State::BecomingOldest {
                             previous_oldest,
                             retries: 0,
                         };
-                        self.arm_retry(now_ms);
+                        self.arm_retry(cx, now_ms);
                     }
                 } else {
                     let mut previous: Vec<UniqueAddress> = new.into_iter().collect();
                     for p in previous_oldest {
-                        if !previous.contains(&p) && !self.manager.removed.contains_key(&p) {
+                        if !previous.contains(&p) && !self.removed.contains_key(&p) {
                             previous.push(p);
                         }
                     }
-                    self.manager.state = State::Younger {
+                    self.state = State::Younger {
                         previous_oldest: previous,
                     };
                 }
             }
             State::BecomingOldest { .. } | State::AcquiringLease if !is_self => {
                 // No longer the oldest (this node is leaving): nothing runs here.
-                if self.settings.use_lease {
-                    self.out.events.push_back(SingletonEvent::ReleaseLease);
+                if cx.settings.use_lease {
+                    cx.emit(SingletonEvent::ReleaseLease);
                 }
-                self.out.timers.cancel(&SingletonTimer::Retry);
-                self.manager.state = State::Younger {
+                cx.out.timers.cancel(&SingletonTimer::Retry);
+                self.state = State::Younger {
                     previous_oldest: new.into_iter().collect(),
                 };
             }
             State::Oldest { running } if !is_self => match new {
-                Some(a) if !self.oldest.self_exited() && self.manager.removed.contains_key(&a) => {
+                Some(a) if !self.oldest.self_exited() && self.removed.contains_key(&a) => {
                     // A removed node counts as oldest again: stop, it will become
                     // oldest again here once it is removed again.
-                    self.goto_handing_over(running, None);
+                    self.goto_handing_over(cx, running, None);
                 }
                 Some(a) => {
-                    self.send(&a, SingletonBody::TakeOverFromMe);
-                    self.manager.state = State::WasOldest {
+                    cx.send(&a, SingletonBody::TakeOverFromMe);
+                    self.state = State::WasOldest {
                         running,
                         new_oldest: Some(a),
                         retries: 1,
                     };
-                    self.arm_retry(now_ms);
+                    self.arm_retry(cx, now_ms);
                 }
                 None => {
-                    self.manager.state = State::WasOldest {
+                    self.state = State::WasOldest {
                         running,
                         new_oldest: None,
                         retries: 1,
                     };
-                    self.arm_retry(now_ms);
+                    self.arm_retry(cx, now_ms);
                 }
             },
             State::WasOldest {
                 running, retries, ..
             } if !is_self => {
-                self.manager.state = State::WasOldest {
+                self.state = State::WasOldest {
                     running,
                     new_oldest: new,
                     retries,
@@ -408,181 +425,22 @@ impl ClusterSingleton {
         }
     }
 
-    /// Stops the instance to hand it over to `to` (or just stops it).
-    fn goto_handing_over(&mut self, running: Option<u64>, to: Option<UniqueAddress>) {
-        self.out.timers.cancel(&SingletonTimer::Retry);
-        match running {
-            None => self.hand_over_done(to),
-            Some(_) => {
-                if let Some(t) = &to {
-                    self.send(t, SingletonBody::HandOverInProgress);
-                }
-                self.out.events.push_back(SingletonEvent::StopInstance);
-                self.manager.state = State::HandingOver { hand_over_to: to };
-            }
-        }
-    }
-
-    fn hand_over_done(&mut self, to: Option<UniqueAddress>) {
-        if let Some(t) = &to {
-            self.send(t, SingletonBody::HandOverDone);
-            self.manager.stats.hand_overs += 1;
-        }
-        if self.settings.use_lease {
-            self.out.events.push_back(SingletonEvent::ReleaseLease);
-        }
-        self.exiting_done();
-        self.manager.state = if self.manager.removed.contains_key(&self.self_node) || to.is_some() {
-            State::End
-        } else {
-            State::Younger {
-                previous_oldest: Vec::new(),
-            }
-        };
-    }
-
-    pub(super) fn manager_message(
+    /// Member `m`'s removal margin has passed at `now_ms`: it counts as gone (Akka's
+    /// `DelayedMemberRemoved`), so a hand-over need not wait for it.
+    pub(super) fn delayed_member_removed(
         &mut self,
+        cx: &mut Ctx<'_>,
         now_ms: u64,
-        from: &UniqueAddress,
-        body: SingletonBody,
+        m: UniqueAddress,
     ) {
-        match (body, self.manager.state.clone()) {
-            (SingletonBody::HandOverToMe, State::Younger { .. }) => {
-                // A node restarted at the same address asks; this node runs nothing —
-                // unless it is leaving, when it may be about to (Akka issue 27487).
-                let leaving = matches!(
-                    self.manager.self_status,
-                    Some(MemberStatus::Leaving) | Some(MemberStatus::Exiting)
-                );
-                if !leaving {
-                    self.send(from, SingletonBody::HandOverDone);
-                }
-            }
-            (SingletonBody::HandOverToMe, State::Oldest { running })
-            | (SingletonBody::HandOverToMe, State::WasOldest { running, .. }) => {
-                self.goto_handing_over(running, Some(from.clone()));
-            }
-            (SingletonBody::HandOverToMe, State::HandingOver { hand_over_to })
-                if hand_over_to.as_ref() == Some(from) =>
-            {
-                self.send(from, SingletonBody::HandOverInProgress);
-            }
-            (SingletonBody::HandOverToMe, State::End) => {
-                self.send(from, SingletonBody::HandOverDone);
-            }
-            (
-                SingletonBody::HandOverDone,
-                State::BecomingOldest {
-                    previous_oldest, ..
-                },
-            ) if previous_oldest.first() == Some(from) => self.goto_oldest(now_ms),
-            (
-                SingletonBody::TakeOverFromMe,
-                State::BecomingOldest {
-                    previous_oldest,
-                    retries,
-                },
-            ) => match previous_oldest.first() {
-                Some(p) if p == from => self.send(from, SingletonBody::HandOverToMe),
-                Some(_) => {}
-                None => {
-                    self.send(from, SingletonBody::HandOverToMe);
-                    self.manager.state = State::BecomingOldest {
-                        previous_oldest: vec![from.clone()],
-                        retries,
-                    };
-                }
-            },
-            _ => {}
-        }
-        let _ = now_ms;
-    }
-
-    pub(super) fn manager_retry(&mut self, now_ms: u64) {
-        let max_hand_over = self.settings.max_hand_over_retries();
-        let max_take_over = self.settings.max_take_over_retries();
-        match self.manager.state.clone() {
-            State::BecomingOldest {
-                previous_oldest,
-                retries,
-            } => {
-                let retries = retries + 1;
-                if retries <= max_hand_over {
-                    if let Some(p) = previous_oldest.first().cloned() {
-                        self.send(&p, SingletonBody::HandOverToMe);
-                    }
-                    self.manager.state = State::BecomingOldest {
-                        previous_oldest,
-                        retries,
-                    };
-                    self.arm_retry(now_ms);
-                } else if previous_oldest
-                    .iter()
-                    .all(|p| self.manager.removed.contains_key(p))
-                {
-                    self.goto_oldest(now_ms);
-                } else {
-                    self.stuck(now_ms);
-                }
-            }
-            State::WasOldest {
-                running,
-                new_oldest,
-                retries,
-            } => {
-                let self_exited = self.oldest.self_exited();
-                if self_exited && (new_oldest.is_none() || retries > max_take_over) {
-                    match running {
-                        Some(_) => {
-                            self.out.events.push_back(SingletonEvent::StopInstance);
-                            self.manager.state = State::Stopping {
-                                then_acquire_lease: false,
-                            };
-                        }
-                        None => {
-                            self.manager.state = State::End;
-                            self.exiting_done();
-                        }
-                    }
-                } else if retries <= max_take_over {
-                    if let Some(n) = &new_oldest {
-                        self.send(n, SingletonBody::TakeOverFromMe);
-                    }
-                    self.manager.state = State::WasOldest {
-                        running,
-                        new_oldest,
-                        retries: retries + 1,
-                    };
-                    self.arm_retry(now_ms);
-                } else {
-                    self.stuck(now_ms);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Akka's `ClusterSingletonManagerIsStuck`: start over from the current membership
-    /// (stopping an instance that runs here first).
-    fn stuck(&mut self, now_ms: u64) {
-        self.manager.stats.stuck += 1;
-        self.out.events.push_back(SingletonEvent::Stuck);
-        match self.manager.state.clone() {
-            State::WasOldest { running, .. } => self.goto_handing_over(running, None),
-            _ => self.init(now_ms),
-        }
-    }
-
-    pub(super) fn manager_delayed_member_removed(&mut self, now_ms: u64, m: UniqueAddress) {
-        self.manager.removing_older.remove(&m);
-        self.manager.removed.insert(m.clone(), now_ms);
-        self.out
+        self.removing_older.remove(&m);
+        self.removed.insert(m.clone(), now_ms);
+        cx.out
             .timers
             .set_if_unset(SingletonTimer::CleanupRemoved, now_ms + REMEMBER_REMOVED_MS);
-        match self.manager.state.clone() {
+        match self.state.clone() {
             State::Younger { previous_oldest } => {
-                self.manager.state = State::Younger {
+                self.state = State::Younger {
                     previous_oldest: previous_oldest.into_iter().filter(|p| *p != m).collect(),
                 };
             }
@@ -593,10 +451,10 @@ impl ClusterSingleton {
                 let rest: Vec<UniqueAddress> =
                     previous_oldest.into_iter().filter(|p| *p != m).collect();
                 match rest.first().cloned() {
-                    None => self.goto_oldest(now_ms),
+                    None => self.goto_oldest(cx, now_ms),
                     Some(next) => {
-                        self.send(&next, SingletonBody::HandOverToMe);
-                        self.manager.state = State::BecomingOldest {
+                        cx.send(&next, SingletonBody::HandOverToMe);
+                        self.state = State::BecomingOldest {
                             previous_oldest: rest,
                             retries,
                         };
@@ -607,61 +465,31 @@ impl ClusterSingleton {
         }
     }
 
-    pub(super) fn manager_cleanup_removed(&mut self, now_ms: u64) {
-        self.manager
-            .removed
+    /// Forgets removed members remembered for more than 15 minutes (Akka's `Cleanup`).
+    pub(super) fn cleanup_removed(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
+        self.removed
             .retain(|_, at| now_ms.saturating_sub(*at) < REMEMBER_REMOVED_MS);
-        if let Some(first) = self.manager.removed.values().min() {
+        if let Some(first) = self.removed.values().min() {
             let at = first + REMEMBER_REMOVED_MS;
-            self.out.timers.set(SingletonTimer::CleanupRemoved, at);
+            cx.out.timers.set(SingletonTimer::CleanupRemoved, at);
         }
     }
 
-    pub(super) fn manager_instance_terminated(&mut self, now_ms: u64) {
-        match self.manager.state.clone() {
-            State::HandingOver { hand_over_to } => self.hand_over_done(hand_over_to),
-            State::Stopping { then_acquire_lease } => {
-                if then_acquire_lease && !self.manager.exiting_requested {
-                    self.manager.state = State::AcquiringLease;
-                    self.out.events.push_back(SingletonEvent::AcquireLease);
-                } else {
-                    if self.settings.use_lease {
-                        self.out.events.push_back(SingletonEvent::ReleaseLease);
-                    }
-                    self.manager.state = State::End;
-                    self.exiting_done();
-                }
-            }
-            State::Oldest { .. } => self.manager.state = State::Oldest { running: None },
-            State::WasOldest {
-                new_oldest,
-                retries,
-                ..
-            } => {
-                self.manager.state = State::WasOldest {
-                    running: None,
-                    new_oldest,
-                    retries,
-                }
-            }
-            _ => {}
-        }
-        let _ = now_ms;
-    }
-
-    pub(super) fn manager_self_exiting(&mut self, now_ms: u64) {
-        self.manager.exiting_requested = true;
+    /// This node's `cluster-exiting` phase: it stops being a candidate; the phase is held
+    /// only while an instance is to be handed over.
+    pub(super) fn self_exiting(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
+        self.exiting_requested = true;
         if let Some(new) = self.oldest.self_exiting() {
-            self.on_oldest_changed(now_ms, new);
+            self.on_oldest_changed(cx, now_ms, new);
         }
         // Only an instance to hand over holds the phase up.
-        let holds = match &self.manager.state {
+        let holds = match &self.state {
             State::Oldest { running } | State::WasOldest { running, .. } => running.is_some(),
             State::HandingOver { .. } | State::Stopping { .. } => true,
             _ => false,
         };
         if !holds {
-            self.exiting_done();
+            self.exiting_done(cx);
         }
     }
 }

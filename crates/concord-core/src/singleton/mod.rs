@@ -12,153 +12,51 @@
 //! inside coordinated shutdown's `cluster-exiting` phase
 //! ([`ClusterSingleton::self_exiting`], [`SingletonEvent::ExitingDone`]).
 
+mod context;
+mod event;
 pub mod manager;
+mod manager_hand_over;
 mod manager_lease;
+mod message;
 mod oldest;
 pub mod proxy;
 mod settings;
+mod timer;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
 
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
-
 use crate::address::UniqueAddress;
 use crate::membership_view::MembershipView;
 use crate::outputs::Outputs;
-use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::protocol::{MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 
+use context::{Ctx, SingletonOutputs};
+use manager::Manager;
+use proxy::Proxy;
+use timer::SingletonTimer;
+
+pub use event::SingletonEvent;
 pub use manager::{ManagerState, ManagerStats};
+pub use message::{SingletonBody, SingletonMessage};
 pub use oldest::OldestChangedBuffer;
 pub use proxy::ProxyStats;
 pub use settings::SingletonSettings;
 
-/// A message of the singleton protocol; every message names its singleton.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SingletonMessage {
-    /// The singleton's name.
-    pub name: String,
-    /// What it says.
-    pub body: SingletonBody,
-}
-
-/// The singleton protocol's messages (Akka's hand-over messages, plus the proxy's).
-#[derive(Clone, Debug, PartialEq)]
-pub enum SingletonBody {
-    /// New oldest → previous oldest: hand the singleton over to me (retried every
-    /// `hand-over-retry-interval`).
-    HandOverToMe,
-    /// Previous oldest → new oldest: the singleton is being stopped.
-    HandOverInProgress,
-    /// Previous oldest → new oldest: the singleton has stopped; start yours.
-    HandOverDone,
-    /// Previous oldest → new oldest that may not know it: ask me for the hand-over.
-    TakeOverFromMe,
-    /// Proxy → oldest: is the instance running there?
-    Identify,
-    /// The answer: the running instance's incarnation, or `None`.
-    Identified {
-        /// Incarnation of the running instance.
-        incarnation: Option<u64>,
-    },
-    /// Proxy → the node running the instance: a message for it.
-    Deliver {
-        /// The proxy's sequence number (its send order).
-        seq: u64,
-        /// The encoded message.
-        payload: Vec<u8>,
-        /// Set for an ask: where the reply goes back to.
-        ask: Option<u64>,
-    },
-    /// The instance is not running here: the message goes back to the proxy.
-    Undelivered {
-        /// The proxy's sequence number.
-        seq: u64,
-        /// The encoded message.
-        payload: Vec<u8>,
-        /// The ask, if any.
-        ask: Option<u64>,
-    },
-    /// The instance's reply to an ask.
-    Reply {
-        /// The ask answered.
-        ask: u64,
-        /// The encoded reply.
-        payload: Vec<u8>,
-    },
-}
-
-/// What the singleton machine asks of its runtime, or tells it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SingletonEvent {
-    /// Start the instance (this node is the oldest, the previous one has stopped).
-    StartInstance {
-        /// A number unique to this start of the instance.
-        incarnation: u64,
-    },
-    /// Stop the instance: let it finish what it has, then report
-    /// [`ClusterSingleton::instance_terminated`].
-    StopInstance,
-    /// Acquire the singleton's lease and report [`ClusterSingleton::lease_result`].
-    AcquireLease,
-    /// Release the lease.
-    ReleaseLease,
-    /// A message for the running instance.
-    Deliver {
-        /// The sender's node.
-        from: UniqueAddress,
-        /// The encoded message.
-        payload: Vec<u8>,
-        /// Set for an ask: pass it to [`ClusterSingleton::reply`].
-        ask: Option<u64>,
-    },
-    /// A reply to this node's ask.
-    Reply {
-        /// The ask.
-        ask: u64,
-        /// The encoded reply.
-        payload: Vec<u8>,
-    },
-    /// The proxy's buffer was full: the oldest message was dropped (an ask fails).
-    Dropped {
-        /// The dropped message's ask, if any.
-        ask: Option<u64>,
-    },
-    /// The hand-over of a leaving node is done (or there was nothing to hand over): the
-    /// `cluster-exiting` phase may go on.
-    ExitingDone,
-    /// The manager could not complete a hand-over within its retries and started over
-    /// (Akka's `ClusterSingletonManagerIsStuck`).
-    Stuck,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum SingletonTimer {
-    /// Hand-over (or take-over) retry.
-    Retry,
-    /// A removed member counts as gone from now on.
-    DelayedMemberRemoved(UniqueAddress),
-    /// Retry acquiring the lease.
-    LeaseRetry,
-    /// Forget removed members remembered for 15 minutes.
-    CleanupRemoved,
-    /// The proxy's identification.
-    Identify,
-}
-
 /// One named singleton on one node: its manager and its proxy. See the module docs.
+///
+/// A thin dispatcher: each input goes to the [`manager`] or the [`proxy`] with a `Ctx`
+/// over the shared outputs; what one sends the other (on this node) goes through the
+/// loopback queue, handled before the input returns.
 pub struct ClusterSingleton {
     settings: SingletonSettings,
     self_node: UniqueAddress,
-    oldest: OldestChangedBuffer,
-    manager: manager::Manager,
-    proxy: proxy::Proxy,
-    rng: SmallRng,
+    manager: Manager,
+    proxy: Proxy,
     /// Transmits, events and timers for the host.
-    out: Outputs<SingletonMessage, SingletonEvent, SingletonTimer>,
+    out: SingletonOutputs,
     /// Messages to this node itself, handled before the next input returns.
     loopback: VecDeque<SingletonBody>,
 }
@@ -167,15 +65,26 @@ impl ClusterSingleton {
     /// The singleton `settings.name` on `self_node`; `seed` seeds its incarnation numbers.
     pub fn new(settings: SingletonSettings, self_node: UniqueAddress, seed: u64) -> Self {
         ClusterSingleton {
-            oldest: OldestChangedBuffer::new(self_node.clone(), settings.role.clone()),
-            manager: manager::Manager::new(),
-            proxy: proxy::Proxy::new(settings.buffer_size),
+            manager: Manager::new(self_node.clone(), settings.role.clone(), seed),
+            proxy: Proxy::new(settings.buffer_size),
             settings,
             self_node,
-            rng: SmallRng::seed_from_u64(seed),
             out: Outputs::new(),
             loopback: VecDeque::new(),
         }
+    }
+
+    /// The manager, the proxy and the context they share, borrowed apart.
+    fn parts(&mut self) -> (&mut Manager, &mut Proxy, Ctx<'_>) {
+        let ClusterSingleton {
+            settings,
+            self_node,
+            manager,
+            proxy,
+            out,
+            loopback,
+        } = self;
+        (manager, proxy, Ctx::new(settings, self_node, out, loopback))
     }
 
     /// The settings.
@@ -213,22 +122,6 @@ impl ClusterSingleton {
         self.proxy.buffered()
     }
 
-    fn send(&mut self, to: &UniqueAddress, body: SingletonBody) {
-        if *to == self.self_node {
-            self.loopback.push_back(body);
-            return;
-        }
-        self.out.transmits.push_back(Transmit {
-            to: to.address.clone(),
-            to_uid: Some(to.uid),
-            lane: Lane::Ordinary,
-            message: SingletonMessage {
-                name: self.settings.name.clone(),
-                body,
-            },
-        });
-    }
-
     fn drain_loopback(&mut self, now_ms: u64) {
         while let Some(body) = self.loopback.pop_front() {
             let me = self.self_node.clone();
@@ -236,72 +129,80 @@ impl ClusterSingleton {
         }
     }
 
+    /// Routes one message: hand-over messages to the manager, answers to the proxy;
+    /// `Identify` and `Deliver` are answered for the instance that runs here (or not).
     fn dispatch(&mut self, now_ms: u64, from: &UniqueAddress, body: SingletonBody) {
+        let (manager, proxy, mut cx) = self.parts();
         match body {
             SingletonBody::HandOverToMe
             | SingletonBody::HandOverInProgress
             | SingletonBody::HandOverDone
-            | SingletonBody::TakeOverFromMe => self.manager_message(now_ms, from, body),
+            | SingletonBody::TakeOverFromMe => manager.handle_message(&mut cx, now_ms, from, body),
             SingletonBody::Identify => {
-                let incarnation = self.manager.running();
-                self.send(from, SingletonBody::Identified { incarnation });
+                let incarnation = manager.running();
+                cx.send(from, SingletonBody::Identified { incarnation });
             }
-            SingletonBody::Deliver { seq, payload, ask } => match self.manager.running() {
-                Some(_) => self.out.events.push_back(SingletonEvent::Deliver {
+            SingletonBody::Deliver { seq, payload, ask } => match manager.running() {
+                Some(_) => cx.emit(SingletonEvent::Deliver {
                     from: from.clone(),
                     payload,
                     ask,
                 }),
-                None => self.send(from, SingletonBody::Undelivered { seq, payload, ask }),
+                None => cx.send(from, SingletonBody::Undelivered { seq, payload, ask }),
             },
             SingletonBody::Identified { incarnation } => {
-                self.proxy_identified(now_ms, from, incarnation)
+                proxy.identified(&mut cx, from, incarnation)
             }
             SingletonBody::Undelivered { seq, payload, ask } => {
-                self.proxy_undelivered(now_ms, from, seq, payload, ask)
+                proxy.undelivered(&mut cx, now_ms, from, seq, payload, ask)
             }
-            SingletonBody::Reply { ask, payload } => self
-                .out
-                .events
-                .push_back(SingletonEvent::Reply { ask, payload }),
+            SingletonBody::Reply { ask, payload } => {
+                cx.emit(SingletonEvent::Reply { ask, payload })
+            }
         }
     }
 
     /// The running instance (or the runtime on its behalf) answers an ask from `to`.
     pub fn reply(&mut self, now_ms: u64, to: &UniqueAddress, ask: u64, payload: Vec<u8>) {
-        self.send(to, SingletonBody::Reply { ask, payload });
+        let (_, _, mut cx) = self.parts();
+        cx.send(to, SingletonBody::Reply { ask, payload });
         self.drain_loopback(now_ms);
     }
 
     /// Sends a message to the singleton through the proxy (buffered while the instance is
     /// not known; when the buffer is full the oldest is dropped).
     pub fn tell(&mut self, now_ms: u64, payload: Vec<u8>, ask: Option<u64>) {
-        self.proxy_tell(now_ms, payload, ask);
+        let (_, proxy, mut cx) = self.parts();
+        proxy.tell(&mut cx, payload, ask);
         self.drain_loopback(now_ms);
     }
 
     /// The instance has stopped (after [`SingletonEvent::StopInstance`], or by itself).
     pub fn instance_terminated(&mut self, now_ms: u64) {
-        self.manager_instance_terminated(now_ms);
+        let (manager, _, mut cx) = self.parts();
+        manager.instance_terminated(&mut cx);
         self.drain_loopback(now_ms);
     }
 
     /// The answer to [`SingletonEvent::AcquireLease`].
     pub fn lease_result(&mut self, now_ms: u64, granted: bool) {
-        self.manager_lease_result(now_ms, granted);
+        let (manager, _, mut cx) = self.parts();
+        manager.lease_result(&mut cx, now_ms, granted);
         self.drain_loopback(now_ms);
     }
 
     /// The lease was lost while held: the instance is stopped and the lease sought again.
     pub fn lease_lost(&mut self, now_ms: u64) {
-        self.manager_lease_lost(now_ms);
+        let (manager, _, mut cx) = self.parts();
+        manager.lease_lost(&mut cx);
         self.drain_loopback(now_ms);
     }
 
     /// This node is leaving (coordinated shutdown's `cluster-exiting` phase): it no longer
     /// counts as a candidate; wait for [`SingletonEvent::ExitingDone`].
     pub fn self_exiting(&mut self, now_ms: u64) {
-        self.manager_self_exiting(now_ms);
+        let (manager, _, mut cx) = self.parts();
+        manager.self_exiting(&mut cx, now_ms);
         self.drain_loopback(now_ms);
     }
 }
@@ -323,21 +224,24 @@ impl ProtocolMachine for ClusterSingleton {
     }
 
     fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, _change: MembershipChange) {
-        self.manager_membership(now_ms, view);
-        self.proxy_membership(now_ms, view);
+        let (manager, proxy, mut cx) = self.parts();
+        manager.membership(&mut cx, now_ms, view);
+        proxy.membership(&mut cx, now_ms, view);
         self.drain_loopback(now_ms);
     }
 
     fn handle_timeout(&mut self, now_ms: u64) {
-        for t in self.out.timers.expired(now_ms) {
+        let expired = self.out.timers.expired(now_ms);
+        let (manager, proxy, mut cx) = self.parts();
+        for t in expired {
             match t {
-                SingletonTimer::Retry => self.manager_retry(now_ms),
+                SingletonTimer::Retry => manager.retry(&mut cx, now_ms),
                 SingletonTimer::DelayedMemberRemoved(m) => {
-                    self.manager_delayed_member_removed(now_ms, m)
+                    manager.delayed_member_removed(&mut cx, now_ms, m)
                 }
-                SingletonTimer::LeaseRetry => self.manager_lease_retry(now_ms),
-                SingletonTimer::CleanupRemoved => self.manager_cleanup_removed(now_ms),
-                SingletonTimer::Identify => self.proxy_identify(now_ms),
+                SingletonTimer::LeaseRetry => manager.lease_retry(&mut cx),
+                SingletonTimer::CleanupRemoved => manager.cleanup_removed(&mut cx, now_ms),
+                SingletonTimer::Identify => proxy.identify(&mut cx, now_ms),
             }
         }
         self.drain_loopback(now_ms);
@@ -353,11 +257,5 @@ impl ProtocolMachine for ClusterSingleton {
 
     fn poll_timeout(&self) -> Option<u64> {
         self.out.poll_timeout()
-    }
-}
-
-impl crate::group::Routed for SingletonMessage {
-    fn route_key(&self) -> &str {
-        &self.name
     }
 }

@@ -1,5 +1,7 @@
-//! The proxy half of [`super::ClusterSingleton`] (Akka's `ClusterSingletonProxy`): finds
-//! the node running the instance and delivers messages to it in the order they were sent.
+//! The proxy half of [`crate::singleton::ClusterSingleton`] (Akka's
+//! `ClusterSingletonProxy`, Pekko `ClusterSingletonProxy.scala`): finds the node running
+//! the instance and delivers messages to it in the order they were sent. `Proxy` owns its
+//! state; it reaches the machine only through the `Ctx` it is handed.
 //!
 //! The proxy follows the oldest Up member (with the role). When that changes it forgets
 //! where the instance is and sends `Identify` to the new oldest every
@@ -15,7 +17,10 @@ use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 
-use super::{ClusterSingleton, SingletonBody, SingletonEvent, SingletonTimer};
+use super::context::Ctx;
+use super::event::SingletonEvent;
+use super::message::SingletonBody;
+use super::timer::SingletonTimer;
 
 /// Counters of the proxy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,6 +50,7 @@ pub(super) struct Proxy {
 }
 
 impl Proxy {
+    /// An empty proxy that buffers at most `buffer_size` messages.
     pub(super) fn new(buffer_size: usize) -> Self {
         Proxy {
             buffer_size,
@@ -56,44 +62,47 @@ impl Proxy {
         }
     }
 
+    /// Where the instance was found running.
     pub(super) fn target(&self) -> Option<&UniqueAddress> {
         self.target.as_ref()
     }
 
+    /// Messages buffered, count.
     pub(super) fn buffered(&self) -> usize {
         self.buffer.len()
     }
-}
 
-impl ClusterSingleton {
-    fn buffer(&mut self, seq: u64, payload: Vec<u8>, ask: Option<u64>) {
-        self.proxy.buffer.insert(seq, (payload, ask));
-        while self.proxy.buffer.len() > self.proxy.buffer_size {
-            if let Some((_, (_, ask))) = self.proxy.buffer.pop_first() {
-                self.proxy.stats.dropped += 1;
-                self.out.events.push_back(SingletonEvent::Dropped { ask });
+    fn buffer(&mut self, cx: &mut Ctx<'_>, seq: u64, payload: Vec<u8>, ask: Option<u64>) {
+        self.buffer.insert(seq, (payload, ask));
+        while self.buffer.len() > self.buffer_size {
+            if let Some((_, (_, ask))) = self.buffer.pop_first() {
+                self.stats.dropped += 1;
+                cx.emit(SingletonEvent::Dropped { ask });
             }
         }
     }
 
-    fn start_identifying(&mut self, now_ms: u64) {
-        self.proxy.target = None;
-        self.proxy_identify(now_ms);
+    fn start_identifying(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
+        self.target = None;
+        self.identify(cx, now_ms);
     }
 
-    pub(super) fn proxy_identify(&mut self, now_ms: u64) {
-        if self.proxy.target.is_some() {
+    /// Sends `Identify` to the oldest (unless the instance is known) and arms the next
+    /// try after `singleton-identification-interval` (ms).
+    pub(super) fn identify(&mut self, cx: &mut Ctx<'_>, now_ms: u64) {
+        if self.target.is_some() {
             return;
         }
-        if let Some(o) = self.proxy.oldest.clone() {
-            self.send(&o, SingletonBody::Identify);
+        if let Some(o) = self.oldest.clone() {
+            cx.send(&o, SingletonBody::Identify);
         }
-        let at = now_ms + self.settings.singleton_identification_interval_ms;
-        self.out.timers.set(SingletonTimer::Identify, at);
+        let at = now_ms + cx.settings.singleton_identification_interval_ms;
+        cx.out.timers.set(SingletonTimer::Identify, at);
     }
 
-    pub(super) fn proxy_membership(&mut self, now_ms: u64, view: &MembershipView) {
-        let role = self.settings.role.as_deref();
+    /// Follows the oldest Up member (with the role); identifies anew when it changed.
+    pub(super) fn membership(&mut self, cx: &mut Ctx<'_>, now_ms: u64, view: &MembershipView) {
+        let role = cx.settings.role.as_deref();
         let oldest = view
             .members
             .values()
@@ -101,62 +110,68 @@ impl ClusterSingleton {
             .filter(|m| role.is_none_or(|r| m.has_role(r)))
             .min_by(|a, b| a.age_cmp(b))
             .map(|m| m.unique_address.clone());
-        if oldest != self.proxy.oldest {
-            self.proxy.oldest = oldest;
-            self.start_identifying(now_ms);
+        if oldest != self.oldest {
+            self.oldest = oldest;
+            self.start_identifying(cx, now_ms);
         }
     }
 
-    pub(super) fn proxy_identified(
+    /// The answer to `Identify` from `from`: a running incarnation there makes it the
+    /// target, and the buffer is delivered to it in order.
+    pub(super) fn identified(
         &mut self,
-        _now_ms: u64,
+        cx: &mut Ctx<'_>,
         from: &UniqueAddress,
         incarnation: Option<u64>,
     ) {
-        if incarnation.is_none() || self.proxy.target.is_some() {
+        if incarnation.is_none() || self.target.is_some() {
             return;
         }
-        if self.proxy.oldest.as_ref() != Some(from) {
+        if self.oldest.as_ref() != Some(from) {
             return;
         }
-        self.out.timers.cancel(&SingletonTimer::Identify);
-        self.proxy.target = Some(from.clone());
-        self.proxy.stats.identified += 1;
-        for (seq, (payload, ask)) in std::mem::take(&mut self.proxy.buffer) {
-            self.proxy.stats.delivered += 1;
-            self.send(from, SingletonBody::Deliver { seq, payload, ask });
+        cx.out.timers.cancel(&SingletonTimer::Identify);
+        self.target = Some(from.clone());
+        self.stats.identified += 1;
+        for (seq, (payload, ask)) in std::mem::take(&mut self.buffer) {
+            self.stats.delivered += 1;
+            cx.send(from, SingletonBody::Deliver { seq, payload, ask });
         }
     }
 
-    pub(super) fn proxy_tell(&mut self, _now_ms: u64, payload: Vec<u8>, ask: Option<u64>) {
-        let seq = self.proxy.next_seq;
-        self.proxy.next_seq += 1;
-        match self.proxy.target.clone() {
+    /// A message for the instance: sent to the target, or buffered while it is unknown.
+    pub(super) fn tell(&mut self, cx: &mut Ctx<'_>, payload: Vec<u8>, ask: Option<u64>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match self.target.clone() {
             Some(t) => {
-                self.proxy.stats.delivered += 1;
-                self.send(&t, SingletonBody::Deliver { seq, payload, ask });
+                self.stats.delivered += 1;
+                cx.send(&t, SingletonBody::Deliver { seq, payload, ask });
             }
-            None => self.buffer(seq, payload, ask),
+            None => self.buffer(cx, seq, payload, ask),
         }
     }
 
-    pub(super) fn proxy_undelivered(
+    /// Message `seq` came back from `from`, whose instance had stopped: buffered again in
+    /// its place (and the instance identified anew), or sent to the newer target.
+    pub(super) fn undelivered(
         &mut self,
+        cx: &mut Ctx<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         seq: u64,
         payload: Vec<u8>,
         ask: Option<u64>,
     ) {
-        self.proxy.stats.returned += 1;
-        if self.proxy.target.as_ref() == Some(from) {
-            self.buffer(seq, payload, ask);
-            self.start_identifying(now_ms);
-        } else if let Some(t) = self.proxy.target.clone() {
-            self.proxy.stats.delivered += 1;
-            self.send(&t, SingletonBody::Deliver { seq, payload, ask });
+        self.stats.returned += 1;
+        if self.target.as_ref() == Some(from) {
+            self.buffer(cx, seq, payload, ask);
+            self.start_identifying(cx, now_ms);
+        } else if let Some(t) = self.target.clone() {
+            self.stats.delivered += 1;
+            cx.send(&t, SingletonBody::Deliver { seq, payload, ask });
         } else {
-            self.buffer(seq, payload, ask);
+            self.buffer(cx, seq, payload, ask);
         }
     }
 }
