@@ -1,9 +1,10 @@
-//! The `ShardCoordinator` part of [`ClusterSharding`]: active on the node where the
-//! coordinator singleton runs. It registers regions, answers `GetShardHome` (allocating
-//! unknown shards with the [`super::ShardAllocationStrategy`]), watches regions and
+//! The `ShardCoordinator` (Akka's `ShardCoordinator`, `DDataShardCoordinator` mode; Pekko
+//! `ShardCoordinator.scala`; spec `cluster-sharding-concepts.md`): active on the node where
+//! the coordinator singleton runs. It registers regions, answers `GetShardHome`
+//! (allocating unknown shards with its [`ShardAllocationStrategy`]), watches regions and
 //! re-allocates the shards of removed ones after `removal-margin`, and persists every
-//! change of its [`CoordinatorState`] in Distributed Data before it acts on it (Akka's
-//! `DDataShardCoordinator`; research notes §1.2–1.3).
+//! change of its [`CoordinatorState`] in Distributed Data before it acts on it (research
+//! notes §1.2–1.3).
 //!
 //! - **Start / fail-over**: read the state with `ReadMajorityPlus` (retried until it
 //!   succeeds; not found = empty), and with remember-entities the set of remembered shards;
@@ -17,96 +18,90 @@
 //!   forever too). Answers (`ShardHome`, `RegisterAck`, `BeginHandOff`) go out only after
 //!   the write that justifies them succeeded.
 //!
-//! Reading and writing the state are in [`super::coordinator_persistence`]; rebalancing and
-//! the coordinator's side of handoffs in [`super::rebalance`].
+//! [`Coordinator`] owns its state, its allocation strategy, its persistence
+//! ([`super::coordinator_persistence::CoordinatorStore`]) and its rebalance workers; each
+//! step borrows the rest of the machine through a [`CoordinatorContext`] and talks to the
+//! regions — this node's too — only through messages. Rebalancing and the coordinator's
+//! side of handoffs are in [`super::rebalance`], registration and the watch of regions in
+//! [`super::coordinator_regions`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::UniqueAddress;
+use crate::ddata::replicator::GetResult;
+use crate::ddata::UpdateResult;
 use crate::member::MemberStatus;
 
-use super::allocation::RegionEntry;
-use super::coordinator_persistence::{AfterWrite, InFlight};
+use super::allocation::{RegionEntry, ShardAllocationStrategy};
+use super::coordinator_context::CoordinatorContext;
+use super::coordinator_persistence::{AfterWrite, CoordinatorStore};
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
-use super::{
-    ClusterSharding, ShardId, ShardingBody, ShardingSettings, ShardingTimer, SHARD_HOMES_BATCH,
-};
+use super::outbox::ShardingOutputs;
+use super::rebalance_worker::Worker;
+use super::{ShardId, ShardingBody, ShardingTimer, MAX_SHARDS, MAX_SHARD_ID_BYTES};
 
-/// Where a handoff worker is (one per shard moving).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum WorkerPhase {
-    /// `HostShard { handoff_from }` sent to the new home; waiting for `ShardStarted`.
-    WaitingStarted,
-    /// `HandOff` sent to the old home; waiting for `ShardStopped`.
-    WaitingStopped,
-    /// Writing the new home (or the deallocation).
-    Writing,
-}
-
-/// The coordinator's side of one handoff (Akka's `RebalanceWorker`).
-#[derive(Clone, Debug)]
-pub(super) struct Worker {
-    pub(super) from: UniqueAddress,
-    pub(super) to: Option<UniqueAddress>,
-    pub(super) phase: WorkerPhase,
-    /// When a phase that waits gives up (`WaitingStarted`) or asks again for good measure,
-    /// ms.
-    pub(super) deadline_ms: u64,
-    /// When the phase's request is sent again (messages between live nodes are not lost
-    /// on TCP, but a connection can drop), ms.
-    pub(super) resend_ms: u64,
-    /// Started by a graceful shutdown (not counted as a rebalance).
-    pub(super) graceful: bool,
-    /// Regions that asked for the shard's home meanwhile.
-    pub(super) deferred: BTreeSet<UniqueAddress>,
-}
-
-/// The coordinator's state.
-#[derive(Debug)]
+/// One incarnation of the coordinator singleton on this node (Akka's `ShardCoordinator`).
 pub(super) struct Coordinator {
-    pub(super) state_loaded: bool,
-    pub(super) all_shards_loaded: bool,
+    /// The allocation strategy (kept by the machine between incarnations, as Akka's
+    /// `ShardCoordinatorSupervisor` keeps the one it was given).
+    pub(super) strategy: Box<dyn ShardAllocationStrategy>,
+    /// Loaded and serving.
     pub(super) active: bool,
+    /// The persisted state (as last written, or read on start).
     pub(super) state: CoordinatorState,
-    pub(super) writing: Option<InFlight>,
-    pub(super) queued: Vec<CoordinatorEvent>,
-    pub(super) queued_after: Vec<AfterWrite>,
+    /// Reads on start, the write in flight and what is queued behind it.
+    pub(super) store: CoordinatorStore,
     /// Shards whose allocation is being written → (their region, the regions that asked).
     pub(super) allocating: BTreeMap<ShardId, (UniqueAddress, Vec<UniqueAddress>)>,
     /// Registrations being written.
     pub(super) registering: BTreeSet<UniqueAddress>,
-    /// `HostShard` not yet answered: shard → (region, when to send again).
+    /// `HostShard` not yet answered: shard → (region, when to send again, ms).
     pub(super) unacked_host: BTreeMap<ShardId, (UniqueAddress, u64)>,
+    /// Rebalance workers, by the shard they move.
     pub(super) workers: BTreeMap<ShardId, Worker>,
     /// Regions handing everything over.
     pub(super) graceful: BTreeSet<UniqueAddress>,
     /// Regions removed, within their removal margin (or being written as terminated).
     pub(super) terminating: BTreeSet<UniqueAddress>,
-    /// With remember-entities: every shard ever allocated.
-    pub(super) remembered_shards: BTreeSet<ShardId>,
     /// A rebalance round moved shards and has not finished.
     pub(super) round_active: bool,
 }
 
 impl Coordinator {
-    pub(super) fn new(settings: &ShardingSettings) -> Self {
-        Coordinator {
-            state_loaded: false,
-            all_shards_loaded: !settings.remember_entities,
+    /// The singleton started the coordinator here: a fresh incarnation with `strategy`,
+    /// which starts reading its state.
+    pub(super) fn start(
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        strategy: Box<dyn ShardAllocationStrategy>,
+    ) -> Self {
+        let mut c = Coordinator {
+            strategy,
             active: false,
-            state: CoordinatorState::new(settings.remember_entities),
-            writing: None,
-            queued: Vec::new(),
-            queued_after: Vec::new(),
+            state: CoordinatorState::new(ctx.settings.remember_entities),
+            store: CoordinatorStore::new(ctx.settings),
             allocating: BTreeMap::new(),
             registering: BTreeSet::new(),
             unacked_host: BTreeMap::new(),
             workers: BTreeMap::new(),
             graceful: BTreeSet::new(),
             terminating: BTreeSet::new(),
-            remembered_shards: BTreeSet::new(),
             round_active: false,
-        }
+        };
+        c.store.start(ctx, now_ms);
+        c
+    }
+
+    /// The singleton stopped the coordinator: its strategy goes back to the machine.
+    pub(super) fn into_strategy(self) -> Box<dyn ShardAllocationStrategy> {
+        self.strategy
+    }
+
+    /// Cancels the coordinator's timers (it stopped, or never ran here).
+    pub(super) fn cancel_timers(out: &mut ShardingOutputs) {
+        out.timers.cancel(&ShardingTimer::Rebalance);
+        out.timers
+            .retain(|t| !matches!(t, ShardingTimer::RegionTerminated(_)));
     }
 
     /// Loaded and serving.
@@ -118,169 +113,159 @@ impl Coordinator {
     pub(super) fn state(&self) -> &CoordinatorState {
         &self.state
     }
-}
 
-impl ClusterSharding {
-    pub(super) fn coordinator_maybe_activate(&mut self, now_ms: u64) {
-        let Some(c) = self.coordinator.as_mut() else {
+    /// The replicator answered the read of the state.
+    pub(super) fn state_read(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        result: GetResult,
+    ) {
+        if let Some(state) = self.store.state_read(ctx, now_ms, result) {
+            self.state = state;
+            self.maybe_activate(ctx, now_ms);
+        }
+    }
+
+    /// The replicator answered the read of the remembered shards.
+    pub(super) fn all_shards_read(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        result: GetResult,
+    ) {
+        if self.store.all_shards_read(ctx, now_ms, result) {
+            self.maybe_activate(ctx, now_ms);
+        }
+    }
+
+    /// The replicator answered the write in flight: on success the coordinator takes the
+    /// state written and acts on it, then the next write starts.
+    pub(super) fn written(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        result: UpdateResult,
+    ) {
+        let Some((state, after)) = self.store.written(ctx, now_ms, result) else {
             return;
         };
-        if c.active || !c.state_loaded || !c.all_shards_loaded {
+        self.state = state;
+        for a in after {
+            self.after_write(ctx, now_ms, a);
+        }
+        self.store.start_write(ctx, now_ms, &self.state);
+    }
+
+    /// Queues `events` for the next write, with what follows it.
+    pub(super) fn write(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        events: Vec<CoordinatorEvent>,
+        after: AfterWrite,
+    ) {
+        self.store.write(ctx, now_ms, &self.state, events, after);
+    }
+
+    /// Activates once the state (and the remembered shards) are read (Akka's
+    /// `activate()` after `stateInitialized`).
+    fn maybe_activate(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64) {
+        if self.active || !self.store.is_loaded() {
             return;
         }
-        c.active = true;
+        self.active = true;
         tracing::info!(
-            type_name = %self.settings.type_name,
-            regions = c.state.regions().len(),
-            shards = c.state.shard_count(),
+            type_name = %ctx.settings.type_name,
+            regions = self.state.regions().len(),
+            shards = self.state.shard_count(),
             "shard coordinator active"
         );
-        let registered: Vec<UniqueAddress> = c
+        let registered: Vec<UniqueAddress> = self
             .state
             .regions()
             .keys()
-            .chain(c.state.proxies().iter())
+            .chain(self.state.proxies().iter())
             .cloned()
             .collect();
-        let homes: Vec<(ShardId, UniqueAddress)> = c
+        let homes: Vec<(ShardId, UniqueAddress)> = self
             .state
             .shards()
             .map(|(s, r)| (s.clone(), r.clone()))
             .collect();
         for r in registered {
-            if self.is_member(&r) {
-                self.send(&r, ShardingBody::RegisterAck);
+            if ctx.is_member(&r) {
+                ctx.send(&r, ShardingBody::RegisterAck);
             } else {
-                self.coordinator_schedule_termination(now_ms, r);
+                self.schedule_termination(ctx, now_ms, r);
             }
         }
         // Confirm every allocation; a region handing a shard off answers `ShardStopped`.
-        let resend = now_ms + self.settings.shard_start_timeout_ms;
+        let resend = now_ms + ctx.settings.shard_start_timeout_ms;
         for (shard, region) in homes {
-            if self.is_member(&region) {
-                self.send(
+            if ctx.is_member(&region) {
+                ctx.send(
                     &region,
                     ShardingBody::HostShard {
                         shard: shard.clone(),
                         handoff_from: None,
                     },
                 );
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.unacked_host.insert(shard, (region, resend));
-                }
+                self.unacked_host.insert(shard, (region, resend));
             }
         }
-        self.coordinator_allocate_remembered(now_ms);
-        self.out.timers.set(
+        self.allocate_shard_homes_for_remember_entities(ctx, now_ms);
+        ctx.out.timers.set(
             ShardingTimer::Rebalance,
-            now_ms + self.settings.rebalance_interval_ms,
+            now_ms + ctx.settings.rebalance_interval_ms,
         );
     }
 
-    /// A message for the coordinator.
-    pub(super) fn coordinator_message(
+    /// A message for the coordinator (from a region or proxy, this node's included).
+    pub(super) fn handle_message(
         &mut self,
+        ctx: &mut CoordinatorContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         body: ShardingBody,
     ) {
-        if !self.coordinator.as_ref().is_some_and(|c| c.active) {
-            // Not running here (or still reading its state): the regions retry.
+        if !self.active {
+            // Still reading its state: the regions retry.
             return;
         }
         match body {
-            ShardingBody::Register { proxy } => self.coordinator_register(now_ms, from, proxy),
+            ShardingBody::Register { proxy } => self.register(ctx, now_ms, from, proxy),
             ShardingBody::GetShardHome { shard } => {
-                if shard.len() <= super::MAX_SHARD_ID_BYTES {
-                    self.coordinator_get_shard_home(now_ms, from, shard)
+                if shard.len() <= MAX_SHARD_ID_BYTES {
+                    self.get_shard_home(ctx, now_ms, from, shard)
                 }
             }
-            ShardingBody::ShardStarted { shard } => {
-                self.coordinator_shard_started(now_ms, from, &shard)
-            }
+            ShardingBody::ShardStarted { shard } => self.shard_started(ctx, now_ms, from, &shard),
             ShardingBody::ShardStopped { shard, handed_to } => {
-                self.coordinator_shard_stopped(now_ms, from, shard, handed_to)
+                self.shard_stopped(ctx, now_ms, from, shard, handed_to)
             }
-            ShardingBody::GracefulShutdownReq => self.coordinator_graceful_shutdown(now_ms, from),
-            ShardingBody::RegionStopped => self.coordinator_region_stopped(now_ms, from),
-            _ => self.stats.invalid_messages += 1,
-        }
-    }
-
-    fn coordinator_register(&mut self, now_ms: u64, from: &UniqueAddress, proxy: bool) {
-        let ok_status = self.view.member(from).is_some_and(|m| {
-            matches!(
-                m.status,
-                MemberStatus::Up
-                    | MemberStatus::Leaving
-                    | MemberStatus::Exiting
-                    | MemberStatus::PreparingForShutdown
-                    | MemberStatus::ReadyForShutdown
-            )
-        });
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if !ok_status || c.terminating.contains(from) {
-            return;
-        }
-        let registered = if proxy {
-            c.state.proxies().contains(from)
-        } else {
-            c.state.regions().contains_key(from)
-        };
-        if registered {
-            self.coordinator_ack_registration(from);
-        } else if c.registering.insert(from.clone()) {
-            let event = if proxy {
-                CoordinatorEvent::RegionProxyRegistered(from.clone())
-            } else {
-                CoordinatorEvent::RegionRegistered(from.clone())
-            };
-            self.coordinator_write(now_ms, vec![event], AfterWrite::Ack(from.clone()));
-        }
-    }
-
-    /// `RegisterAck` and the known homes (left out: shards being handed off).
-    fn coordinator_ack_registration(&mut self, to: &UniqueAddress) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        let homes: Vec<(ShardId, UniqueAddress)> = c
-            .state
-            .shards()
-            .filter(|(s, _)| !c.workers.contains_key(*s))
-            .map(|(s, r)| (s.clone(), r.clone()))
-            .collect();
-        self.send(to, ShardingBody::RegisterAck);
-        for batch in homes.chunks(SHARD_HOMES_BATCH) {
-            self.send(
-                to,
-                ShardingBody::ShardHomes {
-                    homes: batch.to_vec(),
-                },
-            );
+            ShardingBody::GracefulShutdownReq => self.graceful_shutdown(ctx, now_ms, from),
+            ShardingBody::RegionStopped => self.region_stopped(ctx, now_ms, from),
+            _ => ctx.stats.invalid_messages += 1,
         }
     }
 
     /// `GetShardHome`: the known home, or a new allocation (written first).
-    pub(super) fn coordinator_get_shard_home(
+    pub(super) fn get_shard_home(
         &mut self,
+        ctx: &mut CoordinatorContext<'_>,
         now_ms: u64,
         requester: &UniqueAddress,
         shard: ShardId,
     ) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if let Some(w) = c.workers.get_mut(&shard) {
+        if let Some(w) = self.workers.get_mut(&shard) {
             w.deferred.insert(requester.clone());
             return;
         }
-        if let Some(home) = c.state.home(&shard) {
-            if !c.terminating.contains(home) {
+        if let Some(home) = self.state.home(&shard) {
+            if !self.terminating.contains(home) {
                 let home = home.clone();
-                self.send(
+                ctx.send(
                     requester,
                     ShardingBody::ShardHome {
                         shard,
@@ -292,17 +277,17 @@ impl ClusterSharding {
             // A region being terminated: asked again after its shards are deallocated.
             return;
         }
-        if let Some((_, waiting)) = c.allocating.get_mut(&shard) {
+        if let Some((_, waiting)) = self.allocating.get_mut(&shard) {
             if !waiting.contains(requester) {
                 waiting.push(requester.clone());
             }
             return;
         }
-        if c.state.shard_count() + c.allocating.len() >= super::MAX_SHARDS {
-            self.stats.invalid_messages += 1;
+        if self.state.shard_count() + self.allocating.len() >= MAX_SHARDS {
+            ctx.stats.invalid_messages += 1;
             return;
         }
-        let entries = self.coordinator_region_entries(&BTreeSet::new());
+        let entries = self.region_entries(ctx, &BTreeSet::new());
         if entries.is_empty() {
             return;
         }
@@ -310,16 +295,15 @@ impl ClusterSharding {
             return;
         };
         if !entries.iter().any(|e| e.region == region) {
-            self.stats.state_errors += 1;
+            ctx.stats.state_errors += 1;
             return;
         }
-        if let Some(c) = self.coordinator.as_mut() {
-            c.allocating
-                .insert(shard.clone(), (region.clone(), vec![requester.clone()]));
-        }
-        self.stats.shards_allocated += 1;
-        self.coordinator_remember_shard(now_ms, &shard);
-        self.coordinator_write(
+        self.allocating
+            .insert(shard.clone(), (region.clone(), vec![requester.clone()]));
+        ctx.stats.shards_allocated += 1;
+        self.store.remember_shard(ctx, now_ms, &shard);
+        self.write(
+            ctx,
             now_ms,
             vec![CoordinatorEvent::ShardHomeAllocated {
                 shard: shard.clone(),
@@ -332,23 +316,23 @@ impl ClusterSharding {
     /// The regions a shard may be allocated to: registered, member with the role, not
     /// handing everything over, not being terminated, not in `exclude`; with their shard
     /// counts as they will be once the running handoffs complete.
-    pub(super) fn coordinator_region_entries(
+    pub(super) fn region_entries(
         &self,
+        ctx: &CoordinatorContext<'_>,
         exclude: &BTreeSet<UniqueAddress>,
     ) -> Vec<RegionEntry> {
-        let Some(c) = self.coordinator.as_ref() else {
-            return Vec::new();
-        };
-        let role = self.settings.role.as_deref();
-        let mut entries: Vec<RegionEntry> = c
+        let role = ctx.settings.role.as_deref();
+        let mut entries: Vec<RegionEntry> = self
             .state
             .regions()
             .iter()
             .filter(|(r, _)| {
-                !exclude.contains(*r) && !c.graceful.contains(*r) && !c.terminating.contains(*r)
+                !exclude.contains(*r)
+                    && !self.graceful.contains(*r)
+                    && !self.terminating.contains(*r)
             })
             .filter_map(|(r, shards)| {
-                let m = self.view.member(r)?;
+                let m = ctx.view.member(r)?;
                 if !matches!(
                     m.status,
                     MemberStatus::Up
@@ -368,12 +352,12 @@ impl ClusterSharding {
             })
             .collect();
         // Shards being allocated, and shards moving, count at their destination already.
-        for (shard, (region, _)) in &c.allocating {
+        for (shard, (region, _)) in &self.allocating {
             if let Some(e) = entries.iter_mut().find(|e| e.region == *region) {
                 e.shards.push(shard.clone());
             }
         }
-        for (shard, w) in &c.workers {
+        for (shard, w) in &self.workers {
             if let Some(to) = &w.to {
                 if let Some(e) = entries.iter_mut().find(|e| e.region == *to) {
                     if !e.shards.contains(shard) {
@@ -388,31 +372,27 @@ impl ClusterSharding {
         entries
     }
 
-    pub(super) fn coordinator_after_write(&mut self, now_ms: u64, after: AfterWrite) {
+    /// A write succeeded: what it justified.
+    fn after_write(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64, after: AfterWrite) {
         match after {
             AfterWrite::Ack(r) => {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.registering.remove(&r);
-                }
-                self.coordinator_ack_registration(&r);
+                self.registering.remove(&r);
+                self.ack_registration(ctx, &r);
             }
             AfterWrite::Allocated(shard) => {
-                let Some(c) = self.coordinator.as_mut() else {
-                    return;
-                };
-                let requesters = c
+                let requesters = self
                     .allocating
                     .remove(&shard)
                     .map(|(_, r)| r)
                     .unwrap_or_default();
-                let Some(home) = c.state.home(&shard).cloned() else {
+                let Some(home) = self.state.home(&shard).cloned() else {
                     return;
                 };
-                c.unacked_host.insert(
+                self.unacked_host.insert(
                     shard.clone(),
-                    (home.clone(), now_ms + self.settings.shard_start_timeout_ms),
+                    (home.clone(), now_ms + ctx.settings.shard_start_timeout_ms),
                 );
-                self.send(
+                ctx.send(
                     &home,
                     ShardingBody::HostShard {
                         shard: shard.clone(),
@@ -420,169 +400,90 @@ impl ClusterSharding {
                     },
                 );
                 for r in requesters {
-                    {
-                        self.send(
-                            &r,
-                            ShardingBody::ShardHome {
-                                shard: shard.clone(),
-                                home: home.clone(),
-                                previous: None,
-                            },
-                        );
-                    }
+                    ctx.send(
+                        &r,
+                        ShardingBody::ShardHome {
+                            shard: shard.clone(),
+                            home: home.clone(),
+                            previous: None,
+                        },
+                    );
                 }
             }
-            AfterWrite::Flipped(shard) => self.coordinator_handoff_flipped(now_ms, shard),
-            AfterWrite::Deallocated(shard) => self.coordinator_handoff_deallocated(now_ms, shard),
-            AfterWrite::Terminated(r) => self.coordinator_after_terminated(now_ms, r),
+            AfterWrite::Flipped(shard) => self.handoff_flipped(ctx, now_ms, shard),
+            AfterWrite::Deallocated(shard) => self.handoff_deallocated(ctx, now_ms, shard),
+            AfterWrite::Terminated(r) => self.after_terminated(ctx, now_ms, r),
         }
     }
 
-    fn coordinator_shard_started(&mut self, now_ms: u64, from: &UniqueAddress, shard: &ShardId) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if c.unacked_host.get(shard).is_some_and(|(r, _)| r == from) {
-            c.unacked_host.remove(shard);
+    /// `ShardStarted`: the region hosts the shard (an allocation or a handoff's new home).
+    fn shard_started(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        from: &UniqueAddress,
+        shard: &ShardId,
+    ) {
+        if self.unacked_host.get(shard).is_some_and(|(r, _)| r == from) {
+            self.unacked_host.remove(shard);
         }
-        self.coordinator_handoff_started(now_ms, from, shard);
-    }
-
-    /// A region's node left the membership: its shards are re-allocated after the
-    /// removal margin.
-    pub(super) fn coordinator_membership(&mut self, now_ms: u64) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        if !c.active {
-            return;
-        }
-        let gone: Vec<UniqueAddress> = c
-            .state
-            .regions()
-            .keys()
-            .chain(c.state.proxies().iter())
-            .filter(|r| !self.view.members.contains_key(*r) && !c.terminating.contains(*r))
-            .cloned()
-            .collect();
-        for r in gone {
-            self.coordinator_schedule_termination(now_ms, r);
-        }
-        self.coordinator_handoff_membership(now_ms);
-    }
-
-    fn coordinator_schedule_termination(&mut self, now_ms: u64, region: UniqueAddress) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if !c.terminating.insert(region.clone()) {
-            return;
-        }
-        let margin = if c.state.proxies().contains(&region) {
-            0
-        } else {
-            self.settings.removal_margin_ms
-        };
-        tracing::info!(type_name = %self.settings.type_name, region = %region, margin_ms = margin, "shard region removed; its shards are re-allocated after the removal margin");
-        self.out
-            .timers
-            .set(ShardingTimer::RegionTerminated(region), now_ms + margin);
-    }
-
-    /// The removal margin of `region` passed: write it terminated.
-    pub(super) fn coordinator_region_terminated(&mut self, now_ms: u64, region: UniqueAddress) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        let event = if c.state.regions().contains_key(&region) {
-            CoordinatorEvent::RegionTerminated(region.clone())
-        } else if c.state.proxies().contains(&region) {
-            CoordinatorEvent::RegionProxyTerminated(region.clone())
-        } else {
-            return;
-        };
-        self.coordinator_write(now_ms, vec![event], AfterWrite::Terminated(region));
-    }
-
-    fn coordinator_region_stopped(&mut self, now_ms: u64, from: &UniqueAddress) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if !c.state.is_registered(from) || !c.terminating.insert(from.clone()) {
-            return;
-        }
-        self.coordinator_region_terminated(now_ms, from.clone());
-    }
-
-    fn coordinator_after_terminated(&mut self, now_ms: u64, region: UniqueAddress) {
-        if let Some(c) = self.coordinator.as_mut() {
-            c.terminating.remove(&region);
-            c.graceful.remove(&region);
-        }
-        self.coordinator_handoff_region_gone(now_ms, &region);
-        self.coordinator_allocate_remembered(now_ms);
+        self.handoff_started(ctx, now_ms, from, shard);
     }
 
     /// With remember-entities: every shard remembered but without a home is allocated now
     /// (its region starts its remembered entities).
-    fn coordinator_allocate_remembered(&mut self, now_ms: u64) {
-        if !self.settings.remember_entities {
+    pub(super) fn allocate_shard_homes_for_remember_entities(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+    ) {
+        if !ctx.settings.remember_entities {
             return;
         }
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        let missing: Vec<ShardId> = c
+        let missing: Vec<ShardId> = self
             .state
             .unallocated()
             .iter()
-            .chain(c.remembered_shards.iter())
-            .filter(|s| c.state.home(s).is_none() && !c.allocating.contains_key(*s))
+            .chain(self.store.remembered_shards().iter())
+            .filter(|s| self.state.home(s).is_none() && !self.allocating.contains_key(*s))
             .cloned()
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let me = self.self_node.clone();
+        let me = ctx.self_node.clone();
         for shard in missing {
-            self.coordinator_get_shard_home(now_ms, &me, shard);
+            self.get_shard_home(ctx, now_ms, &me, shard);
         }
     }
 
-    /// Once a second: `HostShard` re-sends, handoff timeouts.
-    pub(super) fn coordinator_housekeeping(&mut self, now_ms: u64) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if !c.active {
+    /// Once a second: `HostShard` re-sends (Akka's `ResendShardHost`), handoff timeouts.
+    pub(super) fn housekeeping(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64) {
+        if !self.active {
             return;
         }
-        let due: Vec<(ShardId, UniqueAddress)> = c
+        let due: Vec<(ShardId, UniqueAddress)> = self
             .unacked_host
             .iter()
             .filter(|(_, (_, at))| *at <= now_ms)
             .map(|(s, (r, _))| (s.clone(), r.clone()))
             .collect();
-        let next = now_ms + self.settings.shard_start_timeout_ms;
+        let next = now_ms + ctx.settings.shard_start_timeout_ms;
         for (shard, region) in due {
-            let still = self
-                .coordinator
-                .as_ref()
-                .is_some_and(|c| c.state.home(&shard) == Some(&region));
-            if still && self.is_member(&region) {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.unacked_host.insert(shard.clone(), (region.clone(), next));
-                }
-                self.send(
+            let still = self.state.home(&shard) == Some(&region);
+            if still && ctx.is_member(&region) {
+                self.unacked_host
+                    .insert(shard.clone(), (region.clone(), next));
+                ctx.send(
                     &region,
                     ShardingBody::HostShard {
                         shard,
                         handoff_from: None,
                     },
                 );
-            } else if let Some(c) = self.coordinator.as_mut() {
-                c.unacked_host.remove(&shard);
+            } else {
+                self.unacked_host.remove(&shard);
             }
         }
-        self.coordinator_handoff_timeouts(now_ms);
+        self.handoff_timeouts(ctx, now_ms);
     }
 }

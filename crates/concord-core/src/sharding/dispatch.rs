@@ -1,19 +1,48 @@
 //! How inputs reach the parts of [`ClusterSharding`]: messages from peers (and those this
 //! node sends itself) routed to the region, its shards or the coordinator by type, and the
 //! outputs of the embedded coordinator singleton and replicator turned into transmits and
-//! coordinator steps until nothing is left.
+//! coordinator steps until nothing is left. The coordinator is reached only here, through
+//! [`ClusterSharding::with_coordinator`], which lends it a [`CoordinatorContext`].
 
 use crate::address::UniqueAddress;
 use crate::ddata::replicator::ReplicatorEvent;
 use crate::protocol::{ProtocolMachine, Transmit};
 use crate::singleton::{SingletonEvent, SingletonMessage};
 
-use super::{
-    coordinator, ClusterSharding, DdataPurpose, Delivery, ShardingBody, ShardingEvent,
-    ShardingMessage, ShardingTimer,
-};
+use super::coordinator::Coordinator;
+use super::coordinator_context::CoordinatorContext;
+use super::ddata_requests::DdataPurpose;
+use super::{ClusterSharding, Delivery, ShardingBody, ShardingEvent, ShardingMessage};
 
 impl ClusterSharding {
+    /// The coordinator's slot and the context it borrows from the rest of the machine.
+    fn coordinator_parts(&mut self) -> (&mut Option<Coordinator>, CoordinatorContext<'_>) {
+        (
+            &mut self.coordinator,
+            CoordinatorContext {
+                settings: &self.settings,
+                self_node: &self.self_node,
+                view: &self.view,
+                out: &mut self.out,
+                loopback: &mut self.loopback,
+                replicator: &mut self.replicator,
+                ddata: &mut self.ddata,
+                stats: &mut self.stats,
+            },
+        )
+    }
+
+    /// Runs `step` on the coordinator if one runs here (nothing otherwise).
+    pub(super) fn with_coordinator(
+        &mut self,
+        step: impl FnOnce(&mut Coordinator, &mut CoordinatorContext<'_>),
+    ) {
+        let (slot, mut ctx) = self.coordinator_parts();
+        if let Some(c) = slot.as_mut() {
+            step(c, &mut ctx);
+        }
+    }
+
     /// Runs the loopback queue and the embedded machines' outputs until nothing is left.
     pub(super) fn settle(&mut self, now_ms: u64) {
         loop {
@@ -61,17 +90,23 @@ impl ClusterSharding {
         match e {
             SingletonEvent::StartInstance { .. } => {
                 tracing::info!(type_name = %self.settings.type_name, "shard coordinator starting");
-                self.coordinator = Some(coordinator::Coordinator::new(&self.settings));
-                self.coordinator_start(now_ms);
+                let strategy = match self.coordinator.take() {
+                    Some(old) => Some(old.into_strategy()),
+                    None => self.strategy.take(),
+                };
+                // The strategy is always in one of the two places.
+                let Some(strategy) = strategy else {
+                    return;
+                };
+                let (slot, mut ctx) = self.coordinator_parts();
+                *slot = Some(Coordinator::start(&mut ctx, now_ms, strategy));
             }
             SingletonEvent::StopInstance => {
-                if self.coordinator.take().is_some() {
+                if let Some(old) = self.coordinator.take() {
+                    self.strategy = Some(old.into_strategy());
                     tracing::info!(type_name = %self.settings.type_name, "shard coordinator stopped");
                 }
-                self.out.timers.cancel(&ShardingTimer::Rebalance);
-                self.out
-                    .timers
-                    .retain(|t| !matches!(t, ShardingTimer::RegionTerminated(_)));
+                Coordinator::cancel_timers(&mut self.out);
                 self.singleton.instance_terminated(now_ms);
             }
             SingletonEvent::AcquireLease => self.singleton.lease_result(now_ms, true),
@@ -94,10 +129,12 @@ impl ClusterSharding {
                 .push_back(ShardingEvent::Store { key, envelope }),
             ReplicatorEvent::GetResponse {
                 request, result, ..
-            } => match self.ddata_requests.remove(&request.0) {
-                Some(DdataPurpose::CoordinatorLoad) => self.coordinator_loaded(now_ms, result),
+            } => match self.ddata.close(request.0) {
+                Some(DdataPurpose::CoordinatorLoad) => {
+                    self.with_coordinator(|c, ctx| c.state_read(ctx, now_ms, result))
+                }
                 Some(DdataPurpose::AllShardsLoad) => {
-                    self.coordinator_all_shards_loaded(now_ms, result)
+                    self.with_coordinator(|c, ctx| c.all_shards_read(ctx, now_ms, result))
                 }
                 Some(DdataPurpose::RememberLoad(shard)) => {
                     self.remember_ddata_loaded(now_ms, &shard, result)
@@ -106,8 +143,10 @@ impl ClusterSharding {
             },
             ReplicatorEvent::UpdateResponse {
                 request, result, ..
-            } => match self.ddata_requests.remove(&request.0) {
-                Some(DdataPurpose::CoordinatorWrite) => self.coordinator_written(now_ms, result),
+            } => match self.ddata.close(request.0) {
+                Some(DdataPurpose::CoordinatorWrite) => {
+                    self.with_coordinator(|c, ctx| c.written(ctx, now_ms, result))
+                }
                 Some(DdataPurpose::AllShardsWrite) => {}
                 Some(DdataPurpose::RememberWrite(shard)) => {
                     if !matches!(result, crate::ddata::UpdateResult::Success) {
@@ -135,7 +174,9 @@ impl ClusterSharding {
                     body: b,
                 },
             ),
-            b if b.is_for_coordinator() => self.coordinator_message(now_ms, from, b),
+            b if b.is_for_coordinator() => {
+                self.with_coordinator(|c, ctx| c.handle_message(ctx, now_ms, from, b))
+            }
             ShardingBody::RegisterAck => self.region_register_ack(now_ms, from),
             ShardingBody::ShardHomes { homes } => {
                 if Some(from) == self.region.coordinator.as_ref() {

@@ -59,13 +59,18 @@
 pub mod allocation;
 mod api;
 mod coordinator;
+mod coordinator_context;
 mod coordinator_persistence;
+mod coordinator_regions;
 pub mod coordinator_state;
+mod ddata_requests;
 mod dispatch;
 pub mod extractor;
 mod handoff;
 pub mod message;
+mod outbox;
 mod rebalance;
+mod rebalance_worker;
 mod region;
 mod remember;
 pub mod settings;
@@ -85,7 +90,7 @@ use crate::ddata::{GSet, LWWRegister, ORSet, Replicator, ReplicatorSettings};
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 use crate::outputs::Outputs;
-use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
+use crate::protocol::{MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::singleton::{ClusterSingleton, SingletonSettings};
 use crate::timers::TimerTable;
 
@@ -137,23 +142,6 @@ enum ShardingTimer {
 /// Period of [`ShardingTimer::Housekeeping`], ms.
 const HOUSEKEEPING_MS: u64 = 1_000;
 
-/// What a request of the machine's replicator is for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum DdataPurpose {
-    /// The coordinator reads its state.
-    CoordinatorLoad,
-    /// The coordinator reads the remembered shards.
-    AllShardsLoad,
-    /// The coordinator writes its state.
-    CoordinatorWrite,
-    /// The coordinator records remembered shards.
-    AllShardsWrite,
-    /// A shard reads its remembered entities.
-    RememberLoad(ShardId),
-    /// A shard writes its remembered entities.
-    RememberWrite(ShardId),
-}
-
 /// The sharding machine of one entity type on one node; see the module docs.
 pub struct ClusterSharding {
     settings: ShardingSettings,
@@ -170,12 +158,14 @@ pub struct ClusterSharding {
     removed: BTreeMap<UniqueAddress, u64>,
     region: region::Region,
     shards: BTreeMap<ShardId, shard::Shard>,
+    /// The coordinator, while its singleton runs here (it owns the allocation strategy).
     coordinator: Option<coordinator::Coordinator>,
-    strategy: Box<dyn ShardAllocationStrategy>,
+    /// The allocation strategy while no coordinator runs here.
+    strategy: Option<Box<dyn ShardAllocationStrategy>>,
     singleton: ClusterSingleton,
     replicator: Replicator,
-    ddata_requests: BTreeMap<u64, DdataPurpose>,
-    next_request: u64,
+    /// Open requests of the replicator (the coordinator's and the shards').
+    ddata: ddata_requests::DdataRequests,
     /// Messages held in every buffer of this region (unknown homes, handoffs,
     /// passivation, remembering), count.
     buffered: usize,
@@ -183,7 +173,7 @@ pub struct ClusterSharding {
     lru: BTreeMap<u64, (ShardId, EntityId)>,
     lru_tick: u64,
     /// Transmits, events and timers for the host.
-    out: Outputs<ShardingMessage, ShardingEvent, ShardingTimer>,
+    out: outbox::ShardingOutputs,
     /// Messages to this node itself, handled before the input that caused them returns.
     loopback: VecDeque<ShardingBody>,
     stats: ShardingStats,
@@ -247,11 +237,10 @@ impl ClusterSharding {
             region: region::Region::new(),
             shards: BTreeMap::new(),
             coordinator: None,
-            strategy,
+            strategy: Some(strategy),
             singleton,
             replicator,
-            ddata_requests: BTreeMap::new(),
-            next_request: 1,
+            ddata: ddata_requests::DdataRequests::new(),
             buffered: 0,
             lru: BTreeMap::new(),
             lru_tick: 0,
@@ -390,27 +379,16 @@ impl ClusterSharding {
 
     // ---- plumbing ----
 
-    fn next_request_id(&mut self) -> u64 {
-        let id = self.next_request;
-        self.next_request = self.next_request.wrapping_add(1).max(1);
-        id
-    }
-
     /// Sends `body` to `to` (handled locally, after the current input, if it is this node).
     fn send(&mut self, to: &UniqueAddress, body: ShardingBody) {
-        if *to == self.self_node {
-            self.loopback.push_back(body);
-            return;
-        }
-        self.out.transmits.push_back(Transmit {
-            to: to.address.clone(),
-            to_uid: Some(to.uid),
-            lane: Lane::Ordinary,
-            message: ShardingMessage {
-                type_name: self.settings.type_name.clone(),
-                body,
-            },
-        });
+        outbox::send(
+            &mut self.out,
+            &mut self.loopback,
+            &self.settings.type_name,
+            &self.self_node,
+            to,
+            body,
+        );
     }
 
     /// Sends `body` to the coordinator this region is registered with (dropped if none:
@@ -606,7 +584,7 @@ impl ProtocolMachine for ClusterSharding {
         self.replicator.handle_membership(now_ms, view, change);
         self.singleton.handle_membership(now_ms, view, change);
         self.region_membership(now_ms);
-        self.coordinator_membership(now_ms);
+        self.with_coordinator(|c, ctx| c.membership_changed(ctx, now_ms));
         self.settle(now_ms);
     }
 
@@ -621,12 +599,16 @@ impl ProtocolMachine for ClusterSharding {
             match t {
                 ShardingTimer::Register => self.region_register(now_ms),
                 ShardingTimer::RetryShardHomes => self.region_retry_shard_homes(now_ms),
-                ShardingTimer::Rebalance => self.coordinator_rebalance_tick(now_ms),
-                ShardingTimer::RegionTerminated(r) => self.coordinator_region_terminated(now_ms, r),
+                ShardingTimer::Rebalance => {
+                    self.with_coordinator(|c, ctx| c.rebalance_tick(ctx, now_ms))
+                }
+                ShardingTimer::RegionTerminated(r) => {
+                    self.with_coordinator(|c, ctx| c.region_terminated(ctx, now_ms, r))
+                }
                 ShardingTimer::Housekeeping => {
                     self.region_housekeeping(now_ms);
                     self.handoff_housekeeping(now_ms);
-                    self.coordinator_housekeeping(now_ms);
+                    self.with_coordinator(|c, ctx| c.housekeeping(ctx, now_ms));
                     self.out
                         .timers
                         .set(ShardingTimer::Housekeeping, now_ms + HOUSEKEEPING_MS);

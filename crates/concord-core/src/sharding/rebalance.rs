@@ -1,6 +1,7 @@
 //! The coordinator's side of handoffs — rebalance rounds, graceful shutdown of a region,
-//! and one worker per moving shard (Akka's `RebalanceWorker`, reshaped for Concord's
-//! order-preserving handoff; the regions' side is in [`super::handoff`]).
+//! and one [`Worker`] per moving shard (Akka's `ShardCoordinator` rebalance and
+//! `RebalanceWorker`, reshaped for Concord's order-preserving handoff; the regions' side
+//! is in [`super::handoff`]). Methods of [`Coordinator`].
 //!
 //! A worker moving shard S from region A to region B:
 //! 1. `HostShard { S, handoff_from: A }` to B; wait for `ShardStarted` (B holds S's
@@ -29,119 +30,110 @@ use std::collections::BTreeSet;
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
-use super::coordinator::{Worker, WorkerPhase};
+use super::coordinator::Coordinator;
+use super::coordinator_context::CoordinatorContext;
 use super::coordinator_persistence::AfterWrite;
 use super::coordinator_state::CoordinatorEvent;
-use super::{ClusterSharding, ShardId, ShardingBody, ShardingTimer};
+use super::rebalance_worker::{Worker, WorkerPhase};
+use super::{ShardId, ShardingBody, ShardingTimer};
 
-impl ClusterSharding {
-    /// True if a rebalance round may run now (see the module docs).
-    fn coordinator_rebalance_allowed(&self) -> bool {
-        let role = self.settings.role.as_deref();
-        let relevant = || {
-            self.view
-                .members
-                .values()
-                .filter(move |m| role.is_none_or(|r| m.has_role(r)))
-        };
-        if !self.view.unreachable.is_empty() {
-            return false;
-        }
-        if relevant().any(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp)) {
-            return false;
-        }
-        let versions: BTreeSet<&str> = relevant()
-            .filter(|m| m.status == MemberStatus::Up)
-            .map(|m| m.app_version.as_str())
-            .collect();
-        versions.len() <= 1
+/// True if a rebalance round may run now (see the module docs).
+fn rebalance_allowed(ctx: &CoordinatorContext<'_>) -> bool {
+    let role = ctx.settings.role.as_deref();
+    let relevant = || {
+        ctx.view
+            .members
+            .values()
+            .filter(move |m| role.is_none_or(|r| m.has_role(r)))
+    };
+    if !ctx.view.unreachable.is_empty() {
+        return false;
     }
+    if relevant().any(|m| matches!(m.status, MemberStatus::Joining | MemberStatus::WeaklyUp)) {
+        return false;
+    }
+    let versions: BTreeSet<&str> = relevant()
+        .filter(|m| m.status == MemberStatus::Up)
+        .map(|m| m.app_version.as_str())
+        .collect();
+    versions.len() <= 1
+}
 
-    /// `rebalance-interval` passed (or the last round finished): run a round.
-    pub(super) fn coordinator_rebalance_tick(&mut self, now_ms: u64) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        if !c.is_active() {
+impl Coordinator {
+    /// `rebalance-interval` passed (or the last round finished): run a round (Akka's
+    /// `RebalanceTick`).
+    pub(super) fn rebalance_tick(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64) {
+        if !self.is_active() {
             return;
         }
-        self.out.timers.set(
+        ctx.out.timers.set(
             ShardingTimer::Rebalance,
-            now_ms + self.settings.rebalance_interval_ms,
+            now_ms + ctx.settings.rebalance_interval_ms,
         );
-        if !self.coordinator_rebalance_allowed() {
+        if !rebalance_allowed(ctx) {
             return;
         }
-        let in_progress: BTreeSet<ShardId> = c
+        let in_progress: BTreeSet<ShardId> = self
             .workers
             .iter()
             .filter(|(_, w)| !w.graceful)
             .map(|(s, _)| s.clone())
             .collect();
-        let entries = self.coordinator_region_entries(&BTreeSet::new());
+        let entries = self.region_entries(ctx, &BTreeSet::new());
         if entries.len() < 2 {
             return;
         }
         let chosen = self.strategy.rebalance(&entries, &in_progress);
         let mut started = 0;
         for shard in chosen {
-            let owner = self
-                .coordinator
-                .as_ref()
-                .and_then(|c| c.state.home(&shard).cloned());
-            let Some(owner) = owner else { continue };
-            if self
-                .coordinator
-                .as_ref()
-                .is_some_and(|c| c.workers.contains_key(&shard))
-            {
+            let Some(owner) = self.state.home(&shard).cloned() else {
+                continue;
+            };
+            if self.workers.contains_key(&shard) {
                 continue;
             }
-            if self.coordinator_start_handoff(now_ms, shard, owner, false) {
+            if self.start_handoff(ctx, now_ms, shard, owner, false) {
                 started += 1;
             }
         }
         if started > 0 {
-            self.stats.rebalance_rounds += 1;
-            tracing::info!(type_name = %self.settings.type_name, shards = started, "rebalance round");
-            if let Some(c) = self.coordinator.as_mut() {
-                c.round_active = true;
-            }
+            ctx.stats.rebalance_rounds += 1;
+            tracing::info!(type_name = %ctx.settings.type_name, shards = started, "rebalance round");
+            self.round_active = true;
         }
     }
 
     /// `GracefulShutdownReq` from `region`: hand all its shards over.
-    pub(super) fn coordinator_graceful_shutdown(&mut self, now_ms: u64, region: &UniqueAddress) {
-        let Some(c) = self.coordinator.as_mut() else {
+    pub(super) fn graceful_shutdown(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        region: &UniqueAddress,
+    ) {
+        let Some(shards) = self.state.regions().get(region).cloned() else {
             return;
         };
-        let Some(shards) = c.state.regions().get(region).cloned() else {
-            return;
-        };
-        if c.graceful.insert(region.clone()) {
-            tracing::info!(type_name = %self.settings.type_name, region = %region, shards = shards.len(), "region shutting down; handing its shards over");
+        if self.graceful.insert(region.clone()) {
+            tracing::info!(type_name = %ctx.settings.type_name, region = %region, shards = shards.len(), "region shutting down; handing its shards over");
         }
         for shard in shards {
-            let moving = self
-                .coordinator
-                .as_ref()
-                .is_some_and(|c| c.workers.contains_key(&shard));
-            if !moving {
-                self.coordinator_start_handoff(now_ms, shard, region.clone(), true);
+            if !self.workers.contains_key(&shard) {
+                self.start_handoff(ctx, now_ms, shard, region.clone(), true);
             }
         }
     }
 
     /// Starts moving `shard` off `from`; false if it cannot start now.
-    fn coordinator_start_handoff(
+    fn start_handoff(
         &mut self,
+        ctx: &mut CoordinatorContext<'_>,
         now_ms: u64,
         shard: ShardId,
         from: UniqueAddress,
         graceful: bool,
     ) -> bool {
         let exclude: BTreeSet<UniqueAddress> = [from.clone()].into();
-        let entries = self.coordinator_region_entries(&exclude);
+        let entries = self.region_entries(ctx, &exclude);
         let to = if entries.is_empty() {
             None
         } else {
@@ -152,11 +144,11 @@ impl ClusterSharding {
         if to.is_none() && !graceful {
             return false;
         }
-        let deadline_ms = now_ms + self.settings.handoff_timeout_ms;
-        let resend_ms = now_ms + self.settings.retry_interval_ms;
+        let deadline_ms = now_ms + ctx.settings.handoff_timeout_ms;
+        let resend_ms = now_ms + ctx.settings.retry_interval_ms;
         let phase = match &to {
             Some(t) => {
-                self.send(
+                ctx.send(
                     t,
                     ShardingBody::HostShard {
                         shard: shard.clone(),
@@ -166,7 +158,7 @@ impl ClusterSharding {
                 WorkerPhase::WaitingStarted
             }
             None => {
-                self.send(
+                ctx.send(
                     &from,
                     ShardingBody::HandOff {
                         shard: shard.clone(),
@@ -176,46 +168,40 @@ impl ClusterSharding {
                 WorkerPhase::WaitingStopped
             }
         };
-        if let Some(c) = self.coordinator.as_mut() {
-            c.workers.insert(
-                shard,
-                Worker {
-                    from,
-                    to,
-                    phase,
-                    deadline_ms,
-                    resend_ms,
-                    graceful,
-                    deferred: BTreeSet::new(),
-                },
-            );
-        }
+        self.workers.insert(
+            shard,
+            Worker {
+                from,
+                to,
+                phase,
+                deadline_ms,
+                resend_ms,
+                graceful,
+                deferred: BTreeSet::new(),
+            },
+        );
         true
     }
 
     /// `ShardStarted` from a region: the new home of a handoff is ready.
-    pub(super) fn coordinator_handoff_started(
+    pub(super) fn handoff_started(
         &mut self,
+        ctx: &mut CoordinatorContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         shard: &ShardId,
     ) {
-        let timeout = self.settings.handoff_timeout_ms;
-        let Some(w) = self
-            .coordinator
-            .as_mut()
-            .and_then(|c| c.workers.get_mut(shard))
-        else {
+        let Some(w) = self.workers.get_mut(shard) else {
             return;
         };
         if w.phase != WorkerPhase::WaitingStarted || w.to.as_ref() != Some(from) {
             return;
         }
         w.phase = WorkerPhase::WaitingStopped;
-        w.deadline_ms = now_ms + timeout;
-        w.resend_ms = now_ms + self.settings.retry_interval_ms;
+        w.deadline_ms = now_ms + ctx.settings.handoff_timeout_ms;
+        w.resend_ms = now_ms + ctx.settings.retry_interval_ms;
         let (old, to) = (w.from.clone(), w.to.clone());
-        self.send(
+        ctx.send(
             &old,
             ShardingBody::HandOff {
                 shard: shard.clone(),
@@ -225,36 +211,34 @@ impl ClusterSharding {
     }
 
     /// `ShardStopped` from the old home.
-    pub(super) fn coordinator_shard_stopped(
+    pub(super) fn shard_stopped(
         &mut self,
+        ctx: &mut CoordinatorContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         shard: ShardId,
         handed_to: Option<UniqueAddress>,
     ) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        let owner = c.state.home(&shard).cloned();
-        if !c.workers.contains_key(&shard) {
+        let owner = self.state.home(&shard).cloned();
+        if !self.workers.contains_key(&shard) {
             // A handoff the previous coordinator started: finish it.
             if owner.as_ref() != Some(from) {
                 return;
             }
-            c.workers.insert(
+            self.workers.insert(
                 shard.clone(),
                 Worker {
                     from: from.clone(),
                     to: handed_to.clone(),
                     phase: WorkerPhase::WaitingStopped,
-                    deadline_ms: now_ms + self.settings.handoff_timeout_ms,
-                    resend_ms: now_ms + self.settings.retry_interval_ms,
-                    graceful: c.graceful.contains(from),
+                    deadline_ms: now_ms + ctx.settings.handoff_timeout_ms,
+                    resend_ms: now_ms + ctx.settings.retry_interval_ms,
+                    graceful: self.graceful.contains(from),
                     deferred: BTreeSet::new(),
                 },
             );
         }
-        let Some(w) = c.workers.get_mut(&shard) else {
+        let Some(w) = self.workers.get_mut(&shard) else {
             return;
         };
         if w.from != *from || w.phase != WorkerPhase::WaitingStopped {
@@ -263,11 +247,12 @@ impl ClusterSharding {
         w.phase = WorkerPhase::Writing;
         let viable = handed_to.as_ref().is_some_and(|t| {
             w.to.as_ref() == Some(t)
-                && c.state.regions().contains_key(t)
-                && !c.terminating.contains(t)
+                && self.state.regions().contains_key(t)
+                && !self.terminating.contains(t)
         });
         match (viable, handed_to) {
-            (true, Some(to)) => self.coordinator_write(
+            (true, Some(to)) => self.write(
+                ctx,
                 now_ms,
                 vec![CoordinatorEvent::ShardHomeAllocated {
                     shard: shard.clone(),
@@ -283,38 +268,40 @@ impl ClusterSharding {
                 } else {
                     Vec::new()
                 };
-                self.coordinator_write(now_ms, events, AfterWrite::Deallocated(shard))
+                self.write(ctx, now_ms, events, AfterWrite::Deallocated(shard))
             }
         }
     }
 
     /// The move of `shard` is written: start the update transition.
-    pub(super) fn coordinator_handoff_flipped(&mut self, now_ms: u64, shard: ShardId) {
-        let Some(c) = self.coordinator.as_mut() else {
+    pub(super) fn handoff_flipped(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        shard: ShardId,
+    ) {
+        let Some(w) = self.workers.remove(&shard) else {
             return;
         };
-        let Some(w) = c.workers.remove(&shard) else {
+        let Some(to) = self.state.home(&shard).cloned() else {
             return;
         };
-        let Some(to) = c.state.home(&shard).cloned() else {
-            return;
-        };
-        c.unacked_host.remove(&shard);
-        let regions: Vec<UniqueAddress> = c
+        self.unacked_host.remove(&shard);
+        let regions: Vec<UniqueAddress> = self
             .state
             .regions()
             .keys()
-            .chain(c.state.proxies().iter())
-            .filter(|r| !c.terminating.contains(*r))
+            .chain(self.state.proxies().iter())
+            .filter(|r| !self.terminating.contains(*r))
             .cloned()
             .collect();
         let members: Vec<UniqueAddress> = regions
             .iter()
-            .filter(|r| self.is_member(r))
+            .filter(|r| ctx.is_member(r))
             .cloned()
             .collect();
         for r in &members {
-            self.send(
+            ctx.send(
                 r,
                 ShardingBody::BeginHandOff {
                     shard: shard.clone(),
@@ -324,26 +311,24 @@ impl ClusterSharding {
                 },
             );
         }
-        if !self.is_member(&w.from) {
+        if !ctx.is_member(&w.from) {
             // The old home crashed during the handoff: the new home starts the shard when
             // told (it must not on its own; see `handoff_maybe_activate`).
-            self.send(
+            ctx.send(
                 &to,
                 ShardingBody::HostShard {
                     shard: shard.clone(),
                     handoff_from: None,
                 },
             );
-            if let Some(c) = self.coordinator.as_mut() {
-                c.unacked_host.insert(
-                    shard.clone(),
-                    (to.clone(), now_ms + self.settings.shard_start_timeout_ms),
-                );
-            }
+            self.unacked_host.insert(
+                shard.clone(),
+                (to.clone(), now_ms + ctx.settings.shard_start_timeout_ms),
+            );
         }
         for r in w.deferred {
             if !members.contains(&r) {
-                self.send(
+                ctx.send(
                     &r,
                     ShardingBody::ShardHome {
                         shard: shard.clone(),
@@ -353,88 +338,80 @@ impl ClusterSharding {
                 );
             }
         }
-        self.coordinator_worker_done(now_ms, w.graceful);
+        self.worker_done(ctx, now_ms, w.graceful);
     }
 
     /// A handoff ended without a new home: whoever asked gets a fresh allocation.
-    pub(super) fn coordinator_handoff_deallocated(&mut self, now_ms: u64, shard: ShardId) {
-        let Some(c) = self.coordinator.as_mut() else {
+    pub(super) fn handoff_deallocated(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        shard: ShardId,
+    ) {
+        let Some(w) = self.workers.remove(&shard) else {
             return;
         };
-        let Some(w) = c.workers.remove(&shard) else {
-            return;
-        };
-        c.unacked_host.remove(&shard);
+        self.unacked_host.remove(&shard);
         for r in &w.deferred {
-            self.coordinator_get_shard_home(now_ms, r, shard.clone());
+            self.get_shard_home(ctx, now_ms, r, shard.clone());
         }
-        self.coordinator_allocate_remembered_after_move(now_ms, &shard);
-        self.coordinator_worker_done(now_ms, w.graceful);
+        // With remember-entities the shard is allocated again at once.
+        if ctx.settings.remember_entities {
+            let me = ctx.self_node.clone();
+            self.get_shard_home(ctx, now_ms, &me, shard.clone());
+        }
+        self.worker_done(ctx, now_ms, w.graceful);
     }
 
-    /// With remember-entities a shard deallocated by a handoff is allocated again at once.
-    fn coordinator_allocate_remembered_after_move(&mut self, now_ms: u64, shard: &ShardId) {
-        if self.settings.remember_entities {
-            let me = self.self_node.clone();
-            self.coordinator_get_shard_home(now_ms, &me, shard.clone());
-        }
-    }
-
-    /// A worker finished: when the round's last one did, run the next round at once.
-    fn coordinator_worker_done(&mut self, now_ms: u64, graceful: bool) {
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        if graceful || !c.round_active {
+    /// A worker finished: when the round's last one did, run the next round at once
+    /// (Akka's `RebalanceDone`).
+    fn worker_done(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64, graceful: bool) {
+        if graceful || !self.round_active {
             return;
         }
-        if c.workers.values().all(|w| w.graceful) {
-            c.round_active = false;
-            self.out.timers.set(ShardingTimer::Rebalance, now_ms);
+        if self.workers.values().all(|w| w.graceful) {
+            self.round_active = false;
+            ctx.out.timers.set(ShardingTimer::Rebalance, now_ms);
         }
     }
 
     /// Membership changed: workers whose new home is gone give up (before the old home
     /// stopped anything).
-    pub(super) fn coordinator_handoff_membership(&mut self, now_ms: u64) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        let abandon: Vec<ShardId> = c
+    pub(super) fn handoff_membership(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64) {
+        let abandon: Vec<ShardId> = self
             .workers
             .iter()
             .filter(|(_, w)| {
                 w.phase == WorkerPhase::WaitingStarted
-                    && w.to.as_ref().is_some_and(|t| !self.is_member(t))
+                    && w.to.as_ref().is_some_and(|t| !ctx.is_member(t))
             })
             .map(|(s, _)| s.clone())
             .collect();
         for shard in abandon {
-            self.coordinator_abandon(now_ms, &shard);
+            self.abandon(ctx, now_ms, &shard);
         }
     }
 
     /// Gives up a worker that has not asked the old home to stop: the shard stays there.
-    fn coordinator_abandon(&mut self, now_ms: u64, shard: &ShardId) {
-        let Some(c) = self.coordinator.as_mut() else {
+    fn abandon(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64, shard: &ShardId) {
+        let Some(w) = self.workers.remove(shard) else {
             return;
         };
-        let Some(w) = c.workers.remove(shard) else {
-            return;
-        };
-        tracing::warn!(type_name = %self.settings.type_name, shard = %shard, "handoff abandoned: the new home did not get ready");
+        tracing::warn!(type_name = %ctx.settings.type_name, shard = %shard, "handoff abandoned: the new home did not get ready");
         for r in w.deferred {
-            self.coordinator_get_shard_home(now_ms, &r, shard.clone());
+            self.get_shard_home(ctx, now_ms, &r, shard.clone());
         }
-        self.coordinator_worker_done(now_ms, w.graceful);
+        self.worker_done(ctx, now_ms, w.graceful);
     }
 
     /// `region` was written terminated: its workers end.
-    pub(super) fn coordinator_handoff_region_gone(&mut self, now_ms: u64, region: &UniqueAddress) {
-        let Some(c) = self.coordinator.as_ref() else {
-            return;
-        };
-        let affected: Vec<(ShardId, Worker)> = c
+    pub(super) fn handoff_region_gone(
+        &mut self,
+        ctx: &mut CoordinatorContext<'_>,
+        now_ms: u64,
+        region: &UniqueAddress,
+    ) {
+        let affected: Vec<(ShardId, Worker)> = self
             .workers
             .iter()
             .filter(|(_, w)| w.from == *region || w.to.as_ref() == Some(region))
@@ -444,15 +421,12 @@ impl ClusterSharding {
             match (w.from == *region, &w.phase, &w.to) {
                 // The old home crashed after it was told to hand off: its state went with
                 // it, but the new home prepared the shard; it gets it.
-                (true, WorkerPhase::WaitingStopped, Some(to)) if self.is_member(to) => {
-                    if let Some(w) = self
-                        .coordinator
-                        .as_mut()
-                        .and_then(|c| c.workers.get_mut(&shard))
-                    {
+                (true, WorkerPhase::WaitingStopped, Some(to)) if ctx.is_member(to) => {
+                    if let Some(w) = self.workers.get_mut(&shard) {
                         w.phase = WorkerPhase::Writing;
                     }
-                    self.coordinator_write(
+                    self.write(
+                        ctx,
                         now_ms,
                         vec![CoordinatorEvent::ShardHomeAllocated {
                             shard: shard.clone(),
@@ -464,15 +438,13 @@ impl ClusterSharding {
                 (true, WorkerPhase::Writing, _) => {}
                 (true, _, _) => {
                     // Nothing was moved: the shard has no home now.
-                    if let Some(c) = self.coordinator.as_mut() {
-                        c.workers.remove(&shard);
-                    }
+                    self.workers.remove(&shard);
                     for r in w.deferred {
-                        self.coordinator_get_shard_home(now_ms, &r, shard.clone());
+                        self.get_shard_home(ctx, now_ms, &r, shard.clone());
                     }
-                    self.coordinator_worker_done(now_ms, w.graceful);
+                    self.worker_done(ctx, now_ms, w.graceful);
                 }
-                (false, WorkerPhase::WaitingStarted, _) => self.coordinator_abandon(now_ms, &shard),
+                (false, WorkerPhase::WaitingStarted, _) => self.abandon(ctx, now_ms, &shard),
                 // The new home is gone while the old one stops: its `ShardStopped` leads to
                 // a deallocation (the new home is no longer viable).
                 (false, _, _) => {}
@@ -481,12 +453,9 @@ impl ClusterSharding {
     }
 
     /// Once a second: requests sent again, workers past their deadline.
-    pub(super) fn coordinator_handoff_timeouts(&mut self, now_ms: u64) {
-        let retry = self.settings.retry_interval_ms;
-        let Some(c) = self.coordinator.as_mut() else {
-            return;
-        };
-        let due: Vec<ShardId> = c
+    pub(super) fn handoff_timeouts(&mut self, ctx: &mut CoordinatorContext<'_>, now_ms: u64) {
+        let retry = ctx.settings.retry_interval_ms;
+        let due: Vec<ShardId> = self
             .workers
             .iter()
             .filter(|(_, w)| {
@@ -496,22 +465,18 @@ impl ClusterSharding {
             .map(|(s, _)| s.clone())
             .collect();
         for shard in due {
-            let Some(w) = self
-                .coordinator
-                .as_mut()
-                .and_then(|c| c.workers.get_mut(&shard))
-            else {
+            let Some(w) = self.workers.get_mut(&shard) else {
                 continue;
             };
             match w.phase {
                 WorkerPhase::WaitingStarted if w.deadline_ms <= now_ms => {
-                    self.coordinator_abandon(now_ms, &shard)
+                    self.abandon(ctx, now_ms, &shard)
                 }
                 WorkerPhase::WaitingStarted => {
                     w.resend_ms = now_ms + retry;
                     let (to, from) = (w.to.clone(), w.from.clone());
                     if let Some(to) = to {
-                        self.send(
+                        ctx.send(
                             &to,
                             ShardingBody::HostShard {
                                 shard,
@@ -526,12 +491,12 @@ impl ClusterSharding {
                     // entities after `handoff-timeout − 5 s`; only its removal ends this
                     // otherwise.
                     if w.deadline_ms <= now_ms {
-                        w.deadline_ms = now_ms + self.settings.handoff_timeout_ms;
-                        tracing::warn!(type_name = %self.settings.type_name, shard = %shard, "handoff not confirmed within handoff-timeout; asking again");
+                        w.deadline_ms = now_ms + ctx.settings.handoff_timeout_ms;
+                        tracing::warn!(type_name = %ctx.settings.type_name, shard = %shard, "handoff not confirmed within handoff-timeout; asking again");
                     }
                     w.resend_ms = now_ms + retry;
                     let (from, to) = (w.from.clone(), w.to.clone());
-                    self.send(&from, ShardingBody::HandOff { shard, to });
+                    ctx.send(&from, ShardingBody::HandOff { shard, to });
                 }
                 WorkerPhase::Writing => {}
             }

@@ -17,9 +17,10 @@
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::ORSet;
 
+use super::ddata_requests::DdataPurpose;
 use super::settings::{EntityRecoveryStrategy, RememberEntitiesStore};
 use super::shard::{EntityStatus, Phase};
-use super::{ClusterSharding, DdataPurpose, EntityId, ShardId, ShardingEvent, ShardingTimer};
+use super::{ClusterSharding, EntityId, ShardId, ShardingEvent, ShardingTimer};
 
 impl ClusterSharding {
     /// The replicator key of `shard`'s remembered entities.
@@ -46,9 +47,7 @@ impl ClusterSharding {
         let Some(key) = self.remember_key(shard) else {
             return;
         };
-        let id = self.next_request_id();
-        self.ddata_requests
-            .insert(id, DdataPurpose::RememberLoad(shard.clone()));
+        let id = self.ddata.open(DdataPurpose::RememberLoad(shard.clone()));
         let consistency = ReadConsistency::MajorityPlus {
             additional: self.settings.coordinator_read_majority_plus,
             timeout_ms: self.settings.waiting_for_state_timeout_ms,
@@ -213,9 +212,9 @@ impl ClusterSharding {
                 let Some(key) = self.remember_key(shard_id) else {
                     return;
                 };
-                let id = self.next_request_id();
-                self.ddata_requests
-                    .insert(id, DdataPurpose::RememberWrite(shard_id.clone()));
+                let id = self
+                    .ddata
+                    .open(DdataPurpose::RememberWrite(shard_id.clone()));
                 let me = self.replicator.replica();
                 let consistency = WriteConsistency::MajorityPlus {
                     additional: self.settings.coordinator_write_majority_plus,
