@@ -6,7 +6,8 @@
 //! ## Layers (DESIGN.md §1)
 //!
 //! ```text
-//!   concord (binary)     CLI: node, demo, members, join, leave, down, bench
+//!   concord (binary)     CLI: node, demo, members, join, leave, down, kv, certs, bench;
+//!        |               not part of this library (src/bin/concord/)
 //!   node                 the node composition: remoting + membership + management +
 //!        |               bootstrap + the layers an application adds; nothing imports it
 //!   layers               each a driver task around a concord-core machine, its codec, its
@@ -116,18 +117,18 @@
 //! - [`management`]: the HTTP API in Akka Management's shapes.
 //! - [`config`]: the TOML configuration, environment and flag overrides.
 //! - [`bootstrap`] and [`discovery`]: Cluster Bootstrap from service discovery.
-//! - [`bench`](mod@bench): `concord bench remote`, messaging throughput against raw TCP.
-//! - [`client`] and [`demo`]: what the `concord` CLI uses.
+//! - [`tls`]: certificates and rustls configurations for remoting and the management API.
+//!
+//! The library is the runtime only. The `concord` binary (`src/bin/concord/`) holds the
+//! command line, the HTTP clients of the management and key-value APIs, the demo, the
+//! benchmarks (`concord bench ...`) and the sample application (`concord node --sample`);
+//! it uses this crate through its public API.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 #[cfg(feature = "runtime")]
-pub mod bench;
-#[cfg(feature = "runtime")]
 pub mod bootstrap;
-#[cfg(feature = "runtime")]
-pub mod client;
 #[cfg(feature = "runtime")]
 pub mod clock;
 pub mod cluster;
@@ -136,8 +137,6 @@ pub mod config;
 #[cfg(feature = "runtime")]
 pub mod coordinated_shutdown;
 pub mod ddata;
-#[cfg(feature = "runtime")]
-pub mod demo;
 #[cfg(feature = "runtime")]
 pub mod discovery;
 pub mod host;
@@ -154,8 +153,6 @@ pub mod node;
 pub mod remote;
 #[cfg(feature = "runtime")]
 pub mod runtime;
-#[cfg(feature = "runtime")]
-pub mod sample;
 pub mod sharding;
 pub mod singleton;
 #[cfg(feature = "runtime")]

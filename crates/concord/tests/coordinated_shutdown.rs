@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::bench_layer::payload_frame;
+use common::bench_layer::BenchLayer;
 use common::{fast_config, port_of, start_first, wait_for, wait_self_up};
-use concord::bench::layer::payload_frame;
-use concord::bench::BenchLayer;
 use concord::{Node, Phase};
 use concord_core::{Lane, MemberStatus, ShutdownReason};
 

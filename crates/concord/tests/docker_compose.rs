@@ -12,9 +12,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::client::ManagementClient;
 use common::docker::{docker, image};
 use common::*;
-use concord::client::ManagementClient;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -205,7 +205,7 @@ fn compose_replicas_bootstrap_one_cluster_scale_out_and_leave_gracefully() {
     }
     let leaver = format!("concord://concord@{}:25520", compose.ip(&containers[1]));
     match rt.block_on(compose.client(&ip).operation(&leaver, "Leave")) {
-        Err(concord::client::ClientError::Refused { status: 401, .. }) => {}
+        Err(common::client::ClientError::Refused { status: 401, .. }) => {}
         other => panic!("a leave without the token: {other:?}"),
     }
     let with_token = compose.client(&ip).with_token(Some(TOKEN.into()));

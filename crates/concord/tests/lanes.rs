@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::bench_layer::payload_frame;
+use common::bench_layer::{BenchLayer, BenchProbe};
 use common::wait_for;
-use concord::bench::layer::payload_frame;
-use concord::bench::{BenchLayer, BenchProbe};
 use concord::{Config, Node, SubscriptionItem};
 use concord_core::{ClusterEvent, Lane, MemberStatus};
 

@@ -218,7 +218,7 @@ async fn write_routes_are_refused_when_read_only_or_without_the_token() {
     assert_eq!(wrong.status(), 401);
     assert!(unchanged_all_up(&ro), "nothing changed");
     let client =
-        concord::client::ManagementClient::new(&base(&tok)).with_token(Some("s3cret".into()));
+        common::client::ManagementClient::new(&base(&tok)).with_token(Some("s3cret".into()));
     client
         .operation(&ro.self_address().to_string(), "Leave")
         .await

@@ -32,7 +32,7 @@ impl Layer for ShardsLayer {
         registry
             .register(
                 self.protocol,
-                Arc::new(concord::bench::layer::RawCodec),
+                Arc::new(common::bench_layer::RawCodec),
                 settings.inbound_queue_size,
             )
             .map(|_| ())

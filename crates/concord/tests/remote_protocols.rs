@@ -201,7 +201,7 @@ impl Layer for SeqLayer {
         let rx = registry
             .register(
                 SEQ,
-                Arc::new(concord::bench::layer::RawCodec),
+                Arc::new(common::bench_layer::RawCodec),
                 settings.inbound_queue_size,
             )
             .map_err(|e| LayerError::DuplicateProtocol {
@@ -245,7 +245,7 @@ async fn order_is_kept_per_sender_receiver_and_lane() {
     wait_self_up(&b).await;
     let frame = |n: u64| Frame {
         protocol: SEQ,
-        manifest: concord::bench::layer::PAYLOAD_MANIFEST,
+        manifest: common::bench_layer::PAYLOAD_MANIFEST,
         recipient_uid: b.cluster().self_unique_address().uid,
         payload: Bytes::copy_from_slice(&n.to_be_bytes()),
     };
@@ -271,7 +271,7 @@ async fn order_is_kept_per_sender_receiver_and_lane() {
                     to_uid: Some(b.cluster().self_unique_address().uid),
                     lane: Lane::Ordinary,
                     protocol: SEQ,
-                    manifest: concord::bench::layer::PAYLOAD_MANIFEST,
+                    manifest: common::bench_layer::PAYLOAD_MANIFEST,
                     payload: Bytes::copy_from_slice(&n.to_be_bytes()),
                 })
                 .await

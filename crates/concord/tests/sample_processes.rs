@@ -3,7 +3,8 @@
 //! overlap fails) across a graceful leave of its node, a crash, and a partition that cuts
 //! it off from the majority, and the sample counter
 //! is replicated with majority/all consistency and survives a full cluster restart from
-//! its durable store.
+//! its durable store. The sample's routes obey the management API's access rules (bearer
+//! token for writes).
 
 mod common;
 
@@ -317,4 +318,57 @@ fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
         );
     }
     drop(nodes);
+}
+
+/// The status `req` answered (`None` if no answer).
+fn status(rt: &tokio::runtime::Runtime, req: reqwest::RequestBuilder) -> Option<u16> {
+    rt.block_on(async {
+        let r = req.timeout(Duration::from_secs(5)).send().await.ok()?;
+        Some(r.status().as_u16())
+    })
+}
+
+/// The sample's routes on a node with a bearer token: a write without the token is refused
+/// and changes nothing, one with it counts, reads need no token; the sample singleton
+/// answers through its proxy.
+#[test]
+fn sample_routes_answer_and_obey_the_management_access_rules() {
+    let _g = serial();
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let data = data_dir(dir.path(), 0);
+    let node = Node::start_bound_with_args(
+        "sample-routes",
+        &[],
+        &[("CONCORD__MANAGEMENT__BEARER_TOKEN", "s3cret")],
+        &["--sample", "--data-dir", data.as_str()],
+    );
+    let url = format!("{}/sample/ddata/counter/c", node.management_url());
+    let http = reqwest::Client::new();
+    assert_eq!(
+        status(&rt, http.post(&url).form(&[("delta", "3")])),
+        Some(401)
+    );
+    assert_eq!(status(&rt, http.get(&url)), Some(404));
+    let (s, v) = send(
+        &rt,
+        http.post(&url)
+            .bearer_auth("s3cret")
+            .form(&[("delta", "3"), ("consistency", "local")]),
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = get_json(&rt, &url).unwrap();
+    assert_eq!((s, v["value"].as_i64()), (200, Some(3)), "{v}");
+    let mut answer = None;
+    wait_until(
+        "the sample singleton answers",
+        Duration::from_secs(30),
+        &[&node],
+        || {
+            answer = singleton_at(&rt, &node);
+            answer.is_some()
+        },
+    );
+    assert_eq!(answer.unwrap().0, node.address());
 }

@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::client::ManagementClient;
 use common::wire_peer::{membership_envelope, write_frame, Outcome, WirePeer};
 use common::{fast_config, port_of, start_first, wait_for, wait_self_up};
-use concord::client::ManagementClient;
 use concord::config::TlsConfig;
 use concord::{Config, Node};
 use concord_core::{Address, ClusterMessage, Lane, MemberStatus, UniqueAddress};
@@ -189,7 +189,7 @@ async fn a_tls_cluster_forms_from_concord_certs_and_refuses_peers_without_a_trus
     assert!(
         matches!(
             refused,
-            Err(concord::client::ClientError::Refused { status: 401, .. })
+            Err(common::client::ClientError::Refused { status: 401, .. })
         ),
         "{refused:?}"
     );
@@ -207,7 +207,7 @@ async fn a_tls_cluster_forms_from_concord_certs_and_refuses_peers_without_a_trus
     assert!(
         matches!(
             again,
-            Err(concord::client::ClientError::Refused { status: 409, .. })
+            Err(common::client::ClientError::Refused { status: 409, .. })
         ),
         "a member joining again: {again:?}"
     );

@@ -26,8 +26,6 @@
 //! # node.shutdown().await; Ok(()) }
 //! ```
 
-#[cfg(feature = "runtime")]
-pub mod client;
 pub mod codec;
 pub mod command;
 pub mod effects;
@@ -40,8 +38,6 @@ mod layer;
 mod metrics;
 pub mod storage;
 
-#[cfg(feature = "runtime")]
-pub use client::{KvAnswer, KvClient};
 pub use command::{KvCommand, KvStatusReport};
 pub use effects::KvEffects;
 #[cfg(feature = "runtime")]

@@ -316,6 +316,27 @@ pub(crate) fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
     Ok(Arc::new(roots))
 }
 
+/// A client configuration for a node's HTTPS management API (what `concord`'s management
+/// and key-value clients use): trusts the authorities in `ca_certificates` (a PEM file, e.g.
+/// `certs/ca.crt`), presents `identity` if given (certificate and key PEM files, e.g.
+/// `certs/client.root.crt` and `certs/client.root.key`), checks that the server's
+/// certificate names the host only if `verify_hostname`; TLS 1.2 and 1.3.
+///
+/// # Errors
+/// A file that cannot be read, or holds no usable certificate or key.
+pub fn management_client_config(
+    ca_certificates: &Path,
+    identity: Option<(&Path, &Path)>,
+    verify_hostname: bool,
+) -> Result<ClientConfig, TlsError> {
+    let roots = read_roots(ca_certificates)?;
+    let identity = match identity {
+        Some((cert, key)) => Some((read_certificates(cert)?, read_private_key(key)?)),
+        None => None,
+    };
+    client_config(roots, identity, verify_hostname, TLS12_AND_13)
+}
+
 /// A client configuration trusting `roots`, presenting `identity` if given, checking the
 /// server's name or not (for the management API's clients: any certificate of the CA).
 pub(crate) fn client_config(

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
 
-pub use context::{ClientAuth, TlsContext, TlsError, TlsReloadStats};
+pub use context::{management_client_config, ClientAuth, TlsContext, TlsError, TlsReloadStats};
 
 /// How often the TLS files are checked for changes (certificate rotation).
 pub const RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use concord::client::ManagementClient;
+use super::client::ManagementClient;
 use concord::management::ClusterMembersJson;
 
 /// The image the tests run (`CONCORD_IMAGE`, default `concord:dev`, as

@@ -1,6 +1,15 @@
 //! Helpers for tests that run real `concord node` processes on loopback.
 #![allow(dead_code)]
 
+/// The `concord` binary's bench layer (`src/bin/concord/bench/layer.rs`): a protocol that
+/// carries opaque payloads and counts what arrives, for tests that flood a lane.
+#[path = "../../src/bin/concord/bench/layer.rs"]
+pub mod bench_layer;
+/// The `concord` binary's clients of the management and key-value APIs
+/// (`src/bin/concord/client`). A binary's modules cannot be imported, so the tests compile
+/// its files here; they name the library as `concord::` only.
+#[path = "../../src/bin/concord/client/mod.rs"]
+pub mod client;
 pub mod docker;
 
 use std::path::PathBuf;
@@ -8,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use concord::client::ManagementClient;
+use client::ManagementClient;
 use concord::management::ClusterMembersJson;
 
 /// Tests that start processes run one at a time (2-core CI machines).
@@ -233,8 +242,13 @@ impl Node {
         let mut node = Node::start_with_args("127.0.0.1", system, 0, 0, seeds, extra_env, args);
         node.wait_bound();
         if seeds.is_empty() {
+            // With the node's bearer token among `extra_env`, if it has one.
+            let token = extra_env
+                .iter()
+                .find(|(k, _)| *k == "CONCORD__MANAGEMENT__BEARER_TOKEN")
+                .map(|(_, v)| v.to_string());
             let rt = runtime();
-            rt.block_on(node.client().join(&node.address()))
+            rt.block_on(node.client().with_token(token).join(&node.address()))
                 .expect("the first node joins itself");
         }
         node

@@ -23,8 +23,8 @@ use axum::Json;
 use concord_core::ddata::{Key, PNCounter, ReadConsistency, WriteConsistency};
 use serde::{Deserialize, Serialize};
 
-use crate::ddata::Replicator;
-use crate::sharding::{Entity, EntityContext, ShardRegion, Sharding, ShardingError};
+use concord::ddata::Replicator;
+use concord::sharding::{Entity, EntityContext, ShardRegion, Sharding, ShardingError};
 
 /// The counter entity type's name.
 pub const COUNTER_TYPE: &str = "counter";
@@ -188,7 +188,7 @@ impl Entity for Log {
 /// logs are never passivated).
 pub fn init(
     sharding: &mut Sharding,
-    config: &crate::Config,
+    config: &concord::Config,
     replicator: Replicator,
 ) -> (ShardRegion<Counter>, ShardRegion<Log>) {
     let counters = sharding.init(

@@ -3,8 +3,8 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::http::CONTEXT_HEADER;
-use crate::client::{ClientError, ManagementClient};
+use super::{ClientError, ManagementClient};
+use concord::kv::http::CONTEXT_HEADER;
 
 /// What a read answered.
 #[derive(Clone, Debug, PartialEq, Eq)]

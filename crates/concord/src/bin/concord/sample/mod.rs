@@ -27,11 +27,11 @@ use concord_core::ddata::{Key, PNCounter, ReadConsistency, WriteConsistency};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use crate::ddata::{DdataError, Replicator};
-use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
-use crate::remote::{ProtocolRegistry, TransportSettings};
-use crate::sharding::ShardRegion;
-use crate::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
+use concord::ddata::{DdataError, Replicator};
+use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
+use concord::remote::{ProtocolRegistry, TransportSettings};
+use concord::sharding::ShardRegion;
+use concord::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
 
 pub mod entities;
 

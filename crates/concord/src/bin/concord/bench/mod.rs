@@ -10,8 +10,9 @@
 //! - [`kv`]: the key-value store's puts and gets per second and latency at two value
 //!   sizes, keys transferred per second to a joining node, bytes on disk per key.
 //! - [`cluster`]: in-process clusters for the benchmarks.
-//! - [`layer`]: [`BenchLayer`], the layer that carries the benchmark's payloads
-//!   ([`concord_core::ProtocolId::BENCH`]); tests use it to flood a lane.
+//! - [`layer`]: [`layer::BenchLayer`], the layer that carries the benchmark's payloads
+//!   ([`concord_core::ProtocolId::BENCH`]); the library's integration tests compile this
+//!   file as a module of their own (`tests/common/mod.rs`) to flood a lane.
 
 pub mod cluster;
 pub mod ddata;
@@ -21,5 +22,4 @@ pub mod remote;
 pub mod sharding;
 pub mod singleton;
 
-pub use layer::{BenchLayer, BenchProbe};
-pub use remote::{run_remote, RemoteBenchResult, RemoteBenchSettings};
+pub use remote::{run_remote, RemoteBenchSettings};

@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::client::ManagementClient;
-use crate::management::ClusterMembersJson;
+use concord::management::ClusterMembersJson;
 
 use load::{Load, Targets};
 use table::Snapshot;
@@ -397,7 +397,7 @@ async fn tour(demo: &mut Demo) -> anyhow::Result<()> {
     );
     // Which logs live there (their in-memory values go with it).
     let reader = demo.nodes[0].management_port;
-    let http = crate::tls::http_client_builder().build()?;
+    let http = concord::tls::http_client_builder().build()?;
     let mut lost_logs = BTreeSet::new();
     for l in 0..load::LOGS {
         let v = load::get_json(&http, reader, &format!("/sample/log/l{l}")).await?;

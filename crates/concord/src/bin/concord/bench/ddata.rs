@@ -16,8 +16,8 @@ use concord_core::ProtocolId;
 use serde::Serialize;
 
 use super::cluster::{percentile_ms, start_cluster};
-use crate::ddata::{DistributedData, Replicator};
-use crate::node::Node;
+use concord::ddata::{DistributedData, Replicator};
+use concord::node::Node;
 
 /// What to measure.
 #[derive(Clone, Debug)]

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{percentile_ms, start_cluster};
-use crate::node::Node;
-use crate::sharding::{Entity, EntityContext, ShardRegion, Sharding};
+use concord::node::Node;
+use concord::sharding::{Entity, EntityContext, ShardRegion, Sharding};
 
 /// What the benchmark entity is sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::client::ManagementClient;
-use crate::sharding::ShardRegionsJson;
+use concord::sharding::ShardRegionsJson;
 
 /// One snapshot of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::cluster::{percentile_ms, start_cluster};
-use crate::singleton::{ClusterSingletons, SingletonContext};
+use concord::singleton::{ClusterSingletons, SingletonContext};
 
 /// The figures (`--json` prints this object).
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -23,7 +23,7 @@ pub enum BenchCommand {
         /// Remoting security of the Concord runs: plain, secret (cluster secret) or tls
         /// (TLS 1.3, mutual authentication).
         #[arg(long, value_enum, default_value = "plain")]
-        security: concord::bench::remote::BenchSecurity,
+        security: crate::bench::remote::BenchSecurity,
     },
     /// Time from a graceful leave of the singleton's node to the new instance running
     /// (default timings; Akka measured 5.3-7.1 s).
@@ -101,9 +101,9 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             security,
         } => bench_remote(payload_bytes, duration, json, security).await,
         BenchCommand::Singleton { runs, json } => print_report(
-            concord::bench::singleton::run_singleton(runs).await,
+            crate::bench::singleton::run_singleton(runs).await,
             json,
-            concord::bench::singleton::report,
+            crate::bench::singleton::report,
         ),
         BenchCommand::Sharding {
             payload_bytes,
@@ -112,16 +112,16 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             skip_rebalance,
             json,
         } => {
-            let settings = concord::bench::sharding::ShardingBenchSettings {
+            let settings = crate::bench::sharding::ShardingBenchSettings {
                 payload_bytes,
                 duration,
                 entities,
                 skip_rebalance,
             };
             print_report(
-                concord::bench::sharding::run_sharding(&settings).await,
+                crate::bench::sharding::run_sharding(&settings).await,
                 json,
-                concord::bench::sharding::report,
+                crate::bench::sharding::report,
             )
         }
         BenchCommand::Kv {
@@ -131,16 +131,16 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             transfer_keys,
             json,
         } => {
-            let settings = concord::bench::kv::KvBenchSettings {
+            let settings = crate::bench::kv::KvBenchSettings {
                 value_sizes,
                 duration,
                 clients,
                 transfer_keys,
             };
             print_report(
-                concord::bench::kv::run_kv(&settings).await,
+                crate::bench::kv::run_kv(&settings).await,
                 json,
-                concord::bench::kv::report,
+                crate::bench::kv::report,
             )
         }
         BenchCommand::Ddata {
@@ -148,15 +148,15 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             set_sizes,
             json,
         } => {
-            let settings = concord::bench::ddata::DdataBenchSettings {
+            let settings = crate::bench::ddata::DdataBenchSettings {
                 requests,
                 set_sizes,
                 ..Default::default()
             };
             print_report(
-                concord::bench::ddata::run_ddata(&settings).await,
+                crate::bench::ddata::run_ddata(&settings).await,
                 json,
-                concord::bench::ddata::report,
+                crate::bench::ddata::report,
             )
         }
     }
@@ -181,9 +181,9 @@ async fn bench_remote(
     payload_bytes: usize,
     duration: std::time::Duration,
     json: bool,
-    security: concord::bench::remote::BenchSecurity,
+    security: crate::bench::remote::BenchSecurity,
 ) -> anyhow::Result<()> {
-    let settings = concord::bench::RemoteBenchSettings {
+    let settings = crate::bench::RemoteBenchSettings {
         payload_bytes,
         duration,
         security,
@@ -194,11 +194,11 @@ async fn bench_remote(
             duration.as_secs_f64()
         );
     }
-    let r = concord::bench::run_remote(&settings).await?;
+    let r = crate::bench::run_remote(&settings).await?;
     if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
-        print!("{}", concord::bench::remote::report(&r));
+        print!("{}", crate::bench::remote::report(&r));
     }
     Ok(())
 }

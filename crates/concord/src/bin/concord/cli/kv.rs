@@ -39,7 +39,7 @@ pub struct KvArg {
 }
 
 impl KvArg {
-    fn client(&self) -> anyhow::Result<concord::kv::KvClient> {
+    fn client(&self) -> anyhow::Result<crate::client::kv::KvClient> {
         let m = ManagementArg {
             management: self.kv.clone(),
             token: self.token.clone(),
@@ -48,7 +48,7 @@ impl KvArg {
             client_key: self.client_key.clone(),
             verify_hostname: false,
         };
-        Ok(concord::kv::KvClient::new(&m.client()?))
+        Ok(crate::client::kv::KvClient::new(&m.client()?))
     }
 }
 

@@ -53,7 +53,7 @@ impl Load {
     pub(crate) fn start(targets: Targets) -> Load {
         let record = Arc::new(Mutex::new(Record::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let http = crate::tls::http_client_builder()
+        let http = concord::tls::http_client_builder()
             .timeout(Duration::from_secs(10))
             .build()
             .expect("plain HTTP client");
@@ -190,7 +190,7 @@ impl Finished {
         crashed: usize,
         lost_host_logs: &BTreeSet<usize>,
     ) -> anyhow::Result<Verdict> {
-        let http = crate::tls::http_client_builder()
+        let http = concord::tls::http_client_builder()
             .timeout(Duration::from_secs(15))
             .build()?;
         let r = &self.record;

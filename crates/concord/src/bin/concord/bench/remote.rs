@@ -3,7 +3,7 @@
 //!
 //! 1. **Concord**: two nodes in this process, default failure-detector settings, each
 //!    with the [`BenchLayer`]. Node A sends `payload_bytes` payloads to node B on the
-//!    ordinary lane as fast as the lane accepts them ([`crate::remote::Transport::send_wait`]);
+//!    ordinary lane as fast as the lane accepts them ([`concord::remote::Transport::send_wait`]);
 //!    B's layer counts what arrives. Counted for `duration` after a 1 s warm-up. Meanwhile
 //!    both nodes' heartbeat round trips (control lane) are recorded, and every membership
 //!    event is watched for `UnreachableMember`.
@@ -24,8 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::cluster::bench_config;
 use super::layer::{payload_frame, BenchLayer, BenchProbe};
-use crate::cluster::SubscriptionItem;
-use crate::node::Node;
+use concord::cluster::SubscriptionItem;
+use concord::node::Node;
 
 /// How the two bench nodes protect remoting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -62,7 +62,7 @@ impl Default for RemoteBenchSettings {
 }
 
 /// Messages the sender hands to the lane per call in the main Concord run
-/// ([`crate::remote::OutboundLane::send_all_wait`]).
+/// ([`concord::remote::OutboundLane::send_all_wait`]).
 pub const SEND_BATCH: usize = 64;
 
 /// The figures (`--json` prints exactly this object).
@@ -72,7 +72,7 @@ pub struct RemoteBenchResult {
     /// [`SEND_BATCH`] messages per call.
     pub concord_msgs_per_s: f64,
     /// Messages per second when the sender hands one message per call
-    /// ([`crate::remote::OutboundLane::send_wait`]).
+    /// ([`concord::remote::OutboundLane::send_wait`]).
     pub concord_single_send_msgs_per_s: f64,
     /// Messages per second through raw tokio TCP.
     pub baseline_msgs_per_s: f64,
@@ -135,8 +135,8 @@ impl Security {
             let dir =
                 std::env::temp_dir().join(format!("concord-bench-certs-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
-            crate::tls::certs::create_ca(&dir, None, true)?;
-            crate::tls::certs::create_node(&dir, &["127.0.0.1".into()], None, true)?;
+            concord::tls::certs::create_ca(&dir, None, true)?;
+            concord::tls::certs::create_node(&dir, &["127.0.0.1".into()], None, true)?;
             Some(dir)
         } else {
             None
@@ -144,15 +144,15 @@ impl Security {
         Ok(Security { mode, certs })
     }
 
-    fn apply(&self, c: &mut crate::config::Config) {
+    fn apply(&self, c: &mut concord::config::Config) {
         match (self.mode, &self.certs) {
             (BenchSecurity::Secret, _) => {
-                c.remote.secret = Some(crate::config::SecretString(
+                c.remote.secret = Some(concord::config::SecretString(
                     "concord-bench-cluster-secret-0123456789".into(),
                 ));
             }
             (BenchSecurity::Tls, Some(d)) => {
-                c.remote.tls = Some(crate::config::TlsConfig {
+                c.remote.tls = Some(concord::config::TlsConfig {
                     certificate: d.join("node.crt"),
                     private_key: d.join("node.key"),
                     ca_certificates: d.join("ca.crt"),

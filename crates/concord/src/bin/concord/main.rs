@@ -3,18 +3,22 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::client::{members_table, ManagementClient};
+use crate::sample::SampleLayer;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use concord::client::{members_table, ManagementClient};
 use concord::config::{env_overrides, Config};
 use concord::ddata::DistributedData;
-use concord::sample::SampleLayer;
 use concord::sharding::Sharding;
 use concord::singleton::ClusterSingletons;
 use concord::Node;
 use tracing::{info, warn};
 
+mod bench;
 mod cli;
+mod client;
+mod demo;
+mod sample;
 
 #[derive(Parser)]
 #[command(
@@ -233,7 +237,7 @@ async fn main() -> ExitCode {
         Commands::Certs { command } => cli::certs::run(command),
         Commands::Demo { nodes } => {
             init_logging("warn");
-            concord::demo::run(nodes).await
+            crate::demo::run(nodes).await
         }
         Commands::Bench { bench } => cli::bench::run(bench).await,
     };
@@ -246,7 +250,7 @@ async fn main() -> ExitCode {
     }
 }
 
-fn print_result(r: Result<String, concord::client::ClientError>) -> anyhow::Result<()> {
+fn print_result(r: Result<String, crate::client::ClientError>) -> anyhow::Result<()> {
     let msg = r?;
     println!("{msg}");
     Ok(())
@@ -266,7 +270,7 @@ async fn shards(m: &ManagementArg, name: &str, json: bool) -> anyhow::Result<()>
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", concord::client::shards_table(&r));
+        print!("{}", crate::client::shards_table(&r));
     }
     Ok(())
 }
@@ -350,17 +354,17 @@ async fn run_node(
             .distributed_data
             .durable
             .keys
-            .push(concord::sample::COUNTER_KEYS.into());
+            .push(crate::sample::COUNTER_KEYS.into());
     }
     let config_kv = config.kv.http_port.is_some();
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
     let mut sharding = Sharding::new();
     let entities =
-        sample.then(|| concord::sample::entities::init(&mut sharding, &config, replicator.clone()));
+        sample.then(|| crate::sample::entities::init(&mut sharding, &config, replicator.clone()));
     let mut builder = Node::builder(config).layer(ddata);
     if let Some(entities) = entities {
-        let proxy = concord::sample::add_singleton(&mut singletons);
+        let proxy = crate::sample::add_singleton(&mut singletons);
         builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
     }
     builder = builder.layer(singletons).layer(sharding);

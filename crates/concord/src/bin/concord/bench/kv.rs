@@ -19,8 +19,8 @@ use concord_core::kv::{Quorum, ReadOptions, WriteOptions};
 use serde::Serialize;
 
 use super::cluster::{bench_config, percentile_ms, start_cluster};
-use crate::kv::{KeyValueStore, KvStore};
-use crate::node::Node;
+use concord::kv::{KeyValueStore, KvStore};
+use concord::node::Node;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -89,7 +89,7 @@ pub struct KvBenchResult {
 
 const NODES: usize = 5;
 
-fn tune(dir: &std::path::Path) -> impl FnMut(&mut crate::config::Config) + '_ {
+fn tune(dir: &std::path::Path) -> impl FnMut(&mut concord::config::Config) + '_ {
     let mut i = 0;
     move |c| {
         c.data_dir = dir.join(format!("node-{i}")).display().to_string();

@@ -6,13 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use concord_core::{Address, Lane, ProtocolId};
+use concord_core::ProtocolId;
 use tokio::sync::mpsc;
 
-use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
-use crate::remote::{
-    Codec, DecodeError, Frame, Inbound, Outbound, ProtocolRegistry, TransportSettings,
-};
+use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
+use concord::remote::{Codec, DecodeError, Frame, Inbound, ProtocolRegistry, TransportSettings};
 
 /// The one message type of the bench protocol.
 pub const PAYLOAD_MANIFEST: u32 = 1;
@@ -45,18 +43,12 @@ impl Codec for RawCodec {
 #[derive(Clone, Debug, Default)]
 pub struct BenchProbe {
     received: Arc<AtomicU64>,
-    bytes: Arc<AtomicU64>,
 }
 
 impl BenchProbe {
     /// Payloads received so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
-    }
-
-    /// Payload bytes received so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -80,20 +72,8 @@ impl BenchLayer {
     }
 }
 
-/// A bench payload for `to` (incarnation `to_uid`) on the ordinary lane.
-pub fn payload_to(to: &Address, to_uid: u64, payload: Bytes) -> Outbound {
-    Outbound {
-        to: to.clone(),
-        to_uid: Some(to_uid),
-        lane: Lane::Ordinary,
-        protocol: ProtocolId::BENCH,
-        manifest: PAYLOAD_MANIFEST,
-        payload,
-    }
-}
-
 /// A bench payload frame for incarnation `to_uid` (to send through an
-/// [`crate::remote::OutboundLane`]).
+/// [`concord::remote::OutboundLane`]).
 pub fn payload_frame(to_uid: u64, payload: Bytes) -> Frame {
     Frame {
         protocol: ProtocolId::BENCH,
@@ -135,11 +115,9 @@ impl Layer for BenchLayer {
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 while let Some(batch) = rx.recv().await {
-                    let bytes: usize = batch.messages.iter().map(|(_, n)| n).sum();
                     probe
                         .received
                         .fetch_add(batch.messages.len() as u64, Ordering::Relaxed);
-                    probe.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
                 }
             },
             tracing::Span::current(),

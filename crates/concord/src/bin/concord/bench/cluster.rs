@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use concord_core::MemberStatus;
 
-use crate::config::Config;
-use crate::node::{Node, NodeBuilder};
+use concord::config::Config;
+use concord::node::{Node, NodeBuilder};
 
 /// A benchmark node's configuration: default timings, remoting on a kernel-picked port,
 /// no management API, seed `seed` (none: the first node, which joins itself).
