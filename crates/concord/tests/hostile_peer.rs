@@ -40,12 +40,20 @@ fn config(system: &str, secret: bool) -> Config {
 }
 
 async fn cluster(system: &str, secret: bool) -> Vec<Node> {
-    let first = start_first(config(system, secret)).await;
+    cluster_with(system, secret, |_| {}).await
+}
+
+/// [`cluster`] with `adjust` applied to every node's configuration.
+async fn cluster_with(system: &str, secret: bool, adjust: impl Fn(&mut Config)) -> Vec<Node> {
+    let mut c = config(system, secret);
+    adjust(&mut c);
+    let first = start_first(c).await;
     wait_self_up(&first).await;
     let seed = port_of(&first);
     let mut nodes = vec![first];
     for _ in 0..2 {
         let mut c = config(system, secret);
+        adjust(&mut c);
         c.cluster.seed_nodes = vec![format!("127.0.0.1:{seed}")];
         nodes.push(Node::start(c).await.unwrap());
     }
@@ -397,8 +405,16 @@ async fn gossip_from_600_made_up_joining_peers_admits_only_within_the_join_limit
     // themselves (and the other 599) as Joining. That gossip used to be taken as each
     // sender's Join without the join rate limit: all 600 were admitted. Now the admission
     // check bounds them like Joins, and nobody but a sender is ever taken from its gossip.
+    //
+    // This test measures the admission bound alone, so it runs without the split brain
+    // resolver: the made-up members admitted within the bound never answer, and each one
+    // detected unreachable is a reachability change; on a loaded machine, where 600
+    // handshakes take over a minute, down-all-when-unstable (or keep-majority's
+    // membership-change guard) then downed the node mid-attack and its next handshake was
+    // refused. That effect of admitted made-up members is Akka's rule and documented in
+    // docs/SECURITY.md; it is not what this test is about.
     let sys = "hostile-d";
-    let nodes = cluster(sys, true).await;
+    let nodes = cluster_with(sys, true, |c| c.cluster.downing_provider = "none".into()).await;
     let target = nodes[0].self_address().clone();
     let me = nodes[0].cluster().self_unique_address().clone();
     let real = incarnations(&nodes);
@@ -428,9 +444,6 @@ async fn gossip_from_600_made_up_joining_peers_admits_only_within_the_join_limit
             conns.clear();
         }
     }
-    let elapsed = started.elapsed().as_secs();
-    let bound = concord_core::cluster_core::JOIN_REQUEST_BURST
-        + concord_core::cluster_core::JOIN_REQUESTS_PER_SECOND * (elapsed + 1);
     // Every gossip handled: each sender was either admitted or refused and counted.
     let admitted = || {
         nodes[0]
@@ -446,6 +459,11 @@ async fn gossip_from_600_made_up_joining_peers_admits_only_within_the_join_limit
     })
     .await;
     let admitted = admitted();
+    // The bucket refills while queued gossip is still being handled: the bound is taken
+    // when the last one was.
+    let elapsed = started.elapsed().as_secs();
+    let bound = concord_core::cluster_core::JOIN_REQUEST_BURST
+        + concord_core::cluster_core::JOIN_REQUESTS_PER_SECOND * (elapsed + 1);
     eprintln!("{admitted} of 600 made-up senders admitted in {elapsed} s (bound {bound})");
     assert!(
         admitted <= bound,
