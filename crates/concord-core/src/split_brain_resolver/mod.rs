@@ -453,8 +453,9 @@ impl SplitBrainResolver {
             .is_ok_and(|nodes| !nodes.contains(&view.self_node))
     }
 
-    /// Carries out `decision`: the members to down, or all of them in the error case of a
-    /// second indirectly-connected decision (Akka's behaviour).
+    /// Carries out `decision`: the members to down. In the error case of a second
+    /// indirectly-connected decision, all of them with Akka's rules, this node's side and
+    /// the indirectly connected with Concord's (rule 7).
     fn act(
         &mut self,
         now_ms: u64,

@@ -312,7 +312,7 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
         return akka;
     }
     let Ok(downed) = nodes_to_down(strategy, view, akka) else {
-        return akka; // a double decision: down all, as Akka does
+        return akka; // a double decision: the resolver's `act` handles it (rule 7)
     };
     let kept: Vec<UniqueAddress> = view
         .downable()
