@@ -15,7 +15,7 @@
 //! | `cluster-leave` | 5 s | membership: `leave` this node, wait until it is Leaving (or Exiting, Down, removed) |
 //! | `cluster-exiting` | 10 s | membership: wait until this node is Exiting; singleton hand-over and other exiting tasks |
 //! | `cluster-exiting-done` | 5 s | membership: report the exiting tasks done, so the leader may remove this node; wait for the removal |
-//! | `cluster-shutdown` | 5 s | membership daemon stops, then remoting closes |
+//! | `cluster-shutdown` | 5 s | membership host stops, then its daemon drains and closes remoting |
 //! | `before-actor-system-terminate` | 5 s | user tasks |
 //! | `actor-system-terminate` | 10 s | user tasks; then the node is terminated |
 //!

@@ -11,7 +11,7 @@
 //!    [`Transport`] (to build a [`crate::remote::ProtocolSender`] for its protocol), the
 //!    node's [`CoordinatedShutdown`] (to add its hand-over tasks, e.g. to
 //!    `cluster-sharding-shutdown-region` or `cluster-exiting`) and the configuration —
-//!    spawns its driver task (a loop like the membership daemon: inbound messages,
+//!    starts its host (on the same driver loop as membership: inbound messages,
 //!    membership changes and timers into its sans-IO machine; transmits and events out),
 //!    and returns its management routes, which are merged into the management API.
 //!

@@ -10,10 +10,11 @@
 //!        |               not part of this library (src/bin/concord/)
 //!   node                 the node composition: remoting + membership + management +
 //!        |               bootstrap + the layers an application adds; nothing imports it
-//!   layers               each a driver task around a concord-core machine, its codec, its
-//!        |               management routes, metrics and coordinated-shutdown tasks (layer)
-//!   cluster              membership daemon; publishes the MembershipView (watch) and
-//!        |               events (lossless subscription)
+//!   layers               each a host (host, on runtime::drive) around a concord-core
+//!        |               machine, its codec, its management routes, metrics and
+//!        |               coordinated-shutdown tasks (layer)
+//!   cluster              membership: ClusterCore on the same host and loop; publishes the
+//!        |               MembershipView (watch) and events (lossless subscription)
 //!   management, bootstrap  operate a node through Cluster and Transport
 //!   remote               lanes (control | ordinary | large) per peer, handshake, envelope
 //!        |               demux by protocol id, quarantine, fault injection

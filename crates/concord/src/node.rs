@@ -3,7 +3,7 @@
 //! and ties them to one coordinated shutdown. Nothing below imports it.
 //!
 //! Order: configuration checked; every protocol registered (membership first, then each
-//! layer's); remoting bound; the membership daemon started; each layer started (its
+//! layer's); remoting bound; the membership daemon (its host) started; each layer started (its
 //! management routes collected); the management API served; then the node joins its seed
 //! nodes or runs Cluster Bootstrap.
 

@@ -1,4 +1,5 @@
-//! The handle an application holds ([`Cluster`]) and what it shares with the daemon.
+//! The handle an application holds ([`Cluster`]) and what it shares with the membership
+//! layer's host (the daemon).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,15 +12,19 @@ use concord_core::{
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::codec::MembershipCodec;
+use super::effects::MembershipEffects;
 use super::membership_record;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::coordinated_shutdown::CoordinatedShutdown;
+use crate::host::LayerHost;
 use crate::lease::Lease;
+use crate::metrics;
 use crate::remote::registry::DuplicateProtocol;
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, Transport, TransportEvent};
+use crate::runtime::{HostChannels, LaneOutbound, TokioSpawner};
 
-pub(crate) use super::daemon::Command;
+pub(crate) use super::command::Command;
 pub use super::subscription::{EventBatch, Subscription, SubscriptionItem};
 
 /// Errors of [`Cluster`] operations.
@@ -33,7 +38,7 @@ pub enum ClusterError {
     Terminated,
 }
 
-/// What the handle and the daemon share.
+/// What the handle and the membership host's effects share.
 pub(crate) struct Shared {
     pub(crate) self_unique_address: UniqueAddress,
     pub(crate) commands: mpsc::Sender<Command>,
@@ -92,8 +97,9 @@ pub(crate) struct ClusterParts {
 }
 
 impl Cluster {
-    /// Starts the membership daemon on `parts.transport` and adds the membership tasks to
-    /// the coordinated shutdown. Called by the node composition ([`crate::Node`]).
+    /// Starts the membership daemon (the membership layer's host on the runtime's driver
+    /// loop) on `parts.transport` and adds the membership tasks to the coordinated
+    /// shutdown. Called by the node composition ([`crate::Node`]).
     pub(crate) fn start(config: &Config, parts: ClusterParts) -> Cluster {
         let clock = Clock::new();
         let roles = config.cluster.roles.iter().cloned().collect();
@@ -140,30 +146,41 @@ impl Cluster {
             core_stats: std::sync::Mutex::default(),
             islands: std::sync::Mutex::default(),
         });
-        let node_label = parts.self_unique_address.address.to_string();
-        let daemon = super::daemon::Daemon {
-            core,
+        let effects = MembershipEffects::new(
+            parts.transport.clone(),
+            shared.clone(),
+            views_tx,
+            ended_tx,
+            parts.lease,
             clock,
-            sender: ProtocolSender::new(
-                parts.transport.clone(),
-                ProtocolId::MEMBERSHIP,
-                Arc::new(MembershipCodec::default()),
-            ),
-            transport: parts.transport,
-            shared: shared.clone(),
-            views: views_tx,
-            ended: ended_tx,
-            lease: parts.lease,
-            lease_results: mpsc::unbounded_channel(),
-            published: 0,
-            metrics_recorded_ms: 0,
-            node_label,
-            refusals_logged: (0, concord_core::CoreStats::default()),
             record_dir,
-            record_written: None,
+        );
+        let label = effects.node_label().to_string();
+        let sender = ProtocolSender::new(
+            parts.transport,
+            ProtocolId::MEMBERSHIP,
+            Arc::new(MembershipCodec::default()),
+        );
+        let outbound = LaneOutbound::new(sender).with_observer(move |m: &ClusterMessage, bytes| {
+            metrics::message_sent(&label, m.kind(), bytes, m.is_gossip());
+        });
+        let host = LayerHost::new(
+            core,
+            effects,
+            parts.self_unique_address,
+            Arc::new(clock),
+            Arc::new(TokioSpawner::current()),
+            Box::new(outbound),
+        );
+        // The membership layer is the source of membership: no feed, and it does not end
+        // with it (only on `Shutdown`, `Stop` or a closed queue).
+        let channels = HostChannels {
+            commands: Some(command_rx),
+            inbound: Some(parts.inbound),
+            ..HostChannels::default()
         };
         tokio::spawn(tracing::Instrument::instrument(
-            daemon.run(command_rx, parts.inbound, parts.transport_events),
+            super::daemon::run(host, clock, channels, parts.transport_events),
             tracing::Span::current(),
         ));
         let cluster = Cluster { shared };

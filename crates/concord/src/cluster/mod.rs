@@ -1,10 +1,14 @@
 //! The membership layer of a node: [`Cluster`], the handle an application holds (join,
-//! leave, down, the [`MembershipView`], subscriptions), and the daemon task that drives the
+//! leave, down, the [`MembershipView`], subscriptions), and the daemon that runs the
 //! sans-IO [`ClusterCore`] over the transport.
 //!
 //! It is a layer like the others: it registers [`ProtocolId::MEMBERSHIP`] with its codec,
-//! runs one driver task, and adds its coordinated-shutdown tasks (leave, wait for Exiting,
-//! report the exiting tasks done, stop). Layers above read membership from
+//! runs its machine on a [`crate::host::LayerHost`] driven by the runtime's one loop
+//! ([`crate::runtime::drive`]) — its effects (`effects.rs`) turn commands (`command.rs`)
+//! into core operations and publish the view and event batches after each turn; the
+//! daemon (`daemon.rs`) feeds the transport's quarantine reports in as completions and
+//! closes remoting once the host has stopped — and adds its coordinated-shutdown tasks
+//! (leave, wait for Exiting, report the exiting tasks done, stop). Layers above read membership from
 //! [`Cluster::membership`] (a `watch` of the current view, replaced atomically after each
 //! change) or [`Cluster::subscribe`] (events that are never silently lost).
 //!
@@ -32,7 +36,11 @@ pub mod codec;
 pub mod gossip_wire;
 
 #[cfg(feature = "runtime")]
+mod command;
+#[cfg(feature = "runtime")]
 mod daemon;
+#[cfg(feature = "runtime")]
+mod effects;
 #[cfg(feature = "runtime")]
 mod handle;
 #[cfg(feature = "runtime")]

@@ -8,8 +8,8 @@
 //! - `cluster-exiting-done` / "exiting-completed": tells the membership machine the exiting
 //!   tasks are done — from then on the leader may remove this node — and waits for the
 //!   removal (bounded by the phase timeout).
-//! - `cluster-shutdown` / "membership-daemon": the daemon sends what is queued, stops, and
-//!   closes remoting.
+//! - `cluster-shutdown` / "membership-daemon": the membership host sends what is queued and
+//!   stops; then the daemon drains and closes remoting and answers.
 
 use concord_core::{MemberStatus, MembershipView};
 use tracing::warn;

@@ -64,6 +64,13 @@ pub trait LayerEffects: Send + 'static {
     /// nothing it sends or answers afterwards can claim a write that is not on disk.
     fn before_outputs(&mut self, _fx: &mut Effects<'_, Self>) {}
 
+    /// Called once at the end of each flush, after the turn's transmits were handed to the
+    /// outbound sender: the membership layer publishes the turn's view and event batch
+    /// here, and carries out the machine's outputs that are not transmits or events
+    /// (quarantines, lease requests). Transmits the machine queues here leave with the
+    /// next flush.
+    fn flushed(&mut self, _fx: &mut Effects<'_, Self>) {}
+
     /// The host stops (the node is gone): end what still runs.
     fn stopped(&mut self, _machine: &mut Self::Machine) {}
 }
@@ -154,8 +161,9 @@ impl<E: LayerEffects + ?Sized> Effects<'_, E> {
         &self.env.spawner
     }
 
-    /// Asks the host to stop after this turn (the membership layer, once its machine has
-    /// shut down).
+    /// Asks the host to stop after this turn: the driver takes no further input, flushes
+    /// once more and returns the host (the membership layer, on `Shutdown` or `Stop`; what
+    /// it must still do asynchronously, such as closing remoting, its runner does after).
     pub fn stop(&mut self) {
         *self.stop = true;
     }

@@ -222,7 +222,7 @@ impl<E: LayerEffects> LayerHost<E> {
 
     /// Carries the turn's outputs out: every event to the effects (which may give the
     /// machine more to do) until the machine has nothing more to say, then every transmit
-    /// of the turn to the outbound sender at once.
+    /// of the turn to the outbound sender at once, then [`LayerEffects::flushed`].
     pub fn flush(&mut self) {
         self.stats.turns += 1;
         let now = self.now();
@@ -248,11 +248,19 @@ impl<E: LayerEffects> LayerHost<E> {
             self.outbound.send(&mut self.transmits);
             self.transmits.clear();
         }
+        let mut fx = effects_at!(self, now);
+        self.effects.flushed(&mut fx);
     }
 
     /// Stops the host: the layer ends what still runs ([`LayerEffects::stopped`]).
     pub fn stop(&mut self) {
         self.stop = true;
         self.effects.stopped(&mut self.machine);
+    }
+
+    /// The machine and the effects, for what a layer does after its host stopped (the
+    /// membership layer closes remoting and answers `Shutdown`).
+    pub fn into_parts(self) -> (E::Machine, E) {
+        (self.machine, self.effects)
     }
 }

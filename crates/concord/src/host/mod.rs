@@ -10,6 +10,11 @@
 //! send of transmits per turn ([`Outbound`]), and the completion queue of background work
 //! started on a [`Spawner`].
 //!
+//! The membership layer is hosted the same way (`ClusterCore` with the membership
+//! effects): it has no membership feed, publishes the view and event batches in
+//! [`LayerEffects::flushed`] at the end of each turn, and asks to stop with
+//! [`Effects::stop`]; its runner closes remoting after the host returns.
+//!
 //! No tokio here: the tokio runtime (`crate::runtime::drive`) feeds a host real sockets
 //! and time; the simulator (`concord-sim`) feeds the same host virtual time and a
 //! simulated network, so what the simulator checks is the code that runs in production.

@@ -18,7 +18,8 @@ use super::registry::ProtocolRegistry;
 use super::settings::TransportSettings;
 use super::stats::TransportStats;
 
-/// Something the transport tells the membership daemon.
+/// Something the transport tells the membership daemon (which hands it to its host as a
+/// completion).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TransportEvent {

@@ -5,6 +5,12 @@
 //! deadline), takes every other input that is ready too (up to [`INPUTS_PER_TURN`]) and
 //! lets the host flush once. Protocol decisions and effects are the host's; this loop only
 //! moves inputs and time.
+//!
+//! The membership layer runs here too, without a membership feed (it is the source) and
+//! without an `ended` future (it ends on its own `Shutdown` or `Stop` command, through
+//! [`crate::host::Effects::stop`]: the loop takes no further input, flushes and returns).
+//! What must still happen asynchronously at its end — draining the lanes, closing the
+//! listener, answering `Shutdown` — its daemon does after [`drive`] returns the host.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -149,6 +155,11 @@ pub async fn drive<E: LayerEffects>(
         // Take what else is ready before carrying the outputs out: one flush (one lane
         // write per peer) for many inputs.
         for _ in 1..INPUTS_PER_TURN {
+            // A layer that asked to stop takes nothing more (the membership layer's
+            // `Shutdown`: its last outputs go out, then its runner closes remoting).
+            if host.is_stopped() {
+                break;
+            }
             match ready_input(&mut host, &mut ch, &mut completions) {
                 Some(Next::Input(i)) => host.handle(i),
                 Some(Next::Wake) => {}
@@ -201,3 +212,7 @@ fn ready_input<E: LayerEffects>(
     }
     None
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;
