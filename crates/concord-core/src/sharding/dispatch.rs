@@ -2,7 +2,8 @@
 //! node sends itself) routed to the region, its shards or the coordinator by type, and the
 //! outputs of the embedded coordinator singleton and replicator turned into transmits and
 //! coordinator steps until nothing is left. The coordinator is reached only here, through
-//! [`ClusterSharding::with_coordinator`], which lends it a [`CoordinatorContext`].
+//! [`ClusterSharding::with_coordinator`], which lends it a [`CoordinatorContext`]; the
+//! region's own steps go through [`ClusterSharding::with_region`] likewise.
 
 use crate::address::UniqueAddress;
 use crate::ddata::replicator::ReplicatorEvent;
@@ -177,7 +178,9 @@ impl ClusterSharding {
             b if b.is_for_coordinator() => {
                 self.with_coordinator(|c, ctx| c.handle_message(ctx, now_ms, from, b))
             }
-            ShardingBody::RegisterAck => self.region_register_ack(now_ms, from),
+            ShardingBody::RegisterAck => {
+                self.with_region(|r, ctx| r.register_ack(ctx, now_ms, from))
+            }
             ShardingBody::ShardHomes { homes } => {
                 if Some(from) == self.region.coordinator.as_ref() {
                     for (shard, home) in homes {
@@ -242,7 +245,7 @@ impl ClusterSharding {
                 self.send(from, ShardingBody::ShardRegionStats { request, shards });
             }
             ShardingBody::ShardRegionStats { request, shards } => {
-                self.region_stats_answer(now_ms, from, request, shards)
+                self.with_region(|r, ctx| r.stats_answer(ctx, now_ms, from, request, shards))
             }
             // The remaining variants are the coordinator's (handled above).
             _ => self.stats.invalid_messages += 1,

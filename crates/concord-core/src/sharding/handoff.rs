@@ -89,7 +89,7 @@ impl ClusterSharding {
                 }
             }
         }
-        self.buffered = self.buffered.saturating_sub(waiting.len());
+        self.region.release(waiting.len());
         for d in waiting {
             match &to {
                 Some(t) => {
@@ -258,12 +258,11 @@ impl ClusterSharding {
             matches!(s.phase, Phase::Receiving { .. })
                 && s.incoming.as_ref().is_some_and(|i| i.from == *from)
         }) && entity.len() <= super::MAX_ENTITY_ID_BYTES;
-        if !ok || self.buffered >= self.settings.buffer_size {
+        if !ok || !self.region.hold(self.settings.buffer_size) {
             self.stats.invalid_messages += u64::from(!ok);
             self.stats.dropped_buffer_full += u64::from(ok);
             return;
         }
-        self.buffered += 1;
         if let Some(super::shard::Shard {
             phase: Phase::Receiving { states, .. },
             ..
@@ -339,7 +338,7 @@ impl ClusterSharding {
         if let Some(inc) = shard.incoming.as_mut() {
             inc.deadline_ms = now_ms + self.settings.handoff_timeout_ms;
         }
-        self.buffered = self.buffered.saturating_sub(held.len() + states.len());
+        self.region.release(held.len() + states.len());
         self.region
             .homes
             .entry(shard_id.clone())
@@ -402,7 +401,7 @@ impl ClusterSharding {
             }
         }
         let complete = inc.is_complete();
-        self.buffered = self.buffered.saturating_sub(release.len());
+        self.region.release(release.len());
         for d in release {
             self.deliver_entity(now_ms, shard_id, d);
         }
@@ -422,7 +421,7 @@ impl ClusterSharding {
         let rest: Vec<_> = inc.closed.into_values().flatten().collect();
         let pending = shard.pending_handoff.take();
         self.stats.handoffs_completed += 1;
-        self.buffered = self.buffered.saturating_sub(rest.len());
+        self.region.release(rest.len());
         for d in rest {
             self.deliver_entity(now_ms, shard_id, d);
         }
@@ -541,13 +540,13 @@ impl ClusterSharding {
         };
         let mut back = Vec::new();
         if let Phase::Receiving { held, states, .. } = shard.phase {
-            self.buffered = self.buffered.saturating_sub(states.len());
+            self.region.release(states.len());
             back.extend(held);
         }
         if let Some(inc) = shard.incoming {
             back.extend(inc.closed.into_values().flatten());
         }
-        self.buffered = self.buffered.saturating_sub(back.len());
+        self.region.release(back.len());
         if self.region.homes.get(shard_id) == Some(&self.self_node) {
             self.region.homes.remove(shard_id);
         }

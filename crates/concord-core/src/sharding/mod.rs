@@ -8,7 +8,9 @@
 //!
 //! - the node's **`ShardRegion`** (`region`): it maps an entity to its shard's home,
 //!   asks the coordinator for unknown homes and buffers meanwhile (Scenarios 1 and 2 of the
-//!   spec), then sends directly; a proxy-only region hosts nothing;
+//!   spec), then sends directly; a proxy-only region hosts nothing. It owns its state,
+//!   borrows a `RegionContext` for each step and reaches the shards hosted here only
+//!   through the machine (`region_shards`);
 //! - the **`Shard`s** it hosts (`shard`): entities created on their first message,
 //!   passivated when idle or over the active-entity limit, optionally remembered;
 //! - the **`ShardCoordinator`** (`coordinator`), active only on the node where its
@@ -72,6 +74,10 @@ mod outbox;
 mod rebalance;
 mod rebalance_worker;
 mod region;
+mod region_context;
+mod region_membership;
+mod region_queries;
+mod region_shards;
 mod remember;
 pub mod settings;
 mod shard;
@@ -147,15 +153,7 @@ pub struct ClusterSharding {
     settings: ShardingSettings,
     self_node: UniqueAddress,
     view: MembershipView,
-    /// This node hosts shards (not proxy-only, has the role).
-    hosting: bool,
-    /// This node has been a member (so a view without it means it was removed).
-    was_member: bool,
-    /// [`ClusterSharding::stop_hosting`] was called.
-    stopped_hosting: bool,
-    /// Members removed in the last `handoff-timeout`, with when (ms): their messages for
-    /// entities still in flight are accepted.
-    removed: BTreeMap<UniqueAddress, u64>,
+    /// The `ShardRegion`: it owns its state, homes, buffers and membership memory.
     region: region::Region,
     shards: BTreeMap<ShardId, shard::Shard>,
     /// The coordinator, while its singleton runs here (it owns the allocation strategy).
@@ -166,9 +164,6 @@ pub struct ClusterSharding {
     replicator: Replicator,
     /// Open requests of the replicator (the coordinator's and the shards').
     ddata: ddata_requests::DdataRequests,
-    /// Messages held in every buffer of this region (unknown homes, handoffs,
-    /// passivation, remembering), count.
-    buffered: usize,
     /// Active-entity LRU (only with an active-entity limit): tick → (shard, entity).
     lru: BTreeMap<u64, (ShardId, EntityId)>,
     lru_tick: u64,
@@ -230,10 +225,6 @@ impl ClusterSharding {
         }
         ClusterSharding {
             view: MembershipView::empty(self_node.clone()),
-            hosting: false,
-            was_member: false,
-            stopped_hosting: false,
-            removed: BTreeMap::new(),
             region: region::Region::new(),
             shards: BTreeMap::new(),
             coordinator: None,
@@ -241,7 +232,6 @@ impl ClusterSharding {
             singleton,
             replicator,
             ddata: ddata_requests::DdataRequests::new(),
-            buffered: 0,
             lru: BTreeMap::new(),
             lru_tick: 0,
             out: Outputs {
@@ -322,7 +312,7 @@ impl ClusterSharding {
 
     /// Messages in the region's buffers, count.
     pub fn buffered(&self) -> usize {
-        self.buffered
+        self.region.buffered()
     }
 
     /// The shards hosted here (active, receiving or handing off) with their numbers of
@@ -391,14 +381,6 @@ impl ClusterSharding {
         );
     }
 
-    /// Sends `body` to the coordinator this region is registered with (dropped if none:
-    /// the protocol retries).
-    fn send_to_coordinator(&mut self, body: ShardingBody) {
-        if let Some(c) = self.region.coordinator.clone() {
-            self.send(&c, body);
-        }
-    }
-
     /// True if `node` is a member this node can talk sharding with (in the view, not
     /// Removed).
     fn is_member(&self, node: &UniqueAddress) -> bool {
@@ -406,24 +388,6 @@ impl ClusterSharding {
             .members
             .get(node)
             .is_some_and(|m| m.status != MemberStatus::Removed)
-    }
-
-    /// True once `node` has been out of the membership for at least `removal-margin`: a
-    /// crashed or downed node has had the time to notice and stop what it ran.
-    fn gone_for_good(&self, node: &UniqueAddress, now_ms: u64) -> bool {
-        !self.view.members.contains_key(node)
-            && self
-                .removed
-                .get(node)
-                .is_none_or(|at| at.saturating_add(self.settings.removal_margin_ms) <= now_ms)
-    }
-
-    /// True once this node is Down or removed: nothing starts here any more.
-    fn self_down(&self) -> bool {
-        self.view
-            .self_member()
-            .is_some_and(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Removed))
-            || (self.was_member && self.view.self_member().is_none())
     }
 
     // ---- inputs from the runtime ----
@@ -518,10 +482,10 @@ impl ClusterSharding {
     /// nothing over, and none starts here again. Other regions get the shards after this
     /// node is removed and `removal-margin` has passed.
     pub fn stop_hosting(&mut self, now_ms: u64) {
-        if !self.stopped_hosting {
+        if !self.region.membership.stopped_hosting {
             tracing::warn!(type_name = %self.settings.type_name, entities = self.shards.values().map(|s| s.entity_count()).sum::<usize>(), "stopping every entity here without handing them over");
         }
-        self.stopped_hosting = true;
+        self.region.membership.stopped_hosting = true;
         self.stop_all_entities(now_ms);
         self.settle(now_ms);
     }
@@ -537,7 +501,7 @@ impl ClusterSharding {
     /// `GetClusterShardingStats`); answered by [`ShardingEvent::ClusterShardingStats`]
     /// within `shard-region-query-timeout`.
     pub fn query_cluster_stats(&mut self, now_ms: u64, request: u64) {
-        self.region_query_stats(now_ms, request);
+        self.with_region(|r, ctx| r.query_stats(ctx, now_ms, request));
         self.settle(now_ms);
     }
 }
@@ -557,7 +521,8 @@ impl ProtocolMachine for ClusterSharding {
         // Only members talk sharding (the replicator and the singleton check the same).
         // Only members talk sharding. A node removed a moment ago (it left, or was downed)
         // may still have messages for entities in flight: those are accepted for a while.
-        let recently_removed = self.removed.contains_key(from) && message.body.is_data();
+        let recently_removed =
+            self.region.membership.recently_removed(from) && message.body.is_data();
         if !self.is_member(from) && !recently_removed {
             self.stats.invalid_messages += 1;
             return;
@@ -567,20 +532,10 @@ impl ProtocolMachine for ClusterSharding {
     }
 
     fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, change: MembershipChange) {
-        for gone in self.view.members.keys() {
-            if !view.members.contains_key(gone) {
-                self.removed.insert(gone.clone(), now_ms);
-            }
-        }
-        let keep = self.settings.handoff_timeout_ms;
-        self.removed
-            .retain(|_, at| at.saturating_add(keep) > now_ms);
+        self.region
+            .membership
+            .view_changed(&self.settings, &self.view, view, now_ms);
         self.view = view.clone();
-        self.was_member |= view.self_member().is_some();
-        self.hosting = !self.settings.proxy_only
-            && view
-                .self_member()
-                .is_some_and(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)));
         self.replicator.handle_membership(now_ms, view, change);
         self.singleton.handle_membership(now_ms, view, change);
         self.region_membership(now_ms);
@@ -597,8 +552,10 @@ impl ProtocolMachine for ClusterSharding {
         }
         for t in self.out.timers.expired(now_ms) {
             match t {
-                ShardingTimer::Register => self.region_register(now_ms),
-                ShardingTimer::RetryShardHomes => self.region_retry_shard_homes(now_ms),
+                ShardingTimer::Register => self.with_region(|r, ctx| r.register(ctx, now_ms)),
+                ShardingTimer::RetryShardHomes => {
+                    self.with_region(|r, ctx| r.retry_shard_homes(ctx, now_ms))
+                }
                 ShardingTimer::Rebalance => {
                     self.with_coordinator(|c, ctx| c.rebalance_tick(ctx, now_ms))
                 }

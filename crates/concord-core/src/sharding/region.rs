@@ -1,7 +1,7 @@
-//! The `ShardRegion` part of [`ClusterSharding`]: registration with the coordinator,
-//! the cache of shard homes, routing (Scenarios 1 and 2 of the spec), the buffer of
-//! messages for shards whose home is not known yet, graceful shutdown and the
-//! cluster-wide shard statistics query.
+//! The `ShardRegion` (Akka's `ShardRegion`, Pekko `ShardRegion.scala`; spec
+//! `cluster-sharding-concepts.md`, Scenarios 1 and 2): registration with the coordinator,
+//! the cache of shard homes, routing, the buffer of messages for shards whose home is not
+//! known yet, graceful shutdown and the cluster-wide shard statistics query.
 //!
 //! Routing a message for shard S:
 //! - S is hosted here → the shard takes it ([`super::shard`]);
@@ -17,30 +17,30 @@
 //! When a cached home changes (a handoff completed), the region first sends
 //! `BeginHandOffAck` to the previous home — behind everything it sent there — and only
 //! then anything to the new home (see the handoff in the module docs of [`super`]).
+//!
+//! [`Region`] owns the region's state; each step borrows a [`RegionContext`]. It reaches
+//! the coordinator by messages, and the shards hosted here only through a [`LocalShard`]
+//! snapshot passed in and the step it returns ([`HomeStep`], [`HostStep`], a delivery for
+//! the local shard), which the machine carries out (`region_shards.rs`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
-use super::{
-    ClusterSharding, Delivery, DropReason, ShardId, ShardingBody, ShardingEvent, ShardingTimer,
-};
+use super::region_context::{HomeStep, HostStep, LocalShard, RegionContext};
+use super::region_membership::RegionMembership;
+use super::region_queries::StatsQueries;
+use super::{Delivery, DropReason, ShardId, ShardingBody, ShardingEvent, ShardingTimer};
 
-/// Most cluster-wide statistics queries in flight; more are answered at once, empty.
-const MAX_QUERIES: usize = 64;
-
-/// One `GET /cluster/shards` query collecting every region's answer.
-#[derive(Debug)]
-pub(super) struct StatsQuery {
-    deadline_ms: u64,
-    waiting: BTreeSet<UniqueAddress>,
-    regions: Vec<(UniqueAddress, Vec<(ShardId, u32)>)>,
-}
-
-/// The region's state.
+/// The region's state (Akka's `ShardRegion` actor's fields).
 #[derive(Debug, Default)]
 pub(super) struct Region {
+    /// What the region remembers of the membership (whether it hosts, who was removed).
+    pub(super) membership: RegionMembership,
+    /// Messages held in every buffer of this node's region and shards (unknown homes,
+    /// handoffs, passivation, remembering), count; bounded by `buffer-size`.
+    buffered: usize,
     /// The node whose coordinator acknowledged this region's registration.
     pub(super) coordinator: Option<UniqueAddress>,
     /// Where `Register` goes: the oldest member with the role.
@@ -59,74 +59,57 @@ pub(super) struct Region {
     /// then writes the move).
     pub(super) handed_off: BTreeMap<ShardId, UniqueAddress>,
     /// The node's coordinated shutdown asked to hand everything over.
-    pub(super) graceful: bool,
+    graceful: bool,
     graceful_done: bool,
     /// When `GracefulShutdownReq` was last sent, ms.
     graceful_sent_ms: u64,
-    queries: BTreeMap<u64, StatsQuery>,
+    /// Cluster-wide statistics queries in flight.
+    queries: StatsQueries,
 }
 
 impl Region {
     pub(super) fn new() -> Self {
         Region::default()
     }
-}
 
-impl ClusterSharding {
-    /// The membership changed: find the coordinator, forget homes on removed nodes, stop
-    /// everything if this node is down.
-    pub(super) fn region_membership(&mut self, now_ms: u64) {
-        let self_status = self.view.self_member().map(|m| m.status);
-        let _ = self_status;
-        if self.self_down() {
-            self.stop_all_entities(now_ms);
-        }
+    // ---- membership ----
+
+    /// The membership changed: find the coordinator, forget homes on removed nodes.
+    pub(super) fn membership_changed(&mut self, ctx: &mut RegionContext<'_>, now_ms: u64) {
         // The coordinator runs on the oldest member with the role.
-        let candidate = self
+        let candidate = ctx
             .view
-            .oldest(self.settings.role.as_deref())
+            .oldest(ctx.settings.role.as_deref())
             .map(|m| m.unique_address.clone());
-        if candidate != self.region.candidate {
-            self.region.candidate = candidate.clone();
-            if self.region.coordinator.is_some() && self.region.coordinator != candidate {
-                self.region.coordinator = None;
+        if candidate != self.candidate {
+            self.candidate = candidate.clone();
+            if self.coordinator.is_some() && self.coordinator != candidate {
+                self.coordinator = None;
             }
-            if self.region.coordinator.is_none() {
-                self.region.register_backoff_ms = 0;
-                self.out.timers.set(ShardingTimer::Register, now_ms);
+            if self.coordinator.is_none() {
+                self.register_backoff_ms = 0;
+                ctx.out.timers.set(ShardingTimer::Register, now_ms);
             }
         }
-        if let Some(c) = self.region.coordinator.clone() {
-            if !self.is_member(&c) {
-                self.region.coordinator = None;
-                self.out.timers.set(ShardingTimer::Register, now_ms);
+        if let Some(c) = self.coordinator.clone() {
+            if !ctx.is_member(&c) {
+                self.coordinator = None;
+                ctx.out.timers.set(ShardingTimer::Register, now_ms);
             }
         }
         // Homes on nodes that are gone are forgotten; their shards are asked for again.
-        let gone: Vec<ShardId> = self
-            .region
-            .homes
-            .iter()
-            .filter(|(_, h)| !self.is_member(h))
-            .map(|(s, _)| s.clone())
-            .collect();
-        for s in gone {
-            self.region.homes.remove(&s);
-        }
-        let members: Vec<UniqueAddress> = self.view.members.keys().cloned().collect();
-        for q in self.region.queries.values_mut() {
-            q.waiting.retain(|n| members.contains(n));
-        }
-        self.region_finish_queries(now_ms);
-        self.handoff_membership(now_ms);
+        self.homes.retain(|_, h| ctx.is_member(h));
+        self.queries.membership_changed(ctx, now_ms);
     }
 
+    // ---- the coordinator ----
+
     /// Sends `Register` to the coordinator's node (with back-off until acknowledged).
-    pub(super) fn region_register(&mut self, now_ms: u64) {
-        if self.region.coordinator.is_some() {
+    pub(super) fn register(&mut self, ctx: &mut RegionContext<'_>, now_ms: u64) {
+        if self.coordinator.is_some() {
             return;
         }
-        let self_up = self.view.self_member().is_some_and(|m| {
+        let self_up = ctx.view.self_member().is_some_and(|m| {
             matches!(
                 m.status,
                 MemberStatus::Up
@@ -135,99 +118,155 @@ impl ClusterSharding {
                     | MemberStatus::ReadyForShutdown
             )
         });
-        let base = (self.settings.retry_interval_ms / 8).max(100);
-        self.region.register_backoff_ms = if self.region.register_backoff_ms == 0 {
+        let retry = ctx.settings.retry_interval_ms;
+        let base = (retry / 8).max(100);
+        self.register_backoff_ms = if self.register_backoff_ms == 0 {
             base
         } else {
-            (self.region.register_backoff_ms * 2).min(self.settings.retry_interval_ms.max(base))
+            (self.register_backoff_ms * 2).min(retry.max(base))
         };
-        if let (true, Some(c)) = (self_up, self.region.candidate.clone()) {
-            let proxy = !self.hosting;
-            self.send(&c, ShardingBody::Register { proxy });
+        if let (true, Some(c)) = (self_up, self.candidate.clone()) {
+            let proxy = !self.membership.hosting;
+            ctx.send(&c, ShardingBody::Register { proxy });
         }
-        self.out.timers.set(
-            ShardingTimer::Register,
-            now_ms + self.region.register_backoff_ms,
-        );
+        ctx.out
+            .timers
+            .set(ShardingTimer::Register, now_ms + self.register_backoff_ms);
     }
 
     /// The coordinator on `from` accepted this region.
-    pub(super) fn region_register_ack(&mut self, now_ms: u64, from: &UniqueAddress) {
-        if Some(from) != self.region.candidate.as_ref() && !self.is_member(from) {
+    pub(super) fn register_ack(
+        &mut self,
+        ctx: &mut RegionContext<'_>,
+        now_ms: u64,
+        from: &UniqueAddress,
+    ) {
+        if Some(from) != self.candidate.as_ref() && !ctx.is_member(from) {
             return;
         }
-        let changed = self.region.coordinator.as_ref() != Some(from);
-        self.region.coordinator = Some(from.clone());
-        self.region.register_backoff_ms = 0;
-        self.out.timers.cancel(&ShardingTimer::Register);
+        let changed = self.coordinator.as_ref() != Some(from);
+        self.coordinator = Some(from.clone());
+        self.register_backoff_ms = 0;
+        ctx.out.timers.cancel(&ShardingTimer::Register);
         if changed {
-            tracing::debug!(type_name = %self.settings.type_name, coordinator = %from, "registered with the shard coordinator");
+            tracing::debug!(type_name = %ctx.settings.type_name, coordinator = %from, "registered with the shard coordinator");
         }
-        let shards: Vec<ShardId> = self.region.buffers.keys().cloned().collect();
-        for shard in shards {
-            self.stats.shard_home_requests += 1;
-            self.send_to_coordinator(ShardingBody::GetShardHome { shard });
-        }
-        if !self.region.buffers.is_empty() {
-            self.out.timers.set(
+        self.ask_shard_homes(ctx);
+        if !self.buffers.is_empty() {
+            ctx.out.timers.set(
                 ShardingTimer::RetryShardHomes,
-                now_ms + self.settings.retry_interval_ms,
+                now_ms + ctx.settings.retry_interval_ms,
             );
         }
-        if self.region.graceful && !self.region.graceful_done {
-            self.region.graceful_sent_ms = now_ms;
-            self.send_to_coordinator(ShardingBody::GracefulShutdownReq);
+        if self.graceful && !self.graceful_done {
+            self.graceful_sent_ms = now_ms;
+            self.send_to_coordinator(ctx, ShardingBody::GracefulShutdownReq);
         }
         // A new coordinator re-sends `HostShard` for every allocation; shards this region
         // is handing off answer it with `ShardStopped`.
     }
 
-    /// Routes a message accepted by this region (a local `tell`).
-    pub(super) fn region_route(&mut self, now_ms: u64, shard: ShardId, d: Delivery) {
-        if self.shards.contains_key(&shard) {
-            let me = self.self_node.clone();
-            self.shard_receive(now_ms, &me, &shard, d);
-            return;
-        }
-        match self.region.homes.get(&shard) {
-            Some(home) if *home != self.self_node => {
-                let home = home.clone();
-                self.send_delivery(&home, shard, d);
-            }
-            _ => self.region_buffer(now_ms, shard, d),
+    /// Sends `body` to the coordinator this region is registered with (dropped if none:
+    /// the protocol retries).
+    pub(super) fn send_to_coordinator(&self, ctx: &mut RegionContext<'_>, body: ShardingBody) {
+        if let Some(c) = &self.coordinator {
+            ctx.send(c, body);
         }
     }
 
-    /// A `Deliver` from `from` (another node, or this one).
-    pub(super) fn region_receive(
+    /// Asks the coordinator for the home of every buffered shard.
+    fn ask_shard_homes(&self, ctx: &mut RegionContext<'_>) {
+        for shard in self.buffers.keys() {
+            ctx.stats.shard_home_requests += 1;
+            self.send_to_coordinator(
+                ctx,
+                ShardingBody::GetShardHome {
+                    shard: shard.clone(),
+                },
+            );
+        }
+    }
+
+    /// Asks again for the homes of buffered shards.
+    pub(super) fn retry_shard_homes(&mut self, ctx: &mut RegionContext<'_>, now_ms: u64) {
+        if self.buffers.is_empty() {
+            return;
+        }
+        if self.coordinator.is_none() {
+            ctx.out.timers.set_if_unset(ShardingTimer::Register, now_ms);
+        } else {
+            self.ask_shard_homes(ctx);
+        }
+        ctx.out.timers.set(
+            ShardingTimer::RetryShardHomes,
+            now_ms + ctx.settings.retry_interval_ms,
+        );
+    }
+
+    // ---- routing and buffering ----
+
+    /// Routes a message accepted by this region (a local `tell`, `hosted`: the shard is
+    /// hosted here); returns it when the local shard takes it.
+    pub(super) fn route(
         &mut self,
+        ctx: &mut RegionContext<'_>,
+        now_ms: u64,
+        shard: ShardId,
+        d: Delivery,
+        hosted: bool,
+    ) -> Option<(ShardId, Delivery)> {
+        if hosted {
+            return Some((shard, d));
+        }
+        match self.homes.get(&shard) {
+            Some(home) if home != ctx.self_node => {
+                let home = home.clone();
+                Self::send_delivery(ctx, &home, shard, d);
+            }
+            _ => self.buffer(ctx, now_ms, shard, d),
+        }
+        None
+    }
+
+    /// A `Deliver` from `from` (another node, or this one; `hosted`: the shard is hosted
+    /// here); returns it when the local shard takes it.
+    pub(super) fn receive(
+        &mut self,
+        ctx: &mut RegionContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         shard: ShardId,
         d: Delivery,
-    ) {
+        hosted: bool,
+    ) -> Option<(ShardId, Delivery)> {
         if d.entity.len() > super::MAX_ENTITY_ID_BYTES || shard.len() > super::MAX_SHARD_ID_BYTES {
-            self.stats.invalid_messages += 1;
-            self.drop_delivery(d, DropReason::InvalidId);
-            return;
+            ctx.stats.invalid_messages += 1;
+            Self::drop_delivery(ctx, d, DropReason::InvalidId);
+            return None;
         }
-        if self.shards.contains_key(&shard) {
-            self.shard_receive(now_ms, from, &shard, d);
-        } else if *from == self.self_node {
-            self.region_route(now_ms, shard, d);
-        } else {
-            // Not hosted here: the sender's cache (or ours) is stale; ask the coordinator.
-            if self.region.homes.get(&shard) == Some(&self.self_node) {
-                self.region.homes.remove(&shard);
-            }
-            self.region_buffer(now_ms, shard, d);
+        if hosted {
+            return Some((shard, d));
         }
+        if from == ctx.self_node {
+            return self.route(ctx, now_ms, shard, d, false);
+        }
+        // Not hosted here: the sender's cache (or ours) is stale; ask the coordinator.
+        if self.homes.get(&shard) == Some(ctx.self_node) {
+            self.homes.remove(&shard);
+        }
+        self.buffer(ctx, now_ms, shard, d);
+        None
     }
 
     /// Sends a delivery to `home` (origin left out when it is this node).
-    pub(super) fn send_delivery(&mut self, home: &UniqueAddress, shard: ShardId, d: Delivery) {
-        let origin = (d.origin != self.self_node).then_some(d.origin);
-        self.send(
+    pub(super) fn send_delivery(
+        ctx: &mut RegionContext<'_>,
+        home: &UniqueAddress,
+        shard: ShardId,
+        d: Delivery,
+    ) {
+        let origin = (d.origin != *ctx.self_node).then_some(d.origin);
+        ctx.send(
             home,
             ShardingBody::Deliver {
                 shard,
@@ -239,53 +278,81 @@ impl ClusterSharding {
         );
     }
 
-    /// Room for one more buffered message? Counts it if so; drops `d` if not.
-    pub(super) fn take_buffer_slot(&mut self, d: Delivery) -> Option<Delivery> {
-        if self.buffered >= self.settings.buffer_size {
-            self.stats.dropped_buffer_full += 1;
-            self.drop_delivery(d, DropReason::BufferFull);
+    /// Room for one more buffered message (in the region or a shard)? Counts it if so;
+    /// drops `d` if not.
+    pub(super) fn take_buffer_slot(
+        &mut self,
+        ctx: &mut RegionContext<'_>,
+        d: Delivery,
+    ) -> Option<Delivery> {
+        if self.buffered >= ctx.settings.buffer_size {
+            ctx.stats.dropped_buffer_full += 1;
+            Self::drop_delivery(ctx, d, DropReason::BufferFull);
             return None;
         }
         self.buffered += 1;
         Some(d)
     }
 
+    /// Counts one more held item if there is room under `buffer_size`; false if full.
+    pub(super) fn hold(&mut self, buffer_size: usize) -> bool {
+        if self.buffered >= buffer_size {
+            return false;
+        }
+        self.buffered += 1;
+        true
+    }
+
+    /// `n` held messages left their buffers.
+    pub(super) fn release(&mut self, n: usize) {
+        self.buffered = self.buffered.saturating_sub(n);
+    }
+
+    /// Messages in the buffers of the region and its shards, count.
+    pub(super) fn buffered(&self) -> usize {
+        self.buffered
+    }
+
     /// Buffers `d` until the home of `shard` is known.
-    pub(super) fn region_buffer(&mut self, now_ms: u64, shard: ShardId, d: Delivery) {
-        let Some(d) = self.take_buffer_slot(d) else {
+    pub(super) fn buffer(
+        &mut self,
+        ctx: &mut RegionContext<'_>,
+        now_ms: u64,
+        shard: ShardId,
+        d: Delivery,
+    ) {
+        let Some(d) = self.take_buffer_slot(ctx, d) else {
             return;
         };
-        let buf = self.region.buffers.entry(shard.clone()).or_default();
+        let buf = self.buffers.entry(shard.clone()).or_default();
         let first = buf.is_empty();
         buf.push_back(d);
         if first {
-            if self.region.coordinator.is_some() {
-                self.stats.shard_home_requests += 1;
-                self.send_to_coordinator(ShardingBody::GetShardHome { shard });
-                self.out.timers.set_if_unset(
+            if self.coordinator.is_some() {
+                ctx.stats.shard_home_requests += 1;
+                self.send_to_coordinator(ctx, ShardingBody::GetShardHome { shard });
+                ctx.out.timers.set_if_unset(
                     ShardingTimer::RetryShardHomes,
-                    now_ms + self.settings.retry_interval_ms,
+                    now_ms + ctx.settings.retry_interval_ms,
                 );
             } else {
-                self.out
-                    .timers
-                    .set_if_unset(ShardingTimer::Register, now_ms);
+                ctx.out.timers.set_if_unset(ShardingTimer::Register, now_ms);
             }
         }
     }
 
     /// Drops `d`, telling whoever waits for an answer.
-    pub(super) fn drop_delivery(&mut self, d: Delivery, reason: DropReason) {
+    pub(super) fn drop_delivery(ctx: &mut RegionContext<'_>, d: Delivery, reason: DropReason) {
         if reason != DropReason::BufferFull {
-            self.stats.dropped_other += 1;
+            ctx.stats.dropped_other += 1;
         }
-        if d.origin == self.self_node {
-            self.out
+        if d.origin == *ctx.self_node {
+            ctx.out
                 .events
                 .push_back(ShardingEvent::Dropped { ask: d.ask, reason });
         } else if let Some(ask) = d.ask {
-            let why = format!("dropped by {}: {}", self.self_node.address, reason.as_str());
-            self.send(
+            let why = format!("dropped by {}: {}", ctx.self_node.address, reason.as_str());
+            ctx.send(
                 &d.origin,
                 ShardingBody::Reply {
                     ask,
@@ -295,50 +362,48 @@ impl ClusterSharding {
         }
     }
 
-    /// Asks again for the homes of buffered shards.
-    pub(super) fn region_retry_shard_homes(&mut self, now_ms: u64) {
-        if self.region.buffers.is_empty() {
-            return;
+    /// Takes the messages buffered for `shard` once they can go somewhere (`hosted`: the
+    /// shard is hosted here; else its known home elsewhere), with that home.
+    pub(super) fn take_buffer(
+        &mut self,
+        ctx: &RegionContext<'_>,
+        shard: &ShardId,
+        hosted: bool,
+    ) -> Option<(VecDeque<Delivery>, Option<UniqueAddress>)> {
+        let home = self.homes.get(shard).cloned();
+        if !hosted && home.as_ref().is_none_or(|h| h == ctx.self_node) {
+            return None;
         }
-        if self.region.coordinator.is_none() {
-            self.out
-                .timers
-                .set_if_unset(ShardingTimer::Register, now_ms);
-        } else {
-            let shards: Vec<ShardId> = self.region.buffers.keys().cloned().collect();
-            for shard in shards {
-                self.stats.shard_home_requests += 1;
-                self.send_to_coordinator(ShardingBody::GetShardHome { shard });
-            }
-        }
-        self.out.timers.set(
-            ShardingTimer::RetryShardHomes,
-            now_ms + self.settings.retry_interval_ms,
-        );
+        let buf = self.buffers.remove(shard)?;
+        self.release(buf.len());
+        Some((buf, home))
     }
 
-    /// The home of `shard` is `home` (`previous`: where it was before a handoff).
-    pub(super) fn region_shard_home(
+    // ---- homes from the coordinator ----
+
+    /// The home of `shard` is `home` (`previous`: where it was before a handoff; `local`:
+    /// the shard's life here).
+    pub(super) fn shard_home(
         &mut self,
-        now_ms: u64,
-        shard: ShardId,
+        ctx: &mut RegionContext<'_>,
+        shard: &ShardId,
         home: UniqueAddress,
         previous: Option<UniqueAddress>,
-    ) {
-        if !self.is_member(&home)
+        local: &LocalShard,
+    ) -> HomeStep {
+        if !ctx.is_member(&home)
             || shard.len() > super::MAX_SHARD_ID_BYTES
-            || (self.region.homes.len() >= super::MAX_SHARDS
-                && !self.region.homes.contains_key(&shard))
+            || (self.homes.len() >= super::MAX_SHARDS && !self.homes.contains_key(shard))
         {
-            self.stats.invalid_messages += 1;
-            return;
+            ctx.stats.invalid_messages += 1;
+            return HomeStep::Ignore;
         }
-        let old = self.region.homes.get(&shard).cloned();
+        let old = self.homes.get(shard).cloned();
         let via = previous.or(old).filter(|p| *p != home);
         if let Some(p) = via {
-            if self.is_member(&p) && self.region.acked.get(&shard) != Some(&home) {
-                self.region.acked.insert(shard.clone(), home.clone());
-                self.send(
+            if ctx.is_member(&p) && self.acked.get(shard) != Some(&home) {
+                self.acked.insert(shard.clone(), home.clone());
+                ctx.send(
                     &p,
                     ShardingBody::BeginHandOffAck {
                         shard: shard.clone(),
@@ -346,292 +411,170 @@ impl ClusterSharding {
                 );
             }
         }
-        let hosted_here = self
-            .shards
-            .get(&shard)
-            .is_some_and(|s| s.handed_to().is_none());
-        if home != self.self_node || hosted_here {
+        if home != *ctx.self_node || *local == LocalShard::Hosted {
             // Hosted here again, not handing off (handed back by a later move): an older
             // handoff from here that was never confirmed is over.
-            self.region.handed_off.remove(&shard);
-        } else if self.region_handed_off_to(&shard).is_some() {
-            self.region_report_handed_off(&shard);
-            return;
+            self.handed_off.remove(shard);
+        } else if self.handed_off_to(ctx, shard).is_some() {
+            self.report_handed_off(ctx, shard);
+            return HomeStep::Ignore;
         }
-        self.region.homes.insert(shard.clone(), home.clone());
-        if home == self.self_node && self.hosting {
-            if self.shards.contains_key(&shard) {
-                self.handoff_confirmed(now_ms, &shard);
-            } else {
-                self.shard_create(now_ms, shard.clone(), None);
-            }
+        let here = home == *ctx.self_node;
+        self.homes.insert(shard.clone(), home);
+        match (here && self.membership.hosting, local) {
+            (false, _) => HomeStep::Flush,
+            (true, LocalShard::Absent) => HomeStep::Create,
+            (true, _) => HomeStep::Confirm,
         }
-        self.region_flush_buffer(now_ms, &shard);
     }
 
     /// The live new home of a shard this node handed off, while the move is unconfirmed.
-    fn region_handed_off_to(&mut self, shard: &ShardId) -> Option<UniqueAddress> {
-        let to = self.region.handed_off.get(shard)?.clone();
-        if self.is_member(&to) {
+    fn handed_off_to(&mut self, ctx: &RegionContext<'_>, shard: &ShardId) -> Option<UniqueAddress> {
+        let to = self.handed_off.get(shard)?.clone();
+        if ctx.is_member(&to) {
             Some(to)
         } else {
             // The new home is gone: the shard may be hosted anywhere (here too) again.
-            self.region.handed_off.remove(shard);
+            self.handed_off.remove(shard);
             None
         }
     }
 
     /// Tells the coordinator where a shard it thinks is here went.
-    fn region_report_handed_off(&mut self, shard: &ShardId) {
-        if let Some(to) = self.region.handed_off.get(shard).cloned() {
-            self.send_to_coordinator(ShardingBody::ShardStopped {
-                shard: shard.clone(),
-                handed_to: Some(to),
-            });
+    fn report_handed_off(&self, ctx: &mut RegionContext<'_>, shard: &ShardId) {
+        if let Some(to) = self.handed_off.get(shard).cloned() {
+            self.send_to_coordinator(
+                ctx,
+                ShardingBody::ShardStopped {
+                    shard: shard.clone(),
+                    handed_to: Some(to),
+                },
+            );
         }
     }
 
-    /// Sends the messages buffered for `shard` where they go now (the shard hosted here,
-    /// or its known home), in order.
-    pub(super) fn region_flush_buffer(&mut self, now_ms: u64, shard: &ShardId) {
-        let home = self.region.homes.get(shard).cloned();
-        if !self.shards.contains_key(shard) && home.as_ref().is_none_or(|h| *h == self.self_node) {
-            return;
-        }
-        let Some(buf) = self.region.buffers.remove(shard) else {
-            return;
-        };
-        self.buffered = self.buffered.saturating_sub(buf.len());
-        for d in buf {
-            if self.shards.contains_key(shard) {
-                let from = self.self_node.clone();
-                self.shard_receive(now_ms, &from, shard, d);
-            } else if let Some(h) = &home {
-                self.send_delivery(h, shard.clone(), d);
-            }
-        }
-    }
-
-    /// `HostShard` from the coordinator.
-    pub(super) fn region_host_shard(
+    /// `HostShard` from the coordinator on `from` (`local`: the shard's life here,
+    /// `local_count`: shards hosted here).
+    pub(super) fn host_shard(
         &mut self,
-        now_ms: u64,
+        ctx: &mut RegionContext<'_>,
         from: &UniqueAddress,
-        shard: ShardId,
+        shard: &ShardId,
         handoff_from: Option<UniqueAddress>,
-    ) {
-        if !self.hosting
+        local: LocalShard,
+        local_count: usize,
+    ) -> HostStep {
+        let absent = local == LocalShard::Absent;
+        if !self.membership.hosting
             || shard.len() > super::MAX_SHARD_ID_BYTES
-            || (self.shards.len() >= super::MAX_SHARDS && !self.shards.contains_key(&shard))
+            || (local_count >= super::MAX_SHARDS && absent)
         {
-            self.stats.invalid_messages += 1;
-            return;
+            ctx.stats.invalid_messages += 1;
+            return HostStep::Ignore;
         }
-        let handed_to = if handoff_from.is_none() && !self.shards.contains_key(&shard) {
-            self.region_handed_off_to(&shard)
+        let handed_to = if handoff_from.is_none() && absent {
+            self.handed_off_to(ctx, shard)
         } else {
             None
         };
         if let Some(to) = handed_to {
-            self.send(
-                from,
-                ShardingBody::ShardStopped {
-                    shard,
-                    handed_to: Some(to),
-                },
-            );
-            return;
+            let body = ShardingBody::ShardStopped {
+                shard: shard.clone(),
+                handed_to: Some(to),
+            };
+            ctx.send(from, body);
+            return HostStep::Ignore;
         }
-        match self.shards.get(&shard) {
-            None => {
+        match local {
+            LocalShard::Absent => {
                 // The coordinator moves the shard here (again): whatever older handoff from
                 // here it never confirmed, it has moved on since (found by the simulator,
                 // seed 2574: a stale entry made this node report the shard it had just
                 // received as handed to its previous home, and the coordinator wrote that).
-                self.region.handed_off.remove(&shard);
-                let handoff_from =
-                    handoff_from.filter(|p| *p != self.self_node && self.is_member(p));
-                self.shard_create(now_ms, shard.clone(), handoff_from);
-                self.send(from, ShardingBody::ShardStarted { shard });
+                self.handed_off.remove(shard);
+                HostStep::Create(handoff_from.filter(|p| p != ctx.self_node && ctx.is_member(p)))
             }
-            Some(s) => match s.handed_to() {
-                // Handing off (a new coordinator asks again): report where it went.
-                Some(Some(to)) if s.is_forwarding() => {
-                    let to = to.clone();
-                    self.send(
-                        from,
-                        ShardingBody::ShardStopped {
-                            shard,
-                            handed_to: Some(to),
-                        },
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    if handoff_from.is_none() {
-                        self.handoff_confirmed(now_ms, &shard);
-                    }
-                    self.send(from, ShardingBody::ShardStarted { shard });
-                }
-            },
+            // Handing off (a new coordinator asks again): report where it went.
+            LocalShard::Forwarding(to) => {
+                let body = ShardingBody::ShardStopped {
+                    shard: shard.clone(),
+                    handed_to: Some(to),
+                };
+                ctx.send(from, body);
+                HostStep::Ignore
+            }
+            LocalShard::HandingOff => HostStep::Ignore,
+            LocalShard::Hosted if handoff_from.is_none() => HostStep::Confirm,
+            LocalShard::Hosted => HostStep::Started,
         }
     }
 
-    /// `BeginHandOff` from the coordinator: the update transition of a handoff.
-    pub(super) fn region_begin_handoff(
-        &mut self,
-        now_ms: u64,
-        shard: ShardId,
-        from: UniqueAddress,
-        to: UniqueAddress,
-        regions: Vec<UniqueAddress>,
-    ) {
-        let regions: BTreeSet<UniqueAddress> = regions.into_iter().collect();
-        self.handoff_expected(now_ms, &shard, &from, &to, &regions);
-        self.region_shard_home(now_ms, shard, to, Some(from));
-    }
+    // ---- graceful shutdown and housekeeping ----
 
-    /// `HandOff` from the coordinator.
-    pub(super) fn region_handoff(
+    /// Coordinated shutdown asks this region to hand everything over (`hosted`: shards
+    /// hosted here, count).
+    pub(super) fn graceful_shutdown(
         &mut self,
+        ctx: &mut RegionContext<'_>,
         now_ms: u64,
-        from: &UniqueAddress,
-        shard: ShardId,
-        to: Option<UniqueAddress>,
+        hosted: usize,
     ) {
-        if !self.shards.contains_key(&shard) {
-            self.send(
-                from,
-                ShardingBody::ShardStopped {
-                    shard,
-                    handed_to: None,
-                },
-            );
+        if self.graceful {
             return;
         }
-        let to = to.filter(|t| self.is_member(t) && *t != self.self_node);
-        self.handoff_begin(now_ms, &shard, to);
+        self.graceful = true;
+        self.graceful_sent_ms = now_ms;
+        tracing::info!(type_name = %ctx.settings.type_name, shards = hosted, "handing all shards over (graceful shutdown)");
+        self.send_to_coordinator(ctx, ShardingBody::GracefulShutdownReq);
+        self.check_graceful_done(ctx, hosted == 0);
     }
 
-    /// Coordinated shutdown asks this region to hand everything over.
-    pub(super) fn region_graceful_shutdown(&mut self, now_ms: u64) {
-        if self.region.graceful {
-            return;
-        }
-        self.region.graceful = true;
-        self.region.graceful_sent_ms = now_ms;
-        tracing::info!(type_name = %self.settings.type_name, shards = self.shards.len(), "handing all shards over (graceful shutdown)");
-        self.send_to_coordinator(ShardingBody::GracefulShutdownReq);
-        self.region_check_graceful_done();
-    }
-
-    /// Done when nothing is hosted, handed off or buffered any more.
-    pub(super) fn region_check_graceful_done(&mut self) {
-        if self.region.graceful
-            && !self.region.graceful_done
-            && self.shards.is_empty()
-            && self.region.buffers.is_empty()
-        {
-            self.region.graceful_done = true;
-            tracing::info!(type_name = %self.settings.type_name, "every shard handed over");
-            self.send_to_coordinator(ShardingBody::RegionStopped);
-            self.out
+    /// Done when nothing is hosted (`no_shards`), handed off or buffered any more.
+    pub(super) fn check_graceful_done(&mut self, ctx: &mut RegionContext<'_>, no_shards: bool) {
+        if self.graceful && !self.graceful_done && no_shards && self.buffers.is_empty() {
+            self.graceful_done = true;
+            tracing::info!(type_name = %ctx.settings.type_name, "every shard handed over");
+            self.send_to_coordinator(ctx, ShardingBody::RegionStopped);
+            ctx.out
                 .events
                 .push_back(ShardingEvent::GracefulShutdownDone);
         }
     }
 
-    /// Once a second: graceful-shutdown retries, query timeouts.
-    pub(super) fn region_housekeeping(&mut self, now_ms: u64) {
-        if self.region.graceful && !self.region.graceful_done {
-            if now_ms >= self.region.graceful_sent_ms + self.settings.retry_interval_ms {
-                self.region.graceful_sent_ms = now_ms;
-                self.send_to_coordinator(ShardingBody::GracefulShutdownReq);
+    /// Once a second: graceful-shutdown retries, query timeouts (`no_shards`: nothing is
+    /// hosted here).
+    pub(super) fn housekeeping(
+        &mut self,
+        ctx: &mut RegionContext<'_>,
+        now_ms: u64,
+        no_shards: bool,
+    ) {
+        if self.graceful && !self.graceful_done {
+            if now_ms >= self.graceful_sent_ms + ctx.settings.retry_interval_ms {
+                self.graceful_sent_ms = now_ms;
+                self.send_to_coordinator(ctx, ShardingBody::GracefulShutdownReq);
             }
-            self.region_check_graceful_done();
+            self.check_graceful_done(ctx, no_shards);
         }
-        self.region_finish_queries(now_ms);
+        self.queries.finish(ctx, now_ms);
     }
 
+    // ---- statistics queries ----
+
     /// Starts a cluster-wide statistics query.
-    pub(super) fn region_query_stats(&mut self, now_ms: u64, request: u64) {
-        if self.region.queries.len() >= MAX_QUERIES || self.region.queries.contains_key(&request) {
-            self.out
-                .events
-                .push_back(ShardingEvent::ClusterShardingStats {
-                    request,
-                    regions: Vec::new(),
-                });
-            return;
-        }
-        let role = self.settings.role.clone();
-        let regions: BTreeSet<UniqueAddress> = self
-            .view
-            .members
-            .values()
-            .filter(|m| {
-                matches!(
-                    m.status,
-                    MemberStatus::Up
-                        | MemberStatus::Leaving
-                        | MemberStatus::Exiting
-                        | MemberStatus::WeaklyUp
-                        | MemberStatus::PreparingForShutdown
-                        | MemberStatus::ReadyForShutdown
-                )
-            })
-            .filter(|m| role.as_deref().is_none_or(|r| m.has_role(r)))
-            .map(|m| m.unique_address.clone())
-            .collect();
-        for r in &regions {
-            self.send(r, ShardingBody::GetShardRegionStats { request });
-        }
-        self.region.queries.insert(
-            request,
-            StatsQuery {
-                deadline_ms: now_ms + self.settings.shard_region_query_timeout_ms,
-                waiting: regions,
-                regions: Vec::new(),
-            },
-        );
-        self.region_finish_queries(now_ms);
+    pub(super) fn query_stats(&mut self, ctx: &mut RegionContext<'_>, now_ms: u64, request: u64) {
+        self.queries.start(ctx, now_ms, request);
     }
 
     /// A region's answer to a statistics query.
-    pub(super) fn region_stats_answer(
+    pub(super) fn stats_answer(
         &mut self,
+        ctx: &mut RegionContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         request: u64,
         shards: Vec<(ShardId, u32)>,
     ) {
-        if let Some(q) = self.region.queries.get_mut(&request) {
-            if q.waiting.remove(from) && !shards.is_empty() {
-                q.regions.push((from.clone(), shards));
-            }
-        }
-        self.region_finish_queries(now_ms);
-    }
-
-    /// Answers the queries that are complete or timed out.
-    fn region_finish_queries(&mut self, now_ms: u64) {
-        let done: Vec<u64> = self
-            .region
-            .queries
-            .iter()
-            .filter(|(_, q)| q.waiting.is_empty() || q.deadline_ms <= now_ms)
-            .map(|(r, _)| *r)
-            .collect();
-        for request in done {
-            if let Some(mut q) = self.region.queries.remove(&request) {
-                q.regions.sort_by(|a, b| a.0.cmp(&b.0));
-                self.out
-                    .events
-                    .push_back(ShardingEvent::ClusterShardingStats {
-                        request,
-                        regions: q.regions,
-                    });
-            }
-        }
+        self.queries.answer(ctx, now_ms, from, request, shards);
     }
 }

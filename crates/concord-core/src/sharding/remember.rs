@@ -260,7 +260,7 @@ impl ClusterSharding {
                 None => continue,
             };
             shard.entities.remove(&e);
-            self.buffered = self.buffered.saturating_sub(buf.len());
+            self.region.release(buf.len());
             self.start_entity(now_ms, &shard_id, e, None);
             for d in buf {
                 self.deliver_entity(now_ms, &shard_id, d);

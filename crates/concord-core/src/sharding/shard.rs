@@ -525,14 +525,14 @@ impl ClusterSharding {
                 }
                 EntityStatus::Passivating(buf) => {
                     // Messages arrived while it stopped: its next incarnation gets them.
-                    self.buffered = self.buffered.saturating_sub(buf.len());
+                    self.region.release(buf.len());
                     self.start_entity(now_ms, &shard_id, entity.to_string(), None);
                     for d in buf {
                         self.deliver_entity(now_ms, &shard_id, d);
                     }
                 }
                 EntityStatus::RememberingStart(buf) => {
-                    self.buffered = self.buffered.saturating_sub(buf.len());
+                    self.region.release(buf.len());
                 }
                 // Stopped by itself (or failed), or stopping for good: nothing to do; a
                 // later message starts it again.
@@ -556,7 +556,7 @@ impl ClusterSharding {
                 }
             }
         }
-        self.buffered = self.buffered.saturating_sub(dropped);
+        self.region.release(dropped);
         self.stats.dropped_other += dropped as u64;
         self.lru.clear();
         for (shard, entity) in stops {
