@@ -38,7 +38,7 @@ pub enum SbrRules {
     Concord,
     /// Akka's rules alone: stable-after watches only the unreachable and counted members,
     /// no suspects, no counting of downings the other side has not seen, and the
-    /// strategies' decisions as Akka takes them.
+    /// strategies' decisions as Akka takes them (a double decision downs all).
     Akka,
 }
 
