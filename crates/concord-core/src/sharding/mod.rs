@@ -81,6 +81,8 @@ mod region_shards;
 mod remember;
 pub mod settings;
 mod shard;
+mod shard_context;
+mod shard_remember;
 
 #[cfg(test)]
 mod tests;

@@ -14,214 +14,172 @@
 //! runtime provides ([`super::ShardingEvent::RememberLoad`] /
 //! [`super::ShardingEvent::RememberUpdate`]).
 
+//! The bookkeeping here ([`RememberState`]) is the shard's own (Akka's `Shard` with its
+//! `RememberEntitiesShardStore`; Pekko `Shard.scala`); it borrows a [`ShardContext`] for
+//! each step and knows nothing of the shard's entities: it hands back which entities to
+//! start, and the machine starts them (`shard_remember`).
+
+use std::collections::VecDeque;
+
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::ORSet;
 
 use super::ddata_requests::DdataPurpose;
 use super::settings::{EntityRecoveryStrategy, RememberEntitiesStore};
-use super::shard::{EntityStatus, Phase};
-use super::{ClusterSharding, EntityId, ShardId, ShardingEvent, ShardingTimer};
+use super::shard_context::ShardContext;
+use super::{EntityId, ShardId, ShardingEvent, ShardingSettings, ShardingTimer};
 
-impl ClusterSharding {
-    /// The replicator key of `shard`'s remembered entities.
-    fn remember_key(&self, shard: &str) -> Option<Key<ORSet<String>>> {
-        Key::new(format!("shard-{}-{}", self.settings.type_name, shard)).ok()
-    }
+/// A shard's remember-entities bookkeeping (Akka `Shard`'s remember-entities state).
+#[derive(Debug, Default)]
+pub(super) struct RememberState {
+    /// A write is in flight.
+    pub(super) in_flight: bool,
+    /// Entities whose start the write in flight records.
+    pub(super) writing: Vec<EntityId>,
+    /// Changes for the next write.
+    pub(super) started: Vec<EntityId>,
+    pub(super) stopped: Vec<EntityId>,
+    /// Remembered entities still to start.
+    pub(super) to_recover: VecDeque<EntityId>,
+}
 
-    /// A shard became active here: load its remembered entities.
-    pub(super) fn remember_shard_started(&mut self, now_ms: u64, shard: &ShardId) {
-        if !self.settings.remember_entities {
+/// The replicator key of `shard`'s remembered entities (`shard-<type>-<shard>`).
+fn remember_key(settings: &ShardingSettings, shard: &str) -> Option<Key<ORSet<String>>> {
+    Key::new(format!("shard-{}-{}", settings.type_name, shard)).ok()
+}
+
+impl RememberState {
+    /// The shard became active here: load its remembered entities (a `RememberLoad`
+    /// event for an external store, a `ReadMajorityPlus` read of the replicator else).
+    pub(super) fn shard_started(ctx: &mut ShardContext<'_>, now_ms: u64, shard: &ShardId) {
+        if !ctx.settings.remember_entities {
             return;
         }
-        match self.settings.remember_entities_store {
+        match ctx.settings.remember_entities_store {
             RememberEntitiesStore::External => {
-                self.out.events.push_back(ShardingEvent::RememberLoad {
+                ctx.out.events.push_back(ShardingEvent::RememberLoad {
                     shard: shard.clone(),
                 })
             }
-            RememberEntitiesStore::DistributedData => self.remember_ddata_load(now_ms, shard),
+            RememberEntitiesStore::DistributedData => Self::ddata_load(ctx, now_ms, shard),
         }
     }
 
-    fn remember_ddata_load(&mut self, now_ms: u64, shard: &ShardId) {
-        let Some(key) = self.remember_key(shard) else {
+    fn ddata_load(ctx: &mut ShardContext<'_>, now_ms: u64, shard: &ShardId) {
+        let Some(key) = remember_key(ctx.settings, shard) else {
             return;
         };
-        let id = self.ddata.open(DdataPurpose::RememberLoad(shard.clone()));
+        let id = ctx.ddata.open(DdataPurpose::RememberLoad(shard.clone()));
         let consistency = ReadConsistency::MajorityPlus {
-            additional: self.settings.coordinator_read_majority_plus,
-            timeout_ms: self.settings.waiting_for_state_timeout_ms,
-            min_cap: self.settings.majority_min_cap,
+            additional: ctx.settings.coordinator_read_majority_plus,
+            timeout_ms: ctx.settings.waiting_for_state_timeout_ms,
+            min_cap: ctx.settings.majority_min_cap,
         };
-        self.replicator
+        ctx.replicator
             .get(now_ms, RequestId(id), key.id(), consistency);
     }
 
-    /// The replicator's answer to a load.
-    pub(super) fn remember_ddata_loaded(
+    /// The replicator's answer to a load: the remembered entity ids, or `None` when not
+    /// enough replicas answered (the load is asked again, as Akka retries).
+    pub(super) fn ddata_loaded(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         shard: &ShardId,
         result: GetResult,
-    ) {
-        let ids = match result {
-            GetResult::Success(v) => v
-                .as_any()
-                .downcast_ref::<ORSet<String>>()
-                .map(|s| s.elements().cloned().collect())
-                .unwrap_or_default(),
-            GetResult::NotFound | GetResult::Deleted => Vec::new(),
+    ) -> Option<Vec<EntityId>> {
+        match result {
+            GetResult::Success(v) => Some(
+                v.as_any()
+                    .downcast_ref::<ORSet<String>>()
+                    .map(|s| s.elements().cloned().collect())
+                    .unwrap_or_default(),
+            ),
+            GetResult::NotFound | GetResult::Deleted => Some(Vec::new()),
             GetResult::Failure(_) => {
-                // Not enough replicas answered: try again (Akka retries too).
-                if self.shards.contains_key(shard) {
-                    self.remember_ddata_load(now_ms, shard);
-                }
-                return;
+                Self::ddata_load(ctx, now_ms, shard);
+                None
             }
-        };
-        self.remember_ids_loaded(now_ms, shard, ids);
+        }
     }
 
-    /// The remembered entities of `shard`: start those not running.
-    pub(super) fn remember_ids_loaded(&mut self, now_ms: u64, shard_id: &str, ids: Vec<EntityId>) {
-        let Some(shard) = self.shards.get_mut(shard_id) else {
-            return;
-        };
-        if !matches!(shard.phase, Phase::Active) {
-            return;
-        }
+    /// The remembered entities of an active shard arrived: queues those for which
+    /// `known` is false (ids over [`super::MAX_ENTITY_ID_BYTES`] are ignored). True if
+    /// all of them start now (`entity-recovery-strategy = all`); with `constant` the
+    /// recovery timer is set.
+    pub(super) fn ids_loaded(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        ids: Vec<EntityId>,
+        known: impl Fn(&EntityId) -> bool,
+    ) -> bool {
         for id in ids {
-            if id.len() <= super::MAX_ENTITY_ID_BYTES && !shard.entities.contains_key(&id) {
-                shard.remember.to_recover.push_back(id);
+            if id.len() <= super::MAX_ENTITY_ID_BYTES && !known(&id) {
+                self.to_recover.push_back(id);
             }
         }
-        match self.settings.entity_recovery_strategy {
-            EntityRecoveryStrategy::All => {
-                let shard_id = shard_id.to_string();
-                self.remember_recover(now_ms, &shard_id, usize::MAX);
-            }
+        match ctx.settings.entity_recovery_strategy {
+            EntityRecoveryStrategy::All => true,
             EntityRecoveryStrategy::Constant { .. } => {
-                self.out
-                    .timers
-                    .set_if_unset(ShardingTimer::Recovery, now_ms);
+                ctx.out.timers.set_if_unset(ShardingTimer::Recovery, now_ms);
+                false
             }
         }
     }
 
-    /// Starts up to `n` remembered entities of `shard`.
-    fn remember_recover(&mut self, now_ms: u64, shard_id: &ShardId, n: usize) {
-        for _ in 0..n {
-            let Some(shard) = self.shards.get_mut(shard_id) else {
-                return;
-            };
-            if !matches!(shard.phase, Phase::Active) {
-                return;
-            }
-            let Some(id) = shard.remember.to_recover.pop_front() else {
-                return;
-            };
-            if !shard.entities.contains_key(&id) {
-                self.start_entity(now_ms, shard_id, id, None);
-            }
-        }
-    }
-
-    /// `constant` recovery: the next batch.
-    pub(super) fn remember_recovery_tick(&mut self, now_ms: u64) {
-        let EntityRecoveryStrategy::Constant {
-            frequency_ms,
-            number_of_entities,
-        } = self.settings.entity_recovery_strategy
-        else {
-            return;
-        };
-        let mut budget = number_of_entities.max(1);
-        let ids: Vec<ShardId> = self
-            .shards
-            .iter()
-            .filter(|(_, s)| !s.remember.to_recover.is_empty())
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in ids {
-            let before = self
-                .shards
-                .get(&id)
-                .map_or(0, |s| s.remember.to_recover.len());
-            self.remember_recover(now_ms, &id, budget);
-            let after = self
-                .shards
-                .get(&id)
-                .map_or(0, |s| s.remember.to_recover.len());
-            budget = budget.saturating_sub(before - after);
-            if budget == 0 {
-                break;
-            }
-        }
-        if self
-            .shards
-            .values()
-            .any(|s| !s.remember.to_recover.is_empty())
-        {
-            self.out
-                .timers
-                .set(ShardingTimer::Recovery, now_ms + frequency_ms.max(1));
-        }
+    /// The next remembered entity to start, if any.
+    pub(super) fn next_to_recover(&mut self) -> Option<EntityId> {
+        self.to_recover.pop_front()
     }
 
     /// Records a start (`started`) or a stop of `entity`.
-    pub(super) fn remember_queue(
+    pub(super) fn queue(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
-        shard_id: &ShardId,
+        shard: &ShardId,
         entity: EntityId,
         started: bool,
     ) {
-        let Some(shard) = self.shards.get_mut(shard_id) else {
-            return;
-        };
         if started {
-            shard.remember.started.push(entity);
+            self.started.push(entity);
         } else {
-            shard.remember.stopped.push(entity);
+            self.stopped.push(entity);
         }
-        self.remember_flush(now_ms, shard_id);
+        self.flush(ctx, now_ms, shard);
     }
 
-    /// Starts the next write if none is in flight.
-    fn remember_flush(&mut self, now_ms: u64, shard_id: &ShardId) {
-        let Some(shard) = self.shards.get_mut(shard_id) else {
-            return;
-        };
-        let r = &mut shard.remember;
-        if r.in_flight || (r.started.is_empty() && r.stopped.is_empty()) {
+    /// Starts the next write (a `RememberUpdate` event, or a `WriteMajorityPlus` update of
+    /// the shard's `ORSet`) if none is in flight.
+    pub(super) fn flush(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64, shard: &ShardId) {
+        if self.in_flight || (self.started.is_empty() && self.stopped.is_empty()) {
             return;
         }
-        r.in_flight = true;
-        let started = std::mem::take(&mut r.started);
-        let stopped = std::mem::take(&mut r.stopped);
-        r.writing = started.clone();
-        match self.settings.remember_entities_store {
+        self.in_flight = true;
+        let started = std::mem::take(&mut self.started);
+        let stopped = std::mem::take(&mut self.stopped);
+        self.writing = started.clone();
+        match ctx.settings.remember_entities_store {
             RememberEntitiesStore::External => {
-                self.out.events.push_back(ShardingEvent::RememberUpdate {
-                    shard: shard_id.clone(),
+                ctx.out.events.push_back(ShardingEvent::RememberUpdate {
+                    shard: shard.clone(),
                     started,
                     stopped,
                 })
             }
             RememberEntitiesStore::DistributedData => {
-                let Some(key) = self.remember_key(shard_id) else {
+                let Some(key) = remember_key(ctx.settings, shard) else {
                     return;
                 };
-                let id = self
-                    .ddata
-                    .open(DdataPurpose::RememberWrite(shard_id.clone()));
-                let me = self.replicator.replica();
+                let id = ctx.ddata.open(DdataPurpose::RememberWrite(shard.clone()));
+                let me = ctx.replicator.replica();
                 let consistency = WriteConsistency::MajorityPlus {
-                    additional: self.settings.coordinator_write_majority_plus,
-                    timeout_ms: self.settings.updating_state_timeout_ms,
-                    min_cap: self.settings.majority_min_cap,
+                    additional: ctx.settings.coordinator_write_majority_plus,
+                    timeout_ms: ctx.settings.updating_state_timeout_ms,
+                    min_cap: ctx.settings.majority_min_cap,
                 };
-                self.replicator.update(
+                ctx.replicator.update(
                     now_ms,
                     RequestId(id),
                     &key,
@@ -240,32 +198,10 @@ impl ClusterSharding {
         }
     }
 
-    /// The write in flight is done: the entities it recorded start with their messages.
-    pub(super) fn remember_write_done(&mut self, now_ms: u64, shard_id: &str) {
-        let shard_id = shard_id.to_string();
-        let Some(shard) = self.shards.get_mut(&shard_id) else {
-            return;
-        };
-        shard.remember.in_flight = false;
-        let writing = std::mem::take(&mut shard.remember.writing);
-        for e in writing {
-            let Some(shard) = self.shards.get_mut(&shard_id) else {
-                break;
-            };
-            let buf = match shard.entities.get_mut(&e) {
-                Some(cell) => match &mut cell.status {
-                    EntityStatus::RememberingStart(buf) => std::mem::take(buf),
-                    _ => continue,
-                },
-                None => continue,
-            };
-            shard.entities.remove(&e);
-            self.region.release(buf.len());
-            self.start_entity(now_ms, &shard_id, e, None);
-            for d in buf {
-                self.deliver_entity(now_ms, &shard_id, d);
-            }
-        }
-        self.remember_flush(now_ms, &shard_id);
+    /// The write in flight is done: the entities whose start it recorded (the machine
+    /// starts them with their messages, then calls [`RememberState::flush`]).
+    pub(super) fn write_done(&mut self) -> Vec<EntityId> {
+        self.in_flight = false;
+        std::mem::take(&mut self.writing)
     }
 }

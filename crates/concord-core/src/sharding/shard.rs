@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::address::UniqueAddress;
 
+use super::remember::RememberState;
+use super::shard_context::ShardContext;
 use super::{
     ClusterSharding, Delivery, DropReason, EntityId, ShardId, ShardingEvent, ShardingTimer,
     StopReason,
@@ -81,20 +83,6 @@ impl Incoming {
 pub(super) struct Outgoing {
     pub(super) expected: Option<BTreeSet<UniqueAddress>>,
     pub(super) acked: BTreeSet<UniqueAddress>,
-}
-
-/// A shard's remember-entities bookkeeping.
-#[derive(Debug, Default)]
-pub(super) struct RememberState {
-    /// A write is in flight.
-    pub(super) in_flight: bool,
-    /// Entities whose start the write in flight records.
-    pub(super) writing: Vec<EntityId>,
-    /// Changes for the next write.
-    pub(super) started: Vec<EntityId>,
-    pub(super) stopped: Vec<EntityId>,
-    /// Remembered entities still to start.
-    pub(super) to_recover: VecDeque<EntityId>,
 }
 
 /// An entity's status in its shard.
@@ -172,6 +160,41 @@ impl Shard {
 }
 
 impl ClusterSharding {
+    /// The shards hosted here and the context a shard step borrows from the machine.
+    pub(super) fn shard_parts(&mut self) -> (&mut BTreeMap<ShardId, Shard>, ShardContext<'_>) {
+        (
+            &mut self.shards,
+            ShardContext {
+                settings: &self.settings,
+                out: &mut self.out,
+                replicator: &mut self.replicator,
+                ddata: &mut self.ddata,
+            },
+        )
+    }
+
+    /// `shard` became active here: its remember store loads the remembered entities.
+    pub(super) fn remember_shard_started(&mut self, now_ms: u64, shard: &ShardId) {
+        let (_, mut ctx) = self.shard_parts();
+        RememberState::shard_started(&mut ctx, now_ms, shard);
+    }
+
+    /// Records a start (`started`) or a stop of `entity` in its shard's remember store.
+    pub(super) fn remember_queue(
+        &mut self,
+        now_ms: u64,
+        shard_id: &ShardId,
+        entity: EntityId,
+        started: bool,
+    ) {
+        let (shards, mut ctx) = self.shard_parts();
+        if let Some(shard) = shards.get_mut(shard_id) {
+            shard
+                .remember
+                .queue(&mut ctx, now_ms, shard_id, entity, started);
+        }
+    }
+
     /// Hosts `shard` here: active at once, or receiving from `handoff_from`.
     pub(super) fn shard_create(
         &mut self,
