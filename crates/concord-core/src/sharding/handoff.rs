@@ -83,10 +83,8 @@ impl ClusterSharding {
         }
         for e in &stops {
             if let Some(cell) = shard.entities.get_mut(e) {
-                if cell.lru != 0 {
-                    self.lru.remove(&cell.lru);
-                    cell.lru = 0;
-                }
+                self.lru.remove(cell.lru);
+                cell.lru = 0;
             }
         }
         self.region.release(waiting.len());

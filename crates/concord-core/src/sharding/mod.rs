@@ -73,6 +73,7 @@ pub mod message;
 mod outbox;
 mod rebalance;
 mod rebalance_worker;
+mod recency_list;
 mod region;
 mod region_context;
 mod region_membership;
@@ -167,8 +168,7 @@ pub struct ClusterSharding {
     /// Open requests of the replicator (the coordinator's and the shards').
     ddata: ddata_requests::DdataRequests,
     /// Active-entity LRU (only with an active-entity limit): tick → (shard, entity).
-    lru: BTreeMap<u64, (ShardId, EntityId)>,
-    lru_tick: u64,
+    lru: recency_list::RecencyList,
     /// Transmits, events and timers for the host.
     out: outbox::ShardingOutputs,
     /// Messages to this node itself, handled before the input that caused them returns.
@@ -234,8 +234,7 @@ impl ClusterSharding {
             singleton,
             replicator,
             ddata: ddata_requests::DdataRequests::new(),
-            lru: BTreeMap::new(),
-            lru_tick: 0,
+            lru: recency_list::RecencyList::default(),
             out: Outputs {
                 timers,
                 ..Outputs::new()

@@ -415,13 +415,7 @@ impl ClusterSharding {
         else {
             return;
         };
-        if cell.lru != 0 {
-            self.lru.remove(&cell.lru);
-        }
-        self.lru_tick += 1;
-        cell.lru = self.lru_tick;
-        self.lru
-            .insert(self.lru_tick, (shard_id.clone(), entity.clone()));
+        cell.lru = self.lru.touch(cell.lru, shard_id, entity);
     }
 
     /// Takes the entity out of the LRU.
@@ -431,10 +425,8 @@ impl ClusterSharding {
             .get_mut(shard_id)
             .and_then(|s| s.entities.get_mut(entity))
         {
-            if cell.lru != 0 {
-                self.lru.remove(&cell.lru);
-                cell.lru = 0;
-            }
+            self.lru.remove(cell.lru);
+            cell.lru = 0;
         }
     }
 
@@ -444,7 +436,7 @@ impl ClusterSharding {
             return;
         };
         while self.lru.len() > limit.max(1) {
-            let Some((_, (shard, entity))) = self.lru.pop_first() else {
+            let Some((shard, entity)) = self.lru.pop_least_recent() else {
                 break;
             };
             if let Some(cell) = self
