@@ -98,6 +98,13 @@ impl MembershipView {
         self.members.get(node)
     }
 
+    /// True if `node` is in the view and not Removed: a member the layers still talk to.
+    pub fn is_member(&self, node: &UniqueAddress) -> bool {
+        self.members
+            .get(node)
+            .is_some_and(|m| m.status != MemberStatus::Removed)
+    }
+
     /// The member at `address` (whatever its uid).
     pub fn member_at(&self, address: &Address) -> Option<&Member> {
         self.members.values().find(|m| m.address() == address)

@@ -225,10 +225,7 @@ impl<S: KvStorage> KvMachine<S> {
 
     /// True if `node` is a member this node talks to (in the view, not Removed).
     fn is_member(&self, node: &UniqueAddress) -> bool {
-        self.view
-            .members
-            .get(node)
-            .is_some_and(|m| m.status != MemberStatus::Removed)
+        self.view.is_member(node)
     }
 
     /// True if `node` is this node or a member no one sees unreachable.

@@ -9,7 +9,6 @@ use std::collections::VecDeque;
 
 use crate::address::UniqueAddress;
 use crate::ddata::Replicator;
-use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 
 use super::ddata_requests::DdataRequests;
@@ -51,9 +50,6 @@ impl CoordinatorContext<'_> {
 
     /// True if `node` is a member the coordinator can talk to (in the view, not Removed).
     pub(super) fn is_member(&self, node: &UniqueAddress) -> bool {
-        self.view
-            .members
-            .get(node)
-            .is_some_and(|m| m.status != MemberStatus::Removed)
+        self.view.is_member(node)
     }
 }

@@ -96,7 +96,6 @@ use rand::{Rng, SeedableRng};
 use crate::address::UniqueAddress;
 use crate::ddata::replicator::DataTypeRegistry;
 use crate::ddata::{GSet, LWWRegister, ORSet, Replicator, ReplicatorSettings};
-use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 use crate::outputs::Outputs;
 use crate::protocol::{MembershipChange, ProtocolId, ProtocolMachine, Transmit};
@@ -385,10 +384,7 @@ impl ClusterSharding {
     /// True if `node` is a member this node can talk sharding with (in the view, not
     /// Removed).
     fn is_member(&self, node: &UniqueAddress) -> bool {
-        self.view
-            .members
-            .get(node)
-            .is_some_and(|m| m.status != MemberStatus::Removed)
+        self.view.is_member(node)
     }
 
     // ---- inputs from the runtime ----

@@ -10,7 +10,6 @@
 use std::collections::VecDeque;
 
 use crate::address::UniqueAddress;
-use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 
 use super::outbox::{self, ShardingOutputs};
@@ -47,10 +46,7 @@ impl RegionContext<'_> {
 
     /// True if `node` is a member the region can talk to (in the view, not Removed).
     pub(super) fn is_member(&self, node: &UniqueAddress) -> bool {
-        self.view
-            .members
-            .get(node)
-            .is_some_and(|m| m.status != MemberStatus::Removed)
+        self.view.is_member(node)
     }
 }
 
