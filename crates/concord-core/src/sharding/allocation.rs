@@ -30,8 +30,8 @@ use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
 
+use super::ids::ShardId;
 use super::settings::LeastShardAllocationSettings;
-use super::ShardId;
 
 /// One region as the strategy sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use crate::address::UniqueAddress;
 
-use super::{EntityId, ShardId};
+use super::ids::{EntityId, ShardId};
 
 /// Why an entity is asked to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

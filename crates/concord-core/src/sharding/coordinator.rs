@@ -36,9 +36,11 @@ use super::allocation::{RegionEntry, ShardAllocationStrategy};
 use super::coordinator_context::CoordinatorContext;
 use super::coordinator_persistence::{AfterWrite, CoordinatorStore};
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
+use super::ids::{ShardId, MAX_SHARDS, MAX_SHARD_ID_BYTES};
+use super::message::ShardingBody;
 use super::outbox::ShardingOutputs;
 use super::rebalance_worker::Worker;
-use super::{ShardId, ShardingBody, ShardingTimer, MAX_SHARDS, MAX_SHARD_ID_BYTES};
+use super::timer::ShardingTimer;
 
 /// One incarnation of the coordinator singleton on this node (Akka's `ShardCoordinator`).
 pub(super) struct Coordinator {

@@ -11,9 +11,11 @@ use crate::address::UniqueAddress;
 use crate::ddata::Replicator;
 use crate::membership_view::MembershipView;
 
+use super::api::ShardingStats;
 use super::ddata_requests::DdataRequests;
+use super::message::ShardingBody;
 use super::outbox::{self, ShardingOutputs};
-use super::{ShardingBody, ShardingSettings, ShardingStats};
+use super::settings::ShardingSettings;
 
 /// The machine's parts a coordinator step may use; built by the machine for each input.
 pub(super) struct CoordinatorContext<'a> {

@@ -19,7 +19,8 @@ use crate::ddata::{GSet, LWWRegister, UpdateResult};
 use super::coordinator_context::CoordinatorContext;
 use super::coordinator_state::{CoordinatorEvent, CoordinatorState};
 use super::ddata_requests::DdataPurpose;
-use super::{ShardId, ShardingSettings};
+use super::ids::ShardId;
+use super::settings::ShardingSettings;
 
 /// What to do once a write succeeded.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,7 +12,9 @@ use super::coordinator::Coordinator;
 use super::coordinator_context::CoordinatorContext;
 use super::coordinator_persistence::AfterWrite;
 use super::coordinator_state::CoordinatorEvent;
-use super::{ShardId, ShardingBody, ShardingTimer, SHARD_HOMES_BATCH};
+use super::ids::{ShardId, SHARD_HOMES_BATCH};
+use super::message::ShardingBody;
+use super::timer::ShardingTimer;
 
 impl Coordinator {
     /// `Register` (or `RegisterProxy`): written, then acknowledged.

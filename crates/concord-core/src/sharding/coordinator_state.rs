@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::address::UniqueAddress;
 
-use super::ShardId;
+use super::ids::ShardId;
 
 /// A change of the coordinator's state (Akka's domain events).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ShardId;
+use super::ids::ShardId;
 
 /// What a request of the machine's replicator is for.
 #[derive(Clone, Debug, PartialEq, Eq)]

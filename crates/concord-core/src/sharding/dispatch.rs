@@ -10,10 +10,12 @@ use crate::ddata::replicator::ReplicatorEvent;
 use crate::protocol::{ProtocolMachine, Transmit};
 use crate::singleton::{SingletonEvent, SingletonMessage};
 
+use super::api::ShardingEvent;
 use super::coordinator::Coordinator;
 use super::coordinator_context::CoordinatorContext;
 use super::ddata_requests::DdataPurpose;
-use super::{ClusterSharding, Delivery, ShardingBody, ShardingEvent, ShardingMessage};
+use super::message::{Delivery, ShardingBody, ShardingMessage};
+use super::ClusterSharding;
 
 impl ClusterSharding {
     /// The coordinator's slot and the context it borrows from the rest of the machine.
@@ -138,7 +140,7 @@ impl ClusterSharding {
                     self.with_coordinator(|c, ctx| c.all_shards_read(ctx, now_ms, result))
                 }
                 Some(DdataPurpose::RememberLoad(shard)) => {
-                    self.remember_ddata_loaded(now_ms, &shard, result)
+                    self.with_shards(|s, ctx| s.remember_ddata_loaded(ctx, now_ms, &shard, result))
                 }
                 _ => {}
             },
@@ -153,7 +155,7 @@ impl ClusterSharding {
                     if !matches!(result, crate::ddata::UpdateResult::Success) {
                         self.stats.write_timeouts += 1;
                     }
-                    self.remember_write_done(now_ms, &shard)
+                    self.with_shards(|s, ctx| s.remember_write_done(ctx, now_ms, &shard))
                 }
                 _ => {}
             },
@@ -232,14 +234,17 @@ impl ClusterSharding {
                 shard,
                 entity,
                 state,
-            } => self.handoff_entity_state(from, &shard, entity, state),
+            } => {
+                self.with_shards(|s, ctx| s.handoff_entity_state(ctx, from, &shard, entity, state))
+            }
             ShardingBody::HandOverDone { shard } => {
-                self.handoff_done_received(now_ms, from, &shard)
+                self.with_shards(|s, ctx| s.handoff_done_received(ctx, now_ms, from, &shard))
             }
-            ShardingBody::HandOffAckForward { shard, region } => {
-                self.handoff_ack_forwarded(now_ms, from, &shard, region)
+            ShardingBody::HandOffAckForward { shard, region } => self
+                .with_shards(|s, ctx| s.handoff_ack_forwarded(ctx, now_ms, from, &shard, region)),
+            ShardingBody::BeginHandOffAck { shard } => {
+                self.with_shards(|s, ctx| s.handoff_ack(ctx, now_ms, from, shard))
             }
-            ShardingBody::BeginHandOffAck { shard } => self.handoff_ack(now_ms, from, shard),
             ShardingBody::GetShardRegionStats { request } => {
                 let shards = self.local_shards();
                 self.send(from, ShardingBody::ShardRegionStats { request, shards });

@@ -11,7 +11,7 @@
 //! Changing `number-of-shards` moves almost every entity to another shard: like Akka, it
 //! needs a full cluster restart.
 
-use super::{EntityId, ShardId};
+use super::ids::{EntityId, ShardId};
 
 /// The shard of `entity_id` among `number_of_shards` shards (at least 1), as a number in
 /// `0..number_of_shards`.

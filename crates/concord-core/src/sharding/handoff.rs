@@ -25,13 +25,19 @@ use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
 
-use super::shard::{EntityStatus, Phase};
-use super::{ClusterSharding, ShardId, ShardingBody, ShardingEvent, StopReason};
+use super::api::{ShardingEvent, StopReason};
+use super::hosted_shards::HostedShards;
+use super::ids::ShardId;
+use super::message::ShardingBody;
+use super::remember::RememberState;
+use super::shard::{EntityStatus, Phase, Shard};
+use super::shard_context::ShardContext;
 
-impl ClusterSharding {
+impl HostedShards {
     /// Old home: starts handing `shard` off to `to` (`None`: only stop it).
     pub(super) fn handoff_begin(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         shard_id: &ShardId,
         to: Option<UniqueAddress>,
@@ -48,7 +54,7 @@ impl ClusterSharding {
             Phase::Active => {}
             Phase::Forwarding { to: t, .. } => {
                 let t = t.clone();
-                self.send_to_coordinator(ShardingBody::ShardStopped {
+                ctx.send_to_coordinator(ShardingBody::ShardStopped {
                     shard: shard_id.clone(),
                     handed_to: Some(t),
                 });
@@ -57,8 +63,8 @@ impl ClusterSharding {
             // Already handing off, or not received yet: the coordinator asks again.
             Phase::HandingOff { .. } | Phase::Receiving { .. } => return,
         }
-        tracing::debug!(type_name = %self.settings.type_name, shard = %shard_id, to = ?to.as_ref().map(|t| t.address.to_string()), "handing shard off");
-        self.stats.handoffs_started += 1;
+        tracing::debug!(type_name = %ctx.settings.type_name, shard = %shard_id, to = ?to.as_ref().map(|t| t.address.to_string()), "handing shard off");
+        ctx.stats.handoffs_started += 1;
         shard.phase = Phase::HandingOff {
             to: to.clone(),
             since_ms: now_ms,
@@ -87,32 +93,37 @@ impl ClusterSharding {
                 cell.lru = 0;
             }
         }
-        self.region.release(waiting.len());
+        ctx.release(waiting.len());
         for d in waiting {
             match &to {
                 Some(t) => {
-                    self.stats.forwarded += 1;
-                    self.send_delivery(t, shard_id.clone(), d);
+                    ctx.stats.forwarded += 1;
+                    ctx.send_delivery(t, shard_id.clone(), d);
                 }
-                None => self.region_buffer(now_ms, shard_id.clone(), d),
+                None => ctx.buffer(now_ms, shard_id.clone(), d),
             }
         }
         if to.is_none() {
             // Without a new home this region stops being the shard's home now.
-            self.region.homes.remove(shard_id);
+            ctx.forget_home(shard_id);
         }
         for entity in stops {
-            self.out.events.push_back(ShardingEvent::StopEntity {
+            ctx.out.events.push_back(ShardingEvent::StopEntity {
                 shard: shard_id.clone(),
                 entity,
                 reason: StopReason::HandOff,
             });
         }
-        self.handoff_check_stopped(now_ms, shard_id);
+        self.handoff_check_stopped(ctx, now_ms, shard_id);
     }
 
     /// Old home: once every entity stopped, tells the new home and the coordinator.
-    pub(super) fn handoff_check_stopped(&mut self, now_ms: u64, shard_id: &ShardId) {
+    pub(super) fn handoff_check_stopped(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
@@ -130,32 +141,38 @@ impl ClusterSharding {
                 };
                 // Until the coordinator has written the move, this node must not host the
                 // shard again (a new coordinator may still think it is the home).
-                self.region.handed_off.insert(shard_id.clone(), t.clone());
-                self.send(
+                ctx.handed_off(shard_id, t.clone());
+                ctx.send(
                     &t,
                     ShardingBody::HandOverDone {
                         shard: shard_id.clone(),
                     },
                 );
-                self.send_to_coordinator(ShardingBody::ShardStopped {
+                ctx.send_to_coordinator(ShardingBody::ShardStopped {
                     shard: shard_id.clone(),
                     handed_to: Some(t),
                 });
-                self.handoff_check_forwarding_done(shard_id);
+                self.handoff_check_forwarding_done(ctx, shard_id);
             }
             None => {
                 self.shards.remove(shard_id);
-                self.send_to_coordinator(ShardingBody::ShardStopped {
+                ctx.send_to_coordinator(ShardingBody::ShardStopped {
                     shard: shard_id.clone(),
                     handed_to: None,
                 });
-                self.region_check_graceful_done();
+                ctx.check_graceful_done(self.shards.is_empty());
             }
         }
     }
 
     /// Old home: `region`'s acknowledgement of the new home arrived.
-    pub(super) fn handoff_ack(&mut self, _now_ms: u64, region: &UniqueAddress, shard_id: ShardId) {
+    pub(super) fn handoff_ack(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        _now_ms: u64,
+        region: &UniqueAddress,
+        shard_id: ShardId,
+    ) {
         let target = match self.shards.get_mut(&shard_id) {
             Some(shard) => match &shard.phase {
                 Phase::HandingOff { to: Some(t), .. } | Phase::Forwarding { to: t, .. } => {
@@ -167,15 +184,10 @@ impl ClusterSharding {
             },
             // Not forwarding any more (a late acknowledgement): pass it on to the home
             // this region knows, so a buffer there does not wait for the timeout.
-            None => self
-                .region
-                .homes
-                .get(&shard_id)
-                .filter(|h| **h != self.self_node)
-                .cloned(),
+            None => ctx.home_elsewhere(&shard_id),
         };
         if let Some(t) = target {
-            self.send(
+            ctx.send(
                 &t,
                 ShardingBody::HandOffAckForward {
                     shard: shard_id.clone(),
@@ -183,33 +195,31 @@ impl ClusterSharding {
                 },
             );
         }
-        self.handoff_check_forwarding_done(&shard_id);
+        self.handoff_check_forwarding_done(ctx, &shard_id);
     }
 
     /// Old home: forwarding ends once every expected region acknowledged.
-    fn handoff_check_forwarding_done(&mut self, shard_id: &ShardId) {
+    fn handoff_check_forwarding_done(&mut self, ctx: &mut ShardContext<'_>, shard_id: &ShardId) {
         let Some(shard) = self.shards.get(shard_id) else {
             return;
         };
         let done = shard.is_forwarding()
             && shard.outgoing.expected.as_ref().is_some_and(|e| {
                 e.iter()
-                    .all(|r| shard.outgoing.acked.contains(r) || !self.is_member(r))
+                    .all(|r| shard.outgoing.acked.contains(r) || !ctx.is_member(r))
             });
         if done {
-            self.handoff_end_forwarding(shard_id);
+            self.handoff_end_forwarding(ctx, shard_id);
         }
     }
 
-    fn handoff_end_forwarding(&mut self, shard_id: &ShardId) {
+    fn handoff_end_forwarding(&mut self, ctx: &mut ShardContext<'_>, shard_id: &ShardId) {
         if let Some(shard) = self.shards.remove(shard_id) {
             if let Phase::Forwarding { to, .. } = shard.phase {
-                if self.region.homes.get(shard_id) == Some(&self.self_node) {
-                    self.region.homes.insert(shard_id.clone(), to);
-                }
+                ctx.home_moved(shard_id, to);
             }
         }
-        self.region_check_graceful_done();
+        ctx.check_graceful_done(self.shards.is_empty());
     }
 
     /// `BeginHandOff` names the regions that acknowledge: the old home counts them (and
@@ -217,14 +227,15 @@ impl ClusterSharding {
     /// buffers of the others.
     pub(super) fn handoff_expected(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         shard_id: &ShardId,
         from: &UniqueAddress,
         to: &UniqueAddress,
         regions: &BTreeSet<UniqueAddress>,
     ) {
-        if *from == self.self_node {
-            self.region.handed_off.remove(shard_id);
+        if from == ctx.self_node {
+            ctx.handoff_written(shard_id);
         }
         let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
@@ -232,14 +243,14 @@ impl ClusterSharding {
         if matches!(&shard.phase, Phase::Forwarding { to: t, .. } | Phase::HandingOff { to: Some(t), .. } if t == to)
         {
             shard.outgoing.expected = Some(regions.clone());
-            self.handoff_check_forwarding_done(shard_id);
+            self.handoff_check_forwarding_done(ctx, shard_id);
             return;
         }
         if let Some(inc) = shard.incoming.as_mut() {
-            if inc.from == *from && *to == self.self_node {
+            if inc.from == *from && to == ctx.self_node {
                 inc.expected = Some(regions.clone());
-                self.handoff_confirmed(now_ms, shard_id);
-                self.handoff_open_buffers(now_ms, shard_id);
+                self.handoff_confirmed(ctx, now_ms, shard_id);
+                self.handoff_open_buffers(ctx, now_ms, shard_id);
             }
         }
     }
@@ -247,6 +258,7 @@ impl ClusterSharding {
     /// New home: the state of one handed-over entity.
     pub(super) fn handoff_entity_state(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         from: &UniqueAddress,
         shard_id: &ShardId,
         entity: String,
@@ -255,13 +267,13 @@ impl ClusterSharding {
         let ok = self.shards.get(shard_id).is_some_and(|s| {
             matches!(s.phase, Phase::Receiving { .. })
                 && s.incoming.as_ref().is_some_and(|i| i.from == *from)
-        }) && entity.len() <= super::MAX_ENTITY_ID_BYTES;
-        if !ok || !self.region.hold(self.settings.buffer_size) {
-            self.stats.invalid_messages += u64::from(!ok);
-            self.stats.dropped_buffer_full += u64::from(ok);
+        }) && entity.len() <= super::ids::MAX_ENTITY_ID_BYTES;
+        if !ok || !ctx.hold() {
+            ctx.stats.invalid_messages += u64::from(!ok);
+            ctx.stats.dropped_buffer_full += u64::from(ok);
             return;
         }
-        if let Some(super::shard::Shard {
+        if let Some(Shard {
             phase: Phase::Receiving { states, .. },
             ..
         }) = self.shards.get_mut(shard_id)
@@ -273,6 +285,7 @@ impl ClusterSharding {
     /// New home: `HandOverDone` from the old home.
     pub(super) fn handoff_done_received(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         shard_id: &ShardId,
@@ -285,45 +298,51 @@ impl ClusterSharding {
         match self.shards.get_mut(shard_id).map(|s| &mut s.phase) {
             Some(Phase::Receiving { done, .. }) if from_old_home => *done = true,
             _ => {
-                self.stats.invalid_messages += 1;
+                ctx.stats.invalid_messages += 1;
                 return;
             }
         }
-        self.handoff_maybe_activate(now_ms, shard_id);
+        self.handoff_maybe_activate(ctx, now_ms, shard_id);
     }
 
     /// New home: the coordinator has written this node as the shard's home.
-    pub(super) fn handoff_confirmed(&mut self, now_ms: u64, shard_id: &ShardId) {
+    pub(super) fn handoff_confirmed(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         if let Some(Phase::Receiving { confirmed, .. }) =
             self.shards.get_mut(shard_id).map(|s| &mut s.phase)
         {
             *confirmed = true;
-            self.handoff_maybe_activate(now_ms, shard_id);
+            self.handoff_maybe_activate(ctx, now_ms, shard_id);
         }
     }
 
     /// New home: activates once confirmed and the old home is done (or gone).
-    fn handoff_maybe_activate(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_maybe_activate(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         let ready = self.shards.get(shard_id).is_some_and(|s| match &s.phase {
             Phase::Receiving {
                 done, confirmed, ..
             } => {
-                *confirmed
-                    && (*done
-                        || s.incoming
-                            .as_ref()
-                            .is_some_and(|i| !self.view.members.contains_key(&i.from)))
+                *confirmed && (*done || s.incoming.as_ref().is_some_and(|i| !ctx.in_view(&i.from)))
             }
             _ => false,
         });
         if ready {
-            self.handoff_activate(now_ms, shard_id);
+            self.handoff_activate(ctx, now_ms, shard_id);
         }
     }
 
     /// New home: the shard becomes active — handed-over entities start with their
     /// states, then the held messages are delivered, then the open buffers.
-    fn handoff_activate(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_activate(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64, shard_id: &ShardId) {
         let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
@@ -334,26 +353,24 @@ impl ClusterSharding {
         };
         // The update transition gets its own `handoff-timeout` from now.
         if let Some(inc) = shard.incoming.as_mut() {
-            inc.deadline_ms = now_ms + self.settings.handoff_timeout_ms;
+            inc.deadline_ms = now_ms + ctx.settings.handoff_timeout_ms;
         }
-        self.region.release(held.len() + states.len());
-        self.region
-            .homes
-            .entry(shard_id.clone())
-            .or_insert_with(|| self.self_node.clone());
+        ctx.release(held.len() + states.len());
+        ctx.home_is_here_unless_known(shard_id);
         for (entity, state) in states {
-            self.start_entity(now_ms, shard_id, entity, Some(state));
+            self.start_entity(ctx, now_ms, shard_id, entity, Some(state));
         }
         for d in held {
-            self.deliver_entity(now_ms, shard_id, d);
+            self.deliver_entity(ctx, now_ms, shard_id, d);
         }
-        self.handoff_open_buffers(now_ms, shard_id);
-        self.remember_shard_started(now_ms, shard_id);
+        self.handoff_open_buffers(ctx, now_ms, shard_id);
+        RememberState::shard_started(ctx, now_ms, shard_id);
     }
 
     /// New home: `region`'s acknowledgement, forwarded by the old home.
     pub(super) fn handoff_ack_forwarded(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         from: &UniqueAddress,
         shard_id: &ShardId,
@@ -367,16 +384,21 @@ impl ClusterSharding {
             return;
         };
         if inc.from != *from {
-            self.stats.invalid_messages += 1;
+            ctx.stats.invalid_messages += 1;
             return;
         }
         inc.acked.insert(region);
-        self.handoff_open_buffers(now_ms, shard_id);
+        self.handoff_open_buffers(ctx, now_ms, shard_id);
     }
 
     /// New home: delivers the buffers that may open, and ends the update transition when
     /// every expected region acknowledged.
-    fn handoff_open_buffers(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_open_buffers(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
@@ -399,17 +421,22 @@ impl ClusterSharding {
             }
         }
         let complete = inc.is_complete();
-        self.region.release(release.len());
+        ctx.release(release.len());
         for d in release {
-            self.deliver_entity(now_ms, shard_id, d);
+            self.deliver_entity(ctx, now_ms, shard_id, d);
         }
         if complete {
-            self.handoff_incoming_done(now_ms, shard_id);
+            self.handoff_incoming_done(ctx, now_ms, shard_id);
         }
     }
 
     /// New home: the update transition is over (every buffer open).
-    fn handoff_incoming_done(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_incoming_done(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
@@ -418,18 +445,18 @@ impl ClusterSharding {
         };
         let rest: Vec<_> = inc.closed.into_values().flatten().collect();
         let pending = shard.pending_handoff.take();
-        self.stats.handoffs_completed += 1;
-        self.region.release(rest.len());
+        ctx.stats.handoffs_completed += 1;
+        ctx.release(rest.len());
         for d in rest {
-            self.deliver_entity(now_ms, shard_id, d);
+            self.deliver_entity(ctx, now_ms, shard_id, d);
         }
         if let Some(to) = pending {
-            self.handoff_begin(now_ms, shard_id, to);
+            self.handoff_begin(ctx, now_ms, shard_id, to);
         }
     }
 
     /// Membership changed: handoffs whose peer is gone end.
-    pub(super) fn handoff_membership(&mut self, now_ms: u64) {
+    pub(super) fn handoff_membership(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64) {
         let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
         for id in ids {
             // New home whose old home is gone (crashed, or left without finishing): once
@@ -439,36 +466,36 @@ impl ClusterSharding {
                 .get(&id)
                 .and_then(|s| s.incoming.as_ref())
                 .map(|i| i.from.clone());
-            if old_home.is_some_and(|f| self.gone_for_good(&f, now_ms)) {
-                self.handoff_old_home_gone(now_ms, &id);
+            if old_home.is_some_and(|f| ctx.gone_for_good(&f, now_ms)) {
+                self.handoff_old_home_gone(ctx, now_ms, &id);
             }
             let Some(shard) = self.shards.get_mut(&id) else {
                 continue;
             };
             match &shard.phase {
-                Phase::HandingOff { to: Some(t), .. } if !self.view.members.contains_key(t) => {
+                Phase::HandingOff { to: Some(t), .. } if !ctx.in_view(t) => {
                     // The new home crashed: stop without handing over.
                     if let Phase::HandingOff { to, .. } = &mut shard.phase {
                         *to = None;
                     }
-                    self.region.homes.remove(&id);
-                    self.handoff_check_stopped(now_ms, &id);
+                    ctx.forget_home(&id);
+                    self.handoff_check_stopped(ctx, now_ms, &id);
                 }
-                Phase::Forwarding { to, .. } if !self.view.members.contains_key(to) => {
-                    self.region.homes.remove(&id);
+                Phase::Forwarding { to, .. } if !ctx.in_view(to) => {
+                    ctx.forget_home(&id);
                     self.shards.remove(&id);
-                    self.region_check_graceful_done();
+                    ctx.check_graceful_done(self.shards.is_empty());
                 }
-                Phase::Forwarding { .. } => self.handoff_check_forwarding_done(&id),
+                Phase::Forwarding { .. } => self.handoff_check_forwarding_done(ctx, &id),
                 _ => {}
             }
         }
     }
 
     /// Once a second: force-stops, and the timeouts of both sides.
-    pub(super) fn handoff_housekeeping(&mut self, now_ms: u64) {
-        let force_ms = self.settings.handoff_force_stop_ms();
-        let timeout = self.settings.handoff_timeout_ms;
+    pub(super) fn handoff_housekeeping(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64) {
+        let force_ms = ctx.settings.handoff_force_stop_ms();
+        let timeout = ctx.settings.handoff_timeout_ms;
         let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
         for id in ids {
             let Some(shard) = self.shards.get_mut(&id) else {
@@ -479,16 +506,16 @@ impl ClusterSharding {
                     since_ms, killed, ..
                 } if !*killed && now_ms >= *since_ms + force_ms => {
                     *killed = true;
-                    tracing::warn!(type_name = %self.settings.type_name, shard = %id, entities = shard.entities.len(), "entities did not stop for the handoff in time; killing them");
+                    tracing::warn!(type_name = %ctx.settings.type_name, shard = %id, entities = shard.entities.len(), "entities did not stop for the handoff in time; killing them");
                     for e in shard.entities.keys() {
-                        self.out.events.push_back(ShardingEvent::KillEntity {
+                        ctx.out.events.push_back(ShardingEvent::KillEntity {
                             shard: id.clone(),
                             entity: e.clone(),
                         });
                     }
                 }
                 Phase::Forwarding { since_ms, .. } if now_ms >= *since_ms + timeout => {
-                    self.handoff_end_forwarding(&id);
+                    self.handoff_end_forwarding(ctx, &id);
                     continue;
                 }
                 _ => {}
@@ -497,19 +524,19 @@ impl ClusterSharding {
                 continue;
             };
             if let Some(inc) = &shard.incoming {
-                if matches!(shard.phase, Phase::Active) && self.gone_for_good(&inc.from, now_ms) {
-                    self.handoff_old_home_gone(now_ms, &id);
+                if matches!(shard.phase, Phase::Active) && ctx.gone_for_good(&inc.from, now_ms) {
+                    self.handoff_old_home_gone(ctx, now_ms, &id);
                     continue;
                 }
                 if now_ms >= inc.deadline_ms {
                     if matches!(shard.phase, Phase::Receiving { .. }) {
                         // The old home never finished: the coordinator gave up on this
                         // handoff. Give back what was held.
-                        tracing::warn!(type_name = %self.settings.type_name, shard = %id, "handoff preparation abandoned");
-                        self.handoff_abandon(now_ms, &id);
+                        tracing::warn!(type_name = %ctx.settings.type_name, shard = %id, "handoff preparation abandoned");
+                        self.handoff_abandon(ctx, now_ms, &id);
                     } else {
-                        tracing::warn!(type_name = %self.settings.type_name, shard = %id, "handoff acknowledgements missing; opening every buffer");
-                        self.handoff_incoming_done(now_ms, &id);
+                        tracing::warn!(type_name = %ctx.settings.type_name, shard = %id, "handoff acknowledgements missing; opening every buffer");
+                        self.handoff_incoming_done(ctx, now_ms, &id);
                     }
                 }
             }
@@ -521,35 +548,38 @@ impl ClusterSharding {
     /// waits: only the coordinator may make it the home now (its `HostShard` once it has
     /// written the move), or it gives up after `2 × handoff-timeout` — starting on its own
     /// could run the shard twice if the coordinator meanwhile placed it elsewhere.
-    fn handoff_old_home_gone(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_old_home_gone(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+    ) {
         let active = self
             .shards
             .get(shard_id)
             .is_some_and(|s| matches!(s.phase, Phase::Active));
         if active {
-            self.handoff_incoming_done(now_ms, shard_id);
+            self.handoff_incoming_done(ctx, now_ms, shard_id);
         }
     }
 
     /// New home: gives up a preparation; what it held goes back through the region.
-    fn handoff_abandon(&mut self, now_ms: u64, shard_id: &ShardId) {
+    fn handoff_abandon(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64, shard_id: &ShardId) {
         let Some(shard) = self.shards.remove(shard_id) else {
             return;
         };
         let mut back = Vec::new();
         if let Phase::Receiving { held, states, .. } = shard.phase {
-            self.region.release(states.len());
+            ctx.release(states.len());
             back.extend(held);
         }
         if let Some(inc) = shard.incoming {
             back.extend(inc.closed.into_values().flatten());
         }
-        self.region.release(back.len());
-        if self.region.homes.get(shard_id) == Some(&self.self_node) {
-            self.region.homes.remove(shard_id);
-        }
+        ctx.release(back.len());
+        ctx.forget_home_if_here(shard_id);
         for d in back {
-            self.region_buffer(now_ms, shard_id.clone(), d);
+            ctx.buffer(now_ms, shard_id.clone(), d);
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::address::UniqueAddress;
 use crate::ddata::ReplicatorMessage;
 use crate::singleton::SingletonBody;
 
-use super::{EntityId, ShardId};
+use super::ids::{EntityId, ShardId};
 
 /// A message of the sharding protocol; every message names its entity type.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,7 +79,7 @@ pub enum ShardingBody {
     /// Registration accepted.
     RegisterAck,
     /// Known shard homes, sent after registration in batches of at most
-    /// [`super::SHARD_HOMES_BATCH`] (shards being handed off are left out).
+    /// [`super::ids::SHARD_HOMES_BATCH`] (shards being handed off are left out).
     ShardHomes {
         /// (shard, home).
         homes: Vec<(ShardId, UniqueAddress)>,

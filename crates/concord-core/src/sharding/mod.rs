@@ -11,8 +11,10 @@
 //!   spec), then sends directly; a proxy-only region hosts nothing. It owns its state,
 //!   borrows a `RegionContext` for each step and reaches the shards hosted here only
 //!   through the machine (`region_shards`);
-//! - the **`Shard`s** it hosts (`shard`): entities created on their first message,
-//!   passivated when idle or over the active-entity limit, optionally remembered;
+//! - the **`Shard`s** it hosts (`hosted_shards`, one `shard` each): entities created on
+//!   their first message, passivated when idle or over the active-entity limit,
+//!   optionally remembered, handed off in order. They own their state and methods,
+//!   borrow a `ShardContext` for each step, and reach the region only through it;
 //! - the **`ShardCoordinator`** (`coordinator`), active only on the node where its
 //!   cluster singleton runs (the oldest member with the role; the machine embeds the
 //!   singleton manager, so the coordinator moves in order and never runs twice): it
@@ -69,6 +71,8 @@ mod ddata_requests;
 mod dispatch;
 pub mod extractor;
 mod handoff;
+mod hosted_shards;
+mod ids;
 pub mod message;
 mod outbox;
 mod rebalance;
@@ -83,12 +87,14 @@ mod remember;
 pub mod settings;
 mod shard;
 mod shard_context;
+mod shard_entities;
 mod shard_remember;
+mod timer;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -108,47 +114,14 @@ pub use allocation::{
 pub use api::{DropReason, ShardingEvent, ShardingStats, StopReason};
 pub use coordinator_state::{CoordinatorEvent, CoordinatorState, StateError};
 pub use extractor::{shard_id, shard_number};
+pub use ids::{
+    EntityId, ShardId, MAX_ENTITY_ID_BYTES, MAX_SHARDS, MAX_SHARD_ID_BYTES, SHARD_HOMES_BATCH,
+};
 pub use message::{Delivery, ShardingBody, ShardingMessage};
 pub use settings::{
     EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
 };
-
-/// An entity's id (Akka `EntityId`).
-pub type EntityId = String;
-/// A shard's id (Akka `ShardId`).
-pub type ShardId = String;
-
-/// Shard homes per `ShardHomes` message (Akka: 500).
-pub const SHARD_HOMES_BATCH: usize = 500;
-/// Longest entity id accepted, bytes; longer ones are refused.
-pub const MAX_ENTITY_ID_BYTES: usize = 1_024;
-/// Longest shard id accepted, bytes.
-pub const MAX_SHARD_ID_BYTES: usize = 128;
-/// Most distinct shards a region knows homes of, hosts, or a coordinator allocates: a bound
-/// on what messages can make the machine hold, far above any sane `number-of-shards`.
-pub const MAX_SHARDS: usize = 100_000;
-
-/// The machine's timers.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum ShardingTimer {
-    /// Region: send `Register` again (back-off).
-    Register,
-    /// Region: ask again for the homes of buffered shards.
-    RetryShardHomes,
-    /// Coordinator: look for shards to rebalance.
-    Rebalance,
-    /// Coordinator: a removed region's margin has passed.
-    RegionTerminated(UniqueAddress),
-    /// Once a second: timeouts of handoffs, `HostShard` re-sends, queries.
-    Housekeeping,
-    /// Passivate idle entities.
-    Passivation,
-    /// Start the next batch of remembered entities.
-    Recovery,
-}
-
-/// Period of [`ShardingTimer::Housekeeping`], ms.
-const HOUSEKEEPING_MS: u64 = 1_000;
+use timer::{ShardingTimer, HOUSEKEEPING_MS};
 
 /// The sharding machine of one entity type on one node; see the module docs.
 pub struct ClusterSharding {
@@ -157,7 +130,8 @@ pub struct ClusterSharding {
     view: MembershipView,
     /// The `ShardRegion`: it owns its state, homes, buffers and membership memory.
     region: region::Region,
-    shards: BTreeMap<ShardId, shard::Shard>,
+    /// The shards hosted here, with their entities and active-entity LRU.
+    shards: hosted_shards::HostedShards,
     /// The coordinator, while its singleton runs here (it owns the allocation strategy).
     coordinator: Option<coordinator::Coordinator>,
     /// The allocation strategy while no coordinator runs here.
@@ -166,8 +140,6 @@ pub struct ClusterSharding {
     replicator: Replicator,
     /// Open requests of the replicator (the coordinator's and the shards').
     ddata: ddata_requests::DdataRequests,
-    /// Active-entity LRU (only with an active-entity limit): tick → (shard, entity).
-    lru: recency_list::RecencyList,
     /// Transmits, events and timers for the host.
     out: outbox::ShardingOutputs,
     /// Messages to this node itself, handled before the input that caused them returns.
@@ -227,13 +199,12 @@ impl ClusterSharding {
         ClusterSharding {
             view: MembershipView::empty(self_node.clone()),
             region: region::Region::new(),
-            shards: BTreeMap::new(),
+            shards: hosted_shards::HostedShards::default(),
             coordinator: None,
             strategy: Some(strategy),
             singleton,
             replicator,
             ddata: ddata_requests::DdataRequests::new(),
-            lru: recency_list::RecencyList::default(),
             out: Outputs {
                 timers,
                 ..Outputs::new()
@@ -318,35 +289,17 @@ impl ClusterSharding {
     /// The shards hosted here (active, receiving or handing off) with their numbers of
     /// entities, by shard id.
     pub fn local_shards(&self) -> Vec<(ShardId, u32)> {
-        let mut v: Vec<(ShardId, u32)> = self
-            .shards
-            .iter()
-            .filter(|(_, s)| s.is_hosting())
-            .map(|(id, s)| {
-                (
-                    id.clone(),
-                    u32::try_from(s.entity_count()).unwrap_or(u32::MAX),
-                )
-            })
-            .collect();
-        v.sort();
-        v
+        self.shards.local_shards()
     }
 
     /// The entities alive here (started, not yet stopped) as (shard, entity).
     pub fn local_entities(&self) -> Vec<(ShardId, EntityId)> {
-        let mut v: Vec<(ShardId, EntityId)> = self
-            .shards
-            .iter()
-            .flat_map(|(sid, s)| s.live_entities().map(move |e| (sid.clone(), e.clone())))
-            .collect();
-        v.sort();
-        v
+        self.shards.local_entities()
     }
 
     /// Handoffs in progress on this node (as old or new home), count.
     pub fn handoffs_in_progress(&self) -> usize {
-        self.shards.values().filter(|s| s.in_handoff()).count()
+        self.shards.handoffs_in_progress()
     }
 
     /// The home this region has cached for `shard`.
@@ -444,26 +397,26 @@ impl ClusterSharding {
         entity: &str,
         state: Option<Vec<u8>>,
     ) {
-        self.shard_entity_stopped(now_ms, shard, entity, state);
+        self.with_shards(|s, ctx| s.entity_stopped(ctx, now_ms, shard, entity, state));
         self.settle(now_ms);
     }
 
     /// The entity asks to be passivated (Akka's `Passivate`): it is stopped; messages that
     /// arrive meanwhile are buffered and start it again.
     pub fn passivate(&mut self, now_ms: u64, shard: &str, entity: &str) {
-        self.shard_passivate(now_ms, shard, entity);
+        self.with_shards(|s, ctx| s.passivate(ctx, now_ms, shard, entity));
         self.settle(now_ms);
     }
 
     /// The answer to [`ShardingEvent::RememberLoad`].
     pub fn remember_loaded(&mut self, now_ms: u64, shard: &str, entities: Vec<EntityId>) {
-        self.remember_ids_loaded(now_ms, shard, entities);
+        self.with_shards(|s, ctx| s.remember_ids_loaded(ctx, now_ms, shard, entities));
         self.settle(now_ms);
     }
 
     /// The answer to [`ShardingEvent::RememberUpdate`].
     pub fn remember_written(&mut self, now_ms: u64, shard: &str) {
-        self.remember_write_done(now_ms, shard);
+        self.with_shards(|s, ctx| s.remember_write_done(ctx, now_ms, shard));
         self.settle(now_ms);
     }
 
@@ -480,10 +433,10 @@ impl ClusterSharding {
     /// node is removed and `removal-margin` has passed.
     pub fn stop_hosting(&mut self, now_ms: u64) {
         if !self.region.membership.stopped_hosting {
-            tracing::warn!(type_name = %self.settings.type_name, entities = self.shards.values().map(|s| s.entity_count()).sum::<usize>(), "stopping every entity here without handing them over");
+            tracing::warn!(type_name = %self.settings.type_name, entities = self.shards.entity_count(), "stopping every entity here without handing them over");
         }
         self.region.membership.stopped_hosting = true;
-        self.stop_all_entities(now_ms);
+        self.with_shards(|s, ctx| s.stop_all_entities(ctx));
         self.settle(now_ms);
     }
 
@@ -561,14 +514,18 @@ impl ProtocolMachine for ClusterSharding {
                 }
                 ShardingTimer::Housekeeping => {
                     self.region_housekeeping(now_ms);
-                    self.handoff_housekeeping(now_ms);
+                    self.with_shards(|s, ctx| s.handoff_housekeeping(ctx, now_ms));
                     self.with_coordinator(|c, ctx| c.housekeeping(ctx, now_ms));
                     self.out
                         .timers
                         .set(ShardingTimer::Housekeeping, now_ms + HOUSEKEEPING_MS);
                 }
-                ShardingTimer::Passivation => self.passivate_idle(now_ms),
-                ShardingTimer::Recovery => self.remember_recovery_tick(now_ms),
+                ShardingTimer::Passivation => {
+                    self.with_shards(|s, ctx| s.passivate_idle(ctx, now_ms))
+                }
+                ShardingTimer::Recovery => {
+                    self.with_shards(|s, ctx| s.remember_recovery_tick(ctx, now_ms))
+                }
             }
         }
         self.settle(now_ms);

@@ -10,7 +10,9 @@ use crate::address::UniqueAddress;
 use crate::outputs::Outputs;
 use crate::protocol::{Lane, Transmit};
 
-use super::{ShardingBody, ShardingEvent, ShardingMessage, ShardingTimer};
+use super::api::ShardingEvent;
+use super::message::{ShardingBody, ShardingMessage};
+use super::timer::ShardingTimer;
 
 /// The machine's outputs: transmits, events and timers for the host.
 pub(super) type ShardingOutputs = Outputs<ShardingMessage, ShardingEvent, ShardingTimer>;

@@ -34,8 +34,10 @@ use super::coordinator::Coordinator;
 use super::coordinator_context::CoordinatorContext;
 use super::coordinator_persistence::AfterWrite;
 use super::coordinator_state::CoordinatorEvent;
+use super::ids::ShardId;
+use super::message::ShardingBody;
 use super::rebalance_worker::{Worker, WorkerPhase};
-use super::{ShardId, ShardingBody, ShardingTimer};
+use super::timer::ShardingTimer;
 
 /// True if a rebalance round may run now (see the module docs).
 fn rebalance_allowed(ctx: &CoordinatorContext<'_>) -> bool {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{EntityId, ShardId};
+use super::ids::{EntityId, ShardId};
 
 /// Active entities by recency: tick → (shard, entity), the least recently used first.
 #[derive(Debug, Default)]

@@ -28,10 +28,13 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
+use super::api::{DropReason, ShardingEvent};
+use super::ids::ShardId;
+use super::message::{Delivery, ShardingBody};
 use super::region_context::{HomeStep, HostStep, LocalShard, RegionContext};
 use super::region_membership::RegionMembership;
 use super::region_queries::StatsQueries;
-use super::{Delivery, DropReason, ShardId, ShardingBody, ShardingEvent, ShardingTimer};
+use super::timer::ShardingTimer;
 
 /// The region's state (Akka's `ShardRegion` actor's fields).
 #[derive(Debug, Default)]
@@ -239,7 +242,9 @@ impl Region {
         d: Delivery,
         hosted: bool,
     ) -> Option<(ShardId, Delivery)> {
-        if d.entity.len() > super::MAX_ENTITY_ID_BYTES || shard.len() > super::MAX_SHARD_ID_BYTES {
+        if d.entity.len() > super::ids::MAX_ENTITY_ID_BYTES
+            || shard.len() > super::ids::MAX_SHARD_ID_BYTES
+        {
             ctx.stats.invalid_messages += 1;
             Self::drop_delivery(ctx, d, DropReason::InvalidId);
             return None;
@@ -392,8 +397,8 @@ impl Region {
         local: &LocalShard,
     ) -> HomeStep {
         if !ctx.is_member(&home)
-            || shard.len() > super::MAX_SHARD_ID_BYTES
-            || (self.homes.len() >= super::MAX_SHARDS && !self.homes.contains_key(shard))
+            || shard.len() > super::ids::MAX_SHARD_ID_BYTES
+            || (self.homes.len() >= super::ids::MAX_SHARDS && !self.homes.contains_key(shard))
         {
             ctx.stats.invalid_messages += 1;
             return HomeStep::Ignore;
@@ -466,8 +471,8 @@ impl Region {
     ) -> HostStep {
         let absent = local == LocalShard::Absent;
         if !self.membership.hosting
-            || shard.len() > super::MAX_SHARD_ID_BYTES
-            || (local_count >= super::MAX_SHARDS && absent)
+            || shard.len() > super::ids::MAX_SHARD_ID_BYTES
+            || (local_count >= super::ids::MAX_SHARDS && absent)
         {
             ctx.stats.invalid_messages += 1;
             return HostStep::Ignore;

@@ -12,8 +12,10 @@ use std::collections::VecDeque;
 use crate::address::UniqueAddress;
 use crate::membership_view::MembershipView;
 
+use super::api::ShardingStats;
+use super::message::ShardingBody;
 use super::outbox::{self, ShardingOutputs};
-use super::{ShardingBody, ShardingSettings, ShardingStats};
+use super::settings::ShardingSettings;
 
 /// The machine's parts a region step may use; built by the machine for each step.
 pub(super) struct RegionContext<'a> {

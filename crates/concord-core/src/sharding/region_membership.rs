@@ -11,7 +11,7 @@ use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 
-use super::ShardingSettings;
+use super::settings::ShardingSettings;
 
 /// The region's memory of the membership.
 #[derive(Debug, Default)]

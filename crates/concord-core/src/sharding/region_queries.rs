@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 
+use super::api::ShardingEvent;
+use super::ids::ShardId;
+use super::message::ShardingBody;
 use super::region_context::RegionContext;
-use super::{ShardId, ShardingBody, ShardingEvent};
 
 /// Most cluster-wide statistics queries in flight; more are answered at once, empty.
 const MAX_QUERIES: usize = 64;

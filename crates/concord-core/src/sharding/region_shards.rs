@@ -1,18 +1,23 @@
-//! Where the [`Region`] meets the shards hosted on this node: [`ClusterSharding`] lends the
-//! region a [`RegionContext`] for each step ([`ClusterSharding::with_region`]), tells it
-//! what it needs of a local shard ([`LocalShard`]), and carries out the step it returns on
-//! the shards (deliver to the local shard, create it, confirm it as home). The region never
-//! touches the shards itself (Akka's `ShardRegion` and its `Shard` children talk by
-//! messages). The shard and handoff code reach the region through the few methods at the
-//! end (buffer slots, sends, the coordinator).
+//! Where the [`Region`] meets the shards hosted on this node ([`HostedShards`]):
+//! [`ClusterSharding`] lends the region a [`RegionContext`] for each step
+//! ([`ClusterSharding::with_region`]) and the shards a [`ShardContext`]
+//! ([`ClusterSharding::with_shards`]), tells the region what it needs of a local shard
+//! ([`LocalShard`]), and carries out the step it returns on the shards (deliver to the
+//! local shard, create it, confirm it as home). The region never touches the shards, and
+//! the shards reach the region only through their context's few operations (Akka's
+//! `ShardRegion` and its `Shard` children talk by messages).
 
 use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
 
+use super::hosted_shards::HostedShards;
+use super::ids::ShardId;
+use super::message::{Delivery, ShardingBody};
 use super::region::Region;
 use super::region_context::{HomeStep, HostStep, LocalShard, RegionContext};
-use super::{ClusterSharding, Delivery, DropReason, ShardId, ShardingBody};
+use super::shard_context::ShardContext;
+use super::ClusterSharding;
 
 impl ClusterSharding {
     /// The region and the context it borrows from the rest of the machine.
@@ -39,16 +44,36 @@ impl ClusterSharding {
         step(region, &mut ctx)
     }
 
+    /// The shards hosted here and the context a shard step borrows from the machine.
+    fn shard_parts(&mut self) -> (&mut HostedShards, ShardContext<'_>) {
+        (
+            &mut self.shards,
+            ShardContext::new(
+                &self.settings,
+                &self.self_node,
+                &self.view,
+                &mut self.out,
+                &mut self.loopback,
+                &mut self.stats,
+                &mut self.replicator,
+                &mut self.ddata,
+                &mut self.region,
+            ),
+        )
+    }
+
+    /// Runs one step of the hosted shards with their context.
+    pub(super) fn with_shards<R>(
+        &mut self,
+        step: impl FnOnce(&mut HostedShards, &mut ShardContext<'_>) -> R,
+    ) -> R {
+        let (shards, mut ctx) = self.shard_parts();
+        step(shards, &mut ctx)
+    }
+
     /// What the region is told of `shard`'s life here.
     fn local_shard(&self, shard: &ShardId) -> LocalShard {
-        match self.shards.get(shard) {
-            None => LocalShard::Absent,
-            Some(s) => match s.handed_to() {
-                None => LocalShard::Hosted,
-                Some(Some(to)) if s.is_forwarding() => LocalShard::Forwarding(to.clone()),
-                Some(_) => LocalShard::HandingOff,
-            },
-        }
+        self.shards.local_shard(shard)
     }
 
     // ---- region steps that involve the local shards ----
@@ -56,20 +81,24 @@ impl ClusterSharding {
     /// The membership changed: stop everything if this node is down, update the region,
     /// end the handoffs whose peer is gone.
     pub(super) fn region_membership(&mut self, now_ms: u64) {
-        if self.self_down() {
-            self.stop_all_entities(now_ms);
-        }
+        self.with_shards(|s, ctx| {
+            if ctx.self_down() {
+                s.stop_all_entities(ctx);
+            }
+        });
         self.with_region(|r, ctx| r.membership_changed(ctx, now_ms));
-        self.handoff_membership(now_ms);
+        self.with_shards(|s, ctx| s.handoff_membership(ctx, now_ms));
     }
 
     /// Routes a message accepted by this region (a local `tell`).
     pub(super) fn region_route(&mut self, now_ms: u64, shard: ShardId, d: Delivery) {
-        let hosted = self.shards.contains_key(&shard);
+        let hosted = self.shards.contains(&shard);
         if let Some((shard, d)) = self.with_region(|r, ctx| r.route(ctx, now_ms, shard, d, hosted))
         {
-            let me = self.self_node.clone();
-            self.shard_receive(now_ms, &me, &shard, d);
+            self.with_shards(|s, ctx| {
+                let me = ctx.self_node.clone();
+                s.receive(ctx, now_ms, &me, &shard, d)
+            });
         }
     }
 
@@ -81,29 +110,31 @@ impl ClusterSharding {
         shard: ShardId,
         d: Delivery,
     ) {
-        let hosted = self.shards.contains_key(&shard);
+        let hosted = self.shards.contains(&shard);
         if let Some((shard, d)) =
             self.with_region(|r, ctx| r.receive(ctx, now_ms, from, shard, d, hosted))
         {
-            self.shard_receive(now_ms, from, &shard, d);
+            self.with_shards(|s, ctx| s.receive(ctx, now_ms, from, &shard, d));
         }
     }
 
     /// Sends the messages buffered for `shard` where they go now (the shard hosted here,
     /// or its known home), in order.
     pub(super) fn region_flush_buffer(&mut self, now_ms: u64, shard: &ShardId) {
-        let hosted = self.shards.contains_key(shard);
+        let hosted = self.shards.contains(shard);
         let Some((buf, home)) = self.with_region(|r, ctx| r.take_buffer(ctx, shard, hosted)) else {
             return;
         };
-        for d in buf {
-            if self.shards.contains_key(shard) {
-                let from = self.self_node.clone();
-                self.shard_receive(now_ms, &from, shard, d);
-            } else if let Some(h) = &home {
-                self.send_delivery(h, shard.clone(), d);
+        self.with_shards(|s, ctx| {
+            for d in buf {
+                if s.contains(shard) {
+                    let from = ctx.self_node.clone();
+                    s.receive(ctx, now_ms, &from, shard, d);
+                } else if let Some(h) = &home {
+                    ctx.send_delivery(h, shard.clone(), d);
+                }
             }
-        }
+        });
     }
 
     /// The home of `shard` is `home` (`previous`: where it was before a handoff).
@@ -118,7 +149,9 @@ impl ClusterSharding {
         match self.with_region(|r, ctx| r.shard_home(ctx, &shard, home, previous, &local)) {
             HomeStep::Ignore => return,
             HomeStep::Flush => {}
-            HomeStep::Confirm => self.handoff_confirmed(now_ms, &shard),
+            HomeStep::Confirm => {
+                self.with_shards(|s, ctx| s.handoff_confirmed(ctx, now_ms, &shard))
+            }
             HomeStep::Create => self.shard_create(now_ms, shard.clone(), None),
         }
         self.region_flush_buffer(now_ms, &shard);
@@ -140,7 +173,9 @@ impl ClusterSharding {
             HostStep::Create(handoff_from) => {
                 self.shard_create(now_ms, shard.clone(), handoff_from)
             }
-            HostStep::Confirm => self.handoff_confirmed(now_ms, &shard),
+            HostStep::Confirm => {
+                self.with_shards(|s, ctx| s.handoff_confirmed(ctx, now_ms, &shard))
+            }
             HostStep::Started => {}
         }
         self.send(from, ShardingBody::ShardStarted { shard });
@@ -156,7 +191,7 @@ impl ClusterSharding {
         regions: Vec<UniqueAddress>,
     ) {
         let regions: BTreeSet<UniqueAddress> = regions.into_iter().collect();
-        self.handoff_expected(now_ms, &shard, &from, &to, &regions);
+        self.with_shards(|s, ctx| s.handoff_expected(ctx, now_ms, &shard, &from, &to, &regions));
         self.region_shard_home(now_ms, shard, to, Some(from));
     }
 
@@ -168,7 +203,7 @@ impl ClusterSharding {
         shard: ShardId,
         to: Option<UniqueAddress>,
     ) {
-        if !self.shards.contains_key(&shard) {
+        if !self.shards.contains(&shard) {
             self.send(
                 from,
                 ShardingBody::ShardStopped {
@@ -179,7 +214,7 @@ impl ClusterSharding {
             return;
         }
         let to = to.filter(|t| self.is_member(t) && *t != self.self_node);
-        self.handoff_begin(now_ms, &shard, to);
+        self.with_shards(|s, ctx| s.handoff_begin(ctx, now_ms, &shard, to));
     }
 
     /// Coordinated shutdown asks this region to hand everything over.
@@ -188,55 +223,21 @@ impl ClusterSharding {
         self.with_region(|r, ctx| r.graceful_shutdown(ctx, now_ms, hosted));
     }
 
-    /// The graceful shutdown is done when nothing is hosted, handed off or buffered.
-    pub(super) fn region_check_graceful_done(&mut self) {
-        let no_shards = self.shards.is_empty();
-        self.with_region(|r, ctx| r.check_graceful_done(ctx, no_shards));
-    }
-
     /// Once a second: graceful-shutdown retries, query timeouts.
     pub(super) fn region_housekeeping(&mut self, now_ms: u64) {
         let no_shards = self.shards.is_empty();
         self.with_region(|r, ctx| r.housekeeping(ctx, now_ms, no_shards));
     }
 
-    // ---- what the shards use of the region ----
-
-    /// Sends a delivery to `home` (origin left out when it is this node).
-    pub(super) fn send_delivery(&mut self, home: &UniqueAddress, shard: ShardId, d: Delivery) {
-        self.with_region(|_, ctx| Region::send_delivery(ctx, home, shard, d));
-    }
-
-    /// Room for one more buffered message? Counts it if so; drops `d` if not.
-    pub(super) fn take_buffer_slot(&mut self, d: Delivery) -> Option<Delivery> {
-        self.with_region(|r, ctx| r.take_buffer_slot(ctx, d))
-    }
-
-    /// Buffers `d` in the region until the home of `shard` is known.
-    pub(super) fn region_buffer(&mut self, now_ms: u64, shard: ShardId, d: Delivery) {
-        self.with_region(|r, ctx| r.buffer(ctx, now_ms, shard, d));
-    }
-
-    /// Drops `d`, telling whoever waits for an answer.
-    pub(super) fn drop_delivery(&mut self, d: Delivery, reason: DropReason) {
-        self.with_region(|_, ctx| Region::drop_delivery(ctx, d, reason));
-    }
-
-    /// Sends `body` to the coordinator this region is registered with (dropped if none).
-    pub(super) fn send_to_coordinator(&mut self, body: ShardingBody) {
-        self.with_region(|r, ctx| r.send_to_coordinator(ctx, body));
-    }
-
-    /// True once `node` has been out of the membership for at least `removal-margin`.
-    pub(super) fn gone_for_good(&self, node: &UniqueAddress, now_ms: u64) -> bool {
-        let margin = self.settings.removal_margin_ms;
-        self.region
-            .membership
-            .gone_for_good(&self.view, margin, node, now_ms)
-    }
-
-    /// True once this node is Down or removed: nothing starts here any more.
-    pub(super) fn self_down(&self) -> bool {
-        self.region.membership.self_down(&self.view)
+    /// Hosts `shard` here (active, or receiving from `handoff_from`), then flushes the
+    /// region's buffer for it.
+    pub(super) fn shard_create(
+        &mut self,
+        now_ms: u64,
+        shard: ShardId,
+        handoff_from: Option<UniqueAddress>,
+    ) {
+        self.with_shards(|s, ctx| s.create(ctx, now_ms, shard.clone(), handoff_from));
+        self.region_flush_buffer(now_ms, &shard);
     }
 }

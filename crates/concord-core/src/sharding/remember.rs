@@ -24,10 +24,13 @@ use std::collections::VecDeque;
 use crate::ddata::replicator::{GetResult, Key, ReadConsistency, RequestId, WriteConsistency};
 use crate::ddata::ORSet;
 
+use super::api::ShardingEvent;
 use super::ddata_requests::DdataPurpose;
+use super::ids::{EntityId, ShardId};
+use super::settings::ShardingSettings;
 use super::settings::{EntityRecoveryStrategy, RememberEntitiesStore};
 use super::shard_context::ShardContext;
-use super::{EntityId, ShardId, ShardingEvent, ShardingSettings, ShardingTimer};
+use super::timer::ShardingTimer;
 
 /// A shard's remember-entities bookkeeping (Akka `Shard`'s remember-entities state).
 #[derive(Debug, Default)]
@@ -104,7 +107,7 @@ impl RememberState {
     }
 
     /// The remembered entities of an active shard arrived: queues those for which
-    /// `known` is false (ids over [`super::MAX_ENTITY_ID_BYTES`] are ignored). True if
+    /// `known` is false (ids over [`super::ids::MAX_ENTITY_ID_BYTES`] are ignored). True if
     /// all of them start now (`entity-recovery-strategy = all`); with `constant` the
     /// recovery timer is set.
     pub(super) fn ids_loaded(
@@ -115,7 +118,7 @@ impl RememberState {
         known: impl Fn(&EntityId) -> bool,
     ) -> bool {
         for id in ids {
-            if id.len() <= super::MAX_ENTITY_ID_BYTES && !known(&id) {
+            if id.len() <= super::ids::MAX_ENTITY_ID_BYTES && !known(&id) {
                 self.to_recover.push_back(id);
             }
         }

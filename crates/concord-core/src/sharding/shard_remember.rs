@@ -8,34 +8,53 @@
 
 use crate::ddata::replicator::GetResult;
 
+use super::hosted_shards::HostedShards;
+use super::ids::{EntityId, ShardId};
 use super::settings::EntityRecoveryStrategy;
 use super::shard::{EntityStatus, Phase};
-use super::{ClusterSharding, EntityId, ShardId, ShardingTimer};
+use super::shard_context::ShardContext;
+use super::timer::ShardingTimer;
 
-impl ClusterSharding {
+impl HostedShards {
+    /// Records a start (`started`) or a stop of `entity` in its shard's remember store.
+    pub(super) fn remember_queue(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+        entity: EntityId,
+        started: bool,
+    ) {
+        if let Some(shard) = self.shards.get_mut(shard_id) {
+            shard.remember.queue(ctx, now_ms, shard_id, entity, started);
+        }
+    }
+
     /// The replicator's answer to a load of `shard`'s remembered entities.
     pub(super) fn remember_ddata_loaded(
         &mut self,
+        ctx: &mut ShardContext<'_>,
         now_ms: u64,
         shard_id: &ShardId,
         result: GetResult,
     ) {
-        let (shards, mut ctx) = self.shard_parts();
-        let Some(shard) = shards.get_mut(shard_id) else {
+        let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
-        if let Some(ids) = shard
-            .remember
-            .ddata_loaded(&mut ctx, now_ms, shard_id, result)
-        {
-            self.remember_ids_loaded(now_ms, shard_id, ids);
+        if let Some(ids) = shard.remember.ddata_loaded(ctx, now_ms, shard_id, result) {
+            self.remember_ids_loaded(ctx, now_ms, shard_id, ids);
         }
     }
 
     /// The remembered entities of `shard`: start those not running.
-    pub(super) fn remember_ids_loaded(&mut self, now_ms: u64, shard_id: &str, ids: Vec<EntityId>) {
-        let (shards, mut ctx) = self.shard_parts();
-        let Some(shard) = shards.get_mut(shard_id) else {
+    pub(super) fn remember_ids_loaded(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &str,
+        ids: Vec<EntityId>,
+    ) {
+        let Some(shard) = self.shards.get_mut(shard_id) else {
             return;
         };
         if !matches!(shard.phase, Phase::Active) {
@@ -44,14 +63,20 @@ impl ClusterSharding {
         let entities = &shard.entities;
         let all = shard
             .remember
-            .ids_loaded(&mut ctx, now_ms, ids, |id| entities.contains_key(id));
+            .ids_loaded(ctx, now_ms, ids, |id| entities.contains_key(id));
         if all {
-            self.remember_recover(now_ms, &shard_id.to_string(), usize::MAX);
+            self.remember_recover(ctx, now_ms, &shard_id.to_string(), usize::MAX);
         }
     }
 
     /// Starts up to `n` remembered entities of `shard`.
-    fn remember_recover(&mut self, now_ms: u64, shard_id: &ShardId, n: usize) {
+    fn remember_recover(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &ShardId,
+        n: usize,
+    ) {
         for _ in 0..n {
             let Some(shard) = self.shards.get_mut(shard_id) else {
                 return;
@@ -63,17 +88,17 @@ impl ClusterSharding {
                 return;
             };
             if !shard.entities.contains_key(&id) {
-                self.start_entity(now_ms, shard_id, id, None);
+                self.start_entity(ctx, now_ms, shard_id, id, None);
             }
         }
     }
 
     /// `constant` recovery: the next batch.
-    pub(super) fn remember_recovery_tick(&mut self, now_ms: u64) {
+    pub(super) fn remember_recovery_tick(&mut self, ctx: &mut ShardContext<'_>, now_ms: u64) {
         let EntityRecoveryStrategy::Constant {
             frequency_ms,
             number_of_entities,
-        } = self.settings.entity_recovery_strategy
+        } = ctx.settings.entity_recovery_strategy
         else {
             return;
         };
@@ -89,7 +114,7 @@ impl ClusterSharding {
                 .shards
                 .get(&id)
                 .map_or(0, |s| s.remember.to_recover.len());
-            self.remember_recover(now_ms, &id, budget);
+            self.remember_recover(ctx, now_ms, &id, budget);
             let after = self
                 .shards
                 .get(&id)
@@ -104,14 +129,19 @@ impl ClusterSharding {
             .values()
             .any(|s| !s.remember.to_recover.is_empty())
         {
-            self.out
+            ctx.out
                 .timers
                 .set(ShardingTimer::Recovery, now_ms + frequency_ms.max(1));
         }
     }
 
     /// The write in flight is done: the entities it recorded start with their messages.
-    pub(super) fn remember_write_done(&mut self, now_ms: u64, shard_id: &str) {
+    pub(super) fn remember_write_done(
+        &mut self,
+        ctx: &mut ShardContext<'_>,
+        now_ms: u64,
+        shard_id: &str,
+    ) {
         let shard_id = shard_id.to_string();
         let Some(shard) = self.shards.get_mut(&shard_id) else {
             return;
@@ -129,15 +159,14 @@ impl ClusterSharding {
                 None => continue,
             };
             shard.entities.remove(&e);
-            self.region.release(buf.len());
-            self.start_entity(now_ms, &shard_id, e, None);
+            ctx.release(buf.len());
+            self.start_entity(ctx, now_ms, &shard_id, e, None);
             for d in buf {
-                self.deliver_entity(now_ms, &shard_id, d);
+                self.deliver_entity(ctx, now_ms, &shard_id, d);
             }
         }
-        let (shards, mut ctx) = self.shard_parts();
-        if let Some(shard) = shards.get_mut(&shard_id) {
-            shard.remember.flush(&mut ctx, now_ms, &shard_id);
+        if let Some(shard) = self.shards.get_mut(&shard_id) {
+            shard.remember.flush(ctx, now_ms, &shard_id);
         }
     }
 }
