@@ -200,7 +200,7 @@ fn handshake_bytes() -> Vec<u8> {
     wire::Handshake {
         from: Some(super::address_wire::unique_to_wire(&ua(1))),
         to: Some(super::address_wire::address_to_wire(&ua(0).address)),
-        protocol_version: super::PROTOCOL_VERSION,
+        protocol_version: super::version::PROTOCOL_VERSION,
         cluster_name: "fuzz".into(),
         lane: 1,
         nonce: Bytes::from(vec![7u8; 32]),

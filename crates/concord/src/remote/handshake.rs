@@ -38,7 +38,8 @@ use super::cluster_secret::{nonce, NONCE_BYTES};
 use super::stats::inc;
 use super::stream::Stream;
 use super::transport_state::Inner;
-use super::{wire, PROTOCOL_VERSION};
+use super::version::PROTOCOL_VERSION;
+use super::wire;
 use crate::tls::context::certificate_names_host;
 use crate::tls::describe_tls_error;
 

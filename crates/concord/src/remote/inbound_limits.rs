@@ -28,7 +28,7 @@ pub(crate) struct InboundLimits {
 }
 
 impl InboundLimits {
-    pub(crate) fn new(settings: &super::TransportSettings) -> Self {
+    pub(crate) fn new(settings: &super::settings::TransportSettings) -> Self {
         InboundLimits {
             open: AtomicUsize::new(0),
             handshakes: Arc::new(HandshakeAdmission::new(

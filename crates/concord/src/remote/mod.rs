@@ -51,12 +51,8 @@ mod stream;
 pub mod transport;
 #[cfg(feature = "runtime")]
 mod transport_state;
-
-/// Protobuf types generated from the layers' schemas (`remote/remote.proto` and one `.proto` per protocol in its layer's folder).
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod wire {
-    include!(concat!(env!("OUT_DIR"), "/concord.v1.rs"));
-}
+mod version;
+pub mod wire;
 
 pub use codec::{Codec, DecodeError, Inbound};
 pub use envelope::{Frame, Outbound};
@@ -72,9 +68,4 @@ pub use settings::TransportSettings;
 pub use stats::TransportStats;
 #[cfg(feature = "runtime")]
 pub use transport::{OutboundLane, SendError, Transport, TransportError, TransportEvent};
-
-/// Version of the wire protocol; a peer with another version is refused. Version 2: the
-/// frame body is an `Envelope` (protocol id, manifest, payload, recipient uid) and the
-/// handshake names the lane. Version 3: the cluster-secret challenge and the uid withheld
-/// from unauthenticated peers.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub use version::PROTOCOL_VERSION;
