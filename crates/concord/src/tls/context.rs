@@ -14,7 +14,7 @@ use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tracing::{info, warn};
 
-use super::provider;
+use super::crypto_provider::provider;
 use super::role::check_node_certificate;
 use super::verifier::{AnyNameServerVerifier, NodeClientVerifier, NodeServerVerifier};
 use crate::config::{ConfigError, RemoteConfig, TlsConfig};

@@ -17,35 +17,15 @@
 
 pub mod certs;
 pub(crate) mod context;
+mod crypto_provider;
 pub mod role;
 mod verifier;
 
-use std::sync::{Arc, OnceLock};
-
-use rustls::crypto::CryptoProvider;
-
 pub use context::{management_client_config, ClientAuth, TlsContext, TlsError, TlsReloadStats};
+pub use crypto_provider::{install_default_provider, provider};
 
 /// How often the TLS files are checked for changes (certificate rotation).
 pub const RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The crypto provider every TLS configuration of this crate uses (`ring`).
-pub fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
-}
-
-/// Installs `ring` as the process-wide rustls provider if none is installed yet (the HTTP
-/// client, reqwest, builds its default TLS configuration from it). Idempotent; called when a
-/// node starts and by the command-line tool.
-pub fn install_default_provider() {
-    if CryptoProvider::get_default().is_none() {
-        // Another thread may have won the race: either way a provider is installed.
-        let _ = CryptoProvider::install_default(rustls::crypto::ring::default_provider());
-    }
-}
 
 /// A `reqwest` client builder for the management API's plain-HTTP clients (the CLI, Cluster
 /// Bootstrap's probes, the demo): it trusts no certificate authority unless the caller
@@ -71,6 +51,8 @@ pub(crate) fn describe_tls_error(e: &std::io::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
