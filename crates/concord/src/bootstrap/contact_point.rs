@@ -2,12 +2,28 @@
 //! the HTTP probe a bootstrapping node sends to it (Akka Management's
 //! `HttpContactPointRoutes` / `HttpContactPointBootstrap`).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use concord_core::{Member, MemberStatus, MembershipView};
 use serde::{Deserialize, Serialize};
 
 use crate::discovery::ResolvedTarget;
+
+/// The contact points of a lookup, each without a port given `fallback` (the management
+/// port unless `contact-point.fallback-port` is set), without duplicates.
+pub(super) fn with_fallback_port(
+    found: Vec<ResolvedTarget>,
+    fallback: u16,
+) -> BTreeSet<ResolvedTarget> {
+    found
+        .into_iter()
+        .map(|mut t| {
+            t.port = t.port.or(Some(fallback));
+            t
+        })
+        .collect()
+}
 
 /// At most this many seed nodes are reported.
 pub const MAX_SEED_NODES: usize = 5;

@@ -22,9 +22,10 @@ use rand::seq::SliceRandom;
 use tokio::task::JoinSet;
 use tracing::{debug, info};
 
-use super::contact_point::{self, SeedNodesJson, MAX_SEED_NODES};
+use super::backoff::jittered;
+use super::contact_point::{self, with_fallback_port, SeedNodesJson, MAX_SEED_NODES};
 use super::join_decider::same_contact_point;
-use super::{jittered, with_fallback_port, BootstrapSettings};
+use super::settings::BootstrapSettings;
 use crate::cluster::Cluster;
 use crate::discovery::{ResolvedTarget, ServiceDiscovery};
 

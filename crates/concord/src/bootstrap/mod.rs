@@ -13,166 +13,35 @@
 //! then keeps probing the contact points every `island-watch-interval` for another cluster
 //! of this system name (Concord-specific).
 
+mod backoff;
 pub mod contact_point;
 pub mod island_watch;
 pub mod join_decider;
+mod settings;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use concord_core::Address;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+pub use backoff::{backoff, jittered};
 pub use contact_point::{SeedNodeJson, SeedNodesJson};
 pub use join_decider::{
     JoinDecider, JoinDeciderSettings, JoinDecision, LowestAddressJoinDecider, SeedNodesInformation,
     SeedNodesObservation,
 };
+pub use settings::BootstrapSettings;
+
+use contact_point::with_fallback_port;
 
 use crate::clock::Clock;
 use crate::cluster::Cluster;
-use crate::config::Config;
-use crate::discovery::{Lookup, ResolvedTarget, ServiceDiscovery};
-
-/// Bootstrap timings and lookup, from `[bootstrap]`.
-#[derive(Clone, Debug)]
-pub struct BootstrapSettings {
-    /// What to look up.
-    pub lookup: Lookup,
-    /// Port of targets without one (this node's management port by default).
-    pub fallback_port: u16,
-    /// Base lookup interval.
-    pub interval: Duration,
-    /// Backoff cap.
-    pub backoff_max: Duration,
-    /// Backoff random factor, 0..=1.
-    pub backoff_random_factor: f64,
-    /// Lookup timeout.
-    pub resolve_timeout: Duration,
-    /// Probe interval per contact point.
-    pub probe_interval: Duration,
-    /// Probe jitter, 0..=1.
-    pub probe_interval_jitter: f64,
-    /// Probe timeout.
-    pub probing_failure_timeout: Duration,
-    /// Minimum contact points before backoff stops.
-    pub required_contact_point_nr: usize,
-    /// The default decider's settings.
-    pub decider: JoinDeciderSettings,
-    /// Time between island watch rounds once this node is a member (zero: no watch).
-    pub island_watch_interval: Duration,
-    /// `[management.tls]`: contact points are probed over HTTPS, trusting its
-    /// `ca-certificates` (and checking the contact point's name with
-    /// `verify-peer-hostname`); `None`: plain HTTP.
-    pub management_tls: Option<crate::config::TlsConfig>,
-}
-
-impl BootstrapSettings {
-    /// From `config`; `management_port` is the bound management port (the fallback port
-    /// when `contact-point.fallback-port` is 0).
-    pub fn from_config(config: &Config, management_port: u16) -> Self {
-        let d = &config.bootstrap.contact_point_discovery;
-        let p = &config.bootstrap.contact_point;
-        let service_name = if d.service_namespace.is_empty() {
-            d.service_name.clone()
-        } else {
-            format!("{}.{}", d.service_name, d.service_namespace)
-        };
-        let mut lookup = Lookup::new(service_name);
-        if !d.port_name.is_empty() {
-            lookup = lookup.with_port_name(d.port_name.clone());
-            if !d.protocol.is_empty() {
-                lookup = lookup.with_protocol(d.protocol.clone());
-            }
-        }
-        BootstrapSettings {
-            lookup,
-            fallback_port: if p.fallback_port == 0 {
-                management_port
-            } else {
-                p.fallback_port
-            },
-            interval: d.interval,
-            backoff_max: d.exponential_backoff_max,
-            backoff_random_factor: d.exponential_backoff_random_factor,
-            resolve_timeout: d.resolve_timeout,
-            probe_interval: p.probe_interval,
-            probe_interval_jitter: p.probe_interval_jitter,
-            probing_failure_timeout: p.probing_failure_timeout,
-            required_contact_point_nr: d.required_contact_point_nr,
-            decider: JoinDeciderSettings {
-                stable_margin_ms: d.stable_margin.as_millis() as u64,
-                required_contact_point_nr: d.required_contact_point_nr,
-                contact_with_all_contact_points: d.contact_with_all_contact_points,
-                new_cluster_enabled: config.bootstrap.new_cluster_enabled,
-            },
-            island_watch_interval: config.bootstrap.island_watch_interval,
-            management_tls: config.management.tls.clone(),
-        }
-    }
-
-    /// The HTTP client for probes: HTTPS trusting `management_tls`'s authorities when set.
-    fn http_client(&self) -> reqwest::Client {
-        let builder = crate::tls::http_client_builder();
-        let builder = match &self.management_tls {
-            None => builder,
-            Some(t) => match crate::tls::TlsContext::for_management(t) {
-                Ok(ctx) => builder.tls_backend_preconfigured((*ctx.client_config()).clone()),
-                Err(e) => {
-                    warn!(error = %e, "cluster bootstrap: management TLS files unusable; probes will fail");
-                    builder
-                }
-            },
-        };
-        builder.build().unwrap_or_else(|e| {
-            warn!(error = %e, "cluster bootstrap: HTTPS client unusable; probes will fail");
-            crate::tls::http_client_builder()
-                .build()
-                .expect("plain HTTP client")
-        })
-    }
-
-    /// `http` or `https` (for the probe URLs).
-    fn scheme(&self) -> &'static str {
-        if self.management_tls.is_some() {
-            "https"
-        } else {
-            "http"
-        }
-    }
-}
-
-/// `d` scaled by a random factor in [1 − `factor`, 1 + `factor`] (`factor` clamped to 0..=1).
-pub fn jittered(d: Duration, factor: f64, rng: &mut impl Rng) -> Duration {
-    let f = if factor.is_finite() {
-        factor.abs().min(1.0)
-    } else {
-        0.0
-    };
-    if f == 0.0 {
-        return d;
-    }
-    d.mul_f64(1.0 + rng.random_range(-f..=f))
-}
-
-/// `base` × 2^`attempt`, capped at `max`, then [`jittered`] by `random_factor`.
-pub fn backoff(
-    base: Duration,
-    max: Duration,
-    random_factor: f64,
-    attempt: u32,
-    rng: &mut impl Rng,
-) -> Duration {
-    jittered(
-        base.saturating_mul(1u32 << attempt.min(16)).min(max),
-        random_factor,
-        rng,
-    )
-}
+use crate::discovery::{ResolvedTarget, ServiceDiscovery};
 
 /// Results the spawned lookups and probes send back.
 enum Input {
@@ -364,18 +233,6 @@ impl Bootstrap {
     }
 }
 
-/// The contact points of a lookup, each without a port given `fallback` (the management
-/// port unless `contact-point.fallback-port` is set), without duplicates.
-fn with_fallback_port(found: Vec<ResolvedTarget>, fallback: u16) -> BTreeSet<ResolvedTarget> {
-    found
-        .into_iter()
-        .map(|mut t| {
-            t.port = t.port.or(Some(fallback));
-            t
-        })
-        .collect()
-}
-
 /// Runs Cluster Bootstrap for `cluster` until it is a member (or shuts down), then its
 /// [`island_watch`] until the node's membership ends. `self_host` is this node's advertised
 /// host (`remote.hostname`).
@@ -451,40 +308,5 @@ pub async fn run(
     tokio::select! {
         _ = &mut terminated => {}
         _ = watch.run() => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_within_the_random_factor() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let base = Duration::from_secs(1);
-        let max = Duration::from_secs(15);
-        assert_eq!(backoff(base, max, 0.0, 0, &mut rng), base);
-        assert_eq!(backoff(base, max, 0.0, 3, &mut rng), Duration::from_secs(8));
-        assert_eq!(backoff(base, max, 0.0, 10, &mut rng), max);
-        for attempt in 0..20 {
-            let d = backoff(base, max, 0.2, attempt, &mut rng);
-            let exp = base.saturating_mul(1 << attempt.min(16)).min(max);
-            assert!(
-                d >= exp.mul_f64(0.8) && d <= exp.mul_f64(1.2),
-                "{d:?} vs {exp:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn jitter_factor_is_clamped_and_never_panics() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
-        let d = Duration::from_secs(1);
-        assert_eq!(jittered(d, f64::NAN, &mut rng), d);
-        assert_eq!(jittered(d, 0.0, &mut rng), d);
-        for f in [-0.5, 3.0] {
-            let j = jittered(d, f, &mut rng);
-            assert!(j <= Duration::from_secs(2), "{f}: {j:?}");
-        }
     }
 }
