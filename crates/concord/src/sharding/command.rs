@@ -4,12 +4,21 @@
 
 use std::sync::Arc;
 
-use concord_core::sharding::ShardId;
+use concord_core::sharding::{DropReason, ShardId};
 use concord_core::UniqueAddress;
 use futures_channel::oneshot;
 
 use super::entity::ErasedEntity;
-use super::AskFailure;
+
+/// Why an ask got no reply, as the layer's host tells the asker (the handle turns it
+/// into a [`super::ShardingError`]).
+#[derive(Debug)]
+pub enum AskFailure {
+    /// A buffer was full (or the id was invalid): the message was not delivered.
+    Dropped(DropReason),
+    /// The message was delivered but failed (does not decode, mailbox full, panic).
+    Failed(String),
+}
 
 /// An ask's outcome: the encoded reply, or why there is none.
 pub type AskTx = oneshot::Sender<Result<Vec<u8>, AskFailure>>;

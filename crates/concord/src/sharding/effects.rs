@@ -14,11 +14,11 @@ use futures_channel::oneshot;
 use tracing::{error, warn};
 
 use super::cells::{AfterBatch, Cells, RunContext};
-use super::command::{AskTx, Completion, ShardingCommand, ShardingCompletion, StatsTx};
+use super::command::{AskFailure, AskTx, Completion, ShardingCommand, ShardingCompletion, StatsTx};
 use super::entity::{erase_factory, Entity, ErasedFactory};
+use super::extractor::Extractor;
 use super::metrics::{record_sharding, ShardingGauges};
 use super::remember_store::RememberStore;
-use super::{AskFailure, Extractor};
 use crate::ddata::durable::DurableStore;
 use crate::host::{Effects, LayerEffects};
 use crate::remote::log_limit::LogLimiter;

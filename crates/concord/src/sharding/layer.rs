@@ -14,12 +14,13 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::codec::ShardingCodec;
-use super::command::ShardingCommand;
+use super::command::{AskFailure, ShardingCommand};
 use super::effects::{ShardingEffects, TypeEffects};
 use super::entity::{decode, encode, erase_factory, Entity, ErasedFactory};
+use super::error::ShardingError;
+use super::extractor::Extractor;
 use super::remember_store::RememberStore;
 use super::routes;
-use super::{AskFailure, Extractor, ShardingError};
 use crate::coordinated_shutdown::{CoordinatedShutdownSettings, Phase};
 use crate::ddata::durable::DurableStore;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};

@@ -23,6 +23,8 @@ pub mod codec;
 pub mod command;
 pub mod effects;
 pub mod entity;
+mod error;
+mod extractor;
 #[cfg(feature = "runtime")]
 mod layer;
 mod metrics;
@@ -30,51 +32,11 @@ pub mod remember_store;
 #[cfg(feature = "runtime")]
 pub mod routes;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use concord_core::sharding::DropReason;
-
-pub use command::{AskTx, ShardingCommand, ShardingCompletion, StatsTx};
+pub use command::{AskFailure, AskTx, ShardingCommand, ShardingCompletion, StatsTx};
 pub use effects::ShardingEffects;
 pub use entity::{Entity, EntityContext};
+pub use error::ShardingError;
 #[cfg(feature = "runtime")]
 pub use layer::{EntityRef, ShardRegion, Sharding, DURABLE_FILE};
 #[cfg(feature = "runtime")]
 pub use routes::{ShardInfoJson, ShardRegionJson, ShardRegionsJson};
-
-/// Entity id → shard id.
-pub(crate) type Extractor = Arc<dyn Fn(&str) -> String + Send + Sync>;
-
-/// Why an ask got no reply, as the layer's host tells the asker (the handle turns it
-/// into a [`ShardingError`]).
-#[derive(Debug)]
-pub enum AskFailure {
-    /// A buffer was full (or the id was invalid): the message was not delivered.
-    Dropped(DropReason),
-    /// The message was delivered but failed (does not decode, mailbox full, panic).
-    Failed(String),
-}
-
-/// Why a message to an entity was not delivered or answered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShardingError {
-    /// No reply within the timeout (the entity may be moving or slow; a late reply is
-    /// dropped).
-    #[error("no reply within {0:?}")]
-    Timeout(Duration),
-    /// Not delivered: a region's buffer was full (`buffer-size`), the id was too long, or
-    /// the region is shutting down.
-    #[error("not delivered: {0}")]
-    Dropped(String),
-    /// Delivered, but the entity could not handle it (the message did not decode there,
-    /// its mailbox was full, or its handler panicked).
-    #[error("failed: {0}")]
-    Failed(String),
-    /// The message or the reply does not encode or decode here.
-    #[error("encoding: {0}")]
-    Encoding(String),
-    /// The node has stopped.
-    #[error("the sharding layer has stopped")]
-    Stopped,
-}
