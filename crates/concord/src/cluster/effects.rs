@@ -18,9 +18,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::command::{Command, Exit, MembershipCompletion};
+use super::island_report::IslandReport;
 use super::membership_record::{self, RecordFile};
+use super::shared::Shared;
 use super::subscription::EventBatch;
-use super::Shared;
 use crate::clock::Clock;
 use crate::host::{Effects, LayerEffects};
 use crate::lease::Lease;
@@ -163,7 +164,7 @@ impl MembershipEffects {
             .core_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = stats;
-        let report = super::IslandReport {
+        let report = IslandReport {
             identity: core.cluster_identity(),
             other_clusters: core.other_clusters().cloned().collect(),
         };

@@ -44,11 +44,21 @@ mod effects;
 #[cfg(feature = "runtime")]
 mod handle;
 #[cfg(feature = "runtime")]
+mod island_report;
+#[cfg(feature = "runtime")]
 pub mod membership_record;
 #[cfg(feature = "runtime")]
+mod shared;
+#[cfg(feature = "runtime")]
 mod shutdown_tasks;
+#[cfg(feature = "runtime")]
+mod start;
 #[cfg(feature = "runtime")]
 mod subscription;
 
 #[cfg(feature = "runtime")]
 pub use handle::*;
+#[cfg(feature = "runtime")]
+pub use island_report::IslandReport;
+#[cfg(feature = "runtime")]
+pub(crate) use start::{register_protocol, ClusterParts};

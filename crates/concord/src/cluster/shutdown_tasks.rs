@@ -14,7 +14,7 @@
 use concord_core::{MemberStatus, MembershipView};
 use tracing::warn;
 
-use super::Cluster;
+use super::handle::Cluster;
 use crate::coordinated_shutdown::{CoordinatedShutdown, Phase};
 
 pub(super) fn register(cluster: &Cluster, cs: &CoordinatedShutdown) {
