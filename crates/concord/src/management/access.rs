@@ -25,7 +25,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::message;
+use super::message::message;
 
 /// Marks a request that came over HTTPS with a verified client certificate (inserted by
 /// the HTTPS server for each connection).

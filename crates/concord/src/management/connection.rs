@@ -38,6 +38,7 @@ use tracing::{debug, Instrument};
 
 use super::access::VerifiedClientCertificate;
 use super::limits::{ConnectionGate, Place};
+use super::message::message;
 use crate::tls::TlsContext;
 
 /// Largest request head (request line and headers), bytes; larger answers 431.
@@ -210,7 +211,7 @@ impl Connection {
 
 /// `400` for a request with `Transfer-Encoding`; the connection is closed after it.
 fn transfer_encoding_refused() -> Response {
-    let mut r = super::message(
+    let mut r = message(
         StatusCode::BAD_REQUEST,
         "Transfer-Encoding is not accepted: send the body with Content-Length (a request with \
          both Transfer-Encoding and Content-Length could smuggle a second request, RFC 9112 \

@@ -18,7 +18,9 @@ use concord_core::ClusterEvent;
 use futures_util::stream::{self, Stream};
 use serde_json::{json, Value};
 
-use super::{member_json, ManagementState};
+use super::members_json::member_json;
+use super::message::message;
+use super::state::ManagementState;
 use crate::cluster::{Subscription, SubscriptionItem};
 
 /// The event a lagging client receives instead of the events it missed.
@@ -119,7 +121,7 @@ fn events(
 pub async fn domain_events(State(s): State<ManagementState>, RawQuery(q): RawQuery) -> Response {
     let filter = match type_filter(q.as_deref()) {
         Ok(f) => f,
-        Err(e) => return super::message(axum::http::StatusCode::BAD_REQUEST, e),
+        Err(e) => return message(axum::http::StatusCode::BAD_REQUEST, e),
     };
     Sse::new(events(s.cluster.subscribe(), filter))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))

@@ -6,9 +6,22 @@ use std::net::SocketAddr;
 use axum::Router;
 use tracing::{info, Instrument};
 
+use super::access::ManagementAccess;
+use super::connection;
 use super::limits::{ConnectionGate, HttpLimits};
-use super::{connection, router, ManagementAccess, ManagementError, ManagementState};
+use super::router::router;
+use super::state::ManagementState;
 use crate::cluster::Cluster;
+
+/// The management API could not be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind management HTTP to {addr}: {source}")]
+pub struct ManagementError {
+    /// What we tried to bind.
+    pub addr: String,
+    /// Why.
+    pub source: std::io::Error,
+}
 
 /// Serves `app` on `listener` until the node terminates — over HTTPS when `tls` is set
 /// (its files re-read when they change) — within `limits` (lowered to this process's

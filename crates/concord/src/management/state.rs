@@ -1,0 +1,18 @@
+//! [`ManagementState`]: what the management routes act on.
+
+use crate::cluster::Cluster;
+use crate::remote::Transport;
+
+/// What the management routes act on.
+#[derive(Clone)]
+pub struct ManagementState {
+    /// Membership.
+    pub cluster: Cluster,
+    /// Remoting (counters for `/metrics`, link faults for `/testkit`).
+    pub transport: Transport,
+    /// `testkit.fault-injection`: the `/testkit` routes answer only when set.
+    pub fault_injection: bool,
+    /// Warnings about this node's configuration shown in `GET /cluster/members`
+    /// (`warnings`), e.g. remoting exposed without protection (`remote.insecure`).
+    pub warnings: Vec<String>,
+}
