@@ -7,9 +7,8 @@ use std::time::Duration;
 use concord_core::settings::{ClusterSettings, FailureDetectorSettings};
 use serde::Deserialize;
 
-use super::duration::{self, ms};
+use super::duration;
 use super::split_brain_resolver::SplitBrainResolverConfig;
-use super::Config;
 
 /// `[cluster.role.<name>]`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -158,50 +157,6 @@ impl Default for ClusterConfig {
             split_brain_resolver: SplitBrainResolverConfig::default(),
             membership_record: true,
             island_resolution: concord_core::IslandResolution::Rejoin,
-        }
-    }
-}
-
-impl Config {
-    /// The membership settings for `concord-core`.
-    pub fn cluster_settings(&self) -> ClusterSettings {
-        let c = &self.cluster;
-        let fd = &c.failure_detector;
-        ClusterSettings {
-            seed_node_timeout_ms: ms(c.seed_node_timeout),
-            retry_unsuccessful_join_after_ms: c.retry_unsuccessful_join_after.map(ms),
-            shutdown_after_unsuccessful_join_seed_nodes_ms: c
-                .shutdown_after_unsuccessful_join_seed_nodes
-                .map(ms),
-            periodic_tasks_initial_delay_ms: ms(c.periodic_tasks_initial_delay),
-            gossip_interval_ms: ms(c.gossip_interval),
-            leader_actions_interval_ms: ms(c.leader_actions_interval),
-            unreachable_nodes_reaper_interval_ms: ms(c.unreachable_nodes_reaper_interval),
-            min_nr_of_members: c.min_nr_of_members,
-            min_nr_of_members_of_role: c
-                .role
-                .iter()
-                .map(|(k, v)| (k.clone(), v.min_nr_of_members))
-                .collect(),
-            weakly_up_after_ms: c.allow_weakly_up_members.map(ms),
-            gossip_different_view_probability: c.gossip_different_view_probability,
-            reduce_gossip_different_view_probability: c.reduce_gossip_different_view_probability,
-            prune_gossip_tombstones_after_ms: ms(c.prune_gossip_tombstones_after),
-            run_coordinated_shutdown_when_down: c.run_coordinated_shutdown_when_down,
-            exiting_shutdown_timeout_ms: ms(c.exiting_shutdown_timeout),
-            quarantine_removed_node_after_ms: ms(c.quarantine_removed_node_after),
-            failure_detector: FailureDetectorSettings {
-                heartbeat_interval_ms: ms(fd.heartbeat_interval),
-                threshold: fd.threshold,
-                max_sample_size: fd.max_sample_size,
-                min_std_deviation_ms: ms(fd.min_std_deviation),
-                acceptable_heartbeat_pause_ms: ms(fd.acceptable_heartbeat_pause),
-                monitored_by_nr_of_members: fd.monitored_by_nr_of_members,
-                expected_response_after_ms: ms(fd.expected_response_after),
-            },
-            // Validated in `validate`; an invalid provider never reaches here.
-            downing: self.downing().unwrap_or(None),
-            island_resolution: c.island_resolution,
         }
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration;
-use super::{Config, ConfigError};
 
 /// `[coordinated-shutdown]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -36,37 +35,6 @@ pub struct PhaseConfig {
     /// The phase's timeout.
     #[serde(deserialize_with = "duration::de")]
     pub timeout: Duration,
-}
-
-impl Config {
-    pub(super) fn validate_coordinated_shutdown(&self) -> Result<(), ConfigError> {
-        let c = &self.coordinated_shutdown;
-        if c.default_phase_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "coordinated-shutdown.default-phase-timeout",
-                "must be greater than zero",
-            ));
-        }
-        for (name, p) in &c.phases {
-            let key = format!("coordinated-shutdown.phases.{name}");
-            if Phase::from_name(name).is_none() {
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "unknown phase; phases: {}",
-                        Phase::ALL.map(Phase::name).join(", ")
-                    ),
-                ));
-            }
-            if p.timeout.is_zero() {
-                return Err(ConfigError::new(
-                    format!("{key}.timeout"),
-                    "must be greater than zero",
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// A phase of the coordinated shutdown, in execution order.

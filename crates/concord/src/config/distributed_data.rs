@@ -2,15 +2,13 @@
 //! `[singleton-proxy]` (Akka's `akka.cluster.singleton` / `singleton-proxy`), plus the
 //! node's `data-dir`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use concord_core::ddata::ReplicatorSettings;
 use concord_core::singleton::SingletonSettings;
 use serde::Deserialize;
 
-use super::duration::{self, ms};
-use super::Config;
+use super::duration;
 
 /// `[distributed-data]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -162,82 +160,6 @@ impl Default for SingletonProxyConfig {
                 d.singleton_identification_interval_ms,
             ),
             buffer_size: d.buffer_size,
-        }
-    }
-}
-
-fn role(r: &str) -> Option<String> {
-    (!r.is_empty()).then(|| r.to_string())
-}
-
-/// Largest envelope overhead Concord adds around a protocol's payload, bytes.
-const ENVELOPE_OVERHEAD: usize = 128;
-
-impl Config {
-    /// The replicator's settings from `[distributed-data]` and the frame limits.
-    pub fn replicator_settings(&self) -> ReplicatorSettings {
-        let c = &self.distributed_data;
-        ReplicatorSettings {
-            role: role(&c.role),
-            gossip_interval_ms: ms(c.gossip_interval),
-            notify_subscribers_interval_ms: ms(c.notify_subscribers_interval),
-            max_delta_elements: c.max_delta_elements,
-            delta_crdt_enabled: c.delta_crdt.enabled,
-            delta_propagation_interval_ms: (ms(c.gossip_interval) / 5).max(200),
-            max_delta_size: c.delta_crdt.max_delta_size,
-            pruning_interval_ms: ms(c.pruning_interval),
-            max_pruning_dissemination_ms: ms(c.max_pruning_dissemination),
-            pruning_marker_time_to_live_ms: ms(c.pruning_marker_time_to_live),
-            durable_pruning_marker_time_to_live_ms: ms(c.durable.pruning_marker_time_to_live),
-            durable_keys: c.durable.keys.clone(),
-            prefer_oldest: c.prefer_oldest,
-            max_keys: c.max_keys,
-            max_message_bytes: self
-                .remote
-                .maximum_frame_size
-                .saturating_sub(ENVELOPE_OVERHEAD),
-            max_value_bytes: self
-                .remote
-                .maximum_large_frame_size
-                .saturating_sub(ENVELOPE_OVERHEAD),
-            ..ReplicatorSettings::default()
-        }
-    }
-
-    /// The settings of singleton `name` from `[singleton]` and `[singleton-proxy]`.
-    pub fn singleton_settings(&self, name: &str) -> SingletonSettings {
-        let s = &self.singleton;
-        let p = &self.singleton_proxy;
-        let removal_margin_ms = match s.removal_margin {
-            Some(d) => ms(d),
-            None => self
-                .cluster_settings()
-                .downing
-                .map_or(0, |d| d.stable_after_ms),
-        };
-        SingletonSettings {
-            name: name.to_string(),
-            role: role(&s.role),
-            hand_over_retry_interval_ms: ms(s.hand_over_retry_interval),
-            min_number_of_hand_over_retries: s.min_number_of_hand_over_retries,
-            removal_margin_ms,
-            use_lease: s.use_lease,
-            lease_retry_interval_ms: ms(s.lease_retry_interval),
-            singleton_identification_interval_ms: ms(p.singleton_identification_interval),
-            buffer_size: p.buffer_size,
-        }
-    }
-
-    /// The node's data directory: `data-dir`, or `concord-data/<system>-<host>-<port>`
-    /// under the working directory (one per node, like Akka's `ddata-<system>-<port>`).
-    pub fn data_dir_path(&self) -> PathBuf {
-        if self.data_dir.is_empty() {
-            PathBuf::from("concord-data").join(format!(
-                "{}-{}-{}",
-                self.system, self.remote.hostname, self.remote.port
-            ))
-        } else {
-            PathBuf::from(&self.data_dir)
         }
     }
 }

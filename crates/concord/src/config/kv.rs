@@ -3,14 +3,10 @@
 
 use std::time::Duration;
 
-use concord_core::kv::{KvSettings, Quorum, MAX_N};
+use concord_core::kv::KvSettings;
 use serde::Deserialize;
 
-use super::duration::{self, ms};
-use super::{Config, ConfigError};
-
-/// Space a value's envelope, key and context take beyond the value itself, bytes.
-const MESSAGE_OVERHEAD: usize = 64 * 1024;
+use super::duration;
 
 /// `[kv]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -110,147 +106,5 @@ impl KvConfig {
                 .http_hostname
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
-    }
-}
-
-impl Config {
-    /// The store's settings from `[kv]` (validated, so the quorums parse).
-    pub fn kv_settings(&self) -> KvSettings {
-        let c = &self.kv;
-        let d = KvSettings::default();
-        KvSettings {
-            n: c.n,
-            r: Quorum::parse(&c.r).unwrap_or(d.r),
-            w: Quorum::parse(&c.w).unwrap_or(d.w),
-            sloppy_quorum: c.sloppy_quorum,
-            request_timeout_ms: ms(c.request_timeout).max(1),
-            max_value_bytes: c.max_value_size,
-            max_object_bytes: c.max_object_size,
-            max_key_bytes: d.max_key_bytes,
-            tombstone_grace_ms: ms(c.tombstone_grace),
-            anti_entropy_interval_ms: ms(c.anti_entropy_interval).max(1),
-            handoff_concurrency: c.handoff_concurrency.max(1),
-            transfer_batch_bytes: c.transfer_batch_size,
-            virtual_nodes: c.virtual_nodes,
-            role: (!c.role.is_empty()).then(|| c.role.clone()),
-            max_pending_requests: c.max_pending_requests,
-            auto_commit: false,
-        }
-    }
-
-    pub(crate) fn validate_kv(&self) -> Result<(), ConfigError> {
-        let c = &self.kv;
-        if !(1..=MAX_N).contains(&c.n) {
-            return Err(ConfigError::new(
-                "kv.n",
-                format!("must be from 1 to {MAX_N}"),
-            ));
-        }
-        for (key, v) in [("kv.r", &c.r), ("kv.w", &c.w)] {
-            let q = Quorum::parse(v).map_err(|e| ConfigError::new(key, e))?;
-            if q.resolve(c.n).is_none() {
-                return Err(ConfigError::new(
-                    key,
-                    format!("{q} is more than kv.n = {}", c.n),
-                ));
-            }
-        }
-        if c.virtual_nodes == 0 || c.virtual_nodes > 4096 {
-            return Err(ConfigError::new(
-                "kv.virtual-nodes",
-                "must be from 1 to 4096",
-            ));
-        }
-        if c.max_value_size == 0 || c.max_value_size > c.max_object_size {
-            return Err(ConfigError::new(
-                "kv.max-value-size",
-                "must be at least 1 and at most kv.max-object-size",
-            ));
-        }
-        let frame = self.remote.maximum_large_frame_size;
-        if c.max_object_size.saturating_add(MESSAGE_OVERHEAD) > frame {
-            return Err(ConfigError::new(
-                "kv.max-object-size",
-                format!("must leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
-            ));
-        }
-        if c.transfer_batch_size == 0
-            || c.transfer_batch_size.saturating_add(MESSAGE_OVERHEAD) > frame
-        {
-            return Err(ConfigError::new(
-                "kv.transfer-batch-size",
-                format!("must be at least 1 and leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
-            ));
-        }
-        super::management::validate_http_limits(
-            "kv.http-",
-            c.http_max_connections,
-            c.http_max_connections_per_source,
-            c.http_header_read_timeout,
-            c.http_idle_timeout,
-        )?;
-        if c.max_pending_requests == 0 {
-            return Err(ConfigError::new(
-                "kv.max-pending-requests",
-                "must be at least 1",
-            ));
-        }
-        let protected = self.management.tls.is_some()
-            || self
-                .management
-                .bearer_token
-                .as_deref()
-                .is_some_and(|t| !t.is_empty());
-        if c.http_port.is_some() && !c.http_is_loopback() && !protected && !c.insecure {
-            return Err(ConfigError::new(
-                "kv.http-hostname",
-                format!(
-                    "`{}` is not loopback: the key-value API would serve anyone who can reach it. \
-                     Set management.bearer-token or [management.tls] (the API then needs them), \
-                     or kv.insecure = true",
-                    c.http_hostname
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_are_riaks_and_map_to_the_settings() {
-        let c = Config::default();
-        let s = c.kv_settings();
-        assert_eq!(s.n, 3);
-        assert_eq!(s.r, Quorum::Quorum);
-        assert_eq!(s.w, Quorum::Quorum);
-        assert!(!s.sloppy_quorum);
-        assert!(c.validate_kv().is_ok());
-    }
-
-    #[test]
-    fn bad_values_name_their_key() {
-        let bad = |toml: &str| Config::from_toml(toml).unwrap_err().key;
-        assert_eq!(bad("[kv]\nn = 0"), "kv.n");
-        assert_eq!(bad("[kv]\nn = 10"), "kv.n");
-        assert_eq!(bad("[kv]\nr = \"most\""), "kv.r");
-        assert_eq!(bad("[kv]\nw = \"4\""), "kv.w");
-        assert_eq!(bad("[kv]\nmax-object-size = 4000000"), "kv.max-object-size");
-        assert_eq!(
-            bad("[kv]\nhttp-port = 8098\nhttp-hostname = \"0.0.0.0\""),
-            "kv.http-hostname"
-        );
-        let ok = Config::from_toml(
-            "[kv]\nhttp-port = 8098\nhttp-hostname = \"0.0.0.0\"\n[management]\nbearer-token = \"t\"",
-        );
-        assert!(ok.is_ok(), "{ok:?}");
-        let c =
-            Config::from_toml("[kv]\nn = 5\nr = \"all\"\nw = \"one\"\nrole = \"data\"").unwrap();
-        let s = c.kv_settings();
-        assert_eq!((s.n, s.r, s.w), (5, Quorum::All, Quorum::One));
-        assert_eq!(s.role.as_deref(), Some("data"));
     }
 }

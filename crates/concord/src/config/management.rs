@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, Config, ConfigError, TlsConfig};
+use super::duration;
+use super::error::ConfigError;
+use super::tls::TlsConfig;
 
 /// `[management]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -97,20 +99,6 @@ impl ManagementConfig {
         } else {
             "http"
         }
-    }
-}
-
-impl Config {
-    /// The management API's connection limits: caps at least 1, timeouts above zero.
-    pub(crate) fn validate_management(&self) -> Result<(), ConfigError> {
-        let m = &self.management;
-        validate_http_limits(
-            "management.",
-            m.max_connections,
-            m.max_connections_per_source,
-            m.header_read_timeout,
-            m.idle_timeout,
-        )
     }
 }
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, Config, TlsConfig};
+use super::duration;
+use super::tls::TlsConfig;
 
 /// A secret from the configuration: its `Debug` form does not show it.
 #[derive(Clone, Deserialize, PartialEq, Eq)]
@@ -145,19 +146,5 @@ impl RemoteConfig {
         } else {
             format!("{host}:{}", self.port)
         }
-    }
-}
-
-impl Config {
-    /// Warnings about this configuration's security, for the log and `GET /cluster/members`.
-    pub fn security_warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
-        if !self.remote.binds_loopback_only() && !self.remote.authenticates_peers() {
-            w.push(format!(
-                "remote.insecure: remoting listens on {} beyond loopback with neither TLS nor a cluster secret; anyone who reaches the port can join or disturb the cluster",
-                self.remote.bind_host()
-            ));
-        }
-        w
     }
 }

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use concord_core::sharding::{
-    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
-};
+use concord_core::sharding::{EntityRecoveryStrategy, ShardingSettings};
 use serde::Deserialize;
 
-use super::duration::{self, ms};
-use super::{Config, ConfigError};
+use super::duration;
+use super::error::ConfigError;
 
 /// `[sharding]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -244,67 +242,6 @@ impl ShardingConfig {
         match errors.into_iter().next() {
             Some(e) => Err(e),
             None => Ok(()),
-        }
-    }
-}
-
-impl Config {
-    /// The settings of entity type `type_name` from `[sharding]` (the removal margin from
-    /// the split brain resolver's `stable-after` unless set).
-    pub fn sharding_settings(&self, type_name: &str) -> ShardingSettings {
-        let c = &self.sharding;
-        let removal_margin_ms = match c.removal_margin {
-            Some(d) => ms(d),
-            None => self
-                .cluster_settings()
-                .downing
-                .map_or(0, |d| d.stable_after_ms),
-        };
-        let a = &c.least_shard_allocation_strategy;
-        ShardingSettings {
-            type_name: type_name.to_string(),
-            role: (!c.role.is_empty()).then(|| c.role.clone()),
-            proxy_only: false,
-            number_of_shards: c.number_of_shards.max(1),
-            buffer_size: c.buffer_size,
-            entity_mailbox_size: c.entity_mailbox_size,
-            retry_interval_ms: ms(c.retry_interval).max(1),
-            rebalance_interval_ms: ms(c.rebalance_interval).max(1),
-            handoff_timeout_ms: ms(c.handoff_timeout),
-            shard_start_timeout_ms: ms(c.shard_start_timeout).max(1),
-            passivation_idle_timeout_ms: c.passivation.idle_timeout.map(ms),
-            active_entity_limit: (c.passivation.active_entity_limit > 0)
-                .then_some(c.passivation.active_entity_limit),
-            remember_entities: c.remember_entities,
-            remember_entities_store: if c.remember_entities_store == "redb" {
-                RememberEntitiesStore::External
-            } else {
-                RememberEntitiesStore::DistributedData
-            },
-            entity_recovery_strategy: if c.entity_recovery_strategy == "all" {
-                EntityRecoveryStrategy::All
-            } else {
-                EntityRecoveryStrategy::Constant {
-                    frequency_ms: ms(c.entity_recovery_constant_rate_strategy.frequency).max(1),
-                    number_of_entities: c
-                        .entity_recovery_constant_rate_strategy
-                        .number_of_entities
-                        .max(1),
-                }
-            },
-            least_shard_allocation: LeastShardAllocationSettings {
-                rebalance_absolute_limit: a.rebalance_absolute_limit,
-                rebalance_relative_limit: a.rebalance_relative_limit,
-                rebalance_threshold: a.rebalance_threshold,
-                max_simultaneous_rebalance: a.max_simultaneous_rebalance,
-            },
-            coordinator_write_majority_plus: c.coordinator_state.write_majority_plus,
-            coordinator_read_majority_plus: c.coordinator_state.read_majority_plus,
-            majority_min_cap: c.majority_min_cap,
-            waiting_for_state_timeout_ms: ms(c.waiting_for_state_timeout).max(1),
-            updating_state_timeout_ms: ms(c.updating_state_timeout).max(1),
-            removal_margin_ms,
-            shard_region_query_timeout_ms: ms(c.shard_region_query_timeout).max(1),
         }
     }
 }

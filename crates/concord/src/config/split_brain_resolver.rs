@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use concord_core::split_brain_resolver::{DowningStrategy, SbrSettings};
 use serde::Deserialize;
 
-use super::duration::{self, ms};
-use super::{Config, ConfigError};
+use super::duration;
 
 /// `[cluster.split-brain-resolver.<strategy>]` with only a role.
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -109,102 +107,6 @@ impl Default for SplitBrainResolverConfig {
             static_quorum: StaticQuorumConfig::default(),
             keep_oldest: KeepOldestConfig::default(),
             lease_majority: LeaseMajorityConfig::default(),
-        }
-    }
-}
-
-impl Config {
-    /// The downing provider: `None` for `downing-provider = "none"`.
-    pub fn downing(&self) -> Result<Option<SbrSettings>, ConfigError> {
-        match self.cluster.downing_provider.as_str() {
-            "none" | "" => return Ok(None),
-            "split-brain-resolver" => {}
-            other => {
-                return Err(ConfigError::new(
-                    "cluster.downing-provider",
-                    format!("`{other}` is not one of \"split-brain-resolver\", \"none\""),
-                ))
-            }
-        }
-        let c = &self.cluster.split_brain_resolver;
-        let role = |r: &str| {
-            if r.is_empty() {
-                None
-            } else {
-                Some(r.to_string())
-            }
-        };
-        let strategy = match c.active_strategy.as_str() {
-            "keep-majority" => DowningStrategy::KeepMajority { role: role(&c.keep_majority.role) },
-            "static-quorum" => {
-                let q = c.static_quorum.quorum_size.filter(|q| *q > 0).ok_or_else(|| {
-                    ConfigError::new("cluster.split-brain-resolver.static-quorum.quorum-size", "must be set to at least 1 for static-quorum")
-                })?;
-                DowningStrategy::StaticQuorum { quorum_size: q, role: role(&c.static_quorum.role) }
-            }
-            "keep-oldest" => DowningStrategy::KeepOldest { down_if_alone: c.keep_oldest.down_if_alone, role: role(&c.keep_oldest.role) },
-            "down-all" => DowningStrategy::DownAll,
-            "lease-majority" => {
-                if c.lease_majority.lease_implementation != "file" {
-                    return Err(ConfigError::new(
-                        "cluster.split-brain-resolver.lease-majority.lease-implementation",
-                        format!("`{}` is not a known lease implementation (\"file\")", c.lease_majority.lease_implementation),
-                    ));
-                }
-                DowningStrategy::LeaseMajority {
-                    role: role(&c.lease_majority.role),
-                    acquire_lease_delay_for_minority_ms: ms(c.lease_majority.acquire_lease_delay_for_minority),
-                    release_after_ms: ms(c.lease_majority.release_after),
-                }
-            }
-            other => {
-                return Err(ConfigError::new(
-                    "cluster.split-brain-resolver.active-strategy",
-                    format!("`{other}` is not one of keep-majority, static-quorum, keep-oldest, down-all, lease-majority"),
-                ))
-            }
-        };
-        if c.stable_after.is_zero() {
-            return Err(ConfigError::new(
-                "cluster.split-brain-resolver.stable-after",
-                "must be greater than zero",
-            ));
-        }
-        let stable_after_ms = ms(c.stable_after);
-        let down_all_when_unstable_ms = match c.down_all_when_unstable.trim() {
-            "on" | "true" => Some(SbrSettings::derived_down_all_when_unstable_ms(
-                stable_after_ms,
-            )),
-            "off" | "false" => None,
-            d => Some(ms(humantime::parse_duration(d).map_err(|e| {
-                ConfigError::new(
-                    "cluster.split-brain-resolver.down-all-when-unstable",
-                    format!("`{d}` is not \"on\", \"off\" or a duration: {e}"),
-                )
-            })?)),
-        };
-        Ok(Some(SbrSettings {
-            strategy,
-            stable_after_ms,
-            down_all_when_unstable_ms,
-            rules: concord_core::split_brain_resolver::SbrRules::Concord,
-        }))
-    }
-
-    /// The lease name for lease-majority: `lease-name` without surrounding whitespace, or
-    /// `<system>-concord-sbr` when that leaves nothing (an empty name or one of only
-    /// spaces; Akka's `lease-name` is trimmed the same way).
-    pub fn lease_name(&self) -> String {
-        let n = self
-            .cluster
-            .split_brain_resolver
-            .lease_majority
-            .lease_name
-            .trim();
-        if n.is_empty() {
-            format!("{}-concord-sbr", self.system)
-        } else {
-            n.to_string()
         }
     }
 }

@@ -1,6 +1,15 @@
 //! Checks of values that parse but make no sense; each error names its key.
 
-use super::{Config, ConfigError};
+use concord_core::kv::{Quorum, MAX_N};
+
+use super::coordinated_shutdown::Phase;
+use super::discovery::{parse_name_server, unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
+use super::error::ConfigError;
+use super::management::validate_http_limits;
+use super::node_config::Config;
+
+/// Space a value's envelope, key and context take beyond the value itself, bytes.
+const MESSAGE_OVERHEAD: usize = 64 * 1024;
 
 impl Config {
     /// Checks values that parse but make no sense.
@@ -238,7 +247,6 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        use super::{unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
         if !DISCOVERY_METHODS.contains(&d.discovery_method.as_str()) {
             return Err(ConfigError::new(
                 "bootstrap.contact-point-discovery.discovery-method",
@@ -254,7 +262,7 @@ impl Config {
             }
         }
         for s in &self.discovery.dns.name_servers {
-            if super::parse_name_server(s).is_none() {
+            if parse_name_server(s).is_none() {
                 return Err(ConfigError::new(
                     "discovery.dns.name-servers",
                     format!("`{s}` is not an IP address or IP:port"),
@@ -262,5 +270,135 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    pub(crate) fn validate_kv(&self) -> Result<(), ConfigError> {
+        let c = &self.kv;
+        if !(1..=MAX_N).contains(&c.n) {
+            return Err(ConfigError::new(
+                "kv.n",
+                format!("must be from 1 to {MAX_N}"),
+            ));
+        }
+        for (key, v) in [("kv.r", &c.r), ("kv.w", &c.w)] {
+            let q = Quorum::parse(v).map_err(|e| ConfigError::new(key, e))?;
+            if q.resolve(c.n).is_none() {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{q} is more than kv.n = {}", c.n),
+                ));
+            }
+        }
+        if c.virtual_nodes == 0 || c.virtual_nodes > 4096 {
+            return Err(ConfigError::new(
+                "kv.virtual-nodes",
+                "must be from 1 to 4096",
+            ));
+        }
+        if c.max_value_size == 0 || c.max_value_size > c.max_object_size {
+            return Err(ConfigError::new(
+                "kv.max-value-size",
+                "must be at least 1 and at most kv.max-object-size",
+            ));
+        }
+        let frame = self.remote.maximum_large_frame_size;
+        if c.max_object_size.saturating_add(MESSAGE_OVERHEAD) > frame {
+            return Err(ConfigError::new(
+                "kv.max-object-size",
+                format!("must leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
+            ));
+        }
+        if c.transfer_batch_size == 0
+            || c.transfer_batch_size.saturating_add(MESSAGE_OVERHEAD) > frame
+        {
+            return Err(ConfigError::new(
+                "kv.transfer-batch-size",
+                format!("must be at least 1 and leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
+            ));
+        }
+        validate_http_limits(
+            "kv.http-",
+            c.http_max_connections,
+            c.http_max_connections_per_source,
+            c.http_header_read_timeout,
+            c.http_idle_timeout,
+        )?;
+        if c.max_pending_requests == 0 {
+            return Err(ConfigError::new(
+                "kv.max-pending-requests",
+                "must be at least 1",
+            ));
+        }
+        let protected = self.management.tls.is_some()
+            || self
+                .management
+                .bearer_token
+                .as_deref()
+                .is_some_and(|t| !t.is_empty());
+        if c.http_port.is_some() && !c.http_is_loopback() && !protected && !c.insecure {
+            return Err(ConfigError::new(
+                "kv.http-hostname",
+                format!(
+                    "`{}` is not loopback: the key-value API would serve anyone who can reach it. \
+                     Set management.bearer-token or [management.tls] (the API then needs them), \
+                     or kv.insecure = true",
+                    c.http_hostname
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The management API's connection limits: caps at least 1, timeouts above zero.
+    pub(crate) fn validate_management(&self) -> Result<(), ConfigError> {
+        let m = &self.management;
+        validate_http_limits(
+            "management.",
+            m.max_connections,
+            m.max_connections_per_source,
+            m.header_read_timeout,
+            m.idle_timeout,
+        )
+    }
+
+    pub(super) fn validate_coordinated_shutdown(&self) -> Result<(), ConfigError> {
+        let c = &self.coordinated_shutdown;
+        if c.default_phase_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "coordinated-shutdown.default-phase-timeout",
+                "must be greater than zero",
+            ));
+        }
+        for (name, p) in &c.phases {
+            let key = format!("coordinated-shutdown.phases.{name}");
+            if Phase::from_name(name).is_none() {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "unknown phase; phases: {}",
+                        Phase::ALL.map(Phase::name).join(", ")
+                    ),
+                ));
+            }
+            if p.timeout.is_zero() {
+                return Err(ConfigError::new(
+                    format!("{key}.timeout"),
+                    "must be greater than zero",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Warnings about this configuration's security, for the log and `GET /cluster/members`.
+    pub fn security_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.remote.binds_loopback_only() && !self.remote.authenticates_peers() {
+            w.push(format!(
+                "remote.insecure: remoting listens on {} beyond loopback with neither TLS nor a cluster secret; anyone who reaches the port can join or disturb the cluster",
+                self.remote.bind_host()
+            ));
+        }
+        w
     }
 }
