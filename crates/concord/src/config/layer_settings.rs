@@ -3,6 +3,8 @@
 //! `ClusterShardingSettings`, and the split brain resolver's): [`Config`]'s methods that
 //! hand the configuration to `concord-core`.
 
+use std::time::Duration;
+
 use concord_core::ddata::ReplicatorSettings;
 use concord_core::kv::{KvSettings, Quorum};
 use concord_core::settings::{ClusterSettings, FailureDetectorSettings};
@@ -96,17 +98,23 @@ impl Config {
         }
     }
 
-    /// The settings of singleton `name` from `[singleton]` and `[singleton-proxy]`.
-    pub fn singleton_settings(&self, name: &str) -> SingletonSettings {
-        let s = &self.singleton;
-        let p = &self.singleton_proxy;
-        let removal_margin_ms = match s.removal_margin {
+    /// A removal margin: `set`, or else the split brain resolver's `stable-after` (0
+    /// without a downing provider).
+    fn removal_margin_ms(&self, set: Option<Duration>) -> u64 {
+        match set {
             Some(d) => ms(d),
             None => self
                 .cluster_settings()
                 .downing
                 .map_or(0, |d| d.stable_after_ms),
-        };
+        }
+    }
+
+    /// The settings of singleton `name` from `[singleton]` and `[singleton-proxy]`.
+    pub fn singleton_settings(&self, name: &str) -> SingletonSettings {
+        let s = &self.singleton;
+        let p = &self.singleton_proxy;
+        let removal_margin_ms = self.removal_margin_ms(s.removal_margin);
         SingletonSettings {
             name: name.to_string(),
             role: role(&s.role),
@@ -148,13 +156,7 @@ impl Config {
     /// the split brain resolver's `stable-after` unless set).
     pub fn sharding_settings(&self, type_name: &str) -> ShardingSettings {
         let c = &self.sharding;
-        let removal_margin_ms = match c.removal_margin {
-            Some(d) => ms(d),
-            None => self
-                .cluster_settings()
-                .downing
-                .map_or(0, |d| d.stable_after_ms),
-        };
+        let removal_margin_ms = self.removal_margin_ms(c.removal_margin);
         let a = &c.least_shard_allocation_strategy;
         ShardingSettings {
             type_name: type_name.to_string(),

@@ -30,6 +30,24 @@ fn find_member(v: &MembershipView, given: &str) -> Option<Member> {
         .cloned()
 }
 
+/// No member has the address the `{address}` path parameter names (answered 404).
+struct UnknownMember(String);
+
+impl UnknownMember {
+    fn response(self) -> Response {
+        message(
+            StatusCode::NOT_FOUND,
+            format!("Member [{}] not found", self.0),
+        )
+    }
+}
+
+/// The member that the `{address}` path parameter `raw` names.
+fn named_member(v: &MembershipView, raw: &str) -> Result<Member, UnknownMember> {
+    let address = decode_path(raw);
+    find_member(v, &address).ok_or(UnknownMember(address))
+}
+
 pub(super) async fn get_members(State(s): State<ManagementState>) -> Json<ClusterMembersJson> {
     let mut body = members_json(s.cluster.self_address(), &s.cluster.view());
     body.warnings = s.warnings.clone();
@@ -41,13 +59,9 @@ pub(super) async fn get_member(
     State(s): State<ManagementState>,
     Path(address): Path<String>,
 ) -> Response {
-    let address = decode_path(&address);
-    match find_member(&s.cluster.view(), &address) {
-        Some(m) => Json(member_json(&m)).into_response(),
-        None => message(
-            StatusCode::NOT_FOUND,
-            format!("Member [{address}] not found"),
-        ),
+    match named_member(&s.cluster.view(), &address) {
+        Ok(m) => Json(member_json(&m)).into_response(),
+        Err(unknown) => unknown.response(),
     }
 }
 
@@ -72,12 +86,9 @@ pub(super) async fn put_member(
     form: Result<Form<OperationForm>, FormRejection>,
 ) -> Response {
     let c = &s.cluster;
-    let address = decode_path(&address);
-    let Some(m) = find_member(&c.view(), &address) else {
-        return message(
-            StatusCode::NOT_FOUND,
-            format!("Member [{address}] not found"),
-        );
+    let m = match named_member(&c.view(), &address) {
+        Ok(m) => m,
+        Err(unknown) => return unknown.response(),
     };
     let op = match form_of(form) {
         Ok(f) => f.and_then(|f| f.operation).unwrap_or_default(),
@@ -108,12 +119,9 @@ pub(super) async fn delete_member(
     Path(address): Path<String>,
 ) -> Response {
     let c = &s.cluster;
-    let address = decode_path(&address);
-    let Some(m) = find_member(&c.view(), &address) else {
-        return message(
-            StatusCode::NOT_FOUND,
-            format!("Member [{address}] not found"),
-        );
+    let m = match named_member(&c.view(), &address) {
+        Ok(m) => m,
+        Err(unknown) => return unknown.response(),
     };
     let target = m.address().clone();
     match c.leave(target.clone()).await {
