@@ -1,6 +1,6 @@
 //! [`Flag`]: a boolean that starts false and, once switched on, stays on (Akka `Flag`).
 
-use super::{DeltaReplicatedData, ReplicatedData};
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// A flag that can only be switched on.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

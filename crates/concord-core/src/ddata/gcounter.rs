@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{DeltaReplicatedData, RemovedNodePruning, ReplicaId, ReplicatedData};
+use super::removed_node_pruning::RemovedNodePruning;
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// A grow-only counter. Counts saturate at `u64::MAX` (and so does the value).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{DeltaReplicatedData, ReplicatedData};
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// A grow-only set of `T`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -3,7 +3,8 @@
 //! are roughly synchronised; a writer's timestamp is at least one more than the one it
 //! overwrites, so a writer's own writes are ordered even if its clock goes back.
 
-use super::{DeltaReplicatedData, ReplicaId, ReplicatedData};
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// A last-writer-wins register of `T`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use super::{
-    DeltaReplicatedData, LWWRegister, ORMap, ORMapDelta, ORSet, ORSetDelta, PNCounter,
-    RemovedNodePruning, ReplicaId, ReplicatedData,
-};
+use super::lww_register::LWWRegister;
+use super::ormap::{ORMap, ORMapDelta};
+use super::orset::{ORSet, ORSetDelta};
+use super::pncounter::PNCounter;
+use super::removed_node_pruning::RemovedNodePruning;
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// Implements the CRDT traits of a wrapper by delegating to its one field.
 macro_rules! delegate_crdt {

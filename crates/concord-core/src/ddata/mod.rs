@@ -17,21 +17,8 @@
 //!
 //! Replicas are identified by [`ReplicaId`], the random 64-bit uid of a node's incarnation.
 
-/// Implements [`RemovedNodePruning`] for a type that holds no per-replica entries.
-macro_rules! no_replica_entries {
-    ([$($g:tt)*] $t:ty) => {
-        impl<$($g)*> $crate::ddata::RemovedNodePruning for $t {
-            fn modified_by_nodes(&self) -> std::collections::BTreeSet<$crate::ddata::ReplicaId> {
-                std::collections::BTreeSet::new()
-            }
-            fn needs_pruning_from(&self, _removed: $crate::ddata::ReplicaId) -> bool {
-                false
-            }
-            fn prune(&mut self, _removed: $crate::ddata::ReplicaId, _into: $crate::ddata::ReplicaId) {}
-            fn prune_cleanup(&mut self, _removed: $crate::ddata::ReplicaId) {}
-        }
-    };
-}
+#[macro_use]
+mod removed_node_pruning;
 
 mod flag;
 mod gcounter;
@@ -41,6 +28,8 @@ mod maps;
 mod ormap;
 mod orset;
 mod pncounter;
+mod replica_id;
+mod replicated_data;
 pub mod replicator;
 mod version_vector;
 
@@ -55,78 +44,12 @@ pub use maps::{LWWMap, ORMultiMap, PNCounterMap};
 pub use ormap::{ORMap, ORMapDelta, ORMapPartsError};
 pub use orset::{ORSet, ORSetDelta};
 pub use pncounter::PNCounter;
+pub use removed_node_pruning::RemovedNodePruning;
+pub use replica_id::ReplicaId;
+pub use replicated_data::{DeltaReplicatedData, ReplicatedData};
 pub use replicator::{
     DataTypeRegistry, GetResult, Key, ReadConsistency, ReplicatedType, ReplicatedValue, Replicator,
     ReplicatorEvent, ReplicatorMessage, ReplicatorSettings, RequestId, UpdateResult,
     WriteConsistency,
 };
 pub use version_vector::{Dots, VersionVector};
-
-use crate::address::UniqueAddress;
-
-/// A replica: the uid of one node incarnation (random, 64 bits, like Riak's actor ids). A
-/// restarted node is a new replica.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct ReplicaId(pub u64);
-
-impl From<&UniqueAddress> for ReplicaId {
-    fn from(u: &UniqueAddress) -> Self {
-        ReplicaId(u.uid)
-    }
-}
-
-impl std::fmt::Display for ReplicaId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
-
-/// A state-based CRDT.
-pub trait ReplicatedData: Clone + PartialEq + std::fmt::Debug {
-    /// Merges `other` into `self`: commutative, associative and idempotent.
-    fn merge(&mut self, other: &Self);
-
-    /// `self` merged with `other`.
-    fn merged(&self, other: &Self) -> Self {
-        let mut m = self.clone();
-        m.merge(other);
-        m
-    }
-}
-
-/// A CRDT whose updates also produce a delta to replicate instead of the whole state.
-pub trait DeltaReplicatedData: ReplicatedData {
-    /// What a delta is. Applying the deltas of a replica in the order they were made to any
-    /// replica that had applied that replica's earlier deltas gives the same state as merging
-    /// its full state (the Replicator guarantees that order and falls back to full state on
-    /// a gap).
-    type Delta: Clone + PartialEq + std::fmt::Debug;
-
-    /// Takes the delta accumulated since the last take; `None` if nothing changed. Equality
-    /// of values ignores a pending delta.
-    fn take_delta(&mut self) -> Option<Self::Delta>;
-
-    /// Applies a delta.
-    fn merge_delta(&mut self, delta: &Self::Delta);
-}
-
-/// A CRDT that holds per-replica entries, which must be pruned when a replica is removed
-/// from the cluster (Akka's pruning protocol: first `prune` collapses the removed replica's
-/// entries into a live one, then — once every replica has seen that — `prune_cleanup`
-/// drops any late data from the removed replica).
-pub trait RemovedNodePruning {
-    /// The replicas with entries in this value.
-    fn modified_by_nodes(&self) -> std::collections::BTreeSet<ReplicaId>;
-
-    /// True if `removed` has entries here.
-    fn needs_pruning_from(&self, removed: ReplicaId) -> bool;
-
-    /// Moves `removed`'s entries to `collapse_into` (the pruning node).
-    fn prune(&mut self, removed: ReplicaId, collapse_into: ReplicaId);
-
-    /// Drops `removed`'s entries (data from it that arrives after pruning).
-    fn prune_cleanup(&mut self, removed: ReplicaId);
-}

@@ -15,9 +15,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{
-    DeltaReplicatedData, Dots, ORSet, ORSetDelta, RemovedNodePruning, ReplicaId, ReplicatedData,
-};
+use super::orset::{ORSet, ORSetDelta};
+use super::removed_node_pruning::RemovedNodePruning;
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
+use super::version_vector::Dots;
 
 type Dot = (ReplicaId, u64);
 

@@ -17,9 +17,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{
-    DeltaReplicatedData, Dots, RemovedNodePruning, ReplicaId, ReplicatedData, VersionVector,
-};
+use super::removed_node_pruning::RemovedNodePruning;
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
+use super::version_vector::{Dots, VersionVector};
 
 /// An observed-remove set of `T` (add-wins).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use super::{DeltaReplicatedData, GCounter, RemovedNodePruning, ReplicaId, ReplicatedData};
+use super::gcounter::GCounter;
+use super::removed_node_pruning::RemovedNodePruning;
+use super::replica_id::ReplicaId;
+use super::replicated_data::{DeltaReplicatedData, ReplicatedData};
 
 /// An increment/decrement counter. The value is `i128` so no sum of `u64` counts overflows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

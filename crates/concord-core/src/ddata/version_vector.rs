@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ReplicaId;
+use super::replica_id::ReplicaId;
 
 /// Per-replica counters (absent = 0). Counters saturate at `u64::MAX` instead of wrapping.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::{Address, UniqueAddress};
-use crate::ddata::{ReplicaId, VersionVector};
+use crate::ddata::replica_id::ReplicaId;
+use crate::ddata::version_vector::VersionVector;
 
 use super::value::{DataError, DataTypeId, DataTypeRegistry, ReplicatedValue};
 
@@ -331,7 +332,8 @@ impl DataEnvelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ddata::{GCounter, ReplicatedData};
+    use crate::ddata::gcounter::GCounter;
+    use crate::ddata::replicated_data::ReplicatedData;
 
     fn ua(i: u16) -> UniqueAddress {
         UniqueAddress::new(Address::new("s", "h", i), u64::from(i))
@@ -345,7 +347,7 @@ mod tests {
         c.increment(gone, 5);
         let late = DataEnvelope::new(Box::new(c.clone()));
         let mut pruned = c.clone();
-        crate::ddata::RemovedNodePruning::prune(&mut pruned, gone, a);
+        crate::ddata::removed_node_pruning::RemovedNodePruning::prune(&mut pruned, gone, a);
         let mut env = DataEnvelope::new(Box::new(pruned));
         env.pruning.insert(
             gone,

@@ -21,7 +21,10 @@ pub struct DeltaEntry {
     /// The sender's "pruning performed" markers for the key: the receiver drops the pruned
     /// replicas' entries before it applies the delta, which may carry their counts folded
     /// into the pruning node's (no double counting).
-    pub pruning: Vec<(crate::ddata::ReplicaId, super::envelope::PruningState)>,
+    pub pruning: Vec<(
+        crate::ddata::replica_id::ReplicaId,
+        super::envelope::PruningState,
+    )>,
 }
 
 /// A message between replicators.

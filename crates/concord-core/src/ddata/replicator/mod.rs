@@ -49,7 +49,7 @@ use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::timers::TimerTable;
 
-use super::ReplicaId;
+use crate::ddata::replica_id::ReplicaId;
 use aggregator::{ReadAggregator, WriteAggregator};
 use delta_propagation::DeltaState;
 

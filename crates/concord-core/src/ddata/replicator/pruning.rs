@@ -21,7 +21,8 @@
 use crate::address::UniqueAddress;
 
 use super::envelope::PruningState;
-use super::{ReplicaId, Replicator};
+use super::Replicator;
+use crate::ddata::replica_id::ReplicaId;
 
 impl Replicator {
     /// The pruning tick: the leader initializes pruning of nodes removed long enough;

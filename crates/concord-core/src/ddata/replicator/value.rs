@@ -16,10 +16,16 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::ddata::{
-    DeltaReplicatedData, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter,
-    PNCounterMap, RemovedNodePruning, ReplicaId,
-};
+use crate::ddata::flag::Flag;
+use crate::ddata::gcounter::GCounter;
+use crate::ddata::gset::GSet;
+use crate::ddata::lww_register::LWWRegister;
+use crate::ddata::maps::{LWWMap, ORMultiMap, PNCounterMap};
+use crate::ddata::orset::ORSet;
+use crate::ddata::pncounter::PNCounter;
+use crate::ddata::removed_node_pruning::RemovedNodePruning;
+use crate::ddata::replica_id::ReplicaId;
+use crate::ddata::replicated_data::DeltaReplicatedData;
 
 /// The wire name of a data type: the first 64 bits of the xxh3 hash of its Rust type name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
