@@ -17,45 +17,12 @@ use super::api::{DeleteResult, GetResult, ReplicatorEvent, RequestId, UpdateResu
 use super::consistency::Quorum;
 use super::envelope::{DataEnvelope, EnvelopeData, SerializedEnvelope};
 use super::messages::ReplicatorMessage;
+use super::read_aggregator::ReadAggregator;
+use super::write_aggregator::{WriteAggregator, WriteKind};
 use super::{Replicator, ReplicatorTimer};
 
 /// Most secondary nodes a request also goes to.
 const MAX_SECONDARIES: usize = 10;
-
-/// A read waiting for replies.
-#[derive(Debug)]
-pub(super) struct ReadAggregator {
-    request: RequestId,
-    key: String,
-    needed: usize,
-    secondaries: Vec<UniqueAddress>,
-    asked: BTreeSet<UniqueAddress>,
-    /// Replies: the envelope (or `None`) and its digest.
-    replies: BTreeMap<UniqueAddress, Option<DataEnvelope>>,
-    /// Answered to the owner (the aggregator stays to repair late replies).
-    answered: bool,
-}
-
-/// What a write carries to the owner when it completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WriteKind {
-    Update,
-    Delete,
-}
-
-/// A write waiting for acks.
-#[derive(Debug)]
-pub(super) struct WriteAggregator {
-    request: RequestId,
-    key: String,
-    kind: WriteKind,
-    needed: usize,
-    secondaries: Vec<UniqueAddress>,
-    asked: BTreeSet<UniqueAddress>,
-    acks: BTreeSet<UniqueAddress>,
-    nacks: BTreeSet<UniqueAddress>,
-    message: ReplicatorMessage,
-}
 
 /// Targets of a request: primaries, secondaries; or why the quorum is out of reach.
 type Targets = Result<(Vec<UniqueAddress>, Vec<UniqueAddress>, usize), String>;

@@ -11,42 +11,13 @@
 //! state), so memory stays bounded. A key's first delta, and a delta larger than its
 //! value, are sent as the value.
 
-use std::collections::BTreeMap;
-
 use crate::address::UniqueAddress;
 
 use super::envelope::{DataEnvelope, PruningState};
 use super::messages::{DeltaEntry, ReplicatorMessage};
 use super::{check_key_id, Replicator};
 
-/// Deltas waiting to be sent, and what each node has been sent.
-#[derive(Debug, Default)]
-pub struct DeltaState {
-    /// Per key, per sequence number, the delta.
-    pending: BTreeMap<String, BTreeMap<u64, DeltaEntry>>,
-    /// Per node, per key, the highest sequence number sent.
-    sent: BTreeMap<UniqueAddress, BTreeMap<String, u64>>,
-    /// Where the next slice of nodes starts.
-    rotation: usize,
-}
-
-impl DeltaState {
-    pub(super) fn forget_node(&mut self, node: &UniqueAddress) {
-        self.sent.remove(node);
-    }
-
-    pub(super) fn forget_key(&mut self, key: &str) {
-        self.pending.remove(key);
-        for s in self.sent.values_mut() {
-            s.remove(key);
-        }
-    }
-
-    /// Deltas pending, over all keys (for tests and metrics).
-    pub fn pending_count(&self) -> usize {
-        self.pending.values().map(BTreeMap::len).sum()
-    }
-}
+pub use super::delta_state::DeltaState;
 
 /// Nodes per delta propagation tick: `min(max(N/5 + 1, 2), min(N, 10))`.
 pub fn slice_size(n: usize) -> usize {

@@ -6,11 +6,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::aggregator::WriteKind;
 use super::api::{DeleteResult, GetResult, ReplicatorEvent, RequestId, UpdateResult};
 use super::consistency::{ReadConsistency, WriteConsistency};
 use super::envelope::{DataEnvelope, EnvelopeData};
 use super::value::{check_key_id, Key, ReplicatedType, ReplicatedValue};
+use super::write_aggregator::WriteKind;
 use super::{Entry, Replicator};
 
 /// The message of a panic payload.

@@ -30,12 +30,15 @@ pub mod anti_entropy;
 mod api;
 pub mod consistency;
 pub mod delta_propagation;
+mod delta_state;
 mod envelope;
 mod local;
 mod messages;
 pub mod pruning;
+mod read_aggregator;
 mod settings;
 mod value;
+mod write_aggregator;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,8 +53,9 @@ use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Trans
 use crate::timers::TimerTable;
 
 use crate::ddata::replica_id::ReplicaId;
-use aggregator::{ReadAggregator, WriteAggregator};
-use delta_propagation::DeltaState;
+use delta_state::DeltaState;
+use read_aggregator::ReadAggregator;
+use write_aggregator::WriteAggregator;
 
 pub use api::{DeleteResult, GetResult, ReplicatorEvent, RequestId, UpdateResult};
 pub use consistency::{ReadConsistency, WriteConsistency};
