@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use crate::address::UniqueAddress;
 use crate::member::Member;
 
+use super::rules::SbrRules;
 pub use super::view::SbrView;
 
 /// The configured strategy (`split-brain-resolver.active-strategy`).
@@ -346,10 +347,10 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
 }
 
 /// The strategy's decision for `view` by `rules`: [`decide`], or Akka's rules alone.
-pub fn decide_with(rules: super::SbrRules, strategy: &DowningStrategy, view: &SbrView) -> Decision {
+pub fn decide_with(rules: SbrRules, strategy: &DowningStrategy, view: &SbrView) -> Decision {
     match rules {
-        super::SbrRules::Concord => decide(strategy, view),
-        super::SbrRules::Akka => akka_decision(strategy, view),
+        SbrRules::Concord => decide(strategy, view),
+        SbrRules::Akka => akka_decision(strategy, view),
     }
 }
 
