@@ -6,7 +6,8 @@
 
 use tracing::{debug, info};
 
-use super::{ClusterCore, ClusterTimer};
+use super::cluster_timer::ClusterTimer;
+use super::ClusterCore;
 use crate::address::UniqueAddress;
 use crate::gossip::Gossip;
 use crate::member::MemberStatus;

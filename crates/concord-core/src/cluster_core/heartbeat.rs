@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 
 use tracing::{info, warn};
 
-use super::{ClusterCore, ClusterTimer};
+use super::cluster_timer::ClusterTimer;
+use super::ClusterCore;
 use crate::address::UniqueAddress;
 use crate::failure_detector::PhiAccrualFailureDetector;
 use crate::heartbeat_ring::HeartbeatNodeRing;

@@ -14,41 +14,15 @@ use std::collections::BTreeSet;
 
 use tracing::warn;
 
-use super::{ClusterCore, ClusterTimer, ShutdownReason};
+use super::cluster_timer::ClusterTimer;
+use super::other_cluster::{
+    OtherCluster, ISLAND_PROBE_INTERVAL_MS, MAX_ISLAND_PROBE_TARGETS, MAX_OTHER_CLUSTERS,
+    OTHER_CLUSTER_FORGOTTEN_AFTER_MS,
+};
+use super::{ClusterCore, ShutdownReason};
 use crate::address::{Address, UniqueAddress};
 use crate::cluster_identity::{ClusterIdentity, IslandResolution};
 use crate::message::ClusterMessage;
-
-/// A member probes its seed nodes outside its cluster this often, ms.
-pub const ISLAND_PROBE_INTERVAL_MS: u64 = 5_000;
-
-/// Island probe targets the runtime may add beyond the seed nodes
-/// ([`ClusterCore::set_island_probe_targets`]); further addresses are ignored.
-pub const MAX_ISLAND_PROBE_TARGETS: usize = 16;
-
-/// Other clusters remembered at once (more are ignored: the report only needs some).
-pub(super) const MAX_OTHER_CLUSTERS: usize = 8;
-
-/// A found cluster not confirmed again for this long is forgotten (readiness recovers once
-/// the island is gone), ms.
-pub const OTHER_CLUSTER_FORGOTTEN_AFTER_MS: u64 = 3 * ISLAND_PROBE_INTERVAL_MS;
-
-/// Another cluster of this node's system name, found through a seed node or an extra
-/// island probe target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OtherCluster {
-    /// Its identity.
-    pub identity: ClusterIdentity,
-    /// The member of it that told this node (answered a probe or probed this node).
-    pub seen_via: UniqueAddress,
-    /// When it was first found, ms.
-    pub first_seen_ms: u64,
-    /// When it was last confirmed, ms.
-    pub last_seen_ms: u64,
-    /// True if this node's cluster can prove it is the island
-    /// ([`ClusterIdentity::yields_to`]).
-    pub this_cluster_yields: bool,
-}
 
 impl ClusterCore {
     /// Other clusters of this system name found through the island probe (confirmed within

@@ -7,32 +7,15 @@ use std::collections::BTreeSet;
 
 use tracing::{debug, info, warn};
 
-use super::{ClusterCore, ClusterTimer, CommandError, ShutdownReason};
+use super::cluster_timer::ClusterTimer;
+use super::join_process::JoinProcess;
+use super::{ClusterCore, CommandError, ShutdownReason};
 use crate::address::{Address, UniqueAddress};
 use crate::cluster_identity::{may_join_self_after_seed_timeout, ClusterId, ClusterIdentity};
 use crate::gossip::Gossip;
 use crate::member::{Member, MemberStatus};
 use crate::message::ClusterMessage;
 use rand::Rng;
-
-/// Where this node is in joining a cluster.
-#[derive(Clone, Debug)]
-pub(super) enum JoinProcess {
-    Idle,
-    /// InitJoin sent to the seeds (timers: [`ClusterTimer::InitJoin`], and for the first
-    /// seed [`ClusterTimer::SeedNodeTimeout`]).
-    SeedNodes {
-        seeds: Vec<Address>,
-        first_seed: bool,
-        /// Other seeds that have not answered InitJoinNack (first-seed process).
-        remaining: BTreeSet<Address>,
-    },
-    /// Join sent to `target` (timer: [`ClusterTimer::JoinRetry`]).
-    TryingToJoin {
-        target: Address,
-        seeds: Option<Vec<Address>>,
-    },
-}
 
 /// The seed-node process resends InitJoin this often, ms (at most the seed-node timeout,
 /// at least 100 ms).

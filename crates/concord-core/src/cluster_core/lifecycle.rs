@@ -8,7 +8,8 @@
 
 use tracing::{info, warn};
 
-use super::{ClusterCore, ClusterTimer, LeaseRequest, ShutdownReason};
+use super::cluster_timer::ClusterTimer;
+use super::{ClusterCore, LeaseRequest, ShutdownReason};
 use crate::address::Address;
 use crate::events::{diff, ClusterEvent};
 use crate::gossip::Gossip;

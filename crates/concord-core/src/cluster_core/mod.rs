@@ -22,12 +22,15 @@
 //! Spec: cluster-specification.md ("Gossip", "Failure Detector", "Leader", "Seed Nodes",
 //! "Gossip Protocol", "Membership Lifecycle") and cluster-membership-service.md.
 
+mod cluster_timer;
 mod commands;
 mod gossip;
 mod heartbeat;
 mod island;
 mod join;
+mod join_process;
 mod lifecycle;
+mod other_cluster;
 mod timers;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -51,12 +54,12 @@ use crate::settings::ClusterSettings;
 use crate::split_brain_resolver::{Decision, DecisionCause, SplitBrainResolver};
 use crate::timers::TimerTable;
 
-pub use island::{
+pub use cluster_timer::ClusterTimer;
+use join_process::JoinProcess;
+pub use other_cluster::{
     OtherCluster, ISLAND_PROBE_INTERVAL_MS, MAX_ISLAND_PROBE_TARGETS,
     OTHER_CLUSTER_FORGOTTEN_AFTER_MS,
 };
-use join::JoinProcess;
-pub use timers::ClusterTimer;
 
 /// Why the node asks the runtime to shut it down (the reason its coordinated shutdown
 /// runs with). Non-exhaustive: a later version may add reasons.
@@ -213,7 +216,7 @@ pub struct ClusterCore {
     /// most [`MAX_ISLAND_PROBE_TARGETS`].
     island_probe_targets: BTreeSet<Address>,
     /// Other clusters of this system name found through the seed nodes, by id (at most
-    /// [`island::MAX_OTHER_CLUSTERS`]).
+    /// [`other_cluster::MAX_OTHER_CLUSTERS`]).
     other_clusters: BTreeMap<crate::cluster_identity::ClusterId, OtherCluster>,
 }
 
