@@ -30,94 +30,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::address::UniqueAddress;
 use crate::kv::message::{BucketKeys, GroupBuckets, GroupHash};
 use crate::kv::object::{Versioned, MAX_N};
-use crate::kv::ring::{Ring, BUCKETS, SEGMENTS};
+use crate::kv::ring::{BUCKETS, SEGMENTS};
 use crate::kv::store::Update;
 use crate::kv::{limits, KvMachine, KvMessage, KvStorage};
 
 /// Exchanges one node starts at once.
 const CONCURRENT_EXCHANGES: usize = 2;
-
-/// The anti-entropy state of one node.
-#[derive(Default)]
-pub(crate) struct AntiEntropy {
-    /// Segments this node owns and has not yet found equal with these co-owners.
-    pending: BTreeMap<u16, BTreeSet<UniqueAddress>>,
-    /// Exchanges this node started: session → (peer, started at ms).
-    sessions: BTreeMap<u64, (UniqueAddress, u64)>,
-    next_session: u64,
-    /// Peers whose last exchange found differences.
-    again: BTreeSet<UniqueAddress>,
-    /// The peer of the last periodic exchange (the rotation goes on after it).
-    last_peer: Option<UniqueAddress>,
-    /// When the last periodic exchange was due, ms (one per `anti-entropy-interval`).
-    last_periodic_ms: Option<u64>,
-    /// The members that own a segment with this node, for the replication factor they were
-    /// computed for (forgotten when the ring changes).
-    co_owners: Option<(u8, BTreeSet<UniqueAddress>)>,
-}
-
-impl AntiEntropy {
-    /// Segments pending, count.
-    pub(crate) fn pending_segments(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Exchanges in progress (started here), count.
-    pub(crate) fn in_progress(&self) -> usize {
-        self.sessions.len()
-    }
-
-    /// True unless `segment` is pending here.
-    pub(crate) fn is_complete(&self, segment: u16) -> bool {
-        !self.pending.contains_key(&segment)
-    }
-
-    /// The ring changed from `old` to `new`: segments `me` now owns for `n` and did not
-    /// before become pending with every co-owner; co-owners that left a segment's list
-    /// no longer count.
-    pub(crate) fn ring_changed(&mut self, old: &Ring, new: &Ring, me: &UniqueAddress, n: u8) {
-        self.co_owners = None;
-        for s in 0..SEGMENTS {
-            let prefs = new.preference_list(s, n);
-            if !prefs.contains(&me) {
-                self.pending.remove(&s);
-                continue;
-            }
-            let co: BTreeSet<UniqueAddress> =
-                prefs.into_iter().filter(|m| *m != me).cloned().collect();
-            if !old.owns(me, s, n) {
-                if co.is_empty() {
-                    self.pending.remove(&s);
-                } else {
-                    self.pending.insert(s, co);
-                }
-            } else if let Some(p) = self.pending.get_mut(&s) {
-                p.retain(|x| co.contains(x));
-                if p.is_empty() {
-                    self.pending.remove(&s);
-                }
-            }
-        }
-    }
-
-    /// Forgets peers that are no longer members.
-    pub(crate) fn forget_non_members(&mut self, members: &BTreeSet<UniqueAddress>) {
-        self.pending.retain(|_, p| {
-            p.retain(|x| members.contains(x));
-            !p.is_empty()
-        });
-        self.again.retain(|x| members.contains(x));
-    }
-
-    fn synced(&mut self, peer: &UniqueAddress, segment: u16) {
-        if let Some(p) = self.pending.get_mut(&segment) {
-            p.remove(peer);
-            if p.is_empty() {
-                self.pending.remove(&segment);
-            }
-        }
-    }
-}
 
 impl<S: KvStorage> KvMachine<S> {
     /// True if `self` and `peer` both own `segment` for `n`.

@@ -12,43 +12,13 @@
 //! owns nothing, so it hands everything over; its coordinated shutdown waits for that in
 //! `cluster-exiting`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::address::UniqueAddress;
+use crate::kv::handoff_state::{Page, Session};
 use crate::kv::object::Versioned;
 use crate::kv::store::{Group, Update};
 use crate::kv::{limits, KvMachine, KvMessage, KvStorage};
-
-/// One page in flight.
-struct Page {
-    id: u64,
-    objects: Vec<(String, Versioned)>,
-    acked: BTreeSet<UniqueAddress>,
-    sent_ms: u64,
-    /// The scan ended with this page.
-    last: bool,
-}
-
-/// The handoff of one group.
-struct Session {
-    targets: Vec<UniqueAddress>,
-    cursor: Option<Vec<u8>>,
-    page: Option<Page>,
-}
-
-/// The handoffs of one node.
-#[derive(Default)]
-pub(crate) struct Handoffs {
-    sessions: BTreeMap<Group, Session>,
-    next_page: u64,
-}
-
-impl Handoffs {
-    /// Groups being handed off, count.
-    pub(crate) fn in_progress(&self) -> usize {
-        self.sessions.len()
-    }
-}
 
 impl<S: KvStorage> KvMachine<S> {
     /// Starts and continues handoffs.

@@ -13,8 +13,8 @@
 //!   moves): `Handoff` pages to every owner, `HandoffAck` once a page is stored.
 
 use crate::ddata::VersionVector;
+use crate::kv::api::KvError;
 use crate::kv::object::Versioned;
-use crate::kv::KvError;
 
 /// The hash of one (segment, n) group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,12 +33,16 @@
 //! writes that did not see each other.
 
 pub mod anti_entropy;
+mod anti_entropy_state;
 mod api;
 pub mod coordinator;
 pub mod handoff;
+mod handoff_state;
+pub(crate) mod limits;
 pub mod message;
 pub mod object;
 pub mod replica;
+mod requests;
 pub mod ring;
 pub mod settings;
 pub mod storage;
@@ -68,7 +72,9 @@ pub use settings::{KvSettings, Quorum};
 pub use storage::{KvStorage, MemoryStorage, StorageError, Table};
 pub use store::ReplicaStore;
 
-use coordinator::Requests;
+use anti_entropy_state::AntiEntropy;
+use handoff_state::Handoffs;
+use requests::Requests;
 
 /// The machine's timers.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,8 +100,8 @@ pub struct KvMachine<S: KvStorage> {
     ring: Ring,
     store: ReplicaStore<S>,
     requests: Requests,
-    ae: anti_entropy::AntiEntropy,
-    handoffs: handoff::Handoffs,
+    ae: AntiEntropy,
+    handoffs: Handoffs,
     /// Outputs held until the writes before them are committed.
     held_transmits: Vec<Transmit<KvMessage>>,
     held_events: Vec<KvEvent>,
@@ -130,8 +136,8 @@ impl<S: KvStorage> KvMachine<S> {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             store,
             requests: Requests::default(),
-            ae: anti_entropy::AntiEntropy::default(),
-            handoffs: handoff::Handoffs::default(),
+            ae: AntiEntropy::default(),
+            handoffs: Handoffs::default(),
             held_transmits: Vec::new(),
             held_events: Vec::new(),
             out: Outputs {
@@ -461,18 +467,4 @@ impl<S: KvStorage> ProtocolMachine for KvMachine<S> {
     fn poll_timeout(&self) -> Option<u64> {
         self.out.poll_timeout()
     }
-}
-
-/// Bounds on what one message may make a node do.
-pub(crate) mod limits {
-    /// Groups listed in one `AeBuckets`.
-    pub const AE_GROUPS_PER_EXCHANGE: usize = 64;
-    /// Key digests listed in one `AeKeys`.
-    pub const AE_KEYS_PER_EXCHANGE: usize = 20_000;
-    /// Objects in one handoff page.
-    pub const HANDOFF_PAGE_OBJECTS: usize = 1_000;
-    /// Reaps waiting for their grace period.
-    pub const MAX_PENDING_REAPS: usize = 10_000;
-    /// Forwarded writes remembered to recognise duplicates.
-    pub const MAX_REMEMBERED_FORWARDS: usize = 100_000;
 }

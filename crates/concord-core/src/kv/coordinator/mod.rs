@@ -26,154 +26,15 @@
 mod read;
 mod write;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-
 use crate::address::UniqueAddress;
 use crate::ddata::VersionVector;
 use crate::kv::object::MAX_N;
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::settings::Quorum;
 use crate::kv::store::Update;
-use crate::kv::{limits, KvError, KvMachine, KvMessage, KvStorage, QuorumFailure};
+use crate::kv::{limits, KvError, KvMachine, KvMessage, KvStorage};
 
-use read::ReadRequest;
-use write::WriteRequest;
-
-/// The requests a node coordinates, their deadlines, and tombstones waiting to be reaped.
-
-#[derive(Default)]
-pub(crate) struct Requests {
-    map: BTreeMap<u64, Request>,
-    deadlines: BTreeSet<(u64, u64)>,
-    next: u64,
-    reaps: BTreeMap<(u64, u64), Reap>,
-    reap_seq: u64,
-    /// Forwarded writes coordinated here lately, (sender, its request), oldest first with
-    /// the time they may be forgotten: a duplicate of one must not become a second write.
-    forwards: VecDeque<(u64, UniqueAddress, u64)>,
-    forwards_seen: BTreeSet<(UniqueAddress, u64)>,
-}
-
-impl Requests {
-    /// Requests in progress, count.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    fn insert(&mut self, deadline: u64, r: Request) -> u64 {
-        self.next = self.next.wrapping_add(1);
-        let id = self.next;
-        self.deadlines.insert((deadline, id));
-        self.map.insert(id, r);
-        id
-    }
-
-    /// Records a forwarded write from `from`; false if it was seen already (a duplicate).
-    fn first_forward(
-        &mut self,
-        now_ms: u64,
-        keep_ms: u64,
-        from: &UniqueAddress,
-        request: u64,
-    ) -> bool {
-        while let Some((until, f, r)) = self.forwards.front() {
-            if *until > now_ms && self.forwards.len() < limits::MAX_REMEMBERED_FORWARDS {
-                break;
-            }
-            self.forwards_seen.remove(&(f.clone(), *r));
-            self.forwards.pop_front();
-        }
-        if !self.forwards_seen.insert((from.clone(), request)) {
-            return false;
-        }
-        self.forwards
-            .push_back((now_ms.saturating_add(keep_ms), from.clone(), request));
-        true
-    }
-
-    fn remove(&mut self, id: u64) -> Option<Request> {
-        let r = self.map.remove(&id)?;
-        self.deadlines.remove(&(r.deadline(), id));
-        Some(r)
-    }
-}
-
-struct Reap {
-    key: String,
-    clock: VersionVector,
-    replicas: Vec<UniqueAddress>,
-}
-
-enum Request {
-    Write(WriteRequest),
-    Read(ReadRequest),
-    /// A write this node forwarded to a replica of its key.
-    Forwarded {
-        client: u64,
-        to: UniqueAddress,
-        w: u8,
-        deadline: u64,
-    },
-}
-
-impl Request {
-    fn deadline(&self) -> u64 {
-        match self {
-            Request::Write(w) => w.deadline,
-            Request::Read(r) => r.deadline,
-            Request::Forwarded { deadline, .. } => *deadline,
-        }
-    }
-}
-
-/// Who a write answers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Client {
-    /// This node's runtime (its request id).
-    Local(u64),
-    /// The node that forwarded the write (its request id there).
-    Remote(UniqueAddress, u64),
-}
-
-/// How one target's answer counts towards a request's quorum.
-#[derive(Clone, Debug, PartialEq)]
-enum Outcome {
-    /// It answered, and the answer counts.
-    Counted,
-    /// It answered without counting (a fallback without `sloppy-quorum`; a replica still
-    /// synchronising that had nothing).
-    Uncounted,
-    /// It refused, for this reason.
-    Failed(String),
-    /// No answer yet.
-    Waiting,
-}
-
-/// The failure of a request whose targets ended with these outcomes.
-fn quorum_failure<'a>(
-    quorum: &'static str,
-    needed: u8,
-    targets: impl Iterator<Item = (&'a UniqueAddress, Outcome)>,
-) -> QuorumFailure {
-    let mut f = QuorumFailure {
-        quorum,
-        needed,
-        counted: Vec::new(),
-        uncounted: Vec::new(),
-        failed: Vec::new(),
-        unanswered: Vec::new(),
-    };
-    for (node, outcome) in targets {
-        let a = node.address.clone();
-        match outcome {
-            Outcome::Counted => f.counted.push(a),
-            Outcome::Uncounted => f.uncounted.push(a),
-            Outcome::Failed(why) => f.failed.push((a, why)),
-            Outcome::Waiting => f.unanswered.push(a),
-        }
-    }
-    f
-}
+use crate::kv::requests::{quorum_failure, Client, Outcome, Reap, Request};
 
 impl<S: KvStorage> KvMachine<S> {
     fn check_key(&self, key: &str) -> Result<(), KvError> {

@@ -10,81 +10,10 @@ use crate::kv::{
     KvError, KvEvent, KvMachine, KvMessage, KvStorage, ReadOptions, ReadResult, WriteOptions,
 };
 
-use super::{quorum_failure, Client, Outcome, Request};
-
-#[derive(Clone, Debug, PartialEq)]
-enum ReadState {
-    Waiting,
-    Replied {
-        object: Option<Versioned>,
-        complete: bool,
-    },
-    Failed(String),
-}
-
-struct ReadTarget {
-    node: UniqueAddress,
-    primary: bool,
-    state: ReadState,
-}
-
-/// What a read is for.
-#[derive(Clone, Copy)]
-enum Then {
-    /// Answer the client.
-    Answer,
-    /// A delete without a context: write a tombstone over what the read found.
-    Delete(WriteOptions),
-}
-
-pub(super) struct ReadRequest {
-    client: u64,
-    key: String,
-    needed: u8,
-    primaries: Vec<UniqueAddress>,
-    targets: Vec<ReadTarget>,
-    answered: bool,
-    pub(super) deadline: u64,
-    then: Then,
-}
-
-/// The merge of every version the replicas answered.
-fn merge_replies(targets: &[ReadTarget]) -> Option<Versioned> {
-    targets
-        .iter()
-        .filter_map(|t| match &t.state {
-            ReadState::Replied {
-                object: Some(o), ..
-            } => Some(o),
-            _ => None,
-        })
-        .fold(None::<Versioned>, |acc, o| {
-            Some(match acc {
-                Some(mut a) => {
-                    a.merge(o);
-                    a
-                }
-                None => o.clone(),
-            })
-        })
-}
-
-impl ReadTarget {
-    fn outcome(&self, sloppy: bool) -> Outcome {
-        match &self.state {
-            ReadState::Replied {
-                object: Some(_), ..
-            } if self.primary || sloppy => Outcome::Counted,
-            ReadState::Replied {
-                object: None,
-                complete: true,
-            } if self.primary => Outcome::Counted,
-            ReadState::Replied { .. } => Outcome::Uncounted,
-            ReadState::Failed(why) => Outcome::Failed(why.clone()),
-            ReadState::Waiting => Outcome::Waiting,
-        }
-    }
-}
+use crate::kv::requests::{
+    merge_replies, quorum_failure, Client, Outcome, ReadRequest, ReadState, ReadTarget, Request,
+    Then,
+};
 
 impl<S: KvStorage> KvMachine<S> {
     pub(in crate::kv) fn coordinate_read(

@@ -4,47 +4,12 @@
 
 use crate::address::UniqueAddress;
 use crate::ddata::VersionVector;
-use crate::kv::object::{Versioned, MAX_CLOCK_ENTRIES, MAX_N};
+use crate::kv::object::{MAX_CLOCK_ENTRIES, MAX_N};
 use crate::kv::{KvError, KvEvent, KvMachine, KvMessage, KvStorage, WriteOptions};
 
-use super::{quorum_failure, Client, Outcome, Request};
-
-#[derive(Clone, Debug, PartialEq)]
-enum TargetState {
-    Waiting,
-    Acked,
-    Failed(String),
-}
-
-struct WriteTarget {
-    node: UniqueAddress,
-    primary: bool,
-    state: TargetState,
-}
-
-pub(super) struct WriteRequest {
-    client: Client,
-    key: String,
-    /// The version after the write (its clock is what a reap of a tombstone needs).
-    object: Versioned,
-    needed: u8,
-    /// The key's whole preference list (for reaping a tombstone every primary has).
-    primaries: Vec<UniqueAddress>,
-    targets: Vec<WriteTarget>,
-    answered: bool,
-    pub(super) deadline: u64,
-}
-
-impl WriteTarget {
-    fn outcome(&self, sloppy: bool) -> Outcome {
-        match &self.state {
-            TargetState::Acked if self.primary || sloppy => Outcome::Counted,
-            TargetState::Acked => Outcome::Uncounted,
-            TargetState::Failed(why) => Outcome::Failed(why.clone()),
-            TargetState::Waiting => Outcome::Waiting,
-        }
-    }
-}
+use crate::kv::requests::{
+    quorum_failure, Client, Outcome, Request, TargetState, WriteRequest, WriteTarget,
+};
 
 impl<S: KvStorage> KvMachine<S> {
     pub(in crate::kv) fn coordinate_write(
