@@ -5,7 +5,8 @@
 
 use tracing::info;
 
-use super::{ClusterCore, CommandError};
+use super::command_error::CommandError;
+use super::ClusterCore;
 use crate::address::Address;
 use crate::member::{Member, MemberStatus};
 

@@ -19,7 +19,8 @@ use super::other_cluster::{
     OtherCluster, ISLAND_PROBE_INTERVAL_MS, MAX_ISLAND_PROBE_TARGETS, MAX_OTHER_CLUSTERS,
     OTHER_CLUSTER_FORGOTTEN_AFTER_MS,
 };
-use super::{ClusterCore, ShutdownReason};
+use super::shutdown_reason::ShutdownReason;
+use super::ClusterCore;
 use crate::address::{Address, UniqueAddress};
 use crate::cluster_identity::{ClusterIdentity, IslandResolution};
 use crate::message::ClusterMessage;

@@ -8,8 +8,10 @@ use std::collections::BTreeSet;
 use tracing::{debug, info, warn};
 
 use super::cluster_timer::ClusterTimer;
+use super::command_error::CommandError;
 use super::join_process::JoinProcess;
-use super::{ClusterCore, CommandError, ShutdownReason};
+use super::shutdown_reason::ShutdownReason;
+use super::ClusterCore;
 use crate::address::{Address, UniqueAddress};
 use crate::cluster_identity::{may_join_self_after_seed_timeout, ClusterId, ClusterIdentity};
 use crate::gossip::Gossip;

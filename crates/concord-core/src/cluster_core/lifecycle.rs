@@ -9,7 +9,10 @@
 use tracing::{info, warn};
 
 use super::cluster_timer::ClusterTimer;
-use super::{ClusterCore, LeaseRequest, ShutdownReason};
+use super::lease_request::LeaseRequest;
+use super::sbr_decision_record::{SbrDecisionRecord, SBR_DECISIONS_KEPT};
+use super::shutdown_reason::ShutdownReason;
+use super::ClusterCore;
 use crate::address::Address;
 use crate::events::{diff, ClusterEvent};
 use crate::gossip::Gossip;
@@ -240,10 +243,10 @@ impl ClusterCore {
                     };
                     self.stats.sbr_down_all[i] += 1;
                 }
-                if self.sbr_decisions.len() == super::SBR_DECISIONS_KEPT {
+                if self.sbr_decisions.len() == SBR_DECISIONS_KEPT {
                     self.sbr_decisions.pop_front();
                 }
-                self.sbr_decisions.push_back(super::SbrDecisionRecord {
+                self.sbr_decisions.push_back(SbrDecisionRecord {
                     at_ms: now_ms,
                     decision,
                     nodes: nodes.clone(),

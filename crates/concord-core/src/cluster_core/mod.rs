@@ -23,14 +23,19 @@
 //! "Gossip Protocol", "Membership Lifecycle") and cluster-membership-service.md.
 
 mod cluster_timer;
+mod command_error;
 mod commands;
+mod core_stats;
 mod gossip;
 mod heartbeat;
 mod island;
 mod join;
 mod join_process;
+mod lease_request;
 mod lifecycle;
 mod other_cluster;
+mod sbr_decision_record;
+mod shutdown_reason;
 mod timers;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -51,118 +56,20 @@ use crate::outputs::Outputs;
 use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 use crate::rate_limit::TokenBucket;
 use crate::settings::ClusterSettings;
-use crate::split_brain_resolver::{Decision, DecisionCause, SplitBrainResolver};
+use crate::split_brain_resolver::SplitBrainResolver;
 use crate::timers::TimerTable;
 
 pub use cluster_timer::ClusterTimer;
+pub use command_error::CommandError;
+pub use core_stats::CoreStats;
 use join_process::JoinProcess;
+pub use lease_request::LeaseRequest;
 pub use other_cluster::{
     OtherCluster, ISLAND_PROBE_INTERVAL_MS, MAX_ISLAND_PROBE_TARGETS,
     OTHER_CLUSTER_FORGOTTEN_AFTER_MS,
 };
-
-/// Why the node asks the runtime to shut it down (the reason its coordinated shutdown
-/// runs with). Non-exhaustive: a later version may add reasons.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ShutdownReason {
-    /// The node left gracefully and was removed (Akka's `ClusterLeavingReason`).
-    Removed,
-    /// The node was marked Down (`run-coordinated-shutdown-when-down`; Akka's
-    /// `ClusterDowningReason`), or removed without having left.
-    Downed,
-    /// The node was Exiting and did not learn of its removal in time.
-    ExitingTimeout,
-    /// Joining the seed nodes did not succeed in time
-    /// (`shutdown-after-unsuccessful-join-seed-nodes`; Akka's
-    /// `ClusterJoinUnsuccessfulReason`).
-    JoinSeedNodesTimeout,
-    /// `leave` was called before the node was in a cluster.
-    LeftBeforeJoining,
-    /// This node's cluster proved to be an island: it was re-formed by a node whose
-    /// membership record named another cluster, and that cluster was found running
-    /// ([`crate::cluster_identity::ClusterIdentity::yields_to`]). The node stops so that,
-    /// restarted by its supervisor, it joins its seed nodes again (like a downed node in
-    /// Akka). Only with `island-resolution = rejoin`.
-    IslandCluster,
-    /// Stopped by its owner without leaving (the runtime's abrupt stop, like a crash).
-    Stopped,
-    /// A peer refused this incarnation as quarantined: it was removed from the cluster
-    /// (e.g. downed while paused or partitioned).
-    Quarantined,
-    /// Its owner asked for a graceful shutdown (SIGTERM, `Node::shutdown`): the node
-    /// leaves the cluster, then stops (Akka's `ActorSystemTerminateReason`).
-    Requested,
-}
-
-/// Errors of user commands. None of them changes the node's state.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
-    /// No member has this address.
-    #[error("member [{0}] not found")]
-    UnknownMember(Address),
-    /// The node is not a member of a cluster yet.
-    #[error("this node is not a member of a cluster")]
-    NotInCluster,
-    /// The seed-node list was empty.
-    #[error("the seed-node list is empty")]
-    NoSeedNodes,
-    /// A join target belongs to another cluster (system name).
-    #[error("cannot join [{0}]: it belongs to another cluster than `{1}`")]
-    OtherCluster(Address, String),
-}
-
-/// Counters an operator watches (exported as metrics by the runtime).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CoreStats {
-    /// Gossip ticks (rounds) performed.
-    pub gossip_rounds: u64,
-    /// Full gossip envelopes sent.
-    pub gossip_sent: u64,
-    /// Gossip status messages sent.
-    pub gossip_status_sent: u64,
-    /// Full gossip envelopes received.
-    pub gossip_received: u64,
-    /// Gossip status messages received.
-    pub gossip_status_received: u64,
-    /// Heartbeat requests sent.
-    pub heartbeats_sent: u64,
-    /// Messages ignored (unknown sender, not for this incarnation, ...).
-    pub ignored: u64,
-    /// Split brain resolver decisions carried out by this node.
-    pub sbr_decisions: u64,
-    /// Of those, down-all decisions by cause: [`DecisionCause::Stable`] (the down-all
-    /// strategy, the membership-change guard), [`DecisionCause::Unstable`]
-    /// (down-all-when-unstable) and [`DecisionCause::DoubleDecision`], in that order.
-    pub sbr_down_all: [u64; 3],
-    /// Messages refused because the sender is not a member (gossip, status, heartbeats
-    /// from a node outside this node's view; only InitJoin and Join may come from one).
-    pub refused_non_member: u64,
-    /// Gossip refused because a vector-clock counter was implausibly far ahead
-    /// ([`crate::vector_clock::MAX_VECTOR_CLOCK_JUMP`]).
-    pub implausible_clocks: u64,
-    /// InitJoin and heartbeat requests from non-members dropped by the rate limit
-    /// ([`JOIN_REQUESTS_PER_SECOND`], burst [`JOIN_REQUEST_BURST`]), and admissions it
-    /// refused: Joins, gossip from a non-member taken as its Join, and gossip from a member
-    /// not yet Up carrying members this node did not hold (one count per refused message).
-    pub join_requests_throttled: u64,
-    /// Times `seed-node-timeout` passed without this node forming a new cluster because its
-    /// membership record shows it was a member of one
-    /// ([`crate::cluster_identity::may_join_self_after_seed_timeout`]).
-    pub self_joins_refused: u64,
-}
-
-/// A lease operation the Split Brain Resolver (lease-majority) asks the runtime for. The
-/// core has already waited the strategy's delay; the runtime answers an `Acquire` with
-/// [`ClusterCore::handle_lease_result`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseRequest {
-    /// Try to acquire the lease now.
-    Acquire,
-    /// Release the lease: the members it was acquired to down have been removed.
-    Release,
-}
+pub use sbr_decision_record::{SbrDecisionRecord, SBR_DECISIONS_KEPT};
+pub use shutdown_reason::ShutdownReason;
 
 /// The membership state machine of one node. See the module docs.
 pub struct ClusterCore {
@@ -230,22 +137,6 @@ pub const JOIN_REQUESTS_PER_SECOND: u64 = 20;
 /// Non-member requests answered (and members admitted) at once before
 /// [`JOIN_REQUESTS_PER_SECOND`] applies (a large cluster starting all at once).
 pub const JOIN_REQUEST_BURST: u64 = 100;
-
-/// How many recent resolver decisions a node keeps for inspection.
-pub const SBR_DECISIONS_KEPT: usize = 16;
-
-/// A split brain resolver decision this node carried out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SbrDecisionRecord {
-    /// When, ms.
-    pub at_ms: u64,
-    /// The decision.
-    pub decision: Decision,
-    /// The members it marked Down.
-    pub nodes: BTreeSet<UniqueAddress>,
-    /// Why it was taken.
-    pub cause: DecisionCause,
-}
 
 impl ClusterCore {
     /// A node that is not yet in a cluster. `rng_seed` seeds all its random choices.

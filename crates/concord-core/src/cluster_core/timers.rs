@@ -3,7 +3,9 @@
 use tracing::{info, warn};
 
 use super::cluster_timer::ClusterTimer;
-use super::{ClusterCore, LeaseRequest, ShutdownReason};
+use super::lease_request::LeaseRequest;
+use super::shutdown_reason::ShutdownReason;
+use super::ClusterCore;
 use crate::failure_detector::PhiAccrualFailureDetector;
 
 impl ClusterCore {
