@@ -18,8 +18,9 @@ use super::consistency::Quorum;
 use super::envelope::{DataEnvelope, EnvelopeData, SerializedEnvelope};
 use super::messages::ReplicatorMessage;
 use super::read_aggregator::ReadAggregator;
+use super::timer::ReplicatorTimer;
 use super::write_aggregator::{WriteAggregator, WriteKind};
-use super::{Replicator, ReplicatorTimer};
+use super::Replicator;
 
 /// Most secondary nodes a request also goes to.
 const MAX_SECONDARIES: usize = 10;

@@ -8,10 +8,11 @@ use serde::Serialize;
 
 use super::api::{DeleteResult, GetResult, ReplicatorEvent, RequestId, UpdateResult};
 use super::consistency::{ReadConsistency, WriteConsistency};
+use super::entry::Entry;
 use super::envelope::{DataEnvelope, EnvelopeData};
 use super::value::{check_key_id, Key, ReplicatedType, ReplicatedValue};
 use super::write_aggregator::WriteKind;
-use super::{Entry, Replicator};
+use super::Replicator;
 
 /// The message of a panic payload.
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {

@@ -31,12 +31,15 @@ mod api;
 pub mod consistency;
 pub mod delta_propagation;
 mod delta_state;
+mod entry;
 mod envelope;
 mod local;
 mod messages;
 pub mod pruning;
 mod read_aggregator;
 mod settings;
+mod stats;
+mod timer;
 mod value;
 mod write_aggregator;
 
@@ -54,7 +57,9 @@ use crate::timers::TimerTable;
 
 use crate::ddata::replica_id::ReplicaId;
 use delta_state::DeltaState;
+use entry::Entry;
 use read_aggregator::ReadAggregator;
+use timer::ReplicatorTimer;
 use write_aggregator::WriteAggregator;
 
 pub use api::{DeleteResult, GetResult, ReplicatorEvent, RequestId, UpdateResult};
@@ -62,85 +67,12 @@ pub use consistency::{ReadConsistency, WriteConsistency};
 pub use envelope::{DataEnvelope, Digest, EnvelopeData, PruningState, SerializedEnvelope};
 pub use messages::{DeltaEntry, ReplicatorMessage};
 pub use settings::ReplicatorSettings;
+pub use stats::ReplicatorStats;
 pub use value::{
     check_key_id, DataError, DataTypeId, DataTypeRegistry, FlagKey, GCounterKey, GSetKey,
     InvalidKey, Key, LWWMapKey, LWWRegisterKey, ORMultiMapKey, ORSetKey, PNCounterKey,
     PNCounterMapKey, ReplicatedType, ReplicatedValue, MAX_KEY_BYTES,
 };
-
-/// The replicator's timers.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum ReplicatorTimer {
-    Gossip,
-    DeltaPropagation,
-    NotifySubscribers,
-    Pruning,
-    /// Send a request to its secondary nodes (a fifth of its timeout).
-    Secondaries(u64),
-    /// A request's timeout.
-    RequestTimeout(u64),
-}
-
-/// One key's envelope and what the replicator caches about it.
-#[derive(Debug, Clone)]
-struct Entry {
-    envelope: DataEnvelope,
-    /// Cached digest (`None` after a change).
-    digest: Option<Digest>,
-    /// Updated locally since the last delta propagation.
-    dirty_delta: bool,
-    /// Pruning this node performed on the key since the last delta propagation: the
-    /// markers go with the delta that carries the pruned value.
-    pruned_here: Vec<(ReplicaId, PruningState)>,
-}
-
-impl Entry {
-    fn new(envelope: DataEnvelope) -> Self {
-        Entry {
-            envelope,
-            digest: None,
-            dirty_delta: false,
-            pruned_here: Vec::new(),
-        }
-    }
-
-    fn digest(&mut self) -> Digest {
-        *self.digest.get_or_insert_with(|| self.envelope.digest())
-    }
-}
-
-/// Counters an operator watches (exported as metrics by the runtime).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplicatorStats {
-    /// `Status` messages sent.
-    pub status_sent: u64,
-    /// Envelopes sent in `Gossip` messages.
-    pub gossip_entries_sent: u64,
-    /// Envelopes merged from `Gossip` messages.
-    pub gossip_entries_received: u64,
-    /// Deltas sent (one per key and sequence number and node).
-    pub deltas_sent: u64,
-    /// Deltas applied.
-    pub deltas_applied: u64,
-    /// Gaps seen in delta sequences (each answered by a full state).
-    pub delta_nacks: u64,
-    /// Read-repair writes sent to stale replicas.
-    pub read_repairs: u64,
-    /// Reads that did not reach their consistency in time.
-    pub read_timeouts: u64,
-    /// Writes (updates, deletes) that did not reach their consistency in time.
-    pub write_timeouts: u64,
-    /// Values of a type this node has not registered (dropped).
-    pub unknown_types: u64,
-    /// Values that did not decode, or did not merge (type mismatch) (dropped).
-    pub bad_values: u64,
-    /// Values larger than `max-value-bytes` (kept local, not replicated).
-    pub too_large: u64,
-    /// New keys refused because `max-keys` was reached.
-    pub keys_refused: u64,
-    /// Pruning of a removed replica performed on a key.
-    pub pruning_performed: u64,
-}
 
 /// The Distributed Data replicator of one node; see the module docs.
 pub struct Replicator {
