@@ -221,6 +221,11 @@ impl LaneQueue {
         n
     }
 
+    /// Bytes queued (encoded frames).
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.lock().buf.len()
+    }
+
     /// True if nothing is queued.
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().frames == 0
