@@ -374,6 +374,8 @@ impl Codec for KvCodec {
         self.decode_owned(manifest, Bytes::copy_from_slice(payload))
     }
 
+    const KEEPS_PAYLOAD: bool = true;
+
     /// Values are read from `payload` without a first copy into a buffer of their own.
     fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<KvMessage, DecodeError> {
         let ack = |a: wire::KvAck| match a.error {

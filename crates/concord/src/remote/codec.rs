@@ -54,12 +54,19 @@ pub trait Codec: Send + Sync + 'static {
     /// know.
     fn decode(&self, manifest: u32, payload: &[u8]) -> Result<Self::Message, DecodeError>;
 
-    /// The same from an owned buffer: what the layer host calls. By default it borrows
-    /// ([`Codec::decode`]); a codec whose messages keep parts of the payload (an entity's
-    /// message, a stored value) overrides it to keep them without a copy, as zero-copy
-    /// slices of `payload` — which is itself a slice of the connection's read buffer, so a
-    /// message that keeps it for long should copy it (`Bytes::copy_from_slice`), or it
-    /// keeps that whole buffer alive.
+    /// True if the messages keep parts of their payload (an entity's message, a stored
+    /// value): the transport then hands each payload over owned ([`Codec::decode_owned`],
+    /// one reference-counted slice of the read buffer per message). False by default: the
+    /// transport calls [`Codec::decode`] on the borrowed bytes, and no reference count
+    /// moves per message.
+    const KEEPS_PAYLOAD: bool = false;
+
+    /// The same from an owned buffer: what the transport calls when
+    /// [`Codec::KEEPS_PAYLOAD`] is set. By default it borrows ([`Codec::decode`]); a codec
+    /// whose messages keep parts of the payload overrides it to keep them without a copy,
+    /// as zero-copy slices of `payload` — which is itself a slice of the connection's read
+    /// buffer, so a message that keeps it for long should copy it
+    /// (`Bytes::copy_from_slice`), or it keeps that whole buffer alive.
     fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<Self::Message, DecodeError> {
         self.decode(manifest, &payload)
     }

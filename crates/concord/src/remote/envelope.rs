@@ -132,19 +132,62 @@ pub fn decode_envelope(frame: Bytes) -> Result<wire::Envelope, prost::DecodeErro
 }
 
 /// Decodes the envelope in `frames[start..end]` in place: the same result as
-/// [`decode_envelope`] on that slice, but the fields are read from the borrowed bytes and
-/// only the payload becomes a [`Bytes`] (one slice of `frames`) — the inbound hot path.
+/// [`decode_envelope`] on that slice, with the payload as one slice of `frames`.
 pub fn decode_envelope_at(
     frames: &Bytes,
     start: usize,
     end: usize,
 ) -> Result<wire::Envelope, prost::DecodeError> {
+    match decode_envelope_head_at(frames, start, end) {
+        Ok(head) => Ok(wire::Envelope {
+            protocol: head.protocol,
+            manifest: head.manifest,
+            recipient_uid: head.recipient_uid,
+            payload: frames.slice(head.payload),
+        }),
+        // The generated decoder reports why.
+        Err(_) => wire::Envelope::decode(frames.get(start..end).unwrap_or(&[0xff_u8])),
+    }
+}
+
+/// An envelope read in place: its fields, and where its payload lies in the frames it was
+/// read from (byte offsets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvelopeHead {
+    /// The protocol id.
+    pub protocol: u32,
+    /// The message type within the protocol.
+    pub manifest: u32,
+    /// The recipient's incarnation (0: any).
+    pub recipient_uid: u64,
+    /// The payload's offsets in the frames.
+    pub payload: std::ops::Range<usize>,
+}
+
+/// Decodes the envelope in `frames[start..end]` without copying or slicing anything: the
+/// inbound hot path, which hands each payload to its codec as a borrowed range of the read
+/// chunk (a reference-counted slice only for a codec that keeps payloads). Accepts and
+/// refuses exactly what [`decode_envelope`] does on that slice.
+///
+/// # Errors
+/// [`MalformedEnvelope`] if the bytes are not an envelope (or the range is outside
+/// `frames`).
+pub fn decode_envelope_head_at(
+    frames: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<EnvelopeHead, MalformedEnvelope> {
     use prost::encoding::{check_wire_type, decode_key, decode_varint, skip_field};
     use prost::encoding::{DecodeContext, WireType};
 
-    let mut env = wire::Envelope::default();
+    let mut head = EnvelopeHead {
+        protocol: 0,
+        manifest: 0,
+        recipient_uid: 0,
+        payload: end..end,
+    };
     let Some(mut buf) = frames.get(start..end) else {
-        return wire::Envelope::decode(&[0xff_u8][..]);
+        return Err(MalformedEnvelope(None));
     };
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
@@ -153,35 +196,45 @@ pub fn decode_envelope_at(
                 check_wire_type(WireType::Varint, wire_type)?;
                 let v = decode_varint(&mut buf)?;
                 if tag == 1 {
-                    env.protocol = v as u32;
+                    head.protocol = v as u32;
                 } else {
-                    env.manifest = v as u32;
+                    head.manifest = v as u32;
                 }
             }
             4 => {
                 check_wire_type(WireType::SixtyFourBit, wire_type)?;
                 let Some((uid, rest)) = buf.split_first_chunk::<8>() else {
-                    // Let the generated decoder report the underflow.
-                    return wire::Envelope::decode(&frames[start..end]);
+                    return Err(MalformedEnvelope(None));
                 };
-                env.recipient_uid = u64::from_le_bytes(*uid);
+                head.recipient_uid = u64::from_le_bytes(*uid);
                 buf = rest;
             }
             3 => {
                 check_wire_type(WireType::LengthDelimited, wire_type)?;
                 let len = decode_varint(&mut buf)?;
                 let Some(len) = usize::try_from(len).ok().filter(|l| *l <= buf.len()) else {
-                    // Let the generated decoder report the underflow.
-                    return wire::Envelope::decode(&frames[start..end]);
+                    return Err(MalformedEnvelope(None));
                 };
                 let at = end - buf.len();
-                env.payload = frames.slice(at..at + len);
+                head.payload = at..at + len;
                 buf = &buf[len..];
             }
             _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
         }
     }
-    Ok(env)
+    Ok(head)
+}
+
+/// Bytes that are not an envelope: the decoder's error, or `None` for a field that runs
+/// past the frame's end.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed envelope{}", .0.as_ref().map(|e| format!(": {e}")).unwrap_or_else(|| ": a field runs past the frame's end".into()))]
+pub struct MalformedEnvelope(Option<prost::DecodeError>);
+
+impl From<prost::DecodeError> for MalformedEnvelope {
+    fn from(e: prost::DecodeError) -> Self {
+        MalformedEnvelope(Some(e))
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use concord_core::{Address, ClusterMessage, UniqueAddress};
 use proptest::prelude::*;
 use prost::Message;
 
-use super::envelope::{decode_envelope_at, Frame, FRAME_HEADER_BYTES};
+use super::envelope::{decode_envelope, decode_envelope_head_at, Frame, FRAME_HEADER_BYTES};
 use super::handshake::check_handshake;
 use super::inbound::complete_frames;
 use super::registry::{Codec, DecodeError};
@@ -251,11 +251,35 @@ fn read_path(bytes: &[u8], limit: usize) -> bool {
                         chunk[at + 3],
                     ]) as usize;
                     let (s, e) = (at + FRAME_HEADER_BYTES, at + FRAME_HEADER_BYTES + len);
-                    match decode_envelope_at(&chunk, s, e) {
-                        Ok(env) => {
-                            let _ = decode_with(env.protocol, env.manifest, env.payload);
+                    // The in-place reader agrees with the generated decoder.
+                    let generated = decode_envelope(chunk.slice(s..e));
+                    match decode_envelope_head_at(&chunk, s, e) {
+                        Ok(head) => {
+                            let env = generated.expect("the generated decoder accepts it too");
+                            assert_eq!(
+                                (
+                                    env.protocol,
+                                    env.manifest,
+                                    env.recipient_uid,
+                                    &env.payload[..]
+                                ),
+                                (
+                                    head.protocol,
+                                    head.manifest,
+                                    head.recipient_uid,
+                                    &chunk[head.payload.clone()]
+                                )
+                            );
+                            let _ = decode_with(
+                                head.protocol,
+                                head.manifest,
+                                chunk.slice(head.payload),
+                            );
                         }
-                        Err(_) => return false,
+                        Err(_) => {
+                            assert!(generated.is_err(), "the generated decoder refuses it too");
+                            return false;
+                        }
                     }
                     at = e;
                 }

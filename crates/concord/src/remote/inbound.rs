@@ -18,6 +18,7 @@
 //! are rate-limited.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,10 +32,10 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::admission::HandshakePlace;
-use super::envelope::{decode_envelope_at, FRAME_HEADER_BYTES};
+use super::envelope::{decode_envelope_head_at, FRAME_HEADER_BYTES};
 use super::handshake::accept;
 use super::inbound_limits::{take_place, BufferAccount, Held, PeerPlace};
-use super::registry::{DecodeError, Delivery};
+use super::registry::{DecodeError, Delivery, RawBatch};
 use super::settings::READ_BUFFER_BYTES;
 use super::stats::{add, inc};
 use super::transport_state::Inner;
@@ -260,14 +261,16 @@ pub(crate) fn complete_frames(buf: &[u8], limit: usize) -> Result<(usize, usize)
     }
 }
 
-/// The envelopes of one read, grouped by protocol (a node speaks a handful).
+/// The envelopes of one read, grouped by protocol (a node speaks a handful): each as its
+/// manifest and its payload's byte range in the read chunk. The lists keep their capacity
+/// from read to read.
 #[derive(Default)]
 struct Batches {
-    by_protocol: Vec<(ProtocolId, Vec<(u32, Bytes)>)>,
+    by_protocol: Vec<(ProtocolId, RawBatch)>,
 }
 
 impl Batches {
-    fn push(&mut self, protocol: ProtocolId, manifest: u32, payload: Bytes) {
+    fn push(&mut self, protocol: ProtocolId, manifest: u32, payload: Range<usize>) {
         match self.by_protocol.iter_mut().find(|(p, _)| *p == protocol) {
             Some((_, v)) => v.push((manifest, payload)),
             None => self.by_protocol.push((protocol, vec![(manifest, payload)])),
@@ -305,7 +308,7 @@ async fn route_chunk(
         if blackholed {
             continue;
         }
-        let env = match decode_envelope_at(&chunk, start, end) {
+        let env = match decode_envelope_head_at(&chunk, start, end) {
             Ok(env) => env,
             Err(e) => {
                 inc(&inner.stats.malformed_frames);
@@ -332,8 +335,14 @@ async fn route_chunk(
     }
     add(&stats.frames_in, frames);
     // What decoded before a malformed frame is still delivered.
-    for (protocol, raw) in batches.by_protocol.drain(..) {
-        let Some(routed) = inner.registry.deliver(protocol, from, raw) else {
+    for (protocol, raw) in batches.by_protocol.iter_mut() {
+        if raw.is_empty() {
+            continue;
+        }
+        let protocol = *protocol;
+        let routed = inner.registry.deliver(protocol, from, &chunk, raw);
+        raw.clear();
+        let Some(routed) = routed else {
             continue;
         };
         let pstats = inner.stats.protocol(protocol);

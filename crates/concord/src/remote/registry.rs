@@ -9,8 +9,8 @@
 //! decode closes the connection, and a full queue slows that one connection down
 //! (backpressure) instead of growing memory.
 
-use std::collections::HashMap;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -43,8 +43,13 @@ pub(crate) struct Routed {
     pub(crate) malformed: Option<(u32, DecodeError)>,
 }
 
+/// One protocol's envelopes of one read: each as its manifest and its payload's byte range
+/// in the read chunk.
+pub(crate) type RawBatch = Vec<(u32, Range<usize>)>;
+
 trait Route: Send + Sync {
-    fn deliver(&self, from: &UniqueAddress, raw: Vec<(u32, Bytes)>) -> Routed;
+    /// Decodes the payloads at `raw` (manifest, byte range in `chunk`) and hands them over.
+    fn deliver(&self, from: &UniqueAddress, chunk: &Bytes, raw: &[(u32, Range<usize>)]) -> Routed;
 }
 
 struct TypedRoute<C: Codec> {
@@ -53,7 +58,7 @@ struct TypedRoute<C: Codec> {
 }
 
 impl<C: Codec> Route for TypedRoute<C> {
-    fn deliver(&self, from: &UniqueAddress, raw: Vec<(u32, Bytes)>) -> Routed {
+    fn deliver(&self, from: &UniqueAddress, chunk: &Bytes, raw: &[(u32, Range<usize>)]) -> Routed {
         let mut messages = Vec::with_capacity(raw.len());
         let mut routed = Routed {
             delivery: Delivery::Delivered,
@@ -62,9 +67,17 @@ impl<C: Codec> Route for TypedRoute<C> {
             unknown: Vec::new(),
             malformed: None,
         };
-        for (manifest, payload) in raw {
-            let n = payload.len();
-            match self.codec.decode_owned(manifest, payload) {
+        for (manifest, range) in raw {
+            let manifest = *manifest;
+            let n = range.len();
+            let decoded = match chunk.get(range.clone()) {
+                None => Err(DecodeError::Invalid("payload outside its frame".into())),
+                Some(_) if C::KEEPS_PAYLOAD => self
+                    .codec
+                    .decode_owned(manifest, chunk.slice(range.clone())),
+                Some(payload) => self.codec.decode(manifest, payload),
+            };
+            match decoded {
                 Ok(m) => {
                     routed.bytes += n as u64;
                     messages.push((m, n));
@@ -102,14 +115,19 @@ impl<C: Codec> Route for TypedRoute<C> {
 pub struct DuplicateProtocol(pub ProtocolId);
 
 /// The protocols this node speaks. Built before the transport starts, then read-only.
+///
+/// The routes are a short list searched in order (a node speaks a handful of protocols):
+/// looked up once per inbound frame, that is cheaper than hashing the id.
 #[derive(Default)]
 pub struct ProtocolRegistry {
-    routes: HashMap<ProtocolId, Box<dyn Route>>,
+    routes: Vec<(ProtocolId, Box<dyn Route>)>,
 }
 
 impl std::fmt::Debug for ProtocolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.routes.keys()).finish()
+        f.debug_list()
+            .entries(self.routes.iter().map(|(p, _)| p))
+            .finish()
     }
 }
 
@@ -127,34 +145,42 @@ impl ProtocolRegistry {
         codec: Arc<C>,
         queue_size: usize,
     ) -> Result<mpsc::Receiver<Inbound<C::Message>>, DuplicateProtocol> {
-        if self.routes.contains_key(&protocol) {
+        if self.contains(protocol) {
             return Err(DuplicateProtocol(protocol));
         }
         let (tx, rx) = mpsc::channel(queue_size.max(1));
         self.routes
-            .insert(protocol, Box::new(TypedRoute { codec, tx }));
+            .push((protocol, Box::new(TypedRoute { codec, tx })));
         Ok(rx)
     }
 
     /// True if `protocol` is registered.
     pub fn contains(&self, protocol: ProtocolId) -> bool {
-        self.routes.contains_key(&protocol)
+        self.route(protocol).is_some()
+    }
+
+    fn route(&self, protocol: ProtocolId) -> Option<&dyn Route> {
+        self.routes
+            .iter()
+            .find(|(p, _)| *p == protocol)
+            .map(|(_, r)| r.as_ref())
     }
 
     /// The registered protocols.
     pub fn protocols(&self) -> impl Iterator<Item = ProtocolId> + '_ {
-        self.routes.keys().copied()
+        self.routes.iter().map(|(p, _)| *p)
     }
 
-    /// Decodes and hands over a batch of `(manifest, payload)` of `protocol` from `from`;
-    /// `None` if the protocol is not registered.
+    /// Decodes and hands over a batch of `(manifest, payload range in chunk)` of
+    /// `protocol` from `from`; `None` if the protocol is not registered.
     pub(crate) fn deliver(
         &self,
         protocol: ProtocolId,
         from: &UniqueAddress,
-        raw: Vec<(u32, Bytes)>,
+        chunk: &Bytes,
+        raw: &[(u32, Range<usize>)],
     ) -> Option<Routed> {
-        self.routes.get(&protocol).map(|r| r.deliver(from, raw))
+        self.route(protocol).map(|r| r.deliver(from, chunk, raw))
     }
 }
 
@@ -172,6 +198,7 @@ mod tests {
         fn decode(&self, manifest: u32, payload: &[u8]) -> Result<Bytes, DecodeError> {
             self.decode_owned(manifest, Bytes::copy_from_slice(payload))
         }
+        const KEEPS_PAYLOAD: bool = true;
         fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<Bytes, DecodeError> {
             match manifest {
                 1 => Ok(payload),
@@ -184,11 +211,21 @@ mod tests {
         UniqueAddress::new(Address::new("s", "127.0.0.1", 1), 1)
     }
 
-    fn raw(items: &[(u32, &'static [u8])]) -> Vec<(u32, Bytes)> {
-        items
-            .iter()
-            .map(|(m, b)| (*m, Bytes::from_static(b)))
-            .collect()
+    /// The payloads laid out in one chunk, with their ranges.
+    fn raw(items: &[(u32, &'static [u8])]) -> (Bytes, Vec<(u32, Range<usize>)>) {
+        let mut chunk = Vec::new();
+        let mut ranges = Vec::new();
+        for (m, b) in items {
+            chunk.extend_from_slice(b"--");
+            ranges.push((*m, chunk.len()..chunk.len() + b.len()));
+            chunk.extend_from_slice(b);
+        }
+        (Bytes::from(chunk), ranges)
+    }
+
+    fn deliver(r: &ProtocolRegistry, p: u32, items: &[(u32, &'static [u8])]) -> Option<Routed> {
+        let (chunk, ranges) = raw(items);
+        r.deliver(ProtocolId(p), &peer(), &chunk, &ranges)
     }
 
     #[tokio::test]
@@ -196,24 +233,12 @@ mod tests {
         let mut r = ProtocolRegistry::new();
         let mut rx = r.register(ProtocolId(1000), Arc::new(Raw), 1).unwrap();
         assert!(r.register(ProtocolId(1000), Arc::new(Raw), 1).is_err());
-        assert!(r
-            .deliver(ProtocolId(7), &peer(), raw(&[(1, b"")]))
-            .is_none());
-        let routed = r
-            .deliver(
-                ProtocolId(1000),
-                &peer(),
-                raw(&[(1, b"a"), (9, b"?"), (1, b"b")]),
-            )
-            .unwrap();
+        assert!(deliver(&r, 7, &[(1, b"")]).is_none());
+        let routed = deliver(&r, 1000, &[(1, b"a"), (9, b"?"), (1, b"b")]).unwrap();
         assert_eq!(routed.unknown, vec![9]);
         assert_eq!(routed.delivered, 2);
         assert!(matches!(routed.delivery, Delivery::Delivered));
-        let Delivery::Blocked(wait) = r
-            .deliver(ProtocolId(1000), &peer(), raw(&[(1, b"c")]))
-            .unwrap()
-            .delivery
-        else {
+        let Delivery::Blocked(wait) = deliver(&r, 1000, &[(1, b"c")]).unwrap().delivery else {
             panic!("the queue of one batch is full");
         };
         let first = rx.recv().await.unwrap();
@@ -228,9 +253,7 @@ mod tests {
         );
         drop(rx);
         assert!(matches!(
-            r.deliver(ProtocolId(1000), &peer(), raw(&[(1, b"d")]))
-                .unwrap()
-                .delivery,
+            deliver(&r, 1000, &[(1, b"d")]).unwrap().delivery,
             Delivery::Closed
         ));
     }

@@ -328,6 +328,8 @@ impl Codec for ShardingCodec {
         self.decode_owned(manifest, Bytes::copy_from_slice(payload))
     }
 
+    const KEEPS_PAYLOAD: bool = true;
+
     /// Entity messages keep their payload as a slice of `payload`, without a copy.
     fn decode_owned(&self, manifest: u32, payload: Bytes) -> Result<ShardingMessage, DecodeError> {
         let shard = |payload: Bytes, f: fn(String) -> ShardingBody| {
