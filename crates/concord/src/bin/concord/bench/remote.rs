@@ -4,7 +4,10 @@
 //! 1. **Concord**: two nodes in this process, default failure-detector settings, each
 //!    with the [`BenchLayer`]. Node A sends `payload_bytes` payloads to node B on the
 //!    ordinary lane as fast as the lane accepts them ([`concord::remote::Transport::send_wait`]);
-//!    B's layer counts what arrives. Counted for `duration` after a 1 s warm-up. Meanwhile
+//!    B's layer reads each payload in place and counts it. Counted for `duration` after a
+//!    1 s warm-up; once with 64 messages per send, once with 1, and once more with 64 while
+//!    B's layer keeps every payload (a zero-copy slice of its read buffer, as sharding's
+//!    entity messages and the key-value store's values are kept). Meanwhile
 //!    both nodes' heartbeat round trips (control lane) are recorded, and every membership
 //!    event is watched for `UnreachableMember`.
 //! 2. **Baseline**: raw tokio TCP on loopback, no Concord code: one writer that frames the
@@ -74,6 +77,9 @@ pub struct RemoteBenchResult {
     /// Messages per second when the sender hands one message per call
     /// ([`concord::remote::OutboundLane::send_wait`]).
     pub concord_single_send_msgs_per_s: f64,
+    /// Messages per second with [`SEND_BATCH`] per call when the receiving layer keeps
+    /// each payload (one reference-counted slice of the read buffer per message).
+    pub concord_kept_payloads_msgs_per_s: f64,
     /// Messages per second through raw tokio TCP.
     pub baseline_msgs_per_s: f64,
     /// `concord_msgs_per_s / baseline_msgs_per_s`.
@@ -101,21 +107,24 @@ pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<Remote
     ));
     let security = Security::new(settings.security)?;
     let (concord, rtt, unreachable) =
-        concord_run(&payload, settings.duration, SEND_BATCH, &security).await?;
+        concord_run(&payload, settings.duration, SEND_BATCH, false, &security).await?;
     let (single, rtt1, unreachable1) =
-        concord_run(&payload, settings.duration, 1, &security).await?;
+        concord_run(&payload, settings.duration, 1, false, &security).await?;
+    let (kept, rtt2, unreachable2) =
+        concord_run(&payload, settings.duration, SEND_BATCH, true, &security).await?;
     let baseline = baseline_run(&payload, settings.duration).await?;
     Ok(RemoteBenchResult {
         concord_msgs_per_s: concord,
         concord_single_send_msgs_per_s: single,
+        concord_kept_payloads_msgs_per_s: kept,
         baseline_msgs_per_s: baseline,
         ratio: if baseline > 0.0 {
             concord / baseline
         } else {
             0.0
         },
-        max_heartbeat_rtt_ms: rtt.max(rtt1),
-        unreachable_seen: unreachable || unreachable1,
+        max_heartbeat_rtt_ms: rtt.max(rtt1).max(rtt2),
+        unreachable_seen: unreachable || unreachable1 || unreachable2,
         payload_bytes: settings.payload_bytes,
         duration_s: settings.duration.as_secs_f64(),
         security: settings.security,
@@ -174,9 +183,14 @@ impl Drop for Security {
 
 async fn start_bench_node(
     seed: Option<u16>,
+    keep_payloads: bool,
     security: &Security,
 ) -> anyhow::Result<(Node, BenchProbe)> {
-    let (layer, probe) = BenchLayer::new();
+    let (layer, probe) = if keep_payloads {
+        BenchLayer::keeping_payloads()
+    } else {
+        BenchLayer::new()
+    };
     let mut config = bench_config("bench", seed);
     security.apply(&mut config);
     let node = Node::builder(config).layer(layer).start().await?;
@@ -229,10 +243,12 @@ async fn concord_run(
     payload: &Bytes,
     duration: Duration,
     batch: usize,
+    keep_payloads: bool,
     security: &Security,
 ) -> anyhow::Result<(f64, u64, bool)> {
-    let (a, _) = start_bench_node(None, security).await?;
-    let (b, probe) = start_bench_node(Some(a.remoting_addr().port()), security).await?;
+    let (a, _) = start_bench_node(None, false, security).await?;
+    let (b, probe) =
+        start_bench_node(Some(a.remoting_addr().port()), keep_payloads, security).await?;
     let result = async {
         wait_both_up(&a, &b).await?;
         let unreachable = Arc::new(AtomicBool::new(false));
@@ -344,6 +360,7 @@ pub fn report(r: &RemoteBenchResult) -> String {
         "concord bench remote: {} B payloads, one way, ordinary lane, remoting {:?}, {:.0} s measured after a 1 s warm-up, {} CPUs\n\
          \x20 concord ({:>2} per send) {:>12.0} msg/s\n\
          \x20 concord (1 per send)  {:>12.0} msg/s\n\
+         \x20 concord ({:>2}, kept)   {:>12.0} msg/s   (payloads kept as slices)\n\
          \x20 raw tokio TCP         {:>12.0} msg/s\n\
          \x20 ratio                 {:>12.2}   (target >= 0.5)\n\
          \x20 max heartbeat RTT     {:>12} ms\n\
@@ -355,6 +372,8 @@ pub fn report(r: &RemoteBenchResult) -> String {
         SEND_BATCH,
         r.concord_msgs_per_s,
         r.concord_single_send_msgs_per_s,
+        SEND_BATCH,
+        r.concord_kept_payloads_msgs_per_s,
         r.baseline_msgs_per_s,
         r.ratio,
         r.max_heartbeat_rtt_ms,
