@@ -411,15 +411,15 @@ fn a_double_decision_downs_all_with_akka_rules_and_its_own_side_with_concords() 
         })
     ));
     assert_down_all(action, 5);
-    // Rule 7: 1 downs its side {1, 2, 3} and the indirectly connected 4, keeping nobody it
-    // can reach, and leaves 5 (which only 4 cannot hear) to decide for itself.
+    // Rule 7: 1 downs its side {1, 2, 3} (not the indirectly connected 4, which it cannot
+    // reach), keeping nobody it can reach, and leaves 4 and 5 to decide for themselves.
     let mut sbr = SplitBrainResolver::new(keep_majority_settings(None));
     assert_eq!(sbr.tick(0, &st), None);
     assert_eq!(
         sbr.tick(1000, &st),
         Some(SbrAction::Down {
             decision: Decision::DownOwnSide,
-            nodes: [n(1), n(2), n(3), n(4)].into(),
+            nodes: [n(1), n(2), n(3)].into(),
             cause: DecisionCause::DoubleDecision,
         })
     );

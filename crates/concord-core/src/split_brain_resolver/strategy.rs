@@ -107,13 +107,16 @@ pub enum Decision {
     /// [`Decision::DownIndirectlyConnected`] where the indirectly connected, all downed and
     /// cut off together, could keep themselves (see [`decide`]).
     DownSomeIndirectlyConnected,
-    /// Concord: this side and the indirectly connected members (the members of
-    /// [`Decision::ReverseDownIndirectlyConnected`]), taken where Concord's rules 2, 3 or 6
-    /// find that the side Akka's decision keeps may not be the only side kept. It keeps nobody
-    /// this node can reach, so it is as safe as the down-all it replaces — the members this
-    /// node cannot reach decide for themselves, as they would had this side crashed — and it
-    /// leaves them running where a down-all's gossip would down them too
-    /// (docs/SPLIT_BRAIN_RESOLVER.md, "What the stricter rules cost").
+    /// Concord: down this side — this node and the members nobody observes unreachable,
+    /// and no other — taken where Concord's rules 2, 3, 6 or 7 find that the side Akka's decision
+    /// keeps may not be the only side kept. It keeps nobody this node can reach and downs
+    /// nobody it cannot, so it is as safe as the down-all it replaces — the members this
+    /// node cannot reach decide for themselves, as they would had this side crashed — and
+    /// it leaves them running where a down-all's gossip would down them too
+    /// (docs/SPLIT_BRAIN_RESOLVER.md, "What the stricter rules cost"). Until stop 28 it
+    /// also downed the unreachable indirectly connected members: its gossip then reached a
+    /// member of this side it could not reach (paused) with the other side downed, and that
+    /// member kept running alone beside the other side (simulator, sharding seed 3324).
     DownOwnSide,
 }
 
@@ -305,8 +308,8 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 ///   downed `0`). Where downing all of them fails this, downing only as few as break every
 ///   record between the kept ones ([`Decision::DownSomeIndirectlyConnected`]) is tried.
 ///
-/// Otherwise the decision is to down this node's own side and the indirectly connected
-/// ([`Decision::DownOwnSide`]; until stop 27, down all): it keeps nobody here either.
+/// Otherwise the decision is to down this node's own side ([`Decision::DownOwnSide`];
+/// until stop 27, down all): it keeps nobody here either.
 pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
     let akka = akka_decision(strategy, view);
     if akka != Decision::DownIndirectlyConnected {
@@ -438,7 +441,7 @@ pub fn nodes_to_down(
             )?);
             nodes.intersection(&downable).cloned().collect()
         }
-        Decision::ReverseDownIndirectlyConnected | Decision::DownOwnSide => {
+        Decision::ReverseDownIndirectlyConnected => {
             let indirect = view.indirectly_connected();
             downable
                 .iter()
@@ -446,6 +449,13 @@ pub fn nodes_to_down(
                 .cloned()
                 .collect()
         }
+        // Only what this node can reach: downing a member it cannot reach would tell a
+        // third member, cut off from both, that the other side is gone.
+        Decision::DownOwnSide => downable
+            .iter()
+            .filter(|n| **n == view.self_node || !view.unreachable.contains(*n))
+            .cloned()
+            .collect(),
     })
 }
 

@@ -10,8 +10,8 @@ fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing(
     // rules alone 2 sees the cycle 1-2-3, downs {1,2,3} and keeps 4; 1 sees the cycle 1-2,
     // downs {1,2,4} and keeps 3: two clusters (simulator seed 220). Concord adds: the side
     // this node observes itself ({2,4} against {1,3}: the tie goes to the lowest address,
-    // 1) must be one the strategy keeps, otherwise down its own side and the indirectly
-    // connected (here everyone: 1, 2 and 3 are indirectly connected, 4 is 2's side).
+    // 1) must be one the strategy keeps, otherwise down its own side: 2 itself and the
+    // members nobody observes unreachable (4), and none of the members it cannot reach.
     let members = ups(1..=4);
     let b = side(
         2,
@@ -23,7 +23,7 @@ fn an_indirectly_connected_decision_never_keeps_a_side_this_node_sees_as_losing(
     let (db, downed_b) = outcome(&KEEP_MAJORITY, &b);
     assert_eq!(
         (db, downed_b.clone()),
-        (Decision::DownOwnSide, set(&[1, 2, 3, 4]))
+        (Decision::DownOwnSide, set(&[2, 4]))
     );
     let a = side(
         1,
@@ -217,8 +217,9 @@ fn where_no_indirectly_connected_decision_holds_this_node_downs_its_own_side_not
     // this is 5. Akka downs 1..4 as indirectly connected, 6 and 7, and keeps 5 alone. Cut off
     // together, {1,2,3,4} would outnumber 5 (rule 6); downing three of them to break every
     // record still leaves {5, 1} against {2,3,4}. No decision that keeps 5 holds: 5 downs its
-    // side and the indirectly connected, and leaves 6 and 7 — whatever they are — to decide
-    // for themselves. Until stop 27 this was a down-all.
+    // side — itself, as everyone else is observed unreachable by someone — and leaves 1..4,
+    // 6 and 7 to decide for themselves. Until stop 27 this was a down-all; at stop 27 it
+    // also downed the indirectly connected 1..4.
     let mut records = clean(&[1, 2, 3, 4, 5], &[6, 7]);
     for o in 1..=4 {
         records.extend((1..=4).filter(|s| *s != o).map(|s| (o, s)));
@@ -227,7 +228,7 @@ fn where_no_indirectly_connected_decision_holds_this_node_downs_its_own_side_not
     assert_eq!(v.indirectly_connected(), set_n(&[1, 2, 3, 4]));
     assert_eq!(v.indirectly_connected_to_down().len(), 3);
     let (d, downed) = outcome(&KEEP_MAJORITY, &v);
-    assert_eq!((d, downed), (Decision::DownOwnSide, set(&[1, 2, 3, 4, 5])));
+    assert_eq!((d, downed), (Decision::DownOwnSide, set(&[5])));
     // By Akka's rules alone 5 is kept.
     assert_eq!(
         decide_with(SbrRules::Akka, &KEEP_MAJORITY, &v),
@@ -290,4 +291,33 @@ fn the_wait_for_records_to_settle_does_not_count_against_down_all_when_unstable(
     assert_eq!(sbr.tick(600, &both), None);
     assert_eq!(sbr.tick(2001, &both), None, "Akka's horizon alone");
     assert_down_all(sbr.tick(2601, &both), 5);
+}
+
+#[test]
+fn downing_its_own_side_never_downs_a_member_this_node_cannot_reach() {
+    // Simulator, sharding seed 3324 (sim nodes 0..4 are 1..5 here): 3 was paused, then
+    // {2, 3} were cut off from {1, 4, 5}. This is 2: it observes everyone unreachable, and
+    // 1, 4 and 5 observe 3 unreachable, so 1, 4 and 5 are indirectly connected and the
+    // decision is a double one (rule 7). 2 downs its own side. At stop 27 that also downed
+    // the indirectly connected 1, 4 and 5: when 3 woke up, 2's gossip told it that 1, 2, 4
+    // and 5 were down, and 3 kept running alone beside {1, 4, 5}. Now 2 downs itself only,
+    // and 3 decides for itself (a minority).
+    let records = [(1, 3), (2, 1), (2, 3), (2, 4), (2, 5), (4, 3), (5, 3)];
+    let st = state_of(2, &records, &[], &[2]);
+    assert_eq!(
+        SbrView::from_state(&st).indirectly_connected(),
+        set_n(&[1, 4, 5])
+    );
+    let mut sbr = SplitBrainResolver::new(keep_majority_settings(None));
+    assert_eq!(sbr.tick(0, &st), None);
+    match sbr.tick(1000, &st) {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => {
+            assert_eq!(decision, Decision::DownOwnSide);
+            // 3 hears only from 2: it must not learn that the other side is gone.
+            assert_eq!(nodes, [n(2)].into());
+        }
+        other => panic!("expected 2 to down its own side, got {other:?}"),
+    }
 }
