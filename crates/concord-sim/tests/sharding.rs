@@ -245,10 +245,13 @@ fn random_faults_never_run_an_entity_twice_and_heal_to_one_home_per_shard() {
 
 /// Seeds that failed once (each fixed): a split brain from an indirectly-connected decision
 /// (904), a joiner left out after its Welcome was lost (1043), a region reporting a shard it
-/// had just received back as handed off by a stale, unconfirmed handoff (2574).
+/// had just received back as handed off by a stale, unconfirmed handoff (2574), a lone
+/// member kept running because another side's "down own side" also downed the members it
+/// could not reach (3324), and a shard started by a new home 2.5 s after its old home, cut
+/// off while Exiting and still running the entity, was removed (5842).
 #[test]
 fn regression_seeds() {
-    run_random_faults([904, 1043, 2574]);
+    run_random_faults([904, 1043, 2574, 3324, 5842]);
 }
 
 /// Runs the random-fault schedule of each seed, panicking with the seed and its faults on

@@ -472,7 +472,10 @@ impl ProtocolMachine for ClusterSharding {
         // Only members talk sharding. A node removed a moment ago (it left, or was downed)
         // may still have messages for entities in flight: those are accepted for a while.
         let recently_removed =
-            self.region.membership.recently_removed(from) && message.body.is_data();
+            self.region
+                .membership
+                .recently_removed(from, self.settings.handoff_timeout_ms, now_ms)
+                && message.body.is_data();
         if !self.is_member(from) && !recently_removed {
             self.stats.invalid_messages += 1;
             return;

@@ -460,9 +460,11 @@ impl Region {
 
     /// `HostShard` from the coordinator on `from` (`local`: the shard's life here,
     /// `local_count`: shards hosted here).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn host_shard(
         &mut self,
         ctx: &mut RegionContext<'_>,
+        now_ms: u64,
         from: &UniqueAddress,
         shard: &ShardId,
         handoff_from: Option<UniqueAddress>,
@@ -497,7 +499,18 @@ impl Region {
                 // seed 2574: a stale entry made this node report the shard it had just
                 // received as handed to its previous home, and the coordinator wrote that).
                 self.handed_off.remove(shard);
-                HostStep::Create(handoff_from.filter(|p| p != ctx.self_node && ctx.is_member(p)))
+                // A previous home that was removed less than `removal-margin` ago may still
+                // run the shard's entities (it left while cut off, or was downed and has not
+                // noticed yet): the shard is prepared as the new home of a handoff from it,
+                // and becomes active only when the coordinator confirms the move, which it
+                // writes once that margin has passed (found by the simulator, seed 5842: a
+                // node removed while Exiting and cut off still ran an entity its old home's
+                // successor started 2.5 s after the removal).
+                let margin = ctx.settings.removal_margin_ms;
+                HostStep::Create(handoff_from.filter(|p| {
+                    p != ctx.self_node
+                        && !self.membership.gone_for_good(ctx.view, margin, p, now_ms)
+                }))
             }
             // Handing off (a new coordinator asks again): report where it went.
             LocalShard::Forwarding(to) => {

@@ -29,7 +29,8 @@ pub(super) struct RegionMembership {
 
 impl RegionMembership {
     /// The membership changes from `old` to `new` (before the machine keeps `new`):
-    /// remembers removed members for `handoff-timeout`, and whether this node hosts.
+    /// remembers removed members for `handoff-timeout` or `removal-margin`, whichever is
+    /// longer, and whether this node hosts.
     pub(super) fn view_changed(
         &mut self,
         settings: &ShardingSettings,
@@ -42,7 +43,7 @@ impl RegionMembership {
                 self.removed.insert(gone.clone(), now_ms);
             }
         }
-        let keep = settings.handoff_timeout_ms;
+        let keep = settings.handoff_timeout_ms.max(settings.removal_margin_ms);
         self.removed
             .retain(|_, at| at.saturating_add(keep) > now_ms);
         self.was_member |= new.self_member().is_some();
@@ -52,9 +53,16 @@ impl RegionMembership {
                 .is_some_and(|m| settings.role.as_deref().is_none_or(|r| m.has_role(r)));
     }
 
-    /// True if `node` was removed less than `handoff-timeout` ago.
-    pub(super) fn recently_removed(&self, node: &UniqueAddress) -> bool {
-        self.removed.contains_key(node)
+    /// True if `node` was removed less than `handoff_timeout_ms` ago.
+    pub(super) fn recently_removed(
+        &self,
+        node: &UniqueAddress,
+        handoff_timeout_ms: u64,
+        now_ms: u64,
+    ) -> bool {
+        self.removed
+            .get(node)
+            .is_some_and(|at| at.saturating_add(handoff_timeout_ms) > now_ms)
     }
 
     /// True once `node` has been out of the membership for at least `removal-margin`: a

@@ -167,8 +167,9 @@ impl ClusterSharding {
     ) {
         let local = self.local_shard(&shard);
         let count = self.shards.len();
-        match self.with_region(|r, ctx| r.host_shard(ctx, from, &shard, handoff_from, local, count))
-        {
+        match self.with_region(|r, ctx| {
+            r.host_shard(ctx, now_ms, from, &shard, handoff_from, local, count)
+        }) {
             HostStep::Ignore => return,
             HostStep::Create(handoff_from) => {
                 self.shard_create(now_ms, shard.clone(), handoff_from)
