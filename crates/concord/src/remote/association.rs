@@ -12,6 +12,7 @@
 //! `idle-timeout` closes.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use concord_core::{Address, Lane, UniqueAddress};
@@ -44,6 +45,8 @@ pub(crate) async fn run_lane_writer(
     let mut conn: Option<Connection> = None;
     let mut out = BytesMut::with_capacity(inner.settings.lane_buffer_bytes);
     let mut probe = [0u8; 1];
+    // Frames of the previous write (coalescing starts once a stream is under way).
+    let mut last_write_frames: u64 = 0;
     let stats = inner.stats.lane(lane);
     loop {
         if *shutdown.borrow() {
@@ -126,7 +129,7 @@ pub(crate) async fn run_lane_writer(
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        if lane != Lane::Control {
+        if lane != Lane::Control && last_write_frames >= COALESCE_AFTER_FRAMES {
             coalesce(&queue, inner.settings.lane_buffer_bytes).await;
         }
         let Some(taken) = queue.take(&mut out) else {
@@ -148,6 +151,7 @@ pub(crate) async fn run_lane_writer(
             conn = None;
             continue;
         }
+        last_write_frames = taken.frames;
         add(&stats.frames_out, taken.frames);
         add(&stats.bytes_out, out.len() as u64);
         inc(&stats.writes);
@@ -157,25 +161,37 @@ pub(crate) async fn run_lane_writer(
 /// Most times a lane writer lets the senders run before it writes.
 const MAX_COALESCE_YIELDS: usize = 16;
 
-/// Coalescing writes: the writer of an ordinary or large lane, woken for a small batch,
-/// lets the senders run (yields) while the queue keeps growing and holds less than
-/// `below_bytes`, at most [`MAX_COALESCE_YIELDS`] times, so a stream of messages goes out
-/// in fewer, larger writes (the kernel's cost is per write more than per byte; Akka
-/// Artery batches its outbound stream too). A queue that stops growing is written at once,
-/// and a yield returns at once when no other task is runnable, so a lone message waits
-/// for one scheduler turn at most. The control lane does not coalesce.
+/// Longest a lane writer coalesces before it writes.
+const MAX_COALESCE_WAIT: Duration = Duration::from_micros(50);
+
+/// Frames the previous write must have carried for the writer to coalesce the next one: a
+/// stream is under way. A message after a quiet spell (a request, a reply, a heartbeat of
+/// another lane) is written at once.
+const COALESCE_AFTER_FRAMES: u64 = 16;
+
+/// Coalescing writes: while a stream is under way (the previous write carried at least
+/// [`COALESCE_AFTER_FRAMES`]), the writer of an ordinary or large lane, woken for a small
+/// batch, lets the senders run (yields) while the queue keeps growing, holds less than
+/// `below_bytes` and less than half its frame limit, at most [`MAX_COALESCE_YIELDS`] times
+/// and [`MAX_COALESCE_WAIT`] in all, so the stream goes out in fewer, larger writes (the
+/// kernel's cost is per write more than per byte; Akka Artery batches its outbound stream
+/// too). A queue that stops growing is written after that one yield (tokio runs the
+/// worker's other ready tasks and polls its I/O driver first). The control lane does not
+/// coalesce.
 async fn coalesce(queue: &LaneQueue, below_bytes: usize) {
-    let mut queued = queue.queued_bytes();
+    let started = Instant::now();
+    let half_frames = queue.queue_size() / 2;
+    let (mut frames, mut bytes) = queue.queued();
     for _ in 0..MAX_COALESCE_YIELDS {
-        if queued >= below_bytes {
+        if bytes >= below_bytes || frames >= half_frames || started.elapsed() >= MAX_COALESCE_WAIT {
             return;
         }
         tokio::task::yield_now().await;
-        let now = queue.queued_bytes();
-        if now == queued {
+        let (f, b) = queue.queued();
+        if b == bytes {
             return;
         }
-        queued = now;
+        (frames, bytes) = (f, b);
     }
 }
 

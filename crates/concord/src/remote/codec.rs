@@ -62,7 +62,8 @@ pub trait Codec: Send + Sync + 'static {
     const KEEPS_PAYLOAD: bool = false;
 
     /// The same from an owned buffer: what the transport calls when
-    /// [`Codec::KEEPS_PAYLOAD`] is set. By default it borrows ([`Codec::decode`]); a codec
+    /// [`Codec::KEEPS_PAYLOAD`] is set, and only then (a codec that overrides this method
+    /// must set it, or the transport calls [`Codec::decode`] instead). By default it borrows ([`Codec::decode`]); a codec
     /// whose messages keep parts of the payload overrides it to keep them without a copy,
     /// as zero-copy slices of `payload` — which is itself a slice of the connection's read
     /// buffer, so a message that keeps it for long should copy it

@@ -261,6 +261,9 @@ pub(crate) fn complete_frames(buf: &[u8], limit: usize) -> Result<(usize, usize)
     }
 }
 
+/// Most entries a protocol's list keeps between reads (the rest is freed).
+const MAX_KEPT_BATCH_CAPACITY: usize = 1_024;
+
 /// The envelopes of one read, grouped by protocol (a node speaks a handful): each as its
 /// manifest and its payload's byte range in the read chunk. The lists keep their capacity
 /// from read to read.
@@ -342,6 +345,9 @@ async fn route_chunk(
         let protocol = *protocol;
         let routed = inner.registry.deliver(protocol, from, &chunk, raw);
         raw.clear();
+        // Kept for the next read, but not more than a busy read needs: a peer's flood of
+        // tiny frames must not pin memory for the life of the connection.
+        raw.shrink_to(MAX_KEPT_BATCH_CAPACITY);
         let Some(routed) = routed else {
             continue;
         };

@@ -221,9 +221,15 @@ impl LaneQueue {
         n
     }
 
-    /// Bytes queued (encoded frames).
-    pub(crate) fn queued_bytes(&self) -> usize {
-        self.lock().buf.len()
+    /// Frames and bytes queued.
+    pub(crate) fn queued(&self) -> (u64, usize) {
+        let s = self.lock();
+        (s.frames, s.buf.len())
+    }
+
+    /// Most frames the queue holds (`outbound-*-queue-size`).
+    pub(crate) fn queue_size(&self) -> u64 {
+        self.queue_size
     }
 
     /// True if nothing is queued.
