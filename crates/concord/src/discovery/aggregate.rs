@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::{DiscoveryError, Lookup, LookupFuture, Resolved, ServiceDiscovery};
+use super::service_discovery::{DiscoveryError, Lookup, LookupFuture, Resolved, ServiceDiscovery};
 
 /// Methods tried in order.
 #[derive(Clone)]

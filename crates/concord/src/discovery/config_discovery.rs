@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Lookup, LookupFuture, Resolved, ResolvedTarget, ServiceDiscovery};
+use super::service_discovery::{Lookup, LookupFuture, Resolved, ResolvedTarget, ServiceDiscovery};
 pub use crate::config::ServiceEndpoint;
 
 /// Discovery from a static map service name → endpoints.

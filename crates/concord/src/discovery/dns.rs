@@ -15,7 +15,9 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 
-use super::{DiscoveryError, Lookup, LookupFuture, Resolved, ResolvedTarget, ServiceDiscovery};
+use super::service_discovery::{
+    DiscoveryError, Lookup, LookupFuture, Resolved, ResolvedTarget, ServiceDiscovery,
+};
 use crate::config::{ConfigError, DnsDiscoveryConfig};
 
 /// A DNS server to ask instead of the system's (`/etc/resolv.conf`).

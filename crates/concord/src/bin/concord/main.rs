@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::client::{members_table, ManagementClient};
+use crate::cli::{init_logging, ManagementArg};
+use crate::client::members_table;
 use crate::sample::SampleLayer;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -29,50 +30,6 @@ mod sample;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
-}
-
-#[derive(clap::Args)]
-struct ManagementArg {
-    /// Base URL of a node's management API.
-    #[arg(
-        long,
-        default_value = "http://127.0.0.1:8558",
-        env = "CONCORD_MANAGEMENT"
-    )]
-    management: String,
-    /// Bearer token for write routes (`management.bearer-token` of the node).
-    #[arg(long, env = "CONCORD_MANAGEMENT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// For an HTTPS management API: the certificate authorities to trust, PEM (e.g.
-    /// `certs/ca.crt`). The server's name is not checked unless `--verify-hostname`.
-    #[arg(long, env = "CONCORD_CA_CERTIFICATES")]
-    ca_certificates: Option<PathBuf>,
-    /// A client certificate to present, PEM (e.g. `certs/client.root.crt`); it authorises
-    /// write routes like the token. Needs `--client-key`.
-    #[arg(long, env = "CONCORD_CLIENT_CERTIFICATE", requires = "client_key")]
-    client_certificate: Option<PathBuf>,
-    /// The client certificate's key, PEM.
-    #[arg(long, env = "CONCORD_CLIENT_KEY", requires = "client_certificate")]
-    client_key: Option<PathBuf>,
-    /// Check that the server's certificate names the host of `--management`.
-    #[arg(long)]
-    verify_hostname: bool,
-}
-
-impl ManagementArg {
-    fn client(&self) -> anyhow::Result<ManagementClient> {
-        let c = ManagementClient::new(&self.management).with_token(self.token.clone());
-        Ok(match &self.ca_certificates {
-            None => c,
-            Some(ca) => {
-                let identity = self
-                    .client_certificate
-                    .as_deref()
-                    .zip(self.client_key.as_deref());
-                c.with_tls(ca, identity, self.verify_hostname)?
-            }
-        })
-    }
 }
 
 #[derive(Subcommand)]
@@ -178,16 +135,6 @@ enum Commands {
         #[command(subcommand)]
         bench: cli::bench::BenchCommand,
     },
-}
-
-fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
 }
 
 #[tokio::main]

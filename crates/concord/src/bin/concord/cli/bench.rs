@@ -92,7 +92,7 @@ pub enum BenchCommand {
 
 /// Runs `bench` with logging at `warn`.
 pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
-    crate::init_logging("warn");
+    super::init_logging("warn");
     match bench {
         BenchCommand::Remote {
             payload_bytes,

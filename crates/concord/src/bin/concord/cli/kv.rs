@@ -7,7 +7,7 @@ use clap::Subcommand;
 use anyhow::Context;
 
 use super::print_json;
-use crate::ManagementArg;
+use super::ManagementArg;
 
 #[derive(clap::Args)]
 pub struct KvArg {

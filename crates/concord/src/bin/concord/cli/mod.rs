@@ -3,6 +3,11 @@
 pub mod bench;
 pub mod certs;
 pub mod kv;
+mod logging;
+mod management_arg;
+
+pub use logging::init_logging;
+pub use management_arg::ManagementArg;
 
 /// Prints `v` as one line of JSON.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
