@@ -17,7 +17,7 @@ use super::api::{DropReason, ShardingStats};
 use super::ddata_requests::DdataRequests;
 use super::ids::ShardId;
 use super::message::{Delivery, ShardingBody};
-use super::outbox::{self, ShardingOutputs};
+use super::outbox::ShardingOutputs;
 use super::region::Region;
 use super::region_context::RegionContext;
 use super::settings::ShardingSettings;
@@ -89,14 +89,7 @@ impl<'a> ShardContext<'a> {
 
     /// Sends `body` to `to` (handled locally, after the current input, if it is this node).
     pub(super) fn send(&mut self, to: &UniqueAddress, body: ShardingBody) {
-        outbox::send(
-            self.out,
-            self.loopback,
-            &self.settings.type_name,
-            self.self_node,
-            to,
-            body,
-        );
+        self.with_region(|_, ctx| ctx.send(to, body));
     }
 
     /// Sends a delivery to `home` (origin left out when it is this node).
