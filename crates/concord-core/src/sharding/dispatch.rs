@@ -250,7 +250,7 @@ impl ClusterSharding {
                 self.send(from, ShardingBody::ShardRegionStats { request, shards });
             }
             ShardingBody::ShardRegionStats { request, shards } => {
-                self.with_region(|r, ctx| r.stats_answer(ctx, now_ms, from, request, shards))
+                self.with_region(|r, ctx| r.queries.answer(ctx, now_ms, from, request, shards))
             }
             // The remaining variants are the coordinator's (handled above).
             _ => self.stats.invalid_messages += 1,

@@ -451,7 +451,7 @@ impl ClusterSharding {
     /// `GetClusterShardingStats`); answered by [`ShardingEvent::ClusterShardingStats`]
     /// within `shard-region-query-timeout`.
     pub fn query_cluster_stats(&mut self, now_ms: u64, request: u64) {
-        self.with_region(|r, ctx| r.query_stats(ctx, now_ms, request));
+        self.with_region(|r, ctx| r.queries.start(ctx, now_ms, request));
         self.settle(now_ms);
     }
 }

@@ -66,8 +66,9 @@ pub(super) struct Region {
     graceful_done: bool,
     /// When `GracefulShutdownReq` was last sent, ms.
     graceful_sent_ms: u64,
-    /// Cluster-wide statistics queries in flight.
-    queries: StatsQueries,
+    /// Cluster-wide statistics queries in flight (the machine starts and answers them
+    /// through this field directly).
+    pub(super) queries: StatsQueries,
 }
 
 impl Region {
@@ -575,24 +576,5 @@ impl Region {
             self.check_graceful_done(ctx, no_shards);
         }
         self.queries.finish(ctx, now_ms);
-    }
-
-    // ---- statistics queries ----
-
-    /// Starts a cluster-wide statistics query.
-    pub(super) fn query_stats(&mut self, ctx: &mut RegionContext<'_>, now_ms: u64, request: u64) {
-        self.queries.start(ctx, now_ms, request);
-    }
-
-    /// A region's answer to a statistics query.
-    pub(super) fn stats_answer(
-        &mut self,
-        ctx: &mut RegionContext<'_>,
-        now_ms: u64,
-        from: &UniqueAddress,
-        request: u64,
-        shards: Vec<(ShardId, u32)>,
-    ) {
-        self.queries.answer(ctx, now_ms, from, request, shards);
     }
 }
