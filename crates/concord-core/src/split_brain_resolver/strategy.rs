@@ -307,6 +307,15 @@ fn keep_oldest(view: &SbrView, role: Option<&str>, down_if_alone: bool) -> Decis
 ///   other were downed as the partition `0 | 2, 4` began, and `2, 4` kept themselves and
 ///   downed `0`). Where downing all of them fails this, downing only as few as break every
 ///   record between the kept ones ([`Decision::DownSomeIndirectlyConnected`]) is tried.
+/// - When it downs this node as indirectly connected: the same must hold for the kept
+///   members against the others it downs as indirectly connected (this node carries out
+///   its own downing, so it is not among them; it stays counted on the kept members' side,
+///   as the cut-off members would count it). Where that fails, downing as few as break
+///   every record is tried if it keeps this node and this node's own observations keep
+///   its side. Without this, two such decisions, each by a
+///   node on its own side of a partition, each downing itself and keeping one member whose
+///   own observations made its side the majority, kept two lone members (Distributed Data
+///   simulation, seed 1801: node 2 kept 3, node 0 kept 1).
 ///
 /// Otherwise the decision is to down this node's own side ([`Decision::DownOwnSide`];
 /// until stop 27, down all): it keeps nobody here either.
@@ -340,9 +349,24 @@ pub fn decide(strategy: &DowningStrategy, view: &SbrView) -> Decision {
             && akka_decision(strategy, &view.with_cut_off(cut)) == Decision::DownUnreachable
     };
     let indirect = view.indirectly_connected();
-    if indirect.contains(&view.self_node) || keeps_against(&indirect) {
-        Decision::DownIndirectlyConnected
-    } else if keeps_against(&view.indirectly_connected_to_down()) {
+    let holds = if self_kept {
+        keeps_against(&indirect)
+    } else {
+        // This node downs itself as indirectly connected and carries that out itself, so
+        // the others it downs are the ones that may be cut off and keep themselves; it
+        // stays counted on the kept members' side, as the cut-off members would count it.
+        let mut cut = indirect;
+        cut.remove(&view.self_node);
+        let hypothetical = view.with_cut_off(&cut);
+        kept.iter()
+            .all(|k| akka_decision(strategy, &hypothetical.seen_by(k)) == Decision::DownUnreachable)
+    };
+    if holds {
+        return Decision::DownIndirectlyConnected;
+    }
+    // Downing fewer of them keeps this node: its own observations must keep its side too.
+    let some = view.indirectly_connected_to_down();
+    if keeps_against(&some) && (self_kept || keeps_by_own_observations(&view.self_node)) {
         Decision::DownSomeIndirectlyConnected
     } else {
         Decision::DownOwnSide

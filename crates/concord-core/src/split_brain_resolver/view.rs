@@ -261,6 +261,16 @@ impl SbrView {
         }
     }
 
+    /// This view as member `observer` would decide on it: the same members, unreachable
+    /// set and records, with `observer` as the deciding node (for a view without records,
+    /// such as [`SbrView::with_cut_off`]'s, that is the other side's complement).
+    pub(super) fn seen_by(&self, observer: &UniqueAddress) -> SbrView {
+        SbrView {
+            self_node: observer.clone(),
+            ..self.clone()
+        }
+    }
+
     /// This view with the observations between indirectly connected members left out
     /// (and those of members that cannot be downed): the view the strategy decides on for
     /// the rest of the cluster.

@@ -321,3 +321,105 @@ fn downing_its_own_side_never_downs_a_member_this_node_cannot_reach() {
         other => panic!("expected 2 to down its own side, got {other:?}"),
     }
 }
+
+#[test]
+fn two_deciders_that_down_themselves_never_keep_two_lone_members() {
+    // Distributed Data simulation, seed 1801 (simulator nodes 0..4 are 1..5 here). After
+    // the partitions {2,3} | {1,4,5}, {1,5} | {2,3,4} and now {1,2,5} | {3,4}, 3 holds
+    // records that crossed the earlier partitions: everyone but 4 is both an observer and
+    // a subject. By Akka's rules 3 downs {1,2,3,5} as indirectly connected and keeps 4,
+    // whose own observations ({2,3,4} against {1,5}) make its side the majority. Two
+    // seconds later 1, on the other side, downs {1,3,4,5} and keeps 2 by the same
+    // reasoning: two lone members kept, 4 and 2.
+    let members = ups(1..=5);
+    let three = side(
+        3,
+        &members,
+        &[
+            (1, 2),
+            (1, 3),
+            (2, 1),
+            (2, 5),
+            (3, 1),
+            (3, 5),
+            (4, 1),
+            (4, 5),
+            (5, 2),
+            (5, 3),
+        ],
+        &[3, 4],
+    );
+    let one = side(
+        1,
+        &members,
+        &[
+            (1, 3),
+            (1, 4),
+            (2, 3),
+            (2, 4),
+            (3, 1),
+            (3, 5),
+            (4, 1),
+            (4, 5),
+            (5, 3),
+            (5, 4),
+        ],
+        &[1, 2],
+    );
+    let akka = |view: &SbrView| {
+        let d = decide_with(SbrRules::Akka, &KEEP_MAJORITY, view);
+        let nodes = nodes_to_down(&KEEP_MAJORITY, view, d).unwrap();
+        (
+            d,
+            nodes
+                .iter()
+                .map(|a| a.address.port - 2550)
+                .collect::<BTreeSet<u16>>(),
+        )
+    };
+    assert_eq!(
+        akka(&three),
+        (Decision::DownIndirectlyConnected, set(&[1, 2, 3, 5]))
+    );
+    assert_eq!(
+        akka(&one),
+        (Decision::DownIndirectlyConnected, set(&[1, 3, 4, 5]))
+    );
+    assert_eq!(
+        survivors(&[
+            (&[1, 2, 5], &set(&[1, 3, 4, 5])),
+            (&[3, 4], &set(&[1, 2, 3, 5]))
+        ]),
+        vec![set(&[2]), set(&[4])],
+        "Akka's rules keep two lone members"
+    );
+    // Concord's: the kept member must also win against the others downed as indirectly
+    // connected, were those cut off together ({3,4} against {1,2,5}; {1,2} against
+    // {3,4,5}). Neither does; downing as few as break every record keeps each decider
+    // and its own observations' majority: 3 keeps {2,3,4}, 1 keeps {1,2,5}.
+    let (d3, downed3) = outcome(&KEEP_MAJORITY, &three);
+    assert_eq!(
+        (d3, downed3),
+        (Decision::DownSomeIndirectlyConnected, set(&[1, 5]))
+    );
+    let (d1, downed1) = outcome(&KEEP_MAJORITY, &one);
+    assert_eq!(
+        (d1, downed1),
+        (
+            Decision::DownSomeIndirectlyConnected,
+            set(&[1, 3, 4, 5])
+                .difference(&set(&[1, 5]))
+                .cloned()
+                .collect()
+        )
+    );
+    // 2 is with 1 in truth. Once 3 and 4 hear that 2 is unreachable, they are two against
+    // 2 and the downed 1 and 5, which 2 has not seen downed (rule 3, as the resolver
+    // tracks it): they down themselves, and {1,2,5} is the one side left.
+    let mut later = SbrView::from_state(&state_of(3, &[(3, 2), (4, 2)], &[1, 5], &[3, 4]));
+    later.down_unseen_by_other_side = [n(1), n(5)].into();
+    assert_eq!(
+        outcome(&KEEP_MAJORITY, &later),
+        (Decision::DownOwnSide, set(&[3, 4]))
+    );
+}
