@@ -17,7 +17,7 @@ fn main() {
         println!(
             "== {a} running={} reason={:?}",
             sim.nodes[a].is_running(),
-            sim.nodes[a].core.shutdown_reason()
+            sim.nodes[a].core().shutdown_reason()
         );
         for e in evs {
             let m = e

@@ -98,26 +98,26 @@ impl Checker {
         let now = sim.now;
         let live: Vec<(&Address, &crate::sim::SimNode)> = sim
             .running()
-            .filter(|(_, n)| n.core.is_initialized() && n.paused_until.is_none_or(|t| t <= now))
+            .filter(|(_, n)| n.core().is_initialized() && n.paused_until.is_none_or(|t| t <= now))
             .filter(|(_, n)| {
-                n.core
+                n.core()
                     .latest_gossip()
-                    .member(n.core.self_unique_address())
+                    .member(n.core().self_unique_address())
                     .is_some_and(|m| {
                         !matches!(m.status, MemberStatus::Down | MemberStatus::Exiting)
                     })
             })
             .collect();
         let excludes = |x: &crate::sim::SimNode, y: &crate::sim::SimNode| {
-            let g = x.core.latest_gossip();
-            let id = y.core.self_unique_address();
+            let g = x.core().latest_gossip();
+            let id = y.core().self_unique_address();
             g.tombstones.contains_key(id)
                 || g.member(id).is_some_and(|m| m.status == MemberStatus::Down)
         };
         // A side has carried out its decisions when it sees no unreachable member that is
         // not Down or Exiting.
         let settled = |x: &crate::sim::SimNode| {
-            let st = x.core.membership_state();
+            let st = x.core().membership_state();
             st.unreachable_members()
                 .iter()
                 .all(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
@@ -145,8 +145,8 @@ impl Checker {
         let now = sim.now;
         let since = now.saturating_sub(HEALTHY_WINDOW_MS);
         for (decider, n) in &sim.nodes {
-            let id = n.core.self_unique_address().clone();
-            let count = n.core.stats().sbr_decisions;
+            let id = n.core().self_unique_address().clone();
+            let count = n.core().stats().sbr_decisions;
             let judged = self.decisions_judged.insert(id, count).unwrap_or(0);
             if count <= judged {
                 continue;
@@ -154,10 +154,10 @@ impl Checker {
             self.decisions_seen += count - judged;
             self.counts.decisions += count - judged;
             let lease = matches!(
-                n.core.settings().downing.as_ref().map(|d| &d.strategy),
+                n.core().settings().downing.as_ref().map(|d| &d.strategy),
                 Some(DowningStrategy::LeaseMajority { .. })
             );
-            let fresh: Vec<_> = n.core.recent_sbr_decisions().collect();
+            let fresh: Vec<_> = n.core().recent_sbr_decisions().collect();
             let new = usize::try_from(count - judged)
                 .unwrap_or(usize::MAX)
                 .min(fresh.len());
@@ -188,7 +188,7 @@ impl Checker {
                     continue;
                 }
                 let members: BTreeSet<&UniqueAddress> = n
-                    .core
+                    .core()
                     .latest_gossip()
                     .members
                     .keys()
@@ -217,7 +217,7 @@ impl Checker {
         let current = |u: &UniqueAddress| {
             sim.nodes
                 .get(&u.address)
-                .is_some_and(|n| n.core.self_unique_address() == u)
+                .is_some_and(|n| n.core().self_unique_address() == u)
         };
         current(m)
             && self.available_since(&m.address, since)
@@ -239,10 +239,10 @@ impl Checker {
             BTreeSet<Option<UniqueAddress>>,
         > = BTreeMap::new();
         for (a, n) in sim.running() {
-            let g = n.core.latest_gossip();
+            let g = n.core().latest_gossip();
             for m in g.members.values() {
                 let key = (
-                    n.core.self_unique_address().clone(),
+                    n.core().self_unique_address().clone(),
                     m.unique_address.clone(),
                 );
                 // A status moves forward along the lifecycle, or wins a merge against the
@@ -259,8 +259,8 @@ impl Checker {
                 }
                 *e = m.status;
             }
-            if n.core.is_initialized()
-                && n.core.membership_state().convergence()
+            if n.core().is_initialized()
+                && n.core().membership_state().convergence()
                 && g.overview.reachability.is_all_reachable()
             {
                 let view: Vec<(UniqueAddress, MemberStatus)> = g
@@ -271,7 +271,7 @@ impl Checker {
                 leaders
                     .entry(view)
                     .or_default()
-                    .insert(n.core.membership_state().leader().cloned());
+                    .insert(n.core().membership_state().leader().cloned());
             }
         }
         for (view, ls) in leaders {
@@ -291,7 +291,7 @@ impl Checker {
     pub fn check_end(&self, sim: &Simulation) -> Result<(), String> {
         let running: Vec<(&Address, &crate::sim::SimNode)> = sim
             .running()
-            .filter(|(_, n)| n.core.is_initialized())
+            .filter(|(_, n)| n.core().is_initialized())
             .collect();
         if running.is_empty() {
             return if self.decisions_seen > 0 {
@@ -302,10 +302,10 @@ impl Checker {
         }
         let ids: BTreeSet<UniqueAddress> = running
             .iter()
-            .map(|(_, n)| n.core.self_unique_address().clone())
+            .map(|(_, n)| n.core().self_unique_address().clone())
             .collect();
         for (a, n) in &running {
-            let g = n.core.latest_gossip();
+            let g = n.core().latest_gossip();
             let members: BTreeSet<UniqueAddress> = g.members.keys().cloned().collect();
             if members != ids {
                 return Err(format!(
@@ -320,7 +320,7 @@ impl Checker {
                     m.unique_address, m.status
                 ));
             }
-            if !n.core.membership_state().convergence() {
+            if !n.core().membership_state().convergence() {
                 return Err(format!("after heal: node {a} has no convergence"));
             }
         }

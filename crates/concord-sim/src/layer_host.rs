@@ -241,6 +241,14 @@ impl<E: LayerEffects> SimHost<E> {
         self
     }
 
+    /// Settles (background work, completions, flushes) and takes the transmits of the
+    /// turns so far, for a simulator that carries a layer's messages itself (the
+    /// membership layer's).
+    pub fn take_transmits(&mut self) -> Vec<Transmit<MessageOf<E>>> {
+        self.settle();
+        self.out.take()
+    }
+
     /// Runs the executor and the host's completions until nothing moves, flushing after
     /// each round.
     fn settle(&mut self) {

@@ -1,6 +1,11 @@
 //! [`SimLease`]: the lease the Split Brain Resolver's lease-majority strategy acquires in a
-//! simulation, answering the core's `LeaseRequest`s.
+//! simulation, and [`NodeLease`], one node's handle on it — the [`Lease`] the membership
+//! layer's real effects ask, as they ask a Kubernetes lease in production.
 
+use std::sync::{Arc, Mutex};
+
+use concord::host::{Clock, ManualClock};
+use concord::lease::{Lease, LeaseFuture};
 use concord_core::UniqueAddress;
 
 /// The lease that lease-majority decisions ask for: one shared resource that every side
@@ -12,6 +17,8 @@ pub struct SimLease {
     pub holder: Option<(UniqueAddress, u64)>,
     /// How long a grant lasts unless renewed, ms (Akka's `release-after`, 40 s).
     pub ttl_ms: u64,
+    /// Acquisitions granted so far (renewals included).
+    pub granted: u64,
 }
 
 impl SimLease {
@@ -23,6 +30,7 @@ impl SimLease {
         };
         if free {
             self.holder = Some((owner.clone(), now_ms.saturating_add(self.ttl_ms)));
+            self.granted += 1;
         }
         free
     }
@@ -32,5 +40,49 @@ impl SimLease {
         if self.holder.as_ref().is_some_and(|(h, _)| h == owner) {
             self.holder = None;
         }
+    }
+}
+
+/// One node's handle on the simulation's shared [`SimLease`], in virtual time.
+pub struct NodeLease {
+    lease: Arc<Mutex<SimLease>>,
+    owner: UniqueAddress,
+    clock: ManualClock,
+}
+
+impl NodeLease {
+    /// `owner`'s handle on `lease`, reading `clock`.
+    pub fn new(lease: Arc<Mutex<SimLease>>, owner: UniqueAddress, clock: ManualClock) -> Self {
+        NodeLease {
+            lease,
+            owner,
+            clock,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut SimLease) -> T) -> T {
+        f(&mut self.lease.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Lease for NodeLease {
+    fn acquire(&self) -> LeaseFuture<'_> {
+        let now = self.clock.now_ms();
+        let granted = self.with(|l| l.acquire(&self.owner, now));
+        Box::pin(async move { Ok(granted) })
+    }
+
+    fn release(&self) -> LeaseFuture<'_> {
+        self.with(|l| l.release(&self.owner));
+        Box::pin(async { Ok(true) })
+    }
+
+    fn check_lease(&self) -> bool {
+        let now = self.clock.now_ms();
+        self.with(|l| {
+            l.holder
+                .as_ref()
+                .is_some_and(|(h, until)| h == &self.owner && *until > now)
+        })
     }
 }

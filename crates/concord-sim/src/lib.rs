@@ -17,6 +17,7 @@ pub mod hosted;
 pub mod invariants;
 pub mod layer_host;
 pub mod lease;
+pub mod membership;
 pub mod network;
 pub mod scale;
 pub mod schedule;

@@ -62,7 +62,7 @@ fn everyone_else(
 ) -> bool {
     sim.running()
         .filter(|(a, _)| *a != except)
-        .all(|(_, n)| f(&n.core))
+        .all(|(_, n)| f(n.core()))
 }
 
 /// Runs the study for a cluster of `n`.
@@ -85,7 +85,7 @@ pub fn study(n: u32, seed: u64) -> ScaleResult {
     sim.run_for(window);
     let status = sim.stats.gossip_status - before.gossip_status;
     let envelopes = sim.stats.gossip_envelopes - before.gossip_envelopes;
-    r.steady_state_gossip = sim.node(&addrs[0]).core.latest_gossip().clone();
+    r.steady_state_gossip = sim.node(&addrs[0]).core().latest_gossip().clone();
     let secs = window as f64 / 1000.0;
     r.gossip_status_per_node_per_s = status as f64 / f64::from(n) / secs;
     r.gossip_envelopes_per_node_per_s = envelopes as f64 / f64::from(n) / secs;
@@ -97,7 +97,7 @@ pub fn study(n: u32, seed: u64) -> ScaleResult {
     sim.with_node(&newcomer, |c, now| c.join(now, &seed0).ok());
     r.join_ms = sim.run_until_cond(300_000, interval / 4, |s| {
         s.running().all(|(_, x)| {
-            x.core
+            x.core()
                 .latest_gossip()
                 .members
                 .values()

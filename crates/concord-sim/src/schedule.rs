@@ -205,7 +205,7 @@ fn run_in(
             if trace {
                 for (a, n) in sim.nodes.iter() {
                     if sim.now.is_multiple_of(500) {
-                        let g = n.core.latest_gossip();
+                        let g = n.core().latest_gossip();
                         let recs: Vec<String> = g
                             .overview
                             .reachability
@@ -215,10 +215,10 @@ fn run_in(
                             .collect();
                         eprintln!("{:>8} {} {} {recs:?}", sim.now, a.host, n.membership_line());
                     }
-                    let count = n.core.stats().sbr_decisions;
-                    let id = n.core.self_unique_address().clone();
+                    let count = n.core().stats().sbr_decisions;
+                    let id = n.core().self_unique_address().clone();
                     if traced_decisions.insert(id, count).unwrap_or(0) < count {
-                        if let Some(d) = n.core.recent_sbr_decisions().last() {
+                        if let Some(d) = n.core().recent_sbr_decisions().last() {
                             let nodes: Vec<&str> =
                                 d.nodes.iter().map(|x| x.address.host.as_str()).collect();
                             eprintln!(
@@ -366,7 +366,7 @@ pub fn apply(sim: &mut Simulation, fault: &Fault, addrs: &[Address]) {
             // never start a second cluster while another one is running.
             let seeds: Vec<Address> = sim
                 .running()
-                .filter(|(x, n)| *x != a && n.core.is_initialized())
+                .filter(|(x, n)| *x != a && n.core().is_initialized())
                 .map(|(x, _)| x.clone())
                 .take(3)
                 .collect();

@@ -2,21 +2,27 @@
 //! simulated network. Event-driven: the next event is the earliest message delivery or
 //! node timer, so thousands of nodes run in virtual time.
 //!
-//! Each node runs the membership machine ([`ClusterCore`]) and any number of other
-//! protocol machines ([`crate::hosted`]), routed by protocol id. The simulator does what
-//! the runtime does around them, and nothing more: it carries their transmits, feeds the
-//! hosted machines the membership view and events, completes the exiting tasks of a node
-//! that sees itself Exiting (the coordinated shutdown's `cluster-exiting` phase), refuses
-//! the incarnations the core asks to quarantine, and answers lease requests from one
-//! shared lease ([`SimLease`]). Every such rule comes from the core's polled outputs.
+//! Each node runs the membership layer ([`ClusterCore`] with the runtime's own effects on
+//! the runtime's own layer host, [`crate::membership`]) and any number of other protocol
+//! machines ([`crate::hosted`]), routed by protocol id. The simulator does what the tokio
+//! runtime does around them, and nothing more: it carries their transmits, feeds the
+//! hosted machines the membership views and events the membership layer publishes, runs
+//! the exiting tasks of a node once the core started its coordinated shutdown (the
+//! `cluster-exiting` phase) and reports them done with the same command, refuses the
+//! incarnations the core asks to quarantine, and reports refusals back as the transport
+//! does. Lease requests go from the real effects to one shared lease ([`SimLease`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use concord::host::ManualClock;
+use std::sync::{Arc, Mutex};
+
+use concord::cluster::command::{Command, MembershipCompletion};
+use concord::host::{HostInput, ManualClock};
+use concord::remote::codec::Inbound;
 use concord_core::settings::ClusterSettings;
 use concord_core::{
-    Address, ClusterCore, ClusterEvent, ClusterMessage, LeaseRequest, MembershipChange, ProtocolId,
+    Address, ClusterCore, ClusterEvent, ClusterMessage, MembershipChange, ProtocolId,
     ShutdownReason, Transmit, UniqueAddress,
 };
 use rand::rngs::SmallRng;
@@ -24,22 +30,23 @@ use rand::{Rng, SeedableRng};
 
 use crate::hosted::{HostedMachine, MachineFactory, Payload};
 use crate::lease::SimLease;
+use crate::membership::SimMembership;
 use crate::network::{NetworkConfig, Partitions};
 
 /// One simulated node (the current incarnation at its address).
 pub struct SimNode {
-    /// The membership machine.
-    pub core: ClusterCore,
+    /// The membership layer: [`ClusterCore`] on its real host and effects.
+    pub membership: SimMembership,
     /// The other protocol machines of this node, routed by protocol id.
     pub machines: Vec<Box<dyn HostedMachine>>,
-    /// Incarnations this node refuses (from [`ClusterCore::poll_quarantine`]).
+    /// Incarnations this node refuses (the membership layer's quarantines).
     pub quarantined: BTreeSet<UniqueAddress>,
     /// False once crashed (messages to it are lost, its timers stop).
     pub alive: bool,
     /// Paused (like SIGSTOP) until this time, ms.
     pub paused_until: Option<u64>,
     /// The reason of this node's coordinated shutdown once the core asked to start it
-    /// ([`ClusterCore::poll_coordinated_shutdown`], the decision the tokio runtime takes too).
+    /// (through the membership layer's effects, as in the tokio runtime).
     pub coordinated_shutdown: Option<ShutdownReason>,
     /// The time of this node's timer event in the queue, ms: one pending timer per node, so
     /// the queue does not fill with stale timers (one per delivered message otherwise).
@@ -47,16 +54,21 @@ pub struct SimNode {
 }
 
 impl SimNode {
+    /// The membership machine.
+    pub fn core(&self) -> &ClusterCore {
+        self.membership.core()
+    }
+
     /// Alive and not shut down by the protocol.
     pub fn is_running(&self) -> bool {
-        self.alive && self.core.shutdown_reason().is_none()
+        self.alive && self.core().shutdown_reason().is_none()
     }
 
     /// One line describing this node's view, for tracing a failing seed: whether it runs,
     /// each member as `host:status:up-number`, and how many members it sees unreachable.
     pub fn membership_line(&self) -> String {
         let members: Vec<String> = self
-            .core
+            .core()
             .latest_gossip()
             .members
             .values()
@@ -71,7 +83,7 @@ impl SimNode {
             "run={} {:?} unreachable={}",
             self.is_running(),
             members,
-            self.core.membership_state().unreachable_members().len()
+            self.core().membership_state().unreachable_members().len()
         )
     }
 
@@ -80,7 +92,7 @@ impl SimNode {
         self.machines
             .iter()
             .filter_map(|m| m.next_timeout())
-            .chain(self.core.poll_timeout())
+            .chain(self.membership.host.next_timeout())
             .min()
     }
 }
@@ -122,7 +134,7 @@ pub struct SimStats {
     pub unknown_dropped: u64,
     /// Messages refused because their sender is quarantined by the receiver.
     pub quarantine_refused: u64,
-    /// Leases granted by [`SimLease`].
+    /// Leases granted by [`SimLease`] (renewals included).
     pub leases_granted: u64,
 }
 
@@ -146,8 +158,8 @@ pub struct Simulation {
     pub events: BTreeMap<Address, Vec<ClusterEvent>>,
     /// Record events (off for large runs).
     pub record_events: bool,
-    /// The lease lease-majority decisions acquire.
-    pub lease: SimLease,
+    /// The lease lease-majority decisions acquire (shared with every node's effects).
+    pub lease: Arc<Mutex<SimLease>>,
     /// The one clock of every node's hosts: virtual time, [`Simulation::now`].
     pub clock: ManualClock,
     factories: Vec<MachineFactory>,
@@ -186,10 +198,11 @@ impl Simulation {
             stats: SimStats::default(),
             events: BTreeMap::new(),
             record_events: true,
-            lease: SimLease {
+            lease: Arc::new(Mutex::new(SimLease {
                 holder: None,
                 ttl_ms: 40_000,
-            },
+                granted: 0,
+            })),
             clock: ManualClock::new(1_000_000),
             factories: Vec::new(),
             messages: BTreeMap::new(),
@@ -218,7 +231,7 @@ impl Simulation {
         if !n.is_running() {
             return;
         }
-        let uid = n.core.self_unique_address().uid;
+        let uid = n.core().self_unique_address().uid;
         let Some(t) = n.next_timeout() else {
             return;
         };
@@ -246,7 +259,7 @@ impl Simulation {
             self.now,
             seed,
         );
-        let view = std::sync::Arc::new(core.membership_view());
+        let view = Arc::new(core.membership_view());
         let now = self.now;
         let machines = self
             .factories
@@ -261,7 +274,7 @@ impl Simulation {
         self.nodes.insert(
             address.clone(),
             SimNode {
-                core,
+                membership: SimMembership::new(core, self.lease.clone(), self.clock.clone()),
                 machines,
                 quarantined: BTreeSet::new(),
                 alive: true,
@@ -297,7 +310,11 @@ impl Simulation {
     pub fn with_node<T>(&mut self, a: &Address, f: impl FnOnce(&mut ClusterCore, u64) -> T) -> T {
         let now = self.now;
         let node = self.nodes.get_mut(a).expect("node exists");
-        let r = f(&mut node.core, now);
+        let r = node
+            .membership
+            .host
+            .host
+            .with(|_, fx| f(&mut *fx.machine, now));
         self.flush(a);
         self.schedule_timer(a);
         r
@@ -337,62 +354,66 @@ impl Simulation {
         }
     }
 
-    /// Carries every output of the node at `a`: membership events (recorded, fed to the
-    /// hosted machines, Exiting → exiting tasks completed), quarantines, lease requests and
-    /// the transmits of all its machines.
+    /// The lease as it is now.
+    pub fn lease(&self) -> SimLease {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Carries every output of the node at `a`: what its membership layer published
+    /// (views and events, recorded and fed to the hosted machines; quarantines; the start
+    /// of the coordinated shutdown, whose exiting tasks run here) and the transmits of all
+    /// its machines.
     fn flush(&mut self, a: &Address) {
         let now = self.now;
         let Some(node) = self.nodes.get_mut(a) else {
             return;
         };
-        let from = node.core.self_unique_address().clone();
+        let from = node.core().self_unique_address().clone();
         let mut events: Vec<ClusterEvent> = Vec::new();
         let mut out: Vec<Transmit<SimMessage>> = Vec::new();
         // Membership outputs first; hosted machines may answer the events with transmits.
-        while let Some(e) = node.core.poll_event() {
-            events.push(e);
-        }
-        if !events.is_empty() && !node.machines.is_empty() {
-            let view = std::sync::Arc::new(node.core.membership_view());
-            for e in &events {
+        out.extend(
+            node.membership
+                .host
+                .take_transmits()
+                .into_iter()
+                .map(|t| t.map(SimMessage::Membership)),
+        );
+        let outputs = node.membership.sinks.take();
+        for (view, published) in outputs.publications {
+            for e in &published {
                 for m in &mut node.machines {
                     m.membership(now, &view, MembershipChange::Event(e));
                 }
             }
+            events.extend(published);
         }
+        node.quarantined.extend(outputs.quarantined);
         // The coordinated shutdown starts when the core asks (as in the tokio runtime);
-        // its cluster-exiting phase: the hosted machines hand their work over first.
-        while let Some(reason) = node.core.poll_coordinated_shutdown() {
+        // its cluster-exiting phase: the hosted machines hand their work over first, then
+        // the phase reports itself done with the runtime's command.
+        for reason in outputs.coordinated_shutdown {
             node.coordinated_shutdown.get_or_insert(reason);
         }
-        if node.coordinated_shutdown.is_some() && node.core.exiting_tasks_in_progress() {
+        if node.coordinated_shutdown.is_some() && node.core().exiting_tasks_in_progress() {
             let mut done = true;
             for m in &mut node.machines {
                 done &= m.exiting(now);
             }
             if done {
-                node.core.exiting_completed(now);
+                let (reply, _) = futures_channel::oneshot::channel();
+                let host = &mut node.membership.host;
+                host.host
+                    .handle(HostInput::Command(Command::ExitingCompleted(reply)));
+                // Its transmits now; what it publishes is carried by the next flush.
+                out.extend(
+                    host.take_transmits()
+                        .into_iter()
+                        .map(|t| t.map(SimMessage::Membership)),
+                );
             }
         }
-        while let Some(q) = node.core.poll_quarantine() {
-            node.quarantined.insert(q);
-        }
-        while let Some(r) = node.core.poll_lease_request() {
-            match r {
-                LeaseRequest::Acquire => {
-                    let granted = self.lease.acquire(&from, now);
-                    if granted {
-                        self.stats.leases_granted += 1;
-                    }
-                    node.core.handle_lease_result(granted);
-                }
-                LeaseRequest::Release => self.lease.release(&from),
-                _ => {}
-            }
-        }
-        while let Some(t) = node.core.poll_transmit() {
-            out.push(t.map(SimMessage::Membership));
-        }
+        self.stats.leases_granted = self.lease.lock().unwrap_or_else(|p| p.into_inner()).granted;
         let mut hosted = Vec::new();
         for m in &mut node.machines {
             let p = m.protocol();
@@ -472,7 +493,7 @@ impl Simulation {
                     let Some(n) = self.nodes.get_mut(&a) else {
                         continue;
                     };
-                    if !n.is_running() || n.core.self_unique_address().uid != uid {
+                    if !n.is_running() || n.core().self_unique_address().uid != uid {
                         continue;
                     }
                     if n.timer_at != Some(at) {
@@ -488,8 +509,8 @@ impl Simulation {
                         }
                         n.paused_until = None;
                     }
-                    if n.core.poll_timeout().is_some_and(|t| t <= now) {
-                        n.core.handle_timeout(now);
+                    if n.membership.host.next_timeout().is_some_and(|t| t <= now) {
+                        n.membership.host.timeout(now);
                     }
                     for m in &mut n.machines {
                         if m.next_timeout().is_some_and(|t| t <= now) {
@@ -521,7 +542,7 @@ impl Simulation {
         };
         if !n.is_running()
             || m.to_uid
-                .is_some_and(|u| u != n.core.self_unique_address().uid)
+                .is_some_and(|u| u != n.core().self_unique_address().uid)
         {
             return;
         }
@@ -538,8 +559,11 @@ impl Simulation {
             self.stats.quarantine_refused += 1;
             let to = m.to.clone();
             if let Some(sender) = self.nodes.get_mut(&m.from.address) {
-                if sender.core.self_unique_address() == &m.from && sender.is_running() {
-                    sender.core.handle_quarantined_by_peer(&to);
+                if sender.core().self_unique_address() == &m.from && sender.is_running() {
+                    // As the transport reports a refused handshake.
+                    sender.membership.host.host.handle(HostInput::Completion(
+                        MembershipCompletion::QuarantinedBy(to),
+                    ));
                 }
             }
             return;
@@ -552,7 +576,10 @@ impl Simulation {
                     ClusterMessage::GossipStatus { .. } => self.stats.gossip_status += 1,
                     _ => {}
                 }
-                n.core.handle_message(now, &m.from, msg);
+                n.membership.host.host.handle(HostInput::Inbound(Inbound {
+                    from: m.from.clone(),
+                    messages: vec![(msg, 0)],
+                }));
             }
             SimMessage::Protocol(protocol, payload) => {
                 let delivered = n
@@ -578,7 +605,7 @@ impl Simulation {
         let Some(sender) = self.nodes.get(from) else {
             return;
         };
-        let from_ua = sender.core.self_unique_address().clone();
+        let from_ua = sender.core().self_unique_address().clone();
         self.seq += 1;
         let id = self.seq;
         self.messages.insert(
@@ -628,22 +655,22 @@ impl Simulation {
     pub fn all_up_converged(&self) -> bool {
         let members: BTreeSet<UniqueAddress> = self
             .running()
-            .filter(|(_, n)| n.core.is_initialized())
-            .map(|(_, n)| n.core.self_unique_address().clone())
+            .filter(|(_, n)| n.core().is_initialized())
+            .map(|(_, n)| n.core().self_unique_address().clone())
             .collect();
         !members.is_empty()
             && self
                 .running()
-                .filter(|(_, n)| n.core.is_initialized())
+                .filter(|(_, n)| n.core().is_initialized())
                 .all(|(_, n)| {
-                    let g = n.core.latest_gossip();
+                    let g = n.core().latest_gossip();
                     g.members.len() == members.len()
                         && g.members.values().all(|m| {
                             m.status == concord_core::MemberStatus::Up
                                 && members.contains(&m.unique_address)
                         })
-                        && n.core.membership_state().convergence()
-                        && n.core.membership_state().unreachable_members().is_empty()
+                        && n.core().membership_state().convergence()
+                        && n.core().membership_state().unreachable_members().is_empty()
                 })
     }
 

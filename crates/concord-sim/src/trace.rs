@@ -10,7 +10,7 @@ use crate::sim::Simulation;
 /// Reachable (`observer>subject`) and its latest resolver decision.
 pub fn print_views(sim: &Simulation) {
     for (a, n) in sim.nodes.iter() {
-        let g = n.core.latest_gossip();
+        let g = n.core().latest_gossip();
         let recs: Vec<String> = g
             .overview
             .reachability
@@ -18,7 +18,7 @@ pub fn print_views(sim: &Simulation) {
             .filter(|r| r.2 != ReachabilityStatus::Reachable)
             .map(|(o, s, _)| format!("{}>{}", o.address.host, s.address.host))
             .collect();
-        let decision = n.core.recent_sbr_decisions().last().map(|d| {
+        let decision = n.core().recent_sbr_decisions().last().map(|d| {
             format!(
                 "{} {:?} {:?}",
                 d.at_ms,

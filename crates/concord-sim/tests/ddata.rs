@@ -86,7 +86,7 @@ fn update(
 /// Running nodes that are members of a cluster.
 fn members(sim: &Simulation) -> Vec<Address> {
     sim.running()
-        .filter(|(_, n)| n.core.is_initialized())
+        .filter(|(_, n)| n.core().is_initialized())
         .map(|(a, _)| a.clone())
         .collect()
 }
@@ -263,7 +263,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> u64 {
                     // At every step: a replica's counter never goes back, never exceeds
                     // what was added (no double counting, also through pruning).
                     for a in members(&sim) {
-                        let uid = sim.node(&a).core.self_unique_address().uid;
+                        let uid = sim.node(&a).core().self_unique_address().uid;
                         let v = counter_value(&sim, &a).unwrap_or(0);
                         let last = seen.entry(uid).or_insert(0);
                         if v < *last || v > total {
@@ -271,7 +271,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> u64 {
                                 let h = sim.machine::<HostedReplicator>(&b).unwrap();
                                 eprintln!(
                                     "{b} uid {} env {:?}",
-                                    sim.node(&b).core.self_unique_address().uid,
+                                    sim.node(&b).core().self_unique_address().uid,
                                     h.machine.local_value("counter")
                                 );
                             }
@@ -309,14 +309,14 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> u64 {
             for (a, n) in sim.running() {
                 eprintln!(
                     "{a}: init {} {:?} unreachable {:?}",
-                    n.core.is_initialized(),
-                    n.core
+                    n.core().is_initialized(),
+                    n.core()
                         .latest_gossip()
                         .members
                         .values()
                         .map(|m| (m.unique_address.address.host.clone(), m.status))
                         .collect::<Vec<_>>(),
-                    n.core.membership_state().unreachable_members()
+                    n.core().membership_state().unreachable_members()
                 );
             }
             panic!("seed {seed}: membership converges; faults {faults:?}");
@@ -330,7 +330,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> u64 {
                 let h = sim.machine::<HostedReplicator>(&b).unwrap();
                 eprintln!(
                     "{b} uid {} nodes {:?} stats {:?}\n  counter {:?}\n  set {:?}",
-                    sim.node(&b).core.self_unique_address().uid,
+                    sim.node(&b).core().self_unique_address().uid,
                     h.machine
                         .nodes()
                         .map(|n| n.address.host.clone())
@@ -374,7 +374,7 @@ fn pruning_removes_a_crashed_node_from_the_data_and_keeps_its_count() {
     }
     sim.run_until_cond(10_000, 100, converged)
         .expect("converges");
-    let gone = sim.node(&addrs[3]).core.self_unique_address().uid;
+    let gone = sim.node(&addrs[3]).core().self_unique_address().uid;
     sim.crash(&addrs[3]);
     // SBR downs it; the replicators prune it once it is removed.
     let pruned = sim.run_until_cond(120_000, 500, |s| {

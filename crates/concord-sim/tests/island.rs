@@ -22,7 +22,7 @@ fn restart_first_seed_in_a_partition(
     let a = addrs[0].clone();
     let original = sim
         .node(&addrs[1])
-        .core
+        .core()
         .cluster_identity()
         .expect("an identity");
     sim.crash(&a);
@@ -47,20 +47,20 @@ fn a_first_seed_restarted_inside_a_partition_with_its_record_joins_the_original_
     for seed in 0..20 {
         let (mut sim, addrs, original) = restart_first_seed_in_a_partition(seed, true);
         let a = addrs[0].clone();
-        let timeout = sim.node(&a).core.settings().seed_node_timeout_ms;
+        let timeout = sim.node(&a).core().settings().seed_node_timeout_ms;
         sim.run_for(10 * timeout);
         assert!(
-            !sim.node(&a).core.is_initialized(),
+            !sim.node(&a).core().is_initialized(),
             "seed {seed}: the restarted first seed formed an island"
         );
         sim.partitions = Partitions::default();
         sim.run_until_cond(60_000, 100, |s| {
-            s.running().count() == 3 && s.node(&a).core.is_initialized() && s.all_up_converged()
+            s.running().count() == 3 && s.node(&a).core().is_initialized() && s.all_up_converged()
         })
         .unwrap_or_else(|| panic!("seed {seed}: no single cluster of three after the heal"));
         for x in &addrs {
             assert_eq!(
-                sim.node(x).core.cluster_identity(),
+                sim.node(x).core().cluster_identity(),
                 Some(original),
                 "seed {seed}: {x} is in the original cluster"
             );
@@ -72,17 +72,17 @@ fn a_first_seed_restarted_inside_a_partition_with_its_record_joins_the_original_
 fn without_a_record_the_restarted_first_seed_forms_an_island_that_reports_the_original() {
     let (mut sim, addrs, original) = restart_first_seed_in_a_partition(1, false);
     let a = addrs[0].clone();
-    sim.run_until_cond(10_000, 100, |s| s.node(&a).core.is_initialized())
+    sim.run_until_cond(10_000, 100, |s| s.node(&a).core().is_initialized())
         .expect("forms an island by Akka's first-seed rule");
     sim.partitions = Partitions::default();
     // The original cluster's members joined through explicit joins (no seed nodes), so
     // only the island probes: it finds the original and reports it, without yielding.
     sim.run_until_cond(30_000, 100, |s| {
         s.node(&a)
-            .core
+            .core()
             .other_clusters()
             .any(|o| o.identity == original && !o.this_cluster_yields)
     })
     .expect("the island reports the original cluster");
-    assert!(sim.node(&a).core.shutdown_reason().is_none());
+    assert!(sim.node(&a).core().shutdown_reason().is_none());
 }

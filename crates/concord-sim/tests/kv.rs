@@ -112,7 +112,7 @@ fn values_of(o: &Versioned) -> Vec<String> {
 fn client_op(sim: &mut Simulation, h: &mut History) {
     let running: Vec<Address> = sim
         .running()
-        .filter(|(_, n)| n.core.is_initialized())
+        .filter(|(_, n)| n.core().is_initialized())
         .map(|(a, _)| a.clone())
         .collect();
     if running.is_empty() {
@@ -175,7 +175,7 @@ fn client_op(sim: &mut Simulation, h: &mut History) {
 /// Reads the answers the machines gave since the last call.
 fn collect(sim: &Simulation, h: &mut History) {
     for (a, node) in sim.running() {
-        let uid = node.core.self_unique_address().uid;
+        let uid = node.core().self_unique_address().uid;
         let Some(k) = sim.machine::<Kv>(a) else {
             continue;
         };
@@ -267,7 +267,7 @@ fn recover_everyone(sim: &mut Simulation, addrs: &[Address]) {
         for a in &stopped {
             let seeds: Vec<Address> = sim
                 .running()
-                .filter(|(x, n)| *x != a && n.core.is_initialized())
+                .filter(|(x, n)| *x != a && n.core().is_initialized())
                 .map(|(x, _)| x.clone())
                 .take(3)
                 .collect();
@@ -420,8 +420,8 @@ fn random_faults_lose_no_acknowledged_write_and_heal_to_n_replicas() {
                     a.host,
                     n.membership_line(),
                     n.alive,
-                    n.core.shutdown_reason(),
-                    n.core.is_initialized()
+                    n.core().shutdown_reason(),
+                    n.core().is_initialized()
                 );
             }
             fail("membership does not settle".into(), &faults);

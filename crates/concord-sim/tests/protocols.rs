@@ -186,14 +186,14 @@ fn a_removed_incarnation_is_quarantined_after_the_cores_delay_and_learns_it() {
     let mut sim = Simulation::new(5, sim_settings(), NetworkConfig::default());
     let addrs = sim.form_cluster(5, 30_000).expect("forms");
     let victim = addrs[4].clone();
-    let victim_ua = sim.node(&victim).core.self_unique_address().clone();
+    let victim_ua = sim.node(&victim).core().self_unique_address().clone();
     // Cut the victim off long enough to be downed and removed.
     let others: BTreeSet<_> = addrs[..4].iter().cloned().collect();
     sim.partitions = Partitions::split(&[others, [victim.clone()].into()]);
     sim.run_until_cond(30_000, 100, |s| {
         addrs[..4].iter().all(|a| {
             !s.node(a)
-                .core
+                .core()
                 .latest_gossip()
                 .members
                 .contains_key(&victim_ua)
@@ -230,7 +230,7 @@ fn quarantine_refuses_a_paused_node_that_was_removed_and_it_shuts_down() {
     sim.pause(&victim, 20_000);
     sim.run_until_cond(10_000, 100, |s| {
         s.node(&addrs[0])
-            .core
+            .core()
             .membership_state()
             .unreachable_members()
             .iter()
@@ -275,9 +275,9 @@ fn lease_majority_in_the_simulator_the_side_that_gets_the_lease_survives_and_rel
     sim.partitions = Partitions::default();
     sim.run_until_cond(30_000, 100, |s| s.all_up_converged())
         .expect("the majority converges");
-    let held_by = sim.lease.holder.clone().expect("held").0;
+    let held_by = sim.lease().holder.clone().expect("held").0;
     assert!(majority.contains(&held_by.address));
-    sim.run_until_cond(20_000, 100, |s| s.lease.holder.is_none())
+    sim.run_until_cond(20_000, 100, |s| s.lease().holder.is_none())
         .expect("the holder releases the lease release-after the downed members are removed");
 }
 
@@ -295,6 +295,6 @@ fn hosted_machines_are_rebuilt_for_a_restarted_incarnation() {
     );
     assert_ne!(
         h.machine.me,
-        *sim.node(&addrs[0]).core.self_unique_address()
+        *sim.node(&addrs[0]).core().self_unique_address()
     );
 }

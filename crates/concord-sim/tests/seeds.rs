@@ -187,7 +187,7 @@ fn scenario_3_2_partition_minority_downed_then_heal_converges() {
     sim.partitions = Partitions::default();
     sim.run_until_cond(30_000, 100, |s| s.all_up_converged())
         .expect("majority converges");
-    let g = sim.node(&addrs[0]).core.latest_gossip();
+    let g = sim.node(&addrs[0]).core().latest_gossip();
     assert_eq!(g.members.len(), 3);
     assert!(g.members.values().all(|m| m.status == MemberStatus::Up));
 }

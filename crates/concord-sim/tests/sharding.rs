@@ -73,7 +73,7 @@ fn live_entities(sim: &Simulation, logs: &Logs) -> Result<BTreeMap<String, Vec<S
     let logs = logs.lock().unwrap_or_else(|p| p.into_inner());
     let mut received = BTreeMap::new();
     for (_, n) in sim.running() {
-        if let Some(log) = logs.get(n.core.self_unique_address()) {
+        if let Some(log) = logs.get(n.core().self_unique_address()) {
             let log = log.lock().unwrap_or_else(|p| p.into_inner());
             for (e, list) in &log.live {
                 if received.insert(e.clone(), list.clone()).is_some() {
@@ -98,7 +98,7 @@ impl Incarnations {
     fn running(sim: &Simulation, node: &UniqueAddress) -> bool {
         sim.nodes
             .get(&node.address)
-            .is_some_and(|n| n.is_running() && n.core.self_unique_address() == node)
+            .is_some_and(|n| n.is_running() && n.core().self_unique_address() == node)
     }
 
     fn observe(&mut self, sim: &Simulation, logs: &Logs) {
@@ -174,7 +174,7 @@ fn one_home_per_shard(sim: &Simulation) -> Result<(), String> {
                 hosted
                     .entry(s)
                     .or_default()
-                    .push(n.core.self_unique_address().clone());
+                    .push(n.core().self_unique_address().clone());
             }
         }
     }
@@ -206,7 +206,7 @@ fn entity(i: u32) -> String {
 fn random_traffic(sim: &mut Simulation, n: usize, seq: &mut u64) {
     let members: Vec<Address> = sim
         .running()
-        .filter(|(_, n)| n.core.is_initialized())
+        .filter(|(_, n)| n.core().is_initialized())
         .map(|(a, _)| a.clone())
         .collect();
     if members.is_empty() {
@@ -343,7 +343,7 @@ fn run_random_faults(seeds: impl IntoIterator<Item = u64>) -> (u64, u64) {
                 }
             }
         }
-        let cluster = sim.running().any(|(_, n)| n.core.is_initialized());
+        let cluster = sim.running().any(|(_, n)| n.core().is_initialized());
         if cluster {
             healed += 1;
             ok.unwrap_or_else(|e| panic!("seed {seed}: after heal: {e}; faults {faults:?}"));
@@ -514,7 +514,7 @@ fn coordinator_fail_over_with_sbr_recovers_the_state_while_known_homes_serve() {
     // Its node crashes: the split brain resolver downs it (keep-majority), the next oldest
     // starts the coordinator after the removal margin.
     sim.crash(&coordinator);
-    let crashed_uid = sim.node(&coordinator).core.self_unique_address().clone();
+    let crashed_uid = sim.node(&coordinator).core().self_unique_address().clone();
     // Meanwhile known homes keep serving: a message to an entity hosted elsewhere is
     // delivered before any coordinator runs again.
     let survivor = addrs.iter().find(|a| **a != coordinator).cloned().unwrap();

@@ -313,7 +313,7 @@ fn crash_of_the_oldest_moves_it_only_after_removal_and_the_margin() {
     .expect("the next oldest takes over");
     let removed_seen = sim
         .node(&addrs[1])
-        .core
+        .core()
         .latest_gossip()
         .members
         .keys()
@@ -447,7 +447,7 @@ fn random_faults_never_run_two_singletons_at_once() {
         let settled = run_checked(&mut sim, &mut acts, 150_000, |s| {
             s.all_up_converged() && running_on(s).len() == 1
         });
-        let cluster = sim.running().any(|(_, n)| n.core.is_initialized());
+        let cluster = sim.running().any(|(_, n)| n.core().is_initialized());
         moves += acts.all(&sim).len().saturating_sub(1);
         if cluster {
             checked += 1;

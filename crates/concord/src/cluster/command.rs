@@ -1,15 +1,16 @@
 //! What reaches the membership layer's host besides peers' messages: [`Command`]s from
-//! [`super::Cluster`] handles and the coordinated shutdown's tasks, and
+//! the `Cluster` handles, the coordinated shutdown's tasks and the simulator, and
 //! [`MembershipCompletion`]s of what runs asynchronously (lease requests, the transport).
 
 use concord_core::{Address, CommandError};
-use tokio::sync::oneshot;
+use futures_channel::oneshot;
 
 /// Where a command's result goes.
-pub(crate) type Reply = oneshot::Sender<Result<(), CommandError>>;
+pub type Reply = oneshot::Sender<Result<(), CommandError>>;
 
-/// Requests from [`super::Cluster`] handles and the coordinated shutdown's tasks.
-pub(crate) enum Command {
+/// Requests from the `Cluster` handles, the coordinated shutdown's tasks and the
+/// simulator.
+pub enum Command {
     /// Join the cluster of the node at this address (`ClusterCore::join`).
     Join(Address, Reply),
     /// Join via these seed nodes (`ClusterCore::join_seed_nodes`).
@@ -33,7 +34,7 @@ pub(crate) enum Command {
 
 /// What the membership host learns from asynchronous work and the transport.
 #[derive(Debug)]
-pub(crate) enum MembershipCompletion {
+pub enum MembershipCompletion {
     /// A lease acquisition ended: granted or not (`ClusterCore::handle_lease_result`).
     LeaseResult(bool),
     /// A peer refused our handshake because this incarnation is quarantined
@@ -42,7 +43,7 @@ pub(crate) enum MembershipCompletion {
 }
 
 /// How the host ended, for its runner: what it does with remoting afterwards.
-pub(crate) enum Exit {
+pub enum Exit {
     /// `Command::Shutdown`: drain, close, answer.
     Shutdown(oneshot::Sender<()>),
     /// `Command::Stop`, or a queue the host needs closed: close at once.

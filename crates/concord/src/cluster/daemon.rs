@@ -19,11 +19,14 @@ use concord_core::ShutdownReason;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use std::sync::Arc;
+
 use super::command::{Exit, MembershipCompletion};
 use super::effects::MembershipEffects;
+use super::shared::Shared;
 use crate::clock::Clock;
 use crate::host::LayerHost;
-use crate::remote::TransportEvent;
+use crate::remote::{Transport, TransportEvent};
 use crate::runtime::{drive, HostChannels};
 
 /// How long a graceful stop waits for queued messages to be written, at most (it goes on
@@ -34,12 +37,14 @@ const DRAIN_ON_STOP: Duration = Duration::from_secs(2);
 const LISTENER_CLOSE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Runs the membership host until `Shutdown` or `Stop` (or a queue it needs closes), then
-/// closes remoting; see the module docs. `transport_events` are the transport's reports.
+/// closes `transport`; see the module docs. `transport_events` are the transport's reports.
 pub(crate) async fn run(
     host: LayerHost<MembershipEffects>,
     clock: Clock,
     channels: HostChannels<MembershipEffects>,
     mut transport_events: mpsc::UnboundedReceiver<TransportEvent>,
+    transport: Transport,
+    shared: Arc<Shared>,
 ) {
     info!(uid = host.node().uid, "cluster node started");
     let completions = host.completions();
@@ -59,31 +64,25 @@ pub(crate) async fn run(
         never = forward => match never {},
     };
     let (core, mut effects) = host.into_parts();
-    match effects.exit.take() {
+    match effects.take_exit() {
         Some(Exit::Shutdown(reply)) => {
             let reason = core
                 .shutdown_reason()
-                .or(effects.shared.shutdown.reason())
+                .or(shared.shutdown.reason())
                 .unwrap_or(ShutdownReason::Requested);
             info!(?reason, "membership stopped; closing remoting");
-            effects.transport.drain(DRAIN_ON_STOP).await;
-            effects.transport.shutdown();
-            effects
-                .transport
-                .listener_closed(LISTENER_CLOSE_LIMIT)
-                .await;
-            effects.set_ended(reason);
+            transport.drain(DRAIN_ON_STOP).await;
+            transport.shutdown();
+            transport.listener_closed(LISTENER_CLOSE_LIMIT).await;
+            effects.sinks_mut().ended(reason);
             let _ = reply.send(());
         }
         Some(Exit::Stop) | None => {
             warn!("cluster node stopped without leaving");
-            effects.transport.shutdown();
-            effects
-                .transport
-                .listener_closed(LISTENER_CLOSE_LIMIT)
-                .await;
-            effects.set_ended(ShutdownReason::Stopped);
-            effects.shared.shutdown.abort(ShutdownReason::Stopped);
+            transport.shutdown();
+            transport.listener_closed(LISTENER_CLOSE_LIMIT).await;
+            effects.sinks_mut().ended(ShutdownReason::Stopped);
+            shared.shutdown.abort(ShutdownReason::Stopped);
         }
     }
 }

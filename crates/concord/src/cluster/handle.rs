@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use concord_core::{Address, CommandError, MembershipView, ShutdownReason, UniqueAddress};
-use tokio::sync::{oneshot, watch};
+use futures_channel::oneshot;
+use tokio::sync::watch;
 
 use super::island_report::IslandReport;
 use super::shared::Shared;

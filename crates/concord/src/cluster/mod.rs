@@ -4,8 +4,10 @@
 //!
 //! It is a layer like the others: it registers [`ProtocolId::MEMBERSHIP`] with its codec,
 //! runs its machine on a [`crate::host::LayerHost`] driven by the runtime's one loop
-//! ([`crate::runtime::drive`]) — its effects (`effects.rs`) turn commands (`command.rs`)
-//! into core operations and publish the view and event batches after each turn; the
+//! (`runtime::drive`) or by the simulator — its effects ([`MembershipEffects`]) turn
+//! commands (`command.rs`) into core operations and hand the view, the event batches and
+//! the rest of a turn's outputs to the host's sinks (`membership_sinks.rs`; the runtime's
+//! in `runtime_sinks.rs`: watch channels, the transport, the coordinated shutdown); the
 //! daemon (`daemon.rs`) feeds the transport's quarantine reports in as completions and
 //! closes remoting once the host has stopped — and adds its coordinated-shutdown tasks
 //! (leave, wait for Exiting, report the exiting tasks done, stop). Layers above read membership from
@@ -33,20 +35,20 @@
 //! ```
 
 pub mod codec;
+pub mod command;
+pub mod effects;
 pub mod gossip_wire;
+pub mod membership_record;
+pub mod membership_sinks;
 
 #[cfg(feature = "runtime")]
-mod command;
-#[cfg(feature = "runtime")]
 mod daemon;
-#[cfg(feature = "runtime")]
-mod effects;
 #[cfg(feature = "runtime")]
 mod handle;
 #[cfg(feature = "runtime")]
 mod island_report;
 #[cfg(feature = "runtime")]
-pub mod membership_record;
+mod runtime_sinks;
 #[cfg(feature = "runtime")]
 mod shared;
 #[cfg(feature = "runtime")]
@@ -56,6 +58,7 @@ mod start;
 #[cfg(feature = "runtime")]
 mod subscription;
 
+pub use effects::MembershipEffects;
 #[cfg(feature = "runtime")]
 pub use handle::*;
 #[cfg(feature = "runtime")]

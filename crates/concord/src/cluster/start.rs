@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::codec::MembershipCodec;
 use super::effects::MembershipEffects;
 use super::membership_record;
+use super::runtime_sinks::RuntimeSinks;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::coordinated_shutdown::CoordinatedShutdown;
@@ -97,18 +98,17 @@ impl Cluster {
             core_stats: std::sync::Mutex::default(),
             islands: std::sync::Mutex::default(),
         });
-        let effects = MembershipEffects::new(
+        let sinks = RuntimeSinks::new(
             parts.transport.clone(),
             shared.clone(),
             views_tx,
             ended_tx,
-            parts.lease,
             clock,
-            record_dir,
         );
-        let label = effects.node_label().to_string();
+        let effects = MembershipEffects::new(Box::new(sinks), parts.lease, record_dir);
+        let label = parts.self_unique_address.address.to_string();
         let sender = ProtocolSender::new(
-            parts.transport,
+            parts.transport.clone(),
             ProtocolId::MEMBERSHIP,
             Arc::new(MembershipCodec::default()),
         );
@@ -131,7 +131,14 @@ impl Cluster {
             ..HostChannels::default()
         };
         tokio::spawn(tracing::Instrument::instrument(
-            super::daemon::run(host, clock, channels, parts.transport_events),
+            super::daemon::run(
+                host,
+                clock,
+                channels,
+                parts.transport_events,
+                parts.transport,
+                shared.clone(),
+            ),
             tracing::Span::current(),
         ));
         let cluster = Cluster { shared };
