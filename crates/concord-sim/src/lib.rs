@@ -19,9 +19,11 @@ pub mod layer_host;
 pub mod lease;
 pub mod membership;
 pub mod network;
+pub mod node;
 pub mod scale;
 pub mod schedule;
 pub mod sim;
+pub mod stats;
 pub mod trace;
 
 pub use hosted::{Hosted, HostedMachine, Payload};

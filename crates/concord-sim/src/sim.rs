@@ -22,8 +22,8 @@ use concord::host::{HostInput, ManualClock};
 use concord::remote::codec::Inbound;
 use concord_core::settings::ClusterSettings;
 use concord_core::{
-    Address, ClusterCore, ClusterEvent, ClusterMessage, MembershipChange, ProtocolId,
-    ShutdownReason, Transmit, UniqueAddress,
+    Address, ClusterCore, ClusterEvent, ClusterMessage, MembershipChange, ProtocolId, Transmit,
+    UniqueAddress,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -32,70 +32,8 @@ use crate::hosted::{HostedMachine, MachineFactory, Payload};
 use crate::lease::SimLease;
 use crate::membership::SimMembership;
 use crate::network::{NetworkConfig, Partitions};
-
-/// One simulated node (the current incarnation at its address).
-pub struct SimNode {
-    /// The membership layer: [`ClusterCore`] on its real host and effects.
-    pub membership: SimMembership,
-    /// The other protocol machines of this node, routed by protocol id.
-    pub machines: Vec<Box<dyn HostedMachine>>,
-    /// Incarnations this node refuses (the membership layer's quarantines).
-    pub quarantined: BTreeSet<UniqueAddress>,
-    /// False once crashed (messages to it are lost, its timers stop).
-    pub alive: bool,
-    /// Paused (like SIGSTOP) until this time, ms.
-    pub paused_until: Option<u64>,
-    /// The reason of this node's coordinated shutdown once the core asked to start it
-    /// (through the membership layer's effects, as in the tokio runtime).
-    pub coordinated_shutdown: Option<ShutdownReason>,
-    /// The time of this node's timer event in the queue, ms: one pending timer per node, so
-    /// the queue does not fill with stale timers (one per delivered message otherwise).
-    timer_at: Option<u64>,
-}
-
-impl SimNode {
-    /// The membership machine.
-    pub fn core(&self) -> &ClusterCore {
-        self.membership.core()
-    }
-
-    /// Alive and not shut down by the protocol.
-    pub fn is_running(&self) -> bool {
-        self.alive && self.core().shutdown_reason().is_none()
-    }
-
-    /// One line describing this node's view, for tracing a failing seed: whether it runs,
-    /// each member as `host:status:up-number`, and how many members it sees unreachable.
-    pub fn membership_line(&self) -> String {
-        let members: Vec<String> = self
-            .core()
-            .latest_gossip()
-            .members
-            .values()
-            .map(|m| {
-                format!(
-                    "{}:{:?}:{}",
-                    m.unique_address.address.host, m.status, m.up_number
-                )
-            })
-            .collect();
-        format!(
-            "run={} {:?} unreachable={}",
-            self.is_running(),
-            members,
-            self.core().membership_state().unreachable_members().len()
-        )
-    }
-
-    /// The earliest deadline of all its machines, ms.
-    fn next_timeout(&self) -> Option<u64> {
-        self.machines
-            .iter()
-            .filter_map(|m| m.next_timeout())
-            .chain(self.membership.host.next_timeout())
-            .min()
-    }
-}
+pub use crate::node::SimNode;
+pub use crate::stats::SimStats;
 
 /// A message on the simulated network.
 // Membership messages carry a whole Gossip inline (with its cluster identity, ~230 bytes);
@@ -114,28 +52,6 @@ struct InFlight {
     to: Address,
     to_uid: Option<u64>,
     message: SimMessage,
-}
-
-/// Counters of one run.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SimStats {
-    /// Messages handed to the network.
-    pub sent: u64,
-    /// Messages delivered.
-    pub delivered: u64,
-    /// Full gossip envelopes delivered.
-    pub gossip_envelopes: u64,
-    /// Gossip status messages delivered.
-    pub gossip_status: u64,
-    /// Messages of hosted protocols delivered.
-    pub protocol_delivered: u64,
-    /// Messages of a protocol the receiver does not run, or of a type it does not know:
-    /// dropped, like the runtime drops them.
-    pub unknown_dropped: u64,
-    /// Messages refused because their sender is quarantined by the receiver.
-    pub quarantine_refused: u64,
-    /// Leases granted by [`SimLease`] (renewals included).
-    pub leases_granted: u64,
 }
 
 /// The simulation.
