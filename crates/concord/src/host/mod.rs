@@ -11,9 +11,10 @@
 //! started on a [`Spawner`].
 //!
 //! The membership layer is hosted the same way (`ClusterCore` with the membership
-//! effects): it has no membership feed, publishes the view and event batches in
+//! effects), in the runtime and in the simulator: it has no membership feed, hands the
+//! view and event batches to its sinks (`cluster::membership_sinks`) in
 //! [`LayerEffects::flushed`] at the end of each turn, and asks to stop with
-//! [`Effects::stop`]; its runner closes remoting after the host returns.
+//! [`Effects::stop`]; its runtime runner closes remoting after the host returns.
 //!
 //! No tokio here: the tokio runtime (`crate::runtime::drive`) feeds a host real sockets
 //! and time; the simulator (`concord-sim`) feeds the same host virtual time and a
