@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use concord::cluster::membership_sinks::{MembershipSinks, Publication};
 use concord::cluster::MembershipEffects;
 use concord::host::ManualClock;
-use concord_core::{ClusterCore, ClusterMessage, ShutdownReason, UniqueAddress};
+use concord_core::{ClusterCore, ClusterMessage, ShutdownReason, Transmit, UniqueAddress};
 
 use crate::layer_host::{SimHost, SimRuntime};
 use crate::lease::{NodeLease, SimLease};
+use crate::sim::SimMessage;
 
 /// What the membership layer's sinks recorded since the simulator last took it.
 #[derive(Default)]
@@ -87,6 +88,15 @@ impl SimMembership {
             host: SimHost::new(core, effects, node, clock, runtime),
             sinks,
         }
+    }
+
+    /// Settles the host and takes its transmits, as simulated-network messages.
+    pub fn take_transmits(&mut self) -> Vec<Transmit<SimMessage>> {
+        self.host
+            .take_transmits()
+            .into_iter()
+            .map(|t| t.map(SimMessage::Membership))
+            .collect()
     }
 
     /// The membership machine.

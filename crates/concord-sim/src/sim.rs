@@ -288,13 +288,7 @@ impl Simulation {
         let mut events: Vec<ClusterEvent> = Vec::new();
         let mut out: Vec<Transmit<SimMessage>> = Vec::new();
         // Membership outputs first; hosted machines may answer the events with transmits.
-        out.extend(
-            node.membership
-                .host
-                .take_transmits()
-                .into_iter()
-                .map(|t| t.map(SimMessage::Membership)),
-        );
+        out.extend(node.membership.take_transmits());
         let outputs = node.membership.sinks.take();
         for (view, published) in outputs.publications {
             for e in &published {
@@ -318,18 +312,14 @@ impl Simulation {
             }
             if done {
                 let (reply, _) = futures_channel::oneshot::channel();
-                let host = &mut node.membership.host;
-                host.host
+                node.membership
+                    .host
+                    .host
                     .handle(HostInput::Command(Command::ExitingCompleted(reply)));
                 // Its transmits now; what it publishes is carried by the next flush.
-                out.extend(
-                    host.take_transmits()
-                        .into_iter()
-                        .map(|t| t.map(SimMessage::Membership)),
-                );
+                out.extend(node.membership.take_transmits());
             }
         }
-        self.stats.leases_granted = self.lease.lock().unwrap_or_else(|p| p.into_inner()).granted;
         let mut hosted = Vec::new();
         for m in &mut node.machines {
             let p = m.protocol();

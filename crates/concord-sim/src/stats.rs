@@ -18,6 +18,4 @@ pub struct SimStats {
     pub unknown_dropped: u64,
     /// Messages refused because their sender is quarantined by the receiver.
     pub quarantine_refused: u64,
-    /// Leases granted by [`crate::SimLease`] (renewals included).
-    pub leases_granted: u64,
 }

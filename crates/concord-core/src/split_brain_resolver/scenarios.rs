@@ -94,6 +94,16 @@ fn keep_majority_settings(down_all_when_unstable_ms: Option<u64>) -> SbrSettings
     }
 }
 
+/// The decision and the members of `action`, which must be a downing.
+fn downing(action: Option<SbrAction>) -> (Decision, BTreeSet<UniqueAddress>) {
+    match action {
+        Some(SbrAction::Down {
+            decision, nodes, ..
+        }) => (decision, nodes),
+        other => panic!("expected a downing, got {other:?}"),
+    }
+}
+
 /// Asserts that `action` downs all `n` members.
 fn assert_down_all(action: Option<SbrAction>, n: usize) {
     match action {

@@ -60,8 +60,7 @@ impl RuntimeSinks {
 
     /// Shares the core's counters and logs, at most once per 10 s, how many messages it
     /// refused since the last line (strangers' gossip, implausible clocks, join floods).
-    fn publish_stats(&mut self, core: &ClusterCore, now: u64) {
-        let stats = core.stats();
+    fn publish_stats(&mut self, core: &ClusterCore, stats: CoreStats, now: u64) {
         let refused = |s: &CoreStats| {
             (
                 s.refused_non_member,
@@ -133,17 +132,18 @@ impl MembershipSinks for RuntimeSinks {
     }
 
     fn turn_ended(&mut self, core: &ClusterCore, now: u64, publication: Option<Publication>) {
-        self.publish_stats(core, now);
+        let stats = core.stats();
+        self.publish_stats(core, stats, now);
         let changed = publication.is_some();
         if changed || now.saturating_sub(self.metrics_recorded_ms) >= 1000 {
             self.metrics_recorded_ms = now;
             if !changed {
                 let view = self.views.borrow().clone();
-                metrics::record_membership(&self.node_label, &view, &core.stats());
+                metrics::record_membership(&self.node_label, &view, &stats);
             }
         }
         if let Some((view, events)) = publication {
-            metrics::record_membership(&self.node_label, &view, &core.stats());
+            metrics::record_membership(&self.node_label, &view, &stats);
             // The view first, then the batch: see `Subscription::new`.
             self.views.send_replace(view.clone());
             if !events.is_empty() {
