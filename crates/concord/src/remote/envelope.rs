@@ -4,7 +4,7 @@
 //!
 //! Frame: 4-byte big-endian length, then the protobuf `Envelope`. See `remote.proto`.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use concord_core::{Address, Lane, ProtocolId};
 use prost::Message;
 
@@ -60,30 +60,51 @@ impl Frame {
     /// envelope is written field by field, byte for byte what prost writes for
     /// [`wire::Envelope`] (a test checks it), without building the message.
     pub fn write(self, buf: &mut BytesMut) -> usize {
-        use prost::encoding::encode_varint;
         let len = self.body_len();
         buf.reserve(FRAME_HEADER_BYTES + len);
+        // The length prefix and every field before the payload go onto the stack first,
+        // so a frame is three appends (head, payload, uid), not one per byte.
+        let mut head = [0u8; HEAD_MAX];
         // Lanes limit frames to a few MiB, far below u32::MAX.
-        buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+        head[..4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+        let mut at = 4;
         if self.protocol.0 != 0 {
-            buf.put_u8(KEY_PROTOCOL);
-            encode_varint(u64::from(self.protocol.0), buf);
+            head[at] = KEY_PROTOCOL;
+            at = put_varint(&mut head, at + 1, u64::from(self.protocol.0));
         }
         if self.manifest != 0 {
-            buf.put_u8(KEY_MANIFEST);
-            encode_varint(u64::from(self.manifest), buf);
+            head[at] = KEY_MANIFEST;
+            at = put_varint(&mut head, at + 1, u64::from(self.manifest));
         }
         if !self.payload.is_empty() {
-            buf.put_u8(KEY_PAYLOAD);
-            encode_varint(self.payload.len() as u64, buf);
-            buf.put_slice(&self.payload);
+            head[at] = KEY_PAYLOAD;
+            at = put_varint(&mut head, at + 1, self.payload.len() as u64);
         }
+        buf.extend_from_slice(&head[..at]);
+        buf.extend_from_slice(&self.payload);
         if self.recipient_uid != 0 {
-            buf.put_u8(KEY_RECIPIENT_UID);
-            buf.put_u64_le(self.recipient_uid);
+            let mut uid = [KEY_RECIPIENT_UID; 9];
+            uid[1..].copy_from_slice(&self.recipient_uid.to_le_bytes());
+            buf.extend_from_slice(&uid);
         }
         FRAME_HEADER_BYTES + len
     }
+}
+
+/// Largest head [`Frame::write`] puts before the payload: the length prefix, then three
+/// keys with a varint each (protocol and manifest ≤ 5 bytes, the payload's length ≤ 10).
+const HEAD_MAX: usize = FRAME_HEADER_BYTES + (1 + 5) + (1 + 5) + (1 + 10);
+
+/// Writes `v` as a protobuf varint into `out` from `at`; returns the index after it.
+/// `out` has room: callers size it for the largest varint of the field.
+fn put_varint(out: &mut [u8; HEAD_MAX], mut at: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        out[at] = (v as u8) | 0x80;
+        v >>= 7;
+        at += 1;
+    }
+    out[at] = v as u8;
+    at + 1
 }
 
 /// A message on its way to a peer: destination, lane and the envelope's contents.

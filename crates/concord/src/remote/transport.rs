@@ -565,7 +565,8 @@ impl OutboundLane {
         frames: impl IntoIterator<Item = Frame>,
     ) -> Result<(), SendError> {
         let t = &self.transport;
-        let mut batch = std::collections::VecDeque::new();
+        let frames = frames.into_iter();
+        let mut batch = std::collections::VecDeque::with_capacity(frames.size_hint().0);
         if t.inner.faults.get(&self.to).is_some() {
             for frame in frames {
                 if let Some((lane, frame)) = t.prepare(&self.to, self.lane, frame)? {

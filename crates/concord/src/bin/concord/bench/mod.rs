@@ -1,7 +1,9 @@
 //! Benchmarks the `concord` binary runs (`concord bench ...`).
 //!
 //! - [`remote`]: messaging throughput of the ordinary lane between two nodes on loopback,
-//!   against a raw tokio TCP baseline measured in the same run.
+//!   against a raw tokio TCP baseline measured beside it, round by round.
+//! - [`baseline`]: that raw TCP baseline (also beside the sharding benchmark).
+//! - [`flow`]: gated senders, so that flows can be measured one at a time in rounds.
 //! - [`singleton`]: hand-over time of a singleton on graceful leave of its node.
 //! - [`ddata`]: Distributed Data quorum latency, big-ORSet updates and convergence, and
 //!   steady-state traffic on 5 nodes.
@@ -14,8 +16,10 @@
 //!   ([`concord_core::ProtocolId::BENCH`]); the library's integration tests compile this
 //!   file as a module of their own (`tests/common/mod.rs`) to flood a lane.
 
+pub mod baseline;
 pub mod cluster;
 pub mod ddata;
+pub mod flow;
 pub mod kv;
 pub mod layer;
 pub mod remote;

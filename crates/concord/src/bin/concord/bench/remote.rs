@@ -1,31 +1,40 @@
 //! `concord bench remote`: how many messages per second the ordinary lane carries one way
-//! between two nodes on loopback, against the physical baseline measured in the same run.
+//! between two nodes on loopback, against the physical baseline measured beside it.
 //!
-//! 1. **Concord**: two nodes in this process, default failure-detector settings, each
-//!    with the [`BenchLayer`]. Node A sends `payload_bytes` payloads to node B on the
-//!    ordinary lane as fast as the lane accepts them ([`concord::remote::Transport::send_wait`]);
-//!    B's layer reads each payload in place and counts it. Counted for `duration` after a
-//!    1 s warm-up; once with 64 messages per send, once with 1, and once more with 64 while
-//!    B's layer keeps every payload (a zero-copy slice of its read buffer, as sharding's
-//!    entity messages and the key-value store's values are kept). Meanwhile
-//!    both nodes' heartbeat round trips (control lane) are recorded, and every membership
-//!    event is watched for `UnreachableMember`.
-//! 2. **Baseline**: raw tokio TCP on loopback, no Concord code: one writer that frames the
-//!    same payloads (4-byte length prefix) into 64 KiB batches and writes them, one reader
-//!    that parses and counts the frames. Same warm-up and duration.
+//! Four flows, each a sender held at a gate ([`super::flow`]):
+//! 1. **Baseline**: raw tokio TCP on loopback, no Concord code ([`super::baseline`]).
+//! 2. **Concord, 64 per send**: two nodes in this process, default failure-detector
+//!    settings, each with the [`BenchLayer`]. Node A sends `payload_bytes` payloads to
+//!    node B on the ordinary lane as fast as the lane accepts them
+//!    ([`concord::remote::OutboundLane::send_all_wait`], 64 messages per call); B's layer
+//!    reads each payload in place and counts it.
+//! 3. **Concord, payloads kept**: the same with a second pair of nodes whose B layer keeps
+//!    every payload (a zero-copy slice of its read buffer, as sharding's entity messages
+//!    and the key-value store's values are kept).
+//! 4. **Concord, 1 per send** ([`concord::remote::OutboundLane::send_wait`]), on the first
+//!    pair.
+//!
+//! The flows run one at a time, in this order, for `rounds` rounds; each round gives each
+//! flow one window of `duration / rounds` (after a 1 s warm-up in the first round and
+//! 250 ms of settling in the others). The ratio is the median over the rounds of the
+//! 64-per-send rate over the baseline rate of the same round: the two windows are next to
+//! each other, so a slow stretch of a shared machine falls on both. Meanwhile all nodes'
+//! heartbeat round trips (control lane) are recorded, and every membership event is
+//! watched for `UnreachableMember`.
 //!
 //! Target (DESIGN.md; a benchmark, not a test): ratio ≥ 0.5 and no unreachability.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use concord_core::{ClusterEvent, MemberStatus};
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::baseline::baseline_flow;
 use super::cluster::bench_config;
+use super::flow::{median, overall_rate, Flow, Gate, Window};
 use super::layer::{payload_frame, BenchLayer, BenchProbe};
 use concord::cluster::SubscriptionItem;
 use concord::node::Node;
@@ -48,8 +57,10 @@ pub enum BenchSecurity {
 pub struct RemoteBenchSettings {
     /// Payload size, bytes (default 100).
     pub payload_bytes: usize,
-    /// Measured time per run, after a 1 s warm-up (default 10 s).
+    /// Measured time per flow, over all rounds (default 10 s).
     pub duration: Duration,
+    /// Rounds; each gives every flow one window of `duration / rounds` (default 5).
+    pub rounds: usize,
     /// Remoting security of the Concord runs (the raw TCP baseline is always plain).
     pub security: BenchSecurity,
 }
@@ -59,6 +70,7 @@ impl Default for RemoteBenchSettings {
         RemoteBenchSettings {
             payload_bytes: 100,
             duration: Duration::from_secs(10),
+            rounds: 5,
             security: BenchSecurity::Plain,
         }
     }
@@ -72,7 +84,7 @@ pub const SEND_BATCH: usize = 64;
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RemoteBenchResult {
     /// Messages per second through Concord's ordinary lane, the sender handing
-    /// [`SEND_BATCH`] messages per call.
+    /// [`SEND_BATCH`] messages per call (all rounds' windows together).
     pub concord_msgs_per_s: f64,
     /// Messages per second when the sender hands one message per call
     /// ([`concord::remote::OutboundLane::send_wait`]).
@@ -82,49 +94,103 @@ pub struct RemoteBenchResult {
     pub concord_kept_payloads_msgs_per_s: f64,
     /// Messages per second through raw tokio TCP.
     pub baseline_msgs_per_s: f64,
-    /// `concord_msgs_per_s / baseline_msgs_per_s`.
+    /// The median over the rounds of the round's `concord` rate over its baseline rate.
     pub ratio: f64,
-    /// Largest heartbeat round trip either node saw during the Concord run, ms.
+    /// The same median for the payloads-kept flow.
+    pub kept_ratio: f64,
+    /// Each round's `concord` rate over its baseline rate, in round order.
+    pub ratio_per_round: Vec<f64>,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Largest heartbeat round trip any node saw during the Concord flows, ms.
     pub max_heartbeat_rtt_ms: u64,
-    /// Whether any node saw any member unreachable during the Concord run.
+    /// Whether any node saw any member unreachable during the run.
     pub unreachable_seen: bool,
     /// Payload size, bytes.
     pub payload_bytes: usize,
-    /// Measured seconds per run.
+    /// Measured seconds per flow (all rounds).
     pub duration_s: f64,
     /// Remoting security of the Concord runs.
     pub security: BenchSecurity,
 }
 
+/// Settling time before the first round's windows.
 const WARM_UP: Duration = Duration::from_secs(1);
+/// Settling time before each later window (the previous flow's queues drain meanwhile).
+const SETTLE: Duration = Duration::from_millis(250);
 
-/// Runs both measurements, Concord first.
+/// Starts both node pairs and the baseline connection, then measures the flows round by
+/// round (see the module documentation).
 pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<RemoteBenchResult> {
+    let rounds = settings.rounds.max(1);
     // One static payload, as an application's freshly encoded message would be: no
     // reference count shared between the sending task and the writer.
     let payload = Bytes::from_static(Box::leak(
         vec![0x5a; settings.payload_bytes].into_boxed_slice(),
     ));
     let security = Security::new(settings.security)?;
-    let (concord, rtt, unreachable) =
-        concord_run(&payload, settings.duration, SEND_BATCH, false, &security).await?;
-    let (single, rtt1, unreachable1) =
-        concord_run(&payload, settings.duration, 1, false, &security).await?;
-    let (kept, rtt2, unreachable2) =
-        concord_run(&payload, settings.duration, SEND_BATCH, true, &security).await?;
-    let baseline = baseline_run(&payload, settings.duration).await?;
+    let in_place = BenchPair::start(false, &security).await?;
+    let kept = match BenchPair::start(true, &security).await {
+        Ok(p) => p,
+        Err(e) => {
+            in_place.stop().await;
+            return Err(e);
+        }
+    };
+    let measured = async {
+        let flows = [
+            baseline_flow(&payload).await?,
+            in_place.flow(&payload, SEND_BATCH),
+            kept.flow(&payload, SEND_BATCH),
+            in_place.flow(&payload, 1),
+        ];
+        in_place.take_max_heartbeat_rtt_ms();
+        kept.take_max_heartbeat_rtt_ms();
+        let window = settings.duration / rounds as u32;
+        let mut windows: [Vec<Window>; 4] = Default::default();
+        for round in 0..rounds {
+            let settle = if round == 0 { WARM_UP } else { SETTLE };
+            for (flow, w) in flows.iter().zip(windows.iter_mut()) {
+                w.push(flow.measure(settle, window).await);
+            }
+        }
+        for f in &flows {
+            f.stop();
+        }
+        anyhow::Ok(windows)
+    }
+    .await;
+    let rtt = in_place
+        .take_max_heartbeat_rtt_ms()
+        .max(kept.take_max_heartbeat_rtt_ms());
+    let unreachable = in_place.unreachable_seen() || kept.unreachable_seen();
+    in_place.stop().await;
+    kept.stop().await;
+    let [baseline, concord, kept_payloads, single] = measured?;
+    let per_round = |flow: &[Window]| -> Vec<f64> {
+        flow.iter()
+            .zip(&baseline)
+            .map(|(c, b)| {
+                if b.rate() > 0.0 {
+                    c.rate() / b.rate()
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    };
+    let ratio_per_round = per_round(&concord);
     Ok(RemoteBenchResult {
-        concord_msgs_per_s: concord,
-        concord_single_send_msgs_per_s: single,
-        concord_kept_payloads_msgs_per_s: kept,
-        baseline_msgs_per_s: baseline,
-        ratio: if baseline > 0.0 {
-            concord / baseline
-        } else {
-            0.0
-        },
-        max_heartbeat_rtt_ms: rtt.max(rtt1).max(rtt2),
-        unreachable_seen: unreachable || unreachable1 || unreachable2,
+        concord_msgs_per_s: overall_rate(&concord),
+        concord_single_send_msgs_per_s: overall_rate(&single),
+        concord_kept_payloads_msgs_per_s: overall_rate(&kept_payloads),
+        baseline_msgs_per_s: overall_rate(&baseline),
+        ratio: median(&ratio_per_round),
+        kept_ratio: median(&per_round(&kept_payloads)),
+        ratio_per_round,
+        rounds,
+        max_heartbeat_rtt_ms: rtt,
+        unreachable_seen: unreachable,
         payload_bytes: settings.payload_bytes,
         duration_s: settings.duration.as_secs_f64(),
         security: settings.security,
@@ -238,34 +304,58 @@ fn watch_unreachable(node: &Node, seen: Arc<AtomicBool>, stop: Arc<AtomicBool>) 
     });
 }
 
-/// One Concord run: the sender hands `batch` messages to the lane per call.
-async fn concord_run(
-    payload: &Bytes,
-    duration: Duration,
-    batch: usize,
-    keep_payloads: bool,
-    security: &Security,
-) -> anyhow::Result<(f64, u64, bool)> {
-    let (a, _) = start_bench_node(None, false, security).await?;
-    let (b, probe) =
-        start_bench_node(Some(a.remoting_addr().port()), keep_payloads, security).await?;
-    let result = async {
-        wait_both_up(&a, &b).await?;
+/// Two bench nodes that formed a cluster, A sending to B, with their watchers.
+struct BenchPair {
+    a: Node,
+    b: Node,
+    probe: BenchProbe,
+    unreachable: Arc<AtomicBool>,
+    stop_watch: Arc<AtomicBool>,
+}
+
+impl BenchPair {
+    /// Starts A (which joins itself) and B (seeded with A) and waits until both are Up;
+    /// B's layer keeps payloads when `keep_payloads`.
+    async fn start(keep_payloads: bool, security: &Security) -> anyhow::Result<BenchPair> {
+        let (a, _) = start_bench_node(None, false, security).await?;
+        let (b, probe) =
+            match start_bench_node(Some(a.remoting_addr().port()), keep_payloads, security).await {
+                Ok(b) => b,
+                Err(e) => {
+                    a.stop().await;
+                    return Err(e);
+                }
+            };
+        if let Err(e) = wait_both_up(&a, &b).await {
+            b.stop().await;
+            a.stop().await;
+            return Err(e);
+        }
         let unreachable = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        watch_unreachable(&a, unreachable.clone(), stop.clone());
-        watch_unreachable(&b, unreachable.clone(), stop.clone());
-        a.cluster().take_max_heartbeat_rtt_ms();
-        b.cluster().take_max_heartbeat_rtt_ms();
-        let to_uid = b.cluster().self_unique_address().uid;
-        let lane = a
+        let stop_watch = Arc::new(AtomicBool::new(false));
+        watch_unreachable(&a, unreachable.clone(), stop_watch.clone());
+        watch_unreachable(&b, unreachable.clone(), stop_watch.clone());
+        Ok(BenchPair {
+            a,
+            b,
+            probe,
+            unreachable,
+            stop_watch,
+        })
+    }
+
+    /// A flow from A to B handing `batch` messages to the lane per call.
+    fn flow(&self, payload: &Bytes, batch: usize) -> Flow {
+        let to_uid = self.b.cluster().self_unique_address().uid;
+        let lane = self
+            .a
             .transport()
-            .outbound_lane(b.self_address(), concord_core::Lane::Ordinary);
-        let sending = Arc::new(AtomicBool::new(true));
-        let s = sending.clone();
+            .outbound_lane(self.b.self_address(), concord_core::Lane::Ordinary);
+        let gate = Gate::default();
+        let g = gate.clone();
         let payload = payload.clone();
-        let sender = tokio::spawn(async move {
-            while s.load(Ordering::Relaxed) {
+        tokio::spawn(async move {
+            while g.wait_open().await {
                 let sent = match batch {
                     1 => lane.send_wait(payload_frame(to_uid, payload.clone())).await,
                     n => {
@@ -278,104 +368,59 @@ async fn concord_run(
                 }
             }
         });
-        tokio::time::sleep(WARM_UP).await;
-        let (n0, t0) = (probe.received(), Instant::now());
-        tokio::time::sleep(duration).await;
-        let (n1, t1) = (probe.received(), Instant::now());
-        sending.store(false, Ordering::Relaxed);
-        let _ = sender.await;
-        stop.store(true, Ordering::Relaxed);
-        let rtt = a
+        let probe = self.probe.clone();
+        Flow::new(gate, move || probe.received())
+    }
+
+    /// The largest heartbeat round trip either node saw since the last call, ms.
+    fn take_max_heartbeat_rtt_ms(&self) -> u64 {
+        self.a
             .cluster()
             .take_max_heartbeat_rtt_ms()
-            .max(b.cluster().take_max_heartbeat_rtt_ms());
-        let rate = (n1 - n0) as f64 / (t1 - t0).as_secs_f64();
-        anyhow::Ok((rate, rtt, unreachable.load(Ordering::Relaxed)))
+            .max(self.b.cluster().take_max_heartbeat_rtt_ms())
     }
-    .await;
-    b.stop().await;
-    a.stop().await;
-    result
-}
 
-/// Messages/s of `payload` one way over raw tokio TCP (the physical baseline).
-pub(crate) async fn baseline_run(payload: &Bytes, duration: Duration) -> anyhow::Result<f64> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let received = Arc::new(AtomicU64::new(0));
-    let r = received.clone();
-    let reader = tokio::spawn(async move {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            return;
-        };
-        let mut buf = BytesMut::with_capacity(256 * 1024);
-        loop {
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let mut frames = 0;
-            while buf.len() >= 4 {
-                let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-                if buf.len() < 4 + len {
-                    break;
-                }
-                buf.advance(4 + len);
-                frames += 1;
-            }
-            r.fetch_add(frames, Ordering::Relaxed);
-        }
-    });
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let writing = Arc::new(AtomicBool::new(true));
-    let w = writing.clone();
-    let payload = payload.clone();
-    let writer = tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(64 * 1024 + 1024);
-        while w.load(Ordering::Relaxed) {
-            buf.clear();
-            while buf.len() < 64 * 1024 {
-                buf.put_u32(payload.len() as u32);
-                buf.put_slice(&payload);
-            }
-            if stream.write_all(&buf).await.is_err() {
-                return;
-            }
-        }
-    });
-    tokio::time::sleep(WARM_UP).await;
-    let (n0, t0) = (received.load(Ordering::Relaxed), Instant::now());
-    tokio::time::sleep(duration).await;
-    let (n1, t1) = (received.load(Ordering::Relaxed), Instant::now());
-    writing.store(false, Ordering::Relaxed);
-    let _ = writer.await;
-    reader.abort();
-    Ok((n1 - n0) as f64 / (t1 - t0).as_secs_f64())
+    fn unreachable_seen(&self) -> bool {
+        self.unreachable.load(Ordering::Relaxed)
+    }
+
+    async fn stop(self) {
+        self.stop_watch.store(true, Ordering::Relaxed);
+        self.b.stop().await;
+        self.a.stop().await;
+    }
 }
 
 /// The human-readable report.
 pub fn report(r: &RemoteBenchResult) -> String {
+    let per_round: Vec<String> = r
+        .ratio_per_round
+        .iter()
+        .map(|x| format!("{x:.2}"))
+        .collect();
     format!(
-        "concord bench remote: {} B payloads, one way, ordinary lane, remoting {:?}, {:.0} s measured after a 1 s warm-up, {} CPUs\n\
+        "concord bench remote: {} B payloads, one way, ordinary lane, remoting {:?}, {:.0} s measured per flow in {} rounds, {} CPUs\n\
          \x20 concord ({:>2} per send) {:>12.0} msg/s\n\
          \x20 concord (1 per send)  {:>12.0} msg/s\n\
-         \x20 concord ({:>2}, kept)   {:>12.0} msg/s   (payloads kept as slices)\n\
+         \x20 concord ({:>2}, kept)   {:>12.0} msg/s   (payloads kept as slices; ratio {:.2})\n\
          \x20 raw tokio TCP         {:>12.0} msg/s\n\
-         \x20 ratio                 {:>12.2}   (target >= 0.5)\n\
+         \x20 ratio                 {:>12.2}   (median of the rounds [{}]; target >= 0.5)\n\
          \x20 max heartbeat RTT     {:>12} ms\n\
          \x20 unreachable seen      {:>12}\n",
         r.payload_bytes,
         r.security,
         r.duration_s,
+        r.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         SEND_BATCH,
         r.concord_msgs_per_s,
         r.concord_single_send_msgs_per_s,
         SEND_BATCH,
         r.concord_kept_payloads_msgs_per_s,
+        r.kept_ratio,
         r.baseline_msgs_per_s,
         r.ratio,
+        per_round.join(", "),
         r.max_heartbeat_rtt_ms,
         if r.unreachable_seen { "yes" } else { "no" },
     )

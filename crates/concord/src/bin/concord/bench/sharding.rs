@@ -333,8 +333,12 @@ pub async fn run_sharding(s: &ShardingBenchSettings) -> anyhow::Result<ShardingB
     for (n, _) in &nodes {
         n.stop().await;
     }
-    let baseline =
-        super::remote::baseline_run(&Bytes::from(vec![0x5a; s.payload_bytes]), s.duration).await?;
+    let baseline = super::baseline::baseline_run(
+        &Bytes::from(vec![0x5a; s.payload_bytes]),
+        Duration::from_secs(1),
+        s.duration,
+    )
+    .await?;
     // 3: rebalance to a 4th node with the default settings.
     let (rebalance_s, rebalance_after_up_s) = if s.skip_rebalance {
         (None, None)

@@ -13,11 +13,15 @@ pub enum BenchCommand {
         /// Payload size, bytes.
         #[arg(long, default_value_t = 100)]
         payload_bytes: usize,
-        /// Measured time per run (after a 1 s warm-up), e.g. `10s`.
+        /// Measured time per flow over all rounds (after a 1 s warm-up), e.g. `10s`.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: std::time::Duration,
+        /// Rounds: the flows take turns, each measured for duration / rounds per round;
+        /// the ratio is the median of the rounds' ratios.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
         /// Print one JSON object: concord_msgs_per_s, baseline_msgs_per_s, ratio,
-        /// max_heartbeat_rtt_ms, unreachable_seen.
+        /// ratio_per_round, max_heartbeat_rtt_ms, unreachable_seen, ...
         #[arg(long)]
         json: bool,
         /// Remoting security of the Concord runs: plain, secret (cluster secret) or tls
@@ -97,9 +101,18 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Remote {
             payload_bytes,
             duration,
+            rounds,
             json,
             security,
-        } => bench_remote(payload_bytes, duration, json, security).await,
+        } => {
+            let settings = crate::bench::RemoteBenchSettings {
+                payload_bytes,
+                duration,
+                rounds,
+                security,
+            };
+            bench_remote(&settings, json).await
+        }
         BenchCommand::Singleton { runs, json } => print_report(
             crate::bench::singleton::run_singleton(runs).await,
             json,
@@ -178,23 +191,17 @@ fn print_report<R: serde::Serialize>(
 }
 
 async fn bench_remote(
-    payload_bytes: usize,
-    duration: std::time::Duration,
+    settings: &crate::bench::RemoteBenchSettings,
     json: bool,
-    security: crate::bench::remote::BenchSecurity,
 ) -> anyhow::Result<()> {
-    let settings = crate::bench::RemoteBenchSettings {
-        payload_bytes,
-        duration,
-        security,
-    };
     if !json {
         eprintln!(
-            "measuring: Concord ordinary lane, then raw tokio TCP, {} s each (+1 s warm-up)...",
-            duration.as_secs_f64()
+            "measuring: raw tokio TCP and three Concord flows in turn, {} s each over {} rounds (+1 s warm-up)...",
+            settings.duration.as_secs_f64(),
+            settings.rounds
         );
     }
-    let r = crate::bench::run_remote(&settings).await?;
+    let r = crate::bench::run_remote(settings).await?;
     if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
