@@ -18,6 +18,7 @@ pub mod invariants;
 pub mod layer_host;
 pub mod lease;
 pub mod membership;
+pub mod message;
 pub mod network;
 pub mod node;
 pub mod scale;

@@ -15,7 +15,7 @@ use concord_core::{ClusterCore, ClusterMessage, ShutdownReason, Transmit, Unique
 
 use crate::layer_host::{SimHost, SimRuntime};
 use crate::lease::{NodeLease, SimLease};
-use crate::sim::SimMessage;
+use crate::message::SimMessage;
 
 /// What the membership layer's sinks recorded since the simulator last took it.
 #[derive(Default)]

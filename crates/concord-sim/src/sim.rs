@@ -31,21 +31,10 @@ use rand::{Rng, SeedableRng};
 use crate::hosted::{HostedMachine, MachineFactory, Payload};
 use crate::lease::SimLease;
 use crate::membership::SimMembership;
+pub use crate::message::SimMessage;
 use crate::network::{NetworkConfig, Partitions};
 pub use crate::node::SimNode;
 pub use crate::stats::SimStats;
-
-/// A message on the simulated network.
-// Membership messages carry a whole Gossip inline (with its cluster identity, ~230 bytes);
-// boxing them would only move the allocation in a test harness.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug)]
-pub enum SimMessage {
-    /// Membership ([`ProtocolId::MEMBERSHIP`]).
-    Membership(ClusterMessage),
-    /// A message of a hosted protocol.
-    Protocol(ProtocolId, Payload),
-}
 
 struct InFlight {
     from: UniqueAddress,

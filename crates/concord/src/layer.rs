@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use crate::cluster::{Cluster, SubscriptionItem};
-use crate::config::Config;
+use crate::config::{Config, ConfigSection};
 use crate::coordinated_shutdown::CoordinatedShutdown;
 use crate::host::{LayerEffects, LayerHost, MembershipInput, MessageOf, Outbound, SystemClock};
 use crate::remote::{Inbound, ProtocolRegistry, Transport, TransportSettings};
@@ -40,6 +40,20 @@ pub struct LayerContext {
     pub coordinated_shutdown: CoordinatedShutdown,
     /// The node's configuration.
     pub config: Arc<Config>,
+}
+
+impl LayerContext {
+    /// `layer`'s configuration section `T` (see [`ConfigSection`]).
+    ///
+    /// # Errors
+    /// [`LayerError::Config`] naming the key of a value that does not parse or makes no
+    /// sense.
+    pub fn section<T: ConfigSection>(&self, layer: &'static str) -> Result<T, LayerError> {
+        self.config.section::<T>().map_err(|e| LayerError::Config {
+            layer,
+            message: e.to_string(),
+        })
+    }
 }
 
 /// A layer's failure to register or start; the node does not start. Each names the layer.
@@ -122,6 +136,13 @@ pub struct LayerStarted {
 pub trait Layer: Send + 'static {
     /// The layer's name, for logs and errors.
     fn name(&self) -> &'static str;
+
+    /// The top-level configuration sections the layer reads (its [`ConfigSection`]s'
+    /// keys); a node refuses to start with a section that neither a built-in layer nor one
+    /// of its layers reads (a misspelt `[shardng]`).
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[]
+    }
 
     /// Registers the layer's protocol(s) before the transport binds.
     fn register(

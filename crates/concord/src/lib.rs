@@ -48,7 +48,10 @@
 //!    before remoting binds ([`layer::register_protocol`]), then in `start` hand the machine,
 //!    effects and an outbound sender to [`layer::LayerContext::start_host`], add hand-over
 //!    tasks to the [`coordinated_shutdown::CoordinatedShutdown`] and return management
-//!    routes.
+//!    routes. A layer with settings of its own gives them a section type in its folder
+//!    (implement [`config::ConfigSection`]: a top-level key, serde, defaults, checks), reads
+//!    it in `start` with [`layer::LayerContext::section`] and names its key in
+//!    [`layer::Layer::config_sections`].
 //! 5. **Register it**: `Node::builder(config).layer(MyLayer::new())`.
 //!
 //! The whole of a minimal layer — ping, measuring round trips to every member — is this

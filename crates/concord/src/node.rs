@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use crate::bootstrap::{self, BootstrapSettings, JoinDecider, LowestAddressJoinDecider};
 use crate::cluster::{self, Cluster, ClusterError, ClusterParts};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, ConfigSection};
 use crate::coordinated_shutdown::{CoordinatedShutdown, CoordinatedShutdownSettings};
 use crate::discovery::{self, ServiceDiscovery};
 use crate::host::SystemClock;
@@ -99,6 +99,7 @@ impl NodeBuilder {
         } = self;
         config.resolve_host_address()?;
         config.validate()?;
+        check_sections(&config, &layers)?;
         let bootstrap_discovery = if config.bootstrap_enabled() {
             Some(match discovery {
                 Some(d) => d,
@@ -299,6 +300,37 @@ fn sbr_lease(config: &Config, me: &UniqueAddress) -> Option<Arc<dyn Lease>> {
     }
 }
 
+/// Checks the configuration's layer sections: each built-in layer's (parsed and validated
+/// whether or not this node runs the layer, so a bad value fails every node that shares the
+/// file), and no section that neither a built-in layer nor one of `layers` reads.
+fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), ConfigError> {
+    config.section::<crate::ddata::DistributedDataConfig>()?;
+    config.section::<crate::singleton::SingletonConfig>()?;
+    config.section::<crate::singleton::SingletonProxyConfig>()?;
+    config.section::<crate::sharding::ShardingConfig>()?;
+    config.section::<crate::kv::KvConfig>()?;
+    let built_in = [
+        crate::ddata::DistributedDataConfig::KEY,
+        crate::singleton::SingletonConfig::KEY,
+        crate::singleton::SingletonProxyConfig::KEY,
+        crate::sharding::ShardingConfig::KEY,
+        crate::kv::KvConfig::KEY,
+    ];
+    for key in config.sections.keys() {
+        let read = built_in.contains(&key.as_str())
+            || layers
+                .iter()
+                .any(|l| l.config_sections().contains(&key.as_str()));
+        if !read {
+            return Err(ConfigError::new(
+                key.as_str(),
+                "unknown section: no layer of this node reads it",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A running node: membership, remoting, the management API and the layers, under one
 /// coordinated shutdown. Cheap to clone.
 #[derive(Clone)]
@@ -368,5 +400,70 @@ impl Node {
     /// Stops the node at once without leaving (like a crash, for tests).
     pub async fn stop(&self) {
         self.cluster.stop().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer that only claims the section `[my-layer]`.
+    struct Claims;
+
+    impl Layer for Claims {
+        fn name(&self) -> &'static str {
+            "my-layer"
+        }
+
+        fn config_sections(&self) -> &'static [&'static str] {
+            &["my-layer"]
+        }
+
+        fn register(
+            &mut self,
+            _registry: &mut ProtocolRegistry,
+            _settings: &TransportSettings,
+        ) -> Result<(), LayerError> {
+            Ok(())
+        }
+
+        fn start(
+            self: Box<Self>,
+            _ctx: LayerContext,
+        ) -> Result<crate::layer::LayerStarted, LayerError> {
+            Ok(crate::layer::LayerStarted::default())
+        }
+    }
+
+    fn check(toml: &str, layers: Vec<Box<dyn Layer>>) -> Result<(), ConfigError> {
+        check_sections(&Config::from_toml(toml).unwrap(), &layers)
+    }
+
+    #[test]
+    fn built_in_sections_are_checked_whether_or_not_the_layer_runs() {
+        assert!(check("[kv]\nn = 5\n[sharding]\nnumber-of-shards = 10", vec![]).is_ok());
+        assert_eq!(check("[kv]\nn = 0", vec![]).unwrap_err().key, "kv.n");
+        assert_eq!(
+            check("[sharding]\nnumber-of-shards = 0", vec![])
+                .unwrap_err()
+                .key,
+            "sharding.number-of-shards"
+        );
+        assert_eq!(
+            check("[singleton-proxy]\nbuffer-size = \"many\"", vec![])
+                .unwrap_err()
+                .key,
+            "singleton-proxy.buffer-size"
+        );
+    }
+
+    #[test]
+    fn a_section_no_layer_reads_is_refused() {
+        let e = check("[shardng]\nnumber-of-shards = 10", vec![]).unwrap_err();
+        assert_eq!(e.key, "shardng");
+        assert!(e.message.contains("no layer"), "{e}");
+        let app = "[my-layer]\ninterval = \"1s\"";
+        assert_eq!(check(app, vec![]).unwrap_err().key, "my-layer");
+        assert!(check(app, vec![Box::new(Claims)]).is_ok());
     }
 }

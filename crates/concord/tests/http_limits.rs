@@ -47,10 +47,13 @@ impl Served {
 async fn start(system: &str, tune: impl Fn(&mut Config)) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let mut c = fast_config(system, &[]);
-    c.kv.http_port = Some(0);
-    c.kv.n = 1;
-    c.kv.r = "one".into();
-    c.kv.w = "one".into();
+    c.update_section(|kv: &mut concord::kv::KvConfig| {
+        kv.http_port = Some(0);
+        kv.n = 1;
+        kv.r = "one".into();
+        kv.w = "one".into();
+    })
+    .expect("the section parses");
     c.data_dir = dir.path().display().to_string();
     tune(&mut c);
     let (layer, kv) = KeyValueStore::new();
@@ -153,8 +156,11 @@ async fn half_sent_headers_are_closed_after_the_header_read_timeout() {
     let n = start("hdrtimeout", |c| {
         c.management.header_read_timeout = Duration::from_secs(1);
         c.management.idle_timeout = Duration::from_secs(60);
-        c.kv.http_header_read_timeout = Duration::from_secs(1);
-        c.kv.http_idle_timeout = Duration::from_secs(60);
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.http_header_read_timeout = Duration::from_secs(1);
+            kv.http_idle_timeout = Duration::from_secs(60);
+        })
+        .expect("the section parses");
     })
     .await;
     for (server, addr) in n.servers() {
@@ -199,8 +205,11 @@ async fn idle_kept_alive_connections_and_stalled_bodies_are_closed_after_the_idl
     let n = start("idletimeout", |c| {
         c.management.header_read_timeout = Duration::from_secs(60);
         c.management.idle_timeout = Duration::from_secs(1);
-        c.kv.http_header_read_timeout = Duration::from_secs(60);
-        c.kv.http_idle_timeout = Duration::from_secs(1);
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.http_header_read_timeout = Duration::from_secs(60);
+            kv.http_idle_timeout = Duration::from_secs(1);
+        })
+        .expect("the section parses");
     })
     .await;
     for (server, addr) in n.servers() {
@@ -244,8 +253,11 @@ async fn a_source_over_its_cap_is_refused_while_another_source_is_served() {
     let n = start("persource", |c| {
         c.management.max_connections_per_source = 3;
         c.management.header_read_timeout = Duration::from_secs(60);
-        c.kv.http_max_connections_per_source = 3;
-        c.kv.http_header_read_timeout = Duration::from_secs(60);
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.http_max_connections_per_source = 3;
+            kv.http_header_read_timeout = Duration::from_secs(60);
+        })
+        .expect("the section parses");
     })
     .await;
     for (server, addr) in n.servers() {
@@ -282,9 +294,12 @@ async fn with_the_cap_full_the_nodes_own_host_is_served_and_remoting_accepts() {
         c.management.max_connections = 4;
         c.management.max_connections_per_source = 2;
         c.management.header_read_timeout = Duration::from_secs(60);
-        c.kv.http_max_connections = 4;
-        c.kv.http_max_connections_per_source = 2;
-        c.kv.http_header_read_timeout = Duration::from_secs(60);
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.http_max_connections = 4;
+            kv.http_max_connections_per_source = 2;
+            kv.http_header_read_timeout = Duration::from_secs(60);
+        })
+        .expect("the section parses");
     })
     .await;
     let mut held = Vec::new();

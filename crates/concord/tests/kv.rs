@@ -48,8 +48,11 @@ async fn cluster(
     let dir = tempfile::tempdir().unwrap();
     let config = |i: usize, seeds: &[u16]| {
         let mut c = fast_config(system, seeds);
-        c.kv.http_port = Some(0);
-        c.kv.request_timeout = Duration::from_secs(1);
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.http_port = Some(0);
+            kv.request_timeout = Duration::from_secs(1);
+        })
+        .expect("the section parses");
         c.data_dir = dir.path().join(format!("n{i}")).display().to_string();
         tune(&mut c);
         c
@@ -301,7 +304,10 @@ async fn cut_off<F: std::future::Future<Output = ()>>(a: &Member, b: &Member, c:
 async fn a_read_repairs_the_replica_that_missed_a_write() {
     // Anti-entropy effectively off: only the read can repair.
     let (m, _dir) = cluster("kv-repair", 3, |c| {
-        c.kv.anti_entropy_interval = Duration::from_secs(3600)
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.anti_entropy_interval = Duration::from_secs(3600)
+        })
+        .expect("the section parses")
     })
     .await;
     cut_off(&m[0], &m[1], &m[2], async {
@@ -326,7 +332,10 @@ async fn a_read_repairs_the_replica_that_missed_a_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anti_entropy_repairs_keys_no_read_touches() {
     let (m, _dir) = cluster("kv-ae", 3, |c| {
-        c.kv.anti_entropy_interval = Duration::from_millis(300)
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.anti_entropy_interval = Duration::from_millis(300)
+        })
+        .expect("the section parses")
     })
     .await;
     cut_off(&m[0], &m[1], &m[2], async {
@@ -358,9 +367,12 @@ async fn anti_entropy_repairs_keys_no_read_touches() {
 async fn the_api_obeys_the_management_access_rules() {
     let (m, _dir) = cluster("kv-access", 1, |c| {
         c.management.bearer_token = Some("s3cret".into());
-        c.kv.n = 1;
-        c.kv.r = "one".into();
-        c.kv.w = "one".into();
+        c.update_section(|kv: &mut concord::kv::KvConfig| {
+            kv.n = 1;
+            kv.r = "one".into();
+            kv.w = "one".into();
+        })
+        .expect("the section parses");
     })
     .await;
     // Reads are data here: they need the token too.

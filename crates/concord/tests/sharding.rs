@@ -112,9 +112,12 @@ struct Member {
 
 fn tune(c: &mut Config) {
     c.cluster.split_brain_resolver.stable_after = Duration::from_secs(2);
-    c.sharding.rebalance_interval = Duration::from_millis(500);
-    c.sharding.retry_interval = Duration::from_millis(200);
-    c.sharding.number_of_shards = 30;
+    c.update_section(|s: &mut concord::sharding::ShardingConfig| {
+        s.rebalance_interval = Duration::from_millis(500);
+        s.retry_interval = Duration::from_millis(200);
+        s.number_of_shards = 30;
+    })
+    .expect("the section parses");
 }
 
 async fn start(c: Config, lives: &Lives, first: bool) -> Member {
@@ -402,7 +405,10 @@ async fn remembered_entities_start_again_after_their_node_crashes() {
             .collect();
         let mut c = fast_config(sys, &seeds);
         tune(&mut c);
-        c.sharding.remember_entities = true;
+        c.update_section(|s: &mut concord::sharding::ShardingConfig| {
+            s.remember_entities = true;
+        })
+        .expect("the section parses");
         c.data_dir = dir.path().display().to_string();
         members.push(start(c, &lives, i == 0).await);
     }

@@ -35,3 +35,40 @@ pub(crate) fn de_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>
 pub(crate) fn ms(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
 }
+
+/// `#[serde(with = "crate::config::duration::required")]`: a duration written as
+/// humantime text (`"1s 500ms"`), read by [`de`].
+pub(crate) mod required {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        super::de(d)
+    }
+}
+
+/// `#[serde(with = "crate::config::duration::optional")]`: like [`required`], `"off"`
+/// for none, read by [`de_opt`].
+pub(crate) mod optional {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::required::serialize(d, s),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        super::de_opt(d)
+    }
+}

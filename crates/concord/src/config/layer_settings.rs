@@ -1,29 +1,19 @@
-//! The settings each layer runs with, built from the configuration (Akka's
-//! `ClusterSettings`, `ReplicatorSettings`, `ClusterSingletonManagerSettings`,
-//! `ClusterShardingSettings`, and the split brain resolver's): [`Config`]'s methods that
-//! hand the configuration to `concord-core`.
+//! The membership settings the node runs with, built from the configuration (Akka's
+//! `ClusterSettings` and the split brain resolver's): [`Config`]'s methods that hand the
+//! configuration to `concord-core`. The layers' sections build their own settings (e.g.
+//! `ShardingConfig::settings` in the sharding folder).
 
 use std::time::Duration;
 
-use concord_core::ddata::ReplicatorSettings;
-use concord_core::kv::{KvSettings, Quorum};
 use concord_core::settings::{ClusterSettings, FailureDetectorSettings};
-use concord_core::sharding::{
-    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
-};
-use concord_core::singleton::SingletonSettings;
 use concord_core::split_brain_resolver::{DowningStrategy, SbrSettings};
 
 use super::duration::ms;
 use super::error::ConfigError;
 use super::node_config::Config;
 
-fn role(r: &str) -> Option<String> {
-    (!r.is_empty()).then(|| r.to_string())
-}
-
 /// Largest envelope overhead Concord adds around a protocol's payload, bytes.
-const ENVELOPE_OVERHEAD: usize = 128;
+pub(crate) const ENVELOPE_OVERHEAD: usize = 128;
 
 impl Config {
     /// The membership settings for `concord-core`.
@@ -68,140 +58,15 @@ impl Config {
         }
     }
 
-    /// The replicator's settings from `[distributed-data]` and the frame limits.
-    pub fn replicator_settings(&self) -> ReplicatorSettings {
-        let c = &self.distributed_data;
-        ReplicatorSettings {
-            role: role(&c.role),
-            gossip_interval_ms: ms(c.gossip_interval),
-            notify_subscribers_interval_ms: ms(c.notify_subscribers_interval),
-            max_delta_elements: c.max_delta_elements,
-            delta_crdt_enabled: c.delta_crdt.enabled,
-            delta_propagation_interval_ms: (ms(c.gossip_interval) / 5).max(200),
-            max_delta_size: c.delta_crdt.max_delta_size,
-            pruning_interval_ms: ms(c.pruning_interval),
-            max_pruning_dissemination_ms: ms(c.max_pruning_dissemination),
-            pruning_marker_time_to_live_ms: ms(c.pruning_marker_time_to_live),
-            durable_pruning_marker_time_to_live_ms: ms(c.durable.pruning_marker_time_to_live),
-            durable_keys: c.durable.keys.clone(),
-            prefer_oldest: c.prefer_oldest,
-            max_keys: c.max_keys,
-            max_message_bytes: self
-                .remote
-                .maximum_frame_size
-                .saturating_sub(ENVELOPE_OVERHEAD),
-            max_value_bytes: self
-                .remote
-                .maximum_large_frame_size
-                .saturating_sub(ENVELOPE_OVERHEAD),
-            ..ReplicatorSettings::default()
-        }
-    }
-
     /// A removal margin: `set`, or else the split brain resolver's `stable-after` (0
     /// without a downing provider).
-    fn removal_margin_ms(&self, set: Option<Duration>) -> u64 {
+    pub fn removal_margin_ms(&self, set: Option<Duration>) -> u64 {
         match set {
             Some(d) => ms(d),
             None => self
                 .cluster_settings()
                 .downing
                 .map_or(0, |d| d.stable_after_ms),
-        }
-    }
-
-    /// The settings of singleton `name` from `[singleton]` and `[singleton-proxy]`.
-    pub fn singleton_settings(&self, name: &str) -> SingletonSettings {
-        let s = &self.singleton;
-        let p = &self.singleton_proxy;
-        let removal_margin_ms = self.removal_margin_ms(s.removal_margin);
-        SingletonSettings {
-            name: name.to_string(),
-            role: role(&s.role),
-            hand_over_retry_interval_ms: ms(s.hand_over_retry_interval),
-            min_number_of_hand_over_retries: s.min_number_of_hand_over_retries,
-            removal_margin_ms,
-            use_lease: s.use_lease,
-            lease_retry_interval_ms: ms(s.lease_retry_interval),
-            singleton_identification_interval_ms: ms(p.singleton_identification_interval),
-            buffer_size: p.buffer_size,
-        }
-    }
-
-    /// The store's settings from `[kv]` (validated, so the quorums parse).
-    pub fn kv_settings(&self) -> KvSettings {
-        let c = &self.kv;
-        let d = KvSettings::default();
-        KvSettings {
-            n: c.n,
-            r: Quorum::parse(&c.r).unwrap_or(d.r),
-            w: Quorum::parse(&c.w).unwrap_or(d.w),
-            sloppy_quorum: c.sloppy_quorum,
-            request_timeout_ms: ms(c.request_timeout).max(1),
-            max_value_bytes: c.max_value_size,
-            max_object_bytes: c.max_object_size,
-            max_key_bytes: d.max_key_bytes,
-            tombstone_grace_ms: ms(c.tombstone_grace),
-            anti_entropy_interval_ms: ms(c.anti_entropy_interval).max(1),
-            handoff_concurrency: c.handoff_concurrency.max(1),
-            transfer_batch_bytes: c.transfer_batch_size,
-            virtual_nodes: c.virtual_nodes,
-            role: (!c.role.is_empty()).then(|| c.role.clone()),
-            max_pending_requests: c.max_pending_requests,
-            auto_commit: false,
-        }
-    }
-
-    /// The settings of entity type `type_name` from `[sharding]` (the removal margin from
-    /// the split brain resolver's `stable-after` unless set).
-    pub fn sharding_settings(&self, type_name: &str) -> ShardingSettings {
-        let c = &self.sharding;
-        let removal_margin_ms = self.removal_margin_ms(c.removal_margin);
-        let a = &c.least_shard_allocation_strategy;
-        ShardingSettings {
-            type_name: type_name.to_string(),
-            role: (!c.role.is_empty()).then(|| c.role.clone()),
-            proxy_only: false,
-            number_of_shards: c.number_of_shards.max(1),
-            buffer_size: c.buffer_size,
-            entity_mailbox_size: c.entity_mailbox_size,
-            retry_interval_ms: ms(c.retry_interval).max(1),
-            rebalance_interval_ms: ms(c.rebalance_interval).max(1),
-            handoff_timeout_ms: ms(c.handoff_timeout),
-            shard_start_timeout_ms: ms(c.shard_start_timeout).max(1),
-            passivation_idle_timeout_ms: c.passivation.idle_timeout.map(ms),
-            active_entity_limit: (c.passivation.active_entity_limit > 0)
-                .then_some(c.passivation.active_entity_limit),
-            remember_entities: c.remember_entities,
-            remember_entities_store: if c.remember_entities_store == "redb" {
-                RememberEntitiesStore::External
-            } else {
-                RememberEntitiesStore::DistributedData
-            },
-            entity_recovery_strategy: if c.entity_recovery_strategy == "all" {
-                EntityRecoveryStrategy::All
-            } else {
-                EntityRecoveryStrategy::Constant {
-                    frequency_ms: ms(c.entity_recovery_constant_rate_strategy.frequency).max(1),
-                    number_of_entities: c
-                        .entity_recovery_constant_rate_strategy
-                        .number_of_entities
-                        .max(1),
-                }
-            },
-            least_shard_allocation: LeastShardAllocationSettings {
-                rebalance_absolute_limit: a.rebalance_absolute_limit,
-                rebalance_relative_limit: a.rebalance_relative_limit,
-                rebalance_threshold: a.rebalance_threshold,
-                max_simultaneous_rebalance: a.max_simultaneous_rebalance,
-            },
-            coordinator_write_majority_plus: c.coordinator_state.write_majority_plus,
-            coordinator_read_majority_plus: c.coordinator_state.read_majority_plus,
-            majority_min_cap: c.majority_min_cap,
-            waiting_for_state_timeout_ms: ms(c.waiting_for_state_timeout).max(1),
-            updating_state_timeout_ms: ms(c.updating_state_timeout).max(1),
-            removal_margin_ms,
-            shard_region_query_timeout_ms: ms(c.shard_region_query_timeout).max(1),
         }
     }
 

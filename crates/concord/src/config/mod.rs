@@ -8,22 +8,24 @@
 //! as strings.
 //!
 //! A bad value fails at start with a [`ConfigError`] naming the key.
+//!
+//! This module holds the node's own sections. Each layer's section type (`[sharding]`,
+//! `[kv]`, `[distributed-data]`, `[singleton]`, `[singleton-proxy]`) lives in the layer's
+//! folder and is read through [`ConfigSection`]; configuration imports no runtime module.
 
 mod bootstrap;
 mod cluster;
 mod coordinated_shutdown;
 mod discovery;
-mod distributed_data;
-mod duration;
+pub(crate) mod duration;
 mod error;
-mod kv;
 mod layer_settings;
 mod management;
 mod node_address;
 mod node_config;
 mod overrides;
 mod remote;
-mod sharding;
+mod section;
 mod split_brain_resolver;
 mod testkit;
 mod tls;
@@ -37,19 +39,15 @@ pub use discovery::{
     parse_name_server, AggregateDiscoveryConfig, ConfigDiscoveryConfig, DiscoveryConfig,
     DnsDiscoveryConfig, ServiceEndpoint, ServiceEndpoints, AGGREGATED_METHODS, DISCOVERY_METHODS,
 };
-pub use distributed_data::{
-    DeltaCrdtConfig, DistributedDataConfig, DurableConfig, SingletonConfig, SingletonProxyConfig,
-};
 pub use error::ConfigError;
-pub use kv::KvConfig;
+pub(crate) use layer_settings::ENVELOPE_OVERHEAD;
+pub(crate) use management::validate_http_limits;
 pub use management::ManagementConfig;
 pub use node_address::parse_node_address;
 pub use node_config::{Config, HOST_ADDRESS_PLACEHOLDER};
 pub use overrides::{env_overrides, Overrides};
 pub use remote::{RemoteConfig, SecretString};
-pub use sharding::{
-    AllocationConfig, CoordinatorStateConfig, PassivationConfig, RecoveryRateConfig, ShardingConfig,
-};
+pub use section::ConfigSection;
 pub use split_brain_resolver::{
     KeepOldestConfig, LeaseMajorityConfig, RoleOnlyConfig, SplitBrainResolverConfig,
     StaticQuorumConfig,

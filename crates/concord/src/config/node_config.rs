@@ -10,14 +10,11 @@ use super::bootstrap::BootstrapConfig;
 use super::cluster::ClusterConfig;
 use super::coordinated_shutdown::CoordinatedShutdownConfig;
 use super::discovery::DiscoveryConfig;
-use super::distributed_data::{DistributedDataConfig, SingletonConfig, SingletonProxyConfig};
 use super::error::ConfigError;
-use super::kv::KvConfig;
 use super::management::ManagementConfig;
 use super::node_address::parse_node_address;
 use super::overrides::{parse_override_value, set_path};
 use super::remote::RemoteConfig;
-use super::sharding::ShardingConfig;
 use super::testkit::TestkitConfig;
 
 /// `remote.hostname` placeholder for "this host's IP address" (Akka's `<getHostAddress>`).
@@ -33,9 +30,10 @@ fn default_route_address() -> std::io::Result<std::net::IpAddr> {
     probe("0.0.0.0:0", "192.0.2.1:9").or_else(|_| probe("[::]:0", "[2001:db8::1]:9"))
 }
 
-/// The whole configuration file.
+/// The whole configuration file: the node's own sections as fields, the layers' sections
+/// (see [`super::ConfigSection`]) as TOML in [`Config::sections`].
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+#[serde(rename_all = "kebab-case", default)]
 pub struct Config {
     /// Cluster (actor system) name; only nodes with the same name form a cluster.
     pub system: String,
@@ -56,16 +54,12 @@ pub struct Config {
     /// Where the node keeps its files (durable Distributed Data); "" =
     /// `concord-data/<system>-<host>-<port>` under the working directory.
     pub data_dir: String,
-    /// Distributed Data (`akka.cluster.distributed-data`).
-    pub distributed_data: DistributedDataConfig,
-    /// Cluster Singleton managers (`akka.cluster.singleton`).
-    pub singleton: SingletonConfig,
-    /// Cluster Singleton proxies (`akka.cluster.singleton-proxy`).
-    pub singleton_proxy: SingletonProxyConfig,
-    /// Cluster Sharding (`akka.cluster.sharding`).
-    pub sharding: ShardingConfig,
-    /// The key-value store (`[kv]`).
-    pub kv: KvConfig,
+    /// The layers' sections by top-level key (`distributed-data`, `singleton`,
+    /// `singleton-proxy`, `sharding`, `kv`, an application layer's), as TOML. Each layer
+    /// reads its own with [`Config::section`]; set them with [`Config::set_section`] or
+    /// [`Config::update_section`]. A node refuses to start with a section no layer reads.
+    #[serde(flatten)]
+    pub sections: toml::Table,
 }
 
 impl Default for Config {
@@ -80,11 +74,7 @@ impl Default for Config {
             coordinated_shutdown: CoordinatedShutdownConfig::default(),
             testkit: TestkitConfig::default(),
             data_dir: String::new(),
-            distributed_data: DistributedDataConfig::default(),
-            singleton: SingletonConfig::default(),
-            singleton_proxy: SingletonProxyConfig::default(),
-            sharding: ShardingConfig::default(),
-            kv: KvConfig::default(),
+            sections: toml::Table::new(),
         }
     }
 }

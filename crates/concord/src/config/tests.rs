@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use concord_core::kv::Quorum;
 use concord_core::settings::ClusterSettings;
 use concord_core::split_brain_resolver::DowningStrategy;
 use concord_core::Address;
@@ -193,37 +192,4 @@ fn a_lease_name_of_only_spaces_falls_back_to_the_default_and_names_are_trimmed()
     assert_eq!(c.lease_name(), "sys-concord-sbr");
     c.cluster.split_brain_resolver.lease_majority.lease_name = "  my-lease ".into();
     assert_eq!(c.lease_name(), "my-lease");
-}
-
-#[test]
-fn kv_defaults_are_riaks_and_map_to_the_settings() {
-    let c = Config::default();
-    let s = c.kv_settings();
-    assert_eq!(s.n, 3);
-    assert_eq!(s.r, Quorum::Quorum);
-    assert_eq!(s.w, Quorum::Quorum);
-    assert!(!s.sloppy_quorum);
-    assert!(c.validate_kv().is_ok());
-}
-
-#[test]
-fn kv_bad_values_name_their_key() {
-    let bad = |toml: &str| Config::from_toml(toml).unwrap_err().key;
-    assert_eq!(bad("[kv]\nn = 0"), "kv.n");
-    assert_eq!(bad("[kv]\nn = 10"), "kv.n");
-    assert_eq!(bad("[kv]\nr = \"most\""), "kv.r");
-    assert_eq!(bad("[kv]\nw = \"4\""), "kv.w");
-    assert_eq!(bad("[kv]\nmax-object-size = 4000000"), "kv.max-object-size");
-    assert_eq!(
-        bad("[kv]\nhttp-port = 8098\nhttp-hostname = \"0.0.0.0\""),
-        "kv.http-hostname"
-    );
-    let ok = Config::from_toml(
-        "[kv]\nhttp-port = 8098\nhttp-hostname = \"0.0.0.0\"\n[management]\nbearer-token = \"t\"",
-    );
-    assert!(ok.is_ok(), "{ok:?}");
-    let c = Config::from_toml("[kv]\nn = 5\nr = \"all\"\nw = \"one\"\nrole = \"data\"").unwrap();
-    let s = c.kv_settings();
-    assert_eq!((s.n, s.r, s.w), (5, Quorum::All, Quorum::One));
-    assert_eq!(s.role.as_deref(), Some("data"));
 }

@@ -1,15 +1,10 @@
 //! Checks of values that parse but make no sense; each error names its key.
 
-use concord_core::kv::{Quorum, MAX_N};
-
 use super::coordinated_shutdown::Phase;
 use super::discovery::{parse_name_server, unknown_method, AGGREGATED_METHODS, DISCOVERY_METHODS};
 use super::error::ConfigError;
 use super::management::validate_http_limits;
 use super::node_config::Config;
-
-/// Space a value's envelope, key and context take beyond the value itself, bytes.
-const MESSAGE_OVERHEAD: usize = 64 * 1024;
 
 impl Config {
     /// Checks values that parse but make no sense.
@@ -30,8 +25,9 @@ impl Config {
         }
         self.validate_remote_security()?;
         self.validate_handshake_limits()?;
-        self.sharding.validate()?;
-        self.validate_kv()?;
+        if let Some((key, _)) = self.sections.iter().find(|(_, v)| !v.is_table()) {
+            return Err(ConfigError::new(key.as_str(), "unknown key"));
+        }
         self.validate_management()?;
         if self.remote.maximum_frame_size < 1024 {
             return Err(ConfigError::new(
@@ -268,83 +264,6 @@ impl Config {
                     format!("`{s}` is not an IP address or IP:port"),
                 ));
             }
-        }
-        Ok(())
-    }
-
-    pub(crate) fn validate_kv(&self) -> Result<(), ConfigError> {
-        let c = &self.kv;
-        if !(1..=MAX_N).contains(&c.n) {
-            return Err(ConfigError::new(
-                "kv.n",
-                format!("must be from 1 to {MAX_N}"),
-            ));
-        }
-        for (key, v) in [("kv.r", &c.r), ("kv.w", &c.w)] {
-            let q = Quorum::parse(v).map_err(|e| ConfigError::new(key, e))?;
-            if q.resolve(c.n).is_none() {
-                return Err(ConfigError::new(
-                    key,
-                    format!("{q} is more than kv.n = {}", c.n),
-                ));
-            }
-        }
-        if c.virtual_nodes == 0 || c.virtual_nodes > 4096 {
-            return Err(ConfigError::new(
-                "kv.virtual-nodes",
-                "must be from 1 to 4096",
-            ));
-        }
-        if c.max_value_size == 0 || c.max_value_size > c.max_object_size {
-            return Err(ConfigError::new(
-                "kv.max-value-size",
-                "must be at least 1 and at most kv.max-object-size",
-            ));
-        }
-        let frame = self.remote.maximum_large_frame_size;
-        if c.max_object_size.saturating_add(MESSAGE_OVERHEAD) > frame {
-            return Err(ConfigError::new(
-                "kv.max-object-size",
-                format!("must leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
-            ));
-        }
-        if c.transfer_batch_size == 0
-            || c.transfer_batch_size.saturating_add(MESSAGE_OVERHEAD) > frame
-        {
-            return Err(ConfigError::new(
-                "kv.transfer-batch-size",
-                format!("must be at least 1 and leave 64 KiB of remote.maximum-large-frame-size ({frame} bytes)"),
-            ));
-        }
-        validate_http_limits(
-            "kv.http-",
-            c.http_max_connections,
-            c.http_max_connections_per_source,
-            c.http_header_read_timeout,
-            c.http_idle_timeout,
-        )?;
-        if c.max_pending_requests == 0 {
-            return Err(ConfigError::new(
-                "kv.max-pending-requests",
-                "must be at least 1",
-            ));
-        }
-        let protected = self.management.tls.is_some()
-            || self
-                .management
-                .bearer_token
-                .as_deref()
-                .is_some_and(|t| !t.is_empty());
-        if c.http_port.is_some() && !c.http_is_loopback() && !protected && !c.insecure {
-            return Err(ConfigError::new(
-                "kv.http-hostname",
-                format!(
-                    "`{}` is not loopback: the key-value API would serve anyone who can reach it. \
-                     Set management.bearer-token or [management.tls] (the API then needs them), \
-                     or kv.insecure = true",
-                    c.http_hostname
-                ),
-            ));
         }
         Ok(())
     }

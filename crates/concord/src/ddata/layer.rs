@@ -23,6 +23,7 @@ use super::command::ReplicatorCommand;
 use super::durable::DurableStore;
 use super::effects::ReplicatorEffects;
 use super::replicator::Replicator;
+use crate::config::ConfigSection;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
 use crate::runtime::{HostThread, LaneOutbound};
@@ -90,6 +91,10 @@ impl Layer for DistributedData {
         "distributed-data"
     }
 
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[<super::DistributedDataConfig as ConfigSection>::KEY]
+    }
+
     fn register(
         &mut self,
         registry: &mut ProtocolRegistry,
@@ -114,7 +119,12 @@ impl Layer for DistributedData {
             inbound,
         } = *self;
         let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
-        let settings = settings.unwrap_or_else(|| ctx.config.replicator_settings());
+        let settings = match settings {
+            Some(s) => s,
+            None => ctx
+                .section::<super::DistributedDataConfig>(LAYER)?
+                .settings(&ctx.config),
+        };
         let me = ctx.cluster.self_unique_address().clone();
         handle.replica.store(me.uid, Ordering::Relaxed);
         let clock = ctx.clock;

@@ -28,6 +28,8 @@
 
 pub mod codec;
 pub mod command;
+#[cfg(feature = "runtime")]
+mod config;
 pub mod durable;
 pub mod effects;
 #[cfg(feature = "runtime")]
@@ -37,6 +39,8 @@ mod metrics;
 mod replicator;
 
 pub use command::{KeyInfo, Notification, ReplicatorCommand};
+#[cfg(feature = "runtime")]
+pub use config::{DeltaCrdtConfig, DistributedDataConfig, DurableConfig};
 pub use effects::ReplicatorEffects;
 #[cfg(feature = "runtime")]
 pub use layer::DistributedData;

@@ -16,6 +16,7 @@ use super::command::KvCommand;
 use super::effects::KvEffects;
 use super::handle::KvStore;
 use super::storage::RedbStorage;
+use crate::config::ConfigSection;
 use crate::coordinated_shutdown::Phase;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::management::ManagementAccess;
@@ -73,6 +74,10 @@ impl Layer for KeyValueStore {
         "key-value-store"
     }
 
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[<super::KvConfig as ConfigSection>::KEY]
+    }
+
     fn register(
         &mut self,
         registry: &mut ProtocolRegistry,
@@ -96,7 +101,8 @@ impl Layer for KeyValueStore {
             inbound,
         } = *self;
         let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
-        let settings = settings.unwrap_or_else(|| ctx.config.kv_settings());
+        let section = ctx.section::<super::KvConfig>(LAYER)?;
+        let settings = settings.unwrap_or_else(|| section.settings());
         let me = ctx.cluster.self_unique_address().clone();
         let storage = RedbStorage::open(&ctx.config.data_dir_path()).map_err(storage_error)?;
         let file = storage.file().to_path_buf();
@@ -136,8 +142,8 @@ impl Layer for KeyValueStore {
         ) {
             warn!(error = %e, "cannot add the key-value handoff to coordinated shutdown");
         }
-        if let Some(port) = ctx.config.kv.http_port {
-            serve(&ctx, &handle, port)?;
+        if let Some(port) = section.http_port {
+            serve(&ctx, &section, &handle, port)?;
         }
         Ok(LayerStarted {
             routes: Some(super::http::status_router(handle)),
@@ -146,9 +152,14 @@ impl Layer for KeyValueStore {
 }
 
 /// Binds `kv.http-hostname:port` and serves the HTTP API (HTTPS with `[management.tls]`).
-fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerError> {
+fn serve(
+    ctx: &LayerContext,
+    section: &super::KvConfig,
+    store: &KvStore,
+    port: u16,
+) -> Result<(), LayerError> {
     let config = &ctx.config;
-    let host = config.kv.http_hostname.as_str();
+    let host = section.http_hostname.as_str();
     let bind = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -173,9 +184,15 @@ fn serve(ctx: &LayerContext, store: &KvStore, port: u16) -> Result<(), LayerErro
             layer: LAYER,
             message: format!("key-value HTTPS: {e}"),
         })?;
-    let access = ManagementAccess::for_key_value(config, addr);
+    let access = ManagementAccess::for_data_api(
+        config,
+        host,
+        addr,
+        section.max_value_size.saturating_add(64 * 1024),
+    );
     let app = super::http::router(store.clone(), access);
-    let limits = crate::management::HttpLimits::for_key_value(&config.kv)
+    let limits = section
+        .http_limits()
         .fitted(ctx.transport.inbound_connections().1);
     crate::management::serve_app(listener, tls, app, ctx.cluster.clone(), "kv", limits);
     let _ = store.http.set(addr);

@@ -28,6 +28,8 @@
 
 pub mod codec;
 pub mod command;
+#[cfg(feature = "runtime")]
+mod config;
 pub mod effects;
 #[cfg(feature = "runtime")]
 mod handle;
@@ -39,6 +41,8 @@ mod metrics;
 pub mod storage;
 
 pub use command::{KvCommand, KvStatusReport};
+#[cfg(feature = "runtime")]
+pub use config::KvConfig;
 pub use effects::KvEffects;
 #[cfg(feature = "runtime")]
 pub use handle::{Context, KvStore, KvValue};

@@ -69,19 +69,24 @@ impl ManagementAccess {
         }
     }
 
-    /// The key-value API's policy: the management API's write rules (bearer token or
-    /// client certificate, `Host`/`Origin` naming this node) for every request, reads
-    /// included; writes refused only when `management.read-only` is set explicitly; bodies
-    /// up to `kv.max-value-size` plus 64 KiB.
-    pub fn for_key_value(config: &crate::config::Config, bound: SocketAddr) -> Self {
+    /// A data API's policy (the key-value API's, bound on `hostname` at `bound`): the
+    /// management API's write rules (bearer token or client certificate, `Host`/`Origin`
+    /// naming this node) for every request, reads included; writes refused only when
+    /// `management.read-only` is set explicitly; bodies up to `max_body_bytes`.
+    pub fn for_data_api(
+        config: &crate::config::Config,
+        hostname: &str,
+        bound: SocketAddr,
+        max_body_bytes: usize,
+    ) -> Self {
         let mut m = config.management.clone();
-        m.hostname = config.kv.http_hostname.clone();
+        m.hostname = hostname.to_string();
         ManagementAccess {
             read_only: config.management.read_only == Some(true),
             bearer_token: m.bearer_token.clone().filter(|t| !t.is_empty()),
             client_certificates: m.tls.is_some(),
             allowed_hosts: allowed_hosts(&m, Some(bound), &config.remote.hostname),
-            max_body_bytes: config.kv.max_value_size.saturating_add(64 * 1024),
+            max_body_bytes,
             guard_reads: true,
         }
     }

@@ -55,16 +55,6 @@ impl HttpLimits {
         }
     }
 
-    /// `[kv]`'s `http-…` limits.
-    pub fn for_key_value(c: &crate::config::KvConfig) -> Self {
-        HttpLimits {
-            max_connections: c.http_max_connections,
-            max_connections_per_source: c.http_max_connections_per_source,
-            header_read_timeout: c.http_header_read_timeout,
-            idle_timeout: c.http_idle_timeout,
-        }
-    }
-
     /// These limits with the server cap lowered to fit `share` descriptors (the cap and
     /// the local reserve), at least 1, and the source cap at most the server cap.
     pub fn within(mut self, share: usize) -> Self {

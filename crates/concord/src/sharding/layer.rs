@@ -21,6 +21,7 @@ use super::error::ShardingError;
 use super::extractor::Extractor;
 use super::remember_store::RememberStore;
 use super::routes;
+use crate::config::ConfigSection;
 use crate::coordinated_shutdown::{CoordinatedShutdownSettings, Phase};
 use crate::ddata::durable::DurableStore;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
@@ -306,6 +307,10 @@ impl Layer for Sharding {
         "sharding"
     }
 
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[<super::ShardingConfig as ConfigSection>::KEY]
+    }
+
     fn register(
         &mut self,
         registry: &mut ProtocolRegistry,
@@ -342,9 +347,12 @@ impl Layer for Sharding {
                     message: format!("entity type `{}` is started twice", spec.type_name),
                 });
             }
-            let mut settings = spec
-                .settings
-                .unwrap_or_else(|| ctx.config.sharding_settings(&spec.type_name));
+            let mut settings = match spec.settings {
+                Some(s) => s,
+                None => ctx
+                    .section::<super::ShardingConfig>(LAYER)?
+                    .settings(&spec.type_name, &ctx.config),
+            };
             settings.type_name = spec.type_name.clone();
             settings.proxy_only |= spec.proxy;
             if settings.remember_entities {

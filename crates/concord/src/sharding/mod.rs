@@ -21,6 +21,8 @@
 mod cells;
 pub mod codec;
 pub mod command;
+#[cfg(feature = "runtime")]
+mod config;
 pub mod effects;
 pub mod entity;
 mod error;
@@ -33,6 +35,10 @@ pub mod remember_store;
 pub mod routes;
 
 pub use command::{AskFailure, AskTx, ShardingCommand, ShardingCompletion, StatsTx};
+#[cfg(feature = "runtime")]
+pub use config::{
+    AllocationConfig, CoordinatorStateConfig, PassivationConfig, RecoveryRateConfig, ShardingConfig,
+};
 pub use effects::ShardingEffects;
 pub use entity::{Entity, EntityContext};
 pub use error::ShardingError;

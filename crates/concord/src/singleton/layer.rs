@@ -19,6 +19,7 @@ use super::codec::SingletonCodec;
 use super::command::SingletonCommand;
 use super::effects::{factory, Factory, Instance, SingletonEffects};
 use super::instance::{Behaviour, Wire};
+use crate::config::ConfigSection;
 use crate::coordinated_shutdown::Phase;
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::lease::{FileLease, Lease};
@@ -208,6 +209,13 @@ impl Layer for ClusterSingletons {
         "singleton"
     }
 
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[
+            <super::SingletonConfig as ConfigSection>::KEY,
+            <super::SingletonProxyConfig as ConfigSection>::KEY,
+        ]
+    }
+
     fn register(
         &mut self,
         registry: &mut ProtocolRegistry,
@@ -234,10 +242,21 @@ impl Layer for ClusterSingletons {
         let me = ctx.cluster.self_unique_address().clone();
         let mut machines = MachineGroup::new(ProtocolId::SINGLETON);
         let mut instances = BTreeMap::new();
+        let mut sections = None;
         for (name, spec) in specs {
-            let mut settings = spec
-                .settings
-                .unwrap_or_else(|| ctx.config.singleton_settings(&name));
+            let mut settings = match spec.settings {
+                Some(s) => s,
+                None => {
+                    if sections.is_none() {
+                        sections = Some((
+                            ctx.section::<super::SingletonConfig>(LAYER)?,
+                            ctx.section::<super::SingletonProxyConfig>(LAYER)?,
+                        ));
+                    }
+                    let (s, p) = sections.as_ref().expect("just set");
+                    s.settings(&name, p, &ctx.config)
+                }
+            };
             settings.name = name.clone();
             let lease: Option<Arc<dyn Lease>> = settings.use_lease.then(|| {
                 let lm = &ctx.config.cluster.split_brain_resolver.lease_majority;

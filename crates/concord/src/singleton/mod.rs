@@ -11,6 +11,8 @@
 
 pub mod codec;
 pub mod command;
+#[cfg(feature = "runtime")]
+mod config;
 pub mod effects;
 mod instance;
 #[cfg(feature = "runtime")]
@@ -18,6 +20,8 @@ mod layer;
 mod metrics;
 
 pub use command::{SingletonCommand, SingletonCompletion};
+#[cfg(feature = "runtime")]
+pub use config::{SingletonConfig, SingletonProxyConfig};
 pub use effects::SingletonEffects;
 pub use instance::{Behaviour, Replier, SingletonContext, SingletonEnvelope, Wire};
 #[cfg(feature = "runtime")]

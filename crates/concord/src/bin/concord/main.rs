@@ -297,18 +297,20 @@ async fn run_node(
         Err(e) => warn!(error = %e, "cannot raise the file-descriptor limit"),
     }
     if sample {
-        config
-            .distributed_data
-            .durable
-            .keys
-            .push(crate::sample::COUNTER_KEYS.into());
+        config.update_section(|d: &mut concord::ddata::DistributedDataConfig| {
+            d.durable.keys.push(crate::sample::COUNTER_KEYS.into())
+        })?;
     }
-    let config_kv = config.kv.http_port.is_some();
+    let config_kv = config
+        .section::<concord::kv::KvConfig>()?
+        .http_port
+        .is_some();
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
     let mut sharding = Sharding::new();
     let entities =
         sample.then(|| crate::sample::entities::init(&mut sharding, &config, replicator.clone()));
+    let entities = entities.transpose()?;
     let mut builder = Node::builder(config).layer(ddata);
     if let Some(entities) = entities {
         let proxy = crate::sample::add_singleton(&mut singletons);

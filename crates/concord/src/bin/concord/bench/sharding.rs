@@ -457,7 +457,10 @@ async fn memory_per_entity(n: usize) -> anyhow::Result<f64> {
         1,
         |c| {
             // Idle entities stay (no passivation), and every message is taken.
-            c.sharding.passivation.idle_timeout = None;
+            c.update_section(|s: &mut concord::sharding::ShardingConfig| {
+                s.passivation.idle_timeout = None;
+            })
+            .expect("the section parses");
         },
         move |_, builder| {
             let (sharding, region) = sharding_with(h2.clone());

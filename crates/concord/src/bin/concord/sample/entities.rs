@@ -185,18 +185,20 @@ impl Entity for Log {
 }
 
 /// The sample's entity types, started in `sharding` (the node's `[sharding]` settings;
-/// logs are never passivated).
+/// logs are never passivated). Errors if `[sharding]` does not parse or validate.
 pub fn init(
     sharding: &mut Sharding,
     config: &concord::Config,
     replicator: Replicator,
-) -> (ShardRegion<Counter>, ShardRegion<Log>) {
+) -> Result<(ShardRegion<Counter>, ShardRegion<Log>), concord::config::ConfigError> {
     let counters = sharding.init(
         COUNTER_TYPE,
         move |id: &str, _: Option<()>| Counter::new(id, replicator.clone()),
         None,
     );
-    let mut log_settings = config.sharding_settings(LOG_TYPE);
+    let mut log_settings = config
+        .section::<concord::sharding::ShardingConfig>()?
+        .settings(LOG_TYPE, config);
     log_settings.passivation_idle_timeout_ms = None;
     let logs = sharding.init(
         LOG_TYPE,
@@ -205,7 +207,7 @@ pub fn init(
         },
         Some(log_settings),
     );
-    (counters, logs)
+    Ok((counters, logs))
 }
 
 /// The routes' state.

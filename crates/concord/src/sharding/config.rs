@@ -1,16 +1,18 @@
 //! `[sharding]` (Akka's `akka.cluster.sharding`): the defaults every entity type started
-//! with [`crate::sharding::Sharding::init`] uses unless it passes its own settings.
+//! with [`super::Sharding::init`] uses unless it passes its own settings.
 
 use std::time::Duration;
 
-use concord_core::sharding::{EntityRecoveryStrategy, ShardingSettings};
-use serde::Deserialize;
+use concord_core::sharding::{
+    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
+};
+use serde::{Deserialize, Serialize};
 
-use super::duration;
-use super::error::ConfigError;
+use crate::config::duration::ms;
+use crate::config::{Config, ConfigError, ConfigSection};
 
 /// `[sharding]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct ShardingConfig {
     /// Host shards only on members with this role ("" = every member); other members run
@@ -24,16 +26,16 @@ pub struct ShardingConfig {
     /// Messages waiting for one entity (10000).
     pub entity_mailbox_size: usize,
     /// Re-ask the coordinator for unknown homes; longest register back-off ("2s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub retry_interval: Duration,
     /// How often the coordinator looks for shards to rebalance ("10s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub rebalance_interval: Duration,
     /// The longest a handoff may take ("60s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub handoff_timeout: Duration,
     /// `HostShard` is re-sent until confirmed, every ("10s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub shard_start_timeout: Duration,
     /// Remember entities (false).
     pub remember_entities: bool,
@@ -53,37 +55,37 @@ pub struct ShardingConfig {
     /// The least number of replicas of a majority for coordinator state (5).
     pub majority_min_cap: usize,
     /// Timeout of a coordinator-state read ("2s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub waiting_for_state_timeout: Duration,
     /// Timeout of a coordinator-state or remember-entities write ("5s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub updating_state_timeout: Duration,
     /// Timeout of `GET /cluster/shards/{name}` ("3s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub shard_region_query_timeout: Duration,
     /// Wait after a region's node is removed before its shards go elsewhere; "off" or
     /// absent: the split brain resolver's `stable-after` when it is on, else 0.
-    #[serde(deserialize_with = "duration::de_opt")]
+    #[serde(with = "crate::config::duration::optional")]
     pub removal_margin: Option<Duration>,
 }
 
 /// `[sharding.entity-recovery-constant-rate-strategy]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct RecoveryRateConfig {
     /// Period ("100ms").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub frequency: Duration,
     /// Entities started per period (100).
     pub number_of_entities: usize,
 }
 
 /// `[sharding.passivation]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct PassivationConfig {
     /// Passivate entities idle this long ("120s"; "off": never).
-    #[serde(deserialize_with = "duration::de_opt")]
+    #[serde(with = "crate::config::duration::optional")]
     pub idle_timeout: Option<Duration>,
     /// Most active entities per region, least recently used passivated first (0 = no
     /// limit).
@@ -91,7 +93,7 @@ pub struct PassivationConfig {
 }
 
 /// `[sharding.least-shard-allocation-strategy]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct AllocationConfig {
     /// Most shards per rebalance round (20; 0 selects Akka's old algorithm).
@@ -105,7 +107,7 @@ pub struct AllocationConfig {
 }
 
 /// `[sharding.coordinator-state]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct CoordinatorStateConfig {
     /// Replicas beyond a majority for writes (3).
@@ -190,9 +192,70 @@ impl Default for CoordinatorStateConfig {
     }
 }
 
+impl ConfigSection for ShardingConfig {
+    const KEY: &'static str = "sharding";
+
+    fn validate(&self, _config: &Config) -> Result<(), ConfigError> {
+        self.check()
+    }
+}
+
 impl ShardingConfig {
+    /// The settings of entity type `type_name` (the removal margin from the split brain
+    /// resolver's `stable-after` in `config` unless set).
+    pub fn settings(&self, type_name: &str, config: &Config) -> ShardingSettings {
+        let c = self;
+        let removal_margin_ms = config.removal_margin_ms(c.removal_margin);
+        let a = &c.least_shard_allocation_strategy;
+        ShardingSettings {
+            type_name: type_name.to_string(),
+            role: (!c.role.is_empty()).then(|| c.role.clone()),
+            proxy_only: false,
+            number_of_shards: c.number_of_shards.max(1),
+            buffer_size: c.buffer_size,
+            entity_mailbox_size: c.entity_mailbox_size,
+            retry_interval_ms: ms(c.retry_interval).max(1),
+            rebalance_interval_ms: ms(c.rebalance_interval).max(1),
+            handoff_timeout_ms: ms(c.handoff_timeout),
+            shard_start_timeout_ms: ms(c.shard_start_timeout).max(1),
+            passivation_idle_timeout_ms: c.passivation.idle_timeout.map(ms),
+            active_entity_limit: (c.passivation.active_entity_limit > 0)
+                .then_some(c.passivation.active_entity_limit),
+            remember_entities: c.remember_entities,
+            remember_entities_store: if c.remember_entities_store == "redb" {
+                RememberEntitiesStore::External
+            } else {
+                RememberEntitiesStore::DistributedData
+            },
+            entity_recovery_strategy: if c.entity_recovery_strategy == "all" {
+                EntityRecoveryStrategy::All
+            } else {
+                EntityRecoveryStrategy::Constant {
+                    frequency_ms: ms(c.entity_recovery_constant_rate_strategy.frequency).max(1),
+                    number_of_entities: c
+                        .entity_recovery_constant_rate_strategy
+                        .number_of_entities
+                        .max(1),
+                }
+            },
+            least_shard_allocation: LeastShardAllocationSettings {
+                rebalance_absolute_limit: a.rebalance_absolute_limit,
+                rebalance_relative_limit: a.rebalance_relative_limit,
+                rebalance_threshold: a.rebalance_threshold,
+                max_simultaneous_rebalance: a.max_simultaneous_rebalance,
+            },
+            coordinator_write_majority_plus: c.coordinator_state.write_majority_plus,
+            coordinator_read_majority_plus: c.coordinator_state.read_majority_plus,
+            majority_min_cap: c.majority_min_cap,
+            waiting_for_state_timeout_ms: ms(c.waiting_for_state_timeout).max(1),
+            updating_state_timeout_ms: ms(c.updating_state_timeout).max(1),
+            removal_margin_ms,
+            shard_region_query_timeout_ms: ms(c.shard_region_query_timeout).max(1),
+        }
+    }
+
     /// Checks the values that have no meaning (the first error, naming its key).
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    fn check(&self) -> Result<(), ConfigError> {
         let mut errors = Vec::new();
         if self.number_of_shards == 0 {
             errors.push(ConfigError::new(

@@ -1,37 +1,36 @@
-//! `[distributed-data]` (Akka's `akka.cluster.distributed-data`) and `[singleton]` /
-//! `[singleton-proxy]` (Akka's `akka.cluster.singleton` / `singleton-proxy`), plus the
-//! node's `data-dir`.
+//! `[distributed-data]` (Akka's `akka.cluster.distributed-data`): the replicator's
+//! section.
 
 use std::time::Duration;
 
 use concord_core::ddata::ReplicatorSettings;
-use concord_core::singleton::SingletonSettings;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::duration;
+use crate::config::duration::ms;
+use crate::config::{Config, ConfigSection, ENVELOPE_OVERHEAD};
 
 /// `[distributed-data]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct DistributedDataConfig {
     /// Replicate only among members with this role ("" = all).
     pub role: String,
     /// Anti-entropy gossip interval ("2s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub gossip_interval: Duration,
     /// How often subscribers hear of changes ("500ms").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub notify_subscribers_interval: Duration,
     /// Keys per gossip chunk and most entries per gossip reply (500).
     pub max_delta_elements: usize,
     /// How often the leader checks for removed nodes to prune ("120s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub pruning_interval: Duration,
     /// All-reachable time before a removed node's entries are pruned ("300s").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub max_pruning_dissemination: Duration,
     /// How long "pruning performed" markers are kept ("6h").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub pruning_marker_time_to_live: Duration,
     /// Ask the oldest nodes first in reads (false).
     pub prefer_oldest: bool,
@@ -44,7 +43,7 @@ pub struct DistributedDataConfig {
 }
 
 /// `[distributed-data.delta-crdt]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct DeltaCrdtConfig {
     /// Propagate deltas (true).
@@ -54,13 +53,13 @@ pub struct DeltaCrdtConfig {
 }
 
 /// `[distributed-data.durable]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct DurableConfig {
     /// Durable keys: exact ids or prefixes ending in `*` ([]).
     pub keys: Vec<String>,
     /// How long pruning markers of durable keys are kept ("10d").
-    #[serde(deserialize_with = "duration::de")]
+    #[serde(with = "crate::config::duration::required")]
     pub pruning_marker_time_to_live: Duration,
 }
 
@@ -104,62 +103,39 @@ impl Default for DurableConfig {
     }
 }
 
-/// `[singleton]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct SingletonConfig {
-    /// Run singletons only on members with this role ("" = any).
-    pub role: String,
-    /// How often the new oldest asks for the hand-over ("1s").
-    #[serde(deserialize_with = "duration::de")]
-    pub hand_over_retry_interval: Duration,
-    /// Least number of hand-over retries (15).
-    pub min_number_of_hand_over_retries: u32,
-    /// Wait after a crashed oldest's removal before starting elsewhere; "off" or absent:
-    /// the split brain resolver's `stable-after` when it is on, else 0.
-    #[serde(deserialize_with = "duration::de_opt")]
-    pub removal_margin: Option<Duration>,
-    /// Start an instance only while holding a lease (false; a file lease in
-    /// `split-brain-resolver.lease-majority.lease-directory`'s place).
-    pub use_lease: bool,
-    /// Retry interval for the lease ("5s").
-    #[serde(deserialize_with = "duration::de")]
-    pub lease_retry_interval: Duration,
+impl ConfigSection for DistributedDataConfig {
+    const KEY: &'static str = "distributed-data";
 }
 
-impl Default for SingletonConfig {
-    fn default() -> Self {
-        let d = SingletonSettings::default();
-        SingletonConfig {
-            role: String::new(),
-            hand_over_retry_interval: Duration::from_millis(d.hand_over_retry_interval_ms),
-            min_number_of_hand_over_retries: d.min_number_of_hand_over_retries,
-            removal_margin: None,
-            use_lease: false,
-            lease_retry_interval: Duration::from_millis(d.lease_retry_interval_ms),
-        }
-    }
-}
-
-/// `[singleton-proxy]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct SingletonProxyConfig {
-    /// How often the proxy looks for the instance ("1s").
-    #[serde(deserialize_with = "duration::de")]
-    pub singleton_identification_interval: Duration,
-    /// Messages buffered while the instance moves (1000; 0 = none).
-    pub buffer_size: usize,
-}
-
-impl Default for SingletonProxyConfig {
-    fn default() -> Self {
-        let d = SingletonSettings::default();
-        SingletonProxyConfig {
-            singleton_identification_interval: Duration::from_millis(
-                d.singleton_identification_interval_ms,
-            ),
-            buffer_size: d.buffer_size,
+impl DistributedDataConfig {
+    /// The replicator's settings, with message and value limits from `config`'s frame
+    /// sizes.
+    pub fn settings(&self, config: &Config) -> ReplicatorSettings {
+        let c = self;
+        ReplicatorSettings {
+            role: (!c.role.is_empty()).then(|| c.role.clone()),
+            gossip_interval_ms: ms(c.gossip_interval),
+            notify_subscribers_interval_ms: ms(c.notify_subscribers_interval),
+            max_delta_elements: c.max_delta_elements,
+            delta_crdt_enabled: c.delta_crdt.enabled,
+            delta_propagation_interval_ms: (ms(c.gossip_interval) / 5).max(200),
+            max_delta_size: c.delta_crdt.max_delta_size,
+            pruning_interval_ms: ms(c.pruning_interval),
+            max_pruning_dissemination_ms: ms(c.max_pruning_dissemination),
+            pruning_marker_time_to_live_ms: ms(c.pruning_marker_time_to_live),
+            durable_pruning_marker_time_to_live_ms: ms(c.durable.pruning_marker_time_to_live),
+            durable_keys: c.durable.keys.clone(),
+            prefer_oldest: c.prefer_oldest,
+            max_keys: c.max_keys,
+            max_message_bytes: config
+                .remote
+                .maximum_frame_size
+                .saturating_sub(ENVELOPE_OVERHEAD),
+            max_value_bytes: config
+                .remote
+                .maximum_large_frame_size
+                .saturating_sub(ENVELOPE_OVERHEAD),
+            ..ReplicatorSettings::default()
         }
     }
 }
