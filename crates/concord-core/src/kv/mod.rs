@@ -41,6 +41,7 @@ mod handoff_state;
 pub(crate) mod limits;
 pub mod message;
 pub mod object;
+mod record;
 pub mod replica;
 mod requests;
 pub mod ring;

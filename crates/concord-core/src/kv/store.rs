@@ -26,6 +26,8 @@ use std::collections::BTreeMap;
 
 use crate::ddata::{ReplicaId, VersionVector};
 use crate::kv::object::{Dot, ObjectError, Versioned, Write};
+pub use crate::kv::record::decode_record;
+use crate::kv::record::{u64_at, Record};
 use crate::kv::ring::{bucket_of, key_hash, segment_of, BUCKETS};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
@@ -33,9 +35,6 @@ use crate::kv::storage::{KvStorage, StorageError, Table};
 pub const EPOCH_BLOCK: u64 = 1 << 16;
 const META_REPLICA: &[u8] = b"replica";
 const META_EPOCHS: &[u8] = b"epochs-reserved";
-/// Format byte of a stored record: the local actor, then the object.
-const RECORD_FORMAT: u8 = 2;
-
 /// A (segment, n) group of keys: the keys one preference list holds.
 pub type Group = (u16, u8);
 
@@ -71,52 +70,6 @@ pub struct Applied {
     pub changed: bool,
     /// The object now (`None`: absent).
     pub object: Option<Versioned>,
-}
-
-/// A stored copy: the object and the actor this store writes it with (if it has
-/// coordinated a write of it since it last did not hold it).
-#[derive(Clone, Debug, PartialEq)]
-struct Record {
-    local_actor: Option<ReplicaId>,
-    object: Versioned,
-}
-
-impl Record {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = vec![RECORD_FORMAT];
-        match self.local_actor {
-            Some(a) => {
-                out.push(1);
-                out.extend_from_slice(&a.0.to_le_bytes());
-            }
-            None => out.push(0),
-        }
-        out.extend(self.object.encode());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Record, ObjectError> {
-        let malformed = || ObjectError::Malformed("record".into());
-        let (&format, rest) = bytes.split_first().ok_or_else(malformed)?;
-        if format != RECORD_FORMAT {
-            return Err(ObjectError::Malformed(format!(
-                "unknown record format {format}"
-            )));
-        }
-        let (&flag, rest) = rest.split_first().ok_or_else(malformed)?;
-        let (local_actor, rest) = match flag {
-            0 => (None, rest),
-            1 => (
-                Some(ReplicaId(u64_at(rest, 0).ok_or_else(malformed)?)),
-                rest.get(8..).ok_or_else(malformed)?,
-            ),
-            _ => return Err(malformed()),
-        };
-        Ok(Record {
-            local_actor,
-            object: Versioned::decode(rest)?,
-        })
-    }
 }
 
 /// Why an update was refused.
@@ -155,22 +108,6 @@ fn segment_start(segment: u32) -> Vec<u8> {
 fn bucket_row_key(group: Group, bucket: u8) -> [u8; 4] {
     let s = group.0.to_be_bytes();
     [s[0], s[1], group.1, bucket]
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    bytes
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-}
-
-/// The object in a stored record of the `Objects` table (for tools and tests that read a
-/// store's tables directly).
-///
-/// # Errors
-/// The bytes are not a record.
-pub fn decode_record(bytes: &[u8]) -> Result<Versioned, ObjectError> {
-    Record::decode(bytes).map(|r| r.object)
 }
 
 /// A key's contribution to its bucket's hash.

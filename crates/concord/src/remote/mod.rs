@@ -59,6 +59,8 @@ pub use envelope::{Frame, Outbound};
 #[cfg(feature = "runtime")]
 pub use faults::LinkFaults;
 #[cfg(feature = "runtime")]
+pub use outbound_lane::OutboundLane;
+#[cfg(feature = "runtime")]
 pub use registry::ProtocolRegistry;
 #[cfg(feature = "runtime")]
 pub use sender::ProtocolSender;
@@ -67,5 +69,5 @@ pub use settings::TransportSettings;
 #[cfg(feature = "runtime")]
 pub use stats::TransportStats;
 #[cfg(feature = "runtime")]
-pub use transport::{OutboundLane, SendError, Transport, TransportError, TransportEvent};
+pub use transport::{SendError, Transport, TransportError, TransportEvent};
 pub use version::PROTOCOL_VERSION;

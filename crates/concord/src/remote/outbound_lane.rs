@@ -5,13 +5,17 @@
 //! Bounded by `queue_size` frames (Akka's `outbound-*-queue-size`) and by `max_bytes` of
 //! frames: when full, [`LaneQueue::push`] refuses (the caller counts a drop) and
 //! [`LaneQueue::push_wait`] waits until the writer has taken the buffer.
+//!
+//! [`OutboundLane`] is a sender's handle on one such queue.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use concord_core::{Address, Lane, ProtocolId};
 use tokio::sync::Notify;
 
 use super::envelope::Frame;
+use super::transport::{SendError, Transport};
 
 /// Why a frame was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +282,198 @@ impl LaneQueue {
             s.writer_waiting = true;
         }
         data.await;
+    }
+}
+
+/// A sender's handle on the queue of one peer and lane (see [`Transport::outbound_lane`]):
+/// while it is held, the lane stays open (its connection may still close when idle).
+/// Frames too large for the lane, or for a link with injected faults, take the general
+/// path of [`Transport::send`].
+pub struct OutboundLane {
+    pub(super) transport: Transport,
+    pub(super) to: Address,
+    pub(super) lane: Lane,
+    pub(super) queue: Arc<LaneQueue>,
+}
+
+impl OutboundLane {
+    /// Like [`Transport::send`], to this handle's peer and lane.
+    pub fn send(&self, frame: Frame) {
+        let Ok(Some((lane, frame))) = self.transport.prepare(&self.to, self.lane, frame) else {
+            return;
+        };
+        if lane != self.lane {
+            self.transport.enqueue(&self.to, lane, frame);
+        } else if self.queue.push(frame).is_err() {
+            self.transport.inner.stats.dropped(lane, 1);
+        }
+    }
+
+    /// Like [`OutboundLane::send`], but a frame the lane's queue has no room for comes
+    /// back instead of being dropped, for a sender that keeps its own backlog and must not
+    /// wait (a layer's driver that also has to read its inbound messages). Frames that
+    /// must go elsewhere (too large for the lane, faults injected) take the general path.
+    pub fn try_send(&self, frame: Frame) -> Result<(), Frame> {
+        let t = &self.transport;
+        if t.inner.faults.get(&self.to).is_some() {
+            self.send(frame);
+            return Ok(());
+        }
+        let lane = match t.lane_for(self.lane, &frame) {
+            Ok(l) => l,
+            Err(e) => {
+                t.too_large(&self.to, &frame, e);
+                return Ok(());
+            }
+        };
+        let (protocol, bytes) = (frame.protocol, frame.payload.len() as u64);
+        if lane != self.lane {
+            t.count_out(protocol, 1, bytes);
+            t.enqueue(&self.to, lane, frame);
+            return Ok(());
+        }
+        match self.queue.push(frame) {
+            Ok(()) => {
+                t.count_out(protocol, 1, bytes);
+                Ok(())
+            }
+            Err((PushError::Full, back)) => Err(back),
+            Err((PushError::Closed, _)) => {
+                t.inner.stats.dropped(lane, 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Like [`OutboundLane::try_send`] for every frame of `frames`, in order, under one
+    /// lock of the lane's queue: the frames that do not fit stay in `frames` (the first of
+    /// them is the first that did not fit).
+    pub fn try_send_all(&self, frames: &mut std::collections::VecDeque<Frame>) {
+        let t = &self.transport;
+        if t.inner.faults.get(&self.to).is_some() {
+            for f in frames.drain(..) {
+                self.send(f);
+            }
+            return;
+        }
+        let mut batch = std::collections::VecDeque::new();
+        while let Some(frame) = frames.pop_front() {
+            match t.lane_for(self.lane, &frame) {
+                Ok(l) if l == self.lane => batch.push_back(frame),
+                Ok(l) => {
+                    // A large frame: everything before it goes first, in order.
+                    self.push_counted(&mut batch);
+                    if !batch.is_empty() {
+                        batch.push_back(frame);
+                        break;
+                    }
+                    t.count_out(frame.protocol, 1, frame.payload.len() as u64);
+                    t.enqueue(&self.to, l, frame);
+                }
+                Err(e) => t.too_large(&self.to, &frame, e),
+            }
+        }
+        self.push_counted(&mut batch);
+        // What did not fit goes back in front, in order.
+        while let Some(f) = batch.pop_back() {
+            frames.push_front(f);
+        }
+    }
+
+    /// Pushes what fits of `batch` (counting it); the rest stays in `batch`.
+    fn push_counted(&self, batch: &mut std::collections::VecDeque<Frame>) {
+        let t = &self.transport;
+        let total = batch.len();
+        let sizes: Vec<(ProtocolId, u64)> = batch
+            .iter()
+            .map(|f| (f.protocol, f.payload.len() as u64))
+            .collect();
+        if self.queue.try_push_all(batch).is_err() {
+            t.inner.stats.dropped(self.lane, batch.len() as u64);
+            batch.clear();
+            return;
+        }
+        for (p, b) in sizes.into_iter().take(total - batch.len()) {
+            t.count_out(p, 1, b);
+        }
+    }
+
+    /// True if the lane's queue is closed (the transport shut down): a sender holding this
+    /// handle should take a new one.
+    pub fn is_closed(&self) -> bool {
+        self.queue.is_closed()
+    }
+
+    /// Queues every frame of `frames` in order, waiting while the lane is full: one lock
+    /// per batch instead of one per message, for senders of many messages (a region
+    /// forwarding its buffer, a replicator's gossip). Frames that must go elsewhere (too
+    /// large for the lane, faults injected) take the general path.
+    pub async fn send_all_wait(
+        &self,
+        frames: impl IntoIterator<Item = Frame>,
+    ) -> Result<(), SendError> {
+        let t = &self.transport;
+        let frames = frames.into_iter();
+        let mut batch = std::collections::VecDeque::with_capacity(frames.size_hint().0);
+        if t.inner.faults.get(&self.to).is_some() {
+            for frame in frames {
+                if let Some((lane, frame)) = t.prepare(&self.to, self.lane, frame)? {
+                    t.enqueue(&self.to, lane, frame);
+                }
+            }
+            return Ok(());
+        }
+        // Counted once per run of frames of one protocol.
+        let mut run: Option<(ProtocolId, u64, u64)> = None;
+        for frame in frames {
+            let lane = match t.lane_for(self.lane, &frame) {
+                Ok(l) => l,
+                Err(e) => {
+                    t.too_large(&self.to, &frame, e.clone());
+                    return Err(e);
+                }
+            };
+            match &mut run {
+                Some((p, n, b)) if *p == frame.protocol => {
+                    *n += 1;
+                    *b += frame.payload.len() as u64;
+                }
+                _ => {
+                    if let Some((p, n, b)) = run.take() {
+                        t.count_out(p, n, b);
+                    }
+                    run = Some((frame.protocol, 1, frame.payload.len() as u64));
+                }
+            }
+            if lane == self.lane {
+                batch.push_back(frame);
+            } else {
+                t.enqueue(&self.to, lane, frame);
+            }
+        }
+        if let Some((p, n, b)) = run {
+            t.count_out(p, n, b);
+        }
+        self.queue
+            .push_all_wait(&mut batch)
+            .await
+            .map_err(|_| SendError::Shutdown)
+    }
+
+    /// Like [`Transport::send_wait`], to this handle's peer and lane.
+    pub async fn send_wait(&self, frame: Frame) -> Result<(), SendError> {
+        let Some((lane, frame)) = self.transport.prepare(&self.to, self.lane, frame)? else {
+            return Ok(());
+        };
+        if lane != self.lane {
+            self.transport.enqueue(&self.to, lane, frame);
+            return Ok(());
+        }
+        // A held queue closes only when the transport shuts down.
+        self.queue
+            .push_wait(frame)
+            .await
+            .map_err(|_| SendError::Shutdown)
     }
 }
 
