@@ -242,21 +242,12 @@ impl Layer for ClusterSingletons {
         let me = ctx.cluster.self_unique_address().clone();
         let mut machines = MachineGroup::new(ProtocolId::SINGLETON);
         let mut instances = BTreeMap::new();
-        let mut sections = None;
+        let section = ctx.section::<super::SingletonConfig>(LAYER)?;
+        let proxy_section = ctx.section::<super::SingletonProxyConfig>(LAYER)?;
         for (name, spec) in specs {
-            let mut settings = match spec.settings {
-                Some(s) => s,
-                None => {
-                    if sections.is_none() {
-                        sections = Some((
-                            ctx.section::<super::SingletonConfig>(LAYER)?,
-                            ctx.section::<super::SingletonProxyConfig>(LAYER)?,
-                        ));
-                    }
-                    let (s, p) = sections.as_ref().expect("just set");
-                    s.settings(&name, p, &ctx.config)
-                }
-            };
+            let mut settings = spec
+                .settings
+                .unwrap_or_else(|| section.settings(&name, &proxy_section, &ctx.config));
             settings.name = name.clone();
             let lease: Option<Arc<dyn Lease>> = settings.use_lease.then(|| {
                 let lm = &ctx.config.cluster.split_brain_resolver.lease_majority;

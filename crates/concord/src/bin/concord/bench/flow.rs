@@ -8,31 +8,47 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a closed flow's sender looks at its gate.
-const GATE_POLL: Duration = Duration::from_millis(1);
+use tokio::sync::Notify;
 
-/// The open/closed switch of one flow, and the stop of its sender.
+/// The open/closed switch of one flow, and the stop of its sender. A sender checks it
+/// with one atomic load per send while open, and sleeps on a [`Notify`] while closed.
 #[derive(Clone, Debug, Default)]
 pub struct Gate {
     open: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    changed: Arc<Notify>,
 }
 
 impl Gate {
     /// Waits while the gate is closed; `false` once the flow is stopped (the sender returns).
     pub async fn wait_open(&self) -> bool {
-        while !self.open.load(Ordering::Relaxed) {
+        loop {
             if self.stop.load(Ordering::Relaxed) {
                 return false;
             }
-            tokio::time::sleep(GATE_POLL).await;
+            if self.open.load(Ordering::Relaxed) {
+                return true;
+            }
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // Re-read after registering, so a change in between is not missed.
+            if self.stop.load(Ordering::Relaxed) || self.open.load(Ordering::Relaxed) {
+                continue;
+            }
+            changed.await;
         }
-        !self.stop.load(Ordering::Relaxed)
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::Relaxed);
+        self.changed.notify_waiters();
     }
 
     /// Stops the sender for good.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.changed.notify_waiters();
     }
 }
 
@@ -74,12 +90,12 @@ impl Flow {
     /// Opens the gate, lets the flow settle for `settle`, counts for `window`, closes the
     /// gate.
     pub async fn measure(&self, settle: Duration, window: Duration) -> Window {
-        self.gate.open.store(true, Ordering::Relaxed);
+        self.gate.set_open(true);
         tokio::time::sleep(settle).await;
         let (n0, t0) = ((self.received)(), Instant::now());
         tokio::time::sleep(window).await;
         let (n1, t1) = ((self.received)(), Instant::now());
-        self.gate.open.store(false, Ordering::Relaxed);
+        self.gate.set_open(false);
         Window {
             messages: n1.saturating_sub(n0),
             seconds: (t1 - t0).as_secs_f64(),
