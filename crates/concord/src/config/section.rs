@@ -44,11 +44,19 @@ impl Config {
     /// Replaces section `T` (programmatic configuration: what a file would say).
     ///
     /// # Errors
-    /// [`ConfigError`] if the section cannot be written as TOML (a map with non-string
-    /// keys; none of Concord's sections has one).
+    /// [`ConfigError`] if the section cannot be written as TOML: an integer above
+    /// `i64::MAX` (TOML's largest), or a map with non-string keys (none of Concord's
+    /// sections has one).
     pub fn set_section<T: ConfigSection>(&mut self, section: &T) -> Result<(), ConfigError> {
-        let value = toml::Value::try_from(section)
-            .map_err(|e| ConfigError::new(T::KEY, format!("cannot be written as TOML: {e}")))?;
+        let value = toml::Value::try_from(section).map_err(|e| {
+            ConfigError::new(
+                T::KEY,
+                format!(
+                    "cannot be written as TOML (integers up to {}): {e}",
+                    i64::MAX
+                ),
+            )
+        })?;
         self.sections.insert(T::KEY.to_string(), value);
         Ok(())
     }

@@ -26,7 +26,10 @@ impl Config {
         self.validate_remote_security()?;
         self.validate_handshake_limits()?;
         if let Some((key, _)) = self.sections.iter().find(|(_, v)| !v.is_table()) {
-            return Err(ConfigError::new(key.as_str(), "unknown key"));
+            return Err(ConfigError::new(
+                key.as_str(),
+                "unknown key (a layer's section is a table: `[name]`)",
+            ));
         }
         self.validate_management()?;
         if self.remote.maximum_frame_size < 1024 {

@@ -298,6 +298,18 @@ mod tests {
     }
 
     #[test]
+    fn a_value_toml_cannot_hold_is_refused_naming_the_section() {
+        let mut c = Config::default();
+        let e = c
+            .update_section(|k: &mut KvConfig| k.max_pending_requests = usize::MAX)
+            .unwrap_err();
+        assert_eq!(e.key, "kv");
+        assert!(e.message.contains("TOML"), "{e}");
+        // Nothing was written.
+        assert!(!c.sections.contains_key("kv"));
+    }
+
+    #[test]
     fn overrides_reach_a_layer_section() {
         let o = crate::config::env_overrides(vec![
             ("CONCORD__KV__N".to_string(), "5".to_string()),

@@ -21,7 +21,7 @@ pub async fn baseline_flow(payload: &Bytes) -> anyhow::Result<Flow> {
     let addr = listener.local_addr()?;
     let received = Arc::new(AtomicU64::new(0));
     let r = received.clone();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let Ok((mut stream, _)) = listener.accept().await else {
             return;
         };
@@ -43,8 +43,18 @@ pub async fn baseline_flow(payload: &Bytes) -> anyhow::Result<Flow> {
             r.fetch_add(frames, Ordering::Relaxed);
         }
     });
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+    let connected = async {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        anyhow::Ok(stream)
+    };
+    let mut stream = match connected.await {
+        Ok(s) => s,
+        Err(e) => {
+            reader.abort();
+            return Err(e);
+        }
+    };
     let gate = Gate::default();
     let g = gate.clone();
     let payload = payload.clone();

@@ -59,7 +59,8 @@ pub struct RemoteBenchSettings {
     pub payload_bytes: usize,
     /// Measured time per flow, over all rounds (default 10 s).
     pub duration: Duration,
-    /// Rounds; each gives every flow one window of `duration / rounds` (default 5).
+    /// Rounds; each gives every flow one window of `duration / rounds` (default 5; 1 to
+    /// [`MAX_ROUNDS`]).
     pub rounds: usize,
     /// Remoting security of the Concord runs (the raw TCP baseline is always plain).
     pub security: BenchSecurity,
@@ -114,6 +115,9 @@ pub struct RemoteBenchResult {
     pub security: BenchSecurity,
 }
 
+/// Most rounds a run measures (more are measured as this many).
+pub const MAX_ROUNDS: usize = 1000;
+
 /// Settling time before the first round's windows.
 const WARM_UP: Duration = Duration::from_secs(1);
 /// Settling time before each later window (the previous flow's queues drain meanwhile).
@@ -122,7 +126,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// Starts both node pairs and the baseline connection, then measures the flows round by
 /// round (see the module documentation).
 pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<RemoteBenchResult> {
-    let rounds = settings.rounds.max(1);
+    let rounds = settings.rounds.clamp(1, MAX_ROUNDS);
     // One static payload, as an application's freshly encoded message would be: no
     // reference count shared between the sending task and the writer.
     let payload = Bytes::from_static(Box::leak(
@@ -146,7 +150,7 @@ pub async fn run_remote(settings: &RemoteBenchSettings) -> anyhow::Result<Remote
         ];
         in_place.take_max_heartbeat_rtt_ms();
         kept.take_max_heartbeat_rtt_ms();
-        let window = settings.duration / rounds as u32;
+        let window = settings.duration / u32::try_from(rounds).unwrap_or(1);
         let mut windows: [Vec<Window>; 4] = Default::default();
         for round in 0..rounds {
             let settle = if round == 0 { WARM_UP } else { SETTLE };
@@ -262,7 +266,10 @@ async fn start_bench_node(
     let node = Node::builder(config).layer(layer).start().await?;
     if seed.is_none() {
         let me = node.self_address().clone();
-        node.cluster().join(me).await?;
+        if let Err(e) = node.cluster().join(me).await {
+            node.stop().await;
+            return Err(e.into());
+        }
     }
     Ok((node, probe))
 }

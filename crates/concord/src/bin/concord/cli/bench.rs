@@ -17,9 +17,9 @@ pub enum BenchCommand {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: std::time::Duration,
         /// Rounds: the flows take turns, each measured for duration / rounds per round;
-        /// the ratio is the median of the rounds' ratios.
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
+        /// the ratio is the median of the rounds' ratios (1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        rounds: u16,
         /// Print one JSON object: concord_msgs_per_s, baseline_msgs_per_s, ratio,
         /// ratio_per_round, max_heartbeat_rtt_ms, unreachable_seen, ...
         #[arg(long)]
@@ -108,7 +108,7 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             let settings = crate::bench::RemoteBenchSettings {
                 payload_bytes,
                 duration,
-                rounds,
+                rounds: usize::from(rounds),
                 security,
             };
             bench_remote(&settings, json).await
