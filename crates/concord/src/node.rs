@@ -304,17 +304,16 @@ fn sbr_lease(config: &Config, me: &UniqueAddress) -> Option<Arc<dyn Lease>> {
 /// whether or not this node runs the layer, so a bad value fails every node that shares the
 /// file), and no section that neither a built-in layer nor one of `layers` reads.
 fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), ConfigError> {
-    config.section::<crate::ddata::DistributedDataConfig>()?;
-    config.section::<crate::singleton::SingletonConfig>()?;
-    config.section::<crate::singleton::SingletonProxyConfig>()?;
-    config.section::<crate::sharding::ShardingConfig>()?;
-    config.section::<crate::kv::KvConfig>()?;
+    /// Checks section `T` and names its key.
+    fn checked<T: ConfigSection>(config: &Config) -> Result<&'static str, ConfigError> {
+        config.section::<T>().map(|_| T::KEY)
+    }
     let built_in = [
-        crate::ddata::DistributedDataConfig::KEY,
-        crate::singleton::SingletonConfig::KEY,
-        crate::singleton::SingletonProxyConfig::KEY,
-        crate::sharding::ShardingConfig::KEY,
-        crate::kv::KvConfig::KEY,
+        checked::<crate::ddata::DistributedDataConfig>(config)?,
+        checked::<crate::singleton::SingletonConfig>(config)?,
+        checked::<crate::singleton::SingletonProxyConfig>(config)?,
+        checked::<crate::sharding::ShardingConfig>(config)?,
+        checked::<crate::kv::KvConfig>(config)?,
     ];
     for key in config.sections.keys() {
         let read = built_in.contains(&key.as_str())

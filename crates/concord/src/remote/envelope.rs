@@ -60,14 +60,11 @@ impl Frame {
     /// envelope is written field by field, byte for byte what prost writes for
     /// [`wire::Envelope`] (a test checks it), without building the message.
     pub fn write(self, buf: &mut BytesMut) -> usize {
-        let len = self.body_len();
-        buf.reserve(FRAME_HEADER_BYTES + len);
         // The length prefix and every field before the payload go onto the stack first,
-        // so a frame is three appends (head, payload, uid), not one per byte.
+        // so a frame is three appends (head, payload, uid), not one per byte; the length
+        // follows from the head, so it is not computed beforehand.
         let mut head = [0u8; HEAD_MAX];
-        // Lanes limit frames to a few MiB, far below u32::MAX.
-        head[..4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
-        let mut at = 4;
+        let mut at = FRAME_HEADER_BYTES;
         if self.protocol.0 != 0 {
             head[at] = KEY_PROTOCOL;
             at = put_varint(&mut head, at + 1, u64::from(self.protocol.0));
@@ -80,14 +77,20 @@ impl Frame {
             head[at] = KEY_PAYLOAD;
             at = put_varint(&mut head, at + 1, self.payload.len() as u64);
         }
+        let uid_bytes = if self.recipient_uid != 0 { 9 } else { 0 };
+        let total = at + self.payload.len() + uid_bytes;
+        // Lanes limit frames to a few MiB, far below u32::MAX.
+        let len = u32::try_from(total - FRAME_HEADER_BYTES).unwrap_or(u32::MAX);
+        head[..FRAME_HEADER_BYTES].copy_from_slice(&len.to_be_bytes());
+        buf.reserve(total);
         buf.extend_from_slice(&head[..at]);
         buf.extend_from_slice(&self.payload);
-        if self.recipient_uid != 0 {
+        if uid_bytes != 0 {
             let mut uid = [KEY_RECIPIENT_UID; 9];
             uid[1..].copy_from_slice(&self.recipient_uid.to_le_bytes());
             buf.extend_from_slice(&uid);
         }
-        FRAME_HEADER_BYTES + len
+        total
     }
 }
 
@@ -321,10 +324,13 @@ mod tests {
         #[test]
         fn writing_by_hand_gives_prosts_bytes(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
             let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()) };
+            let body_len = f.body_len();
             let mut buf = BytesMut::new();
-            f.write(&mut buf);
+            let n = f.write(&mut buf);
             let env = wire::Envelope { protocol, manifest, payload: Bytes::from(payload), recipient_uid: uid };
             prop_assert_eq!(&buf[FRAME_HEADER_BYTES..], &env.encode_to_vec()[..]);
+            prop_assert_eq!(n, buf.len());
+            prop_assert_eq!(&buf[..FRAME_HEADER_BYTES], &(body_len as u32).to_be_bytes()[..]);
         }
 
         #[test]

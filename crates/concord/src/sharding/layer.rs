@@ -340,6 +340,7 @@ impl Layer for Sharding {
         let mut types = BTreeMap::new();
         let mut needs_durable = false;
         let mut needs_remember_store = false;
+        let section = ctx.section::<super::ShardingConfig>(LAYER)?;
         for spec in specs {
             if types.contains_key(&spec.type_name) {
                 return Err(LayerError::Config {
@@ -347,12 +348,9 @@ impl Layer for Sharding {
                     message: format!("entity type `{}` is started twice", spec.type_name),
                 });
             }
-            let mut settings = match spec.settings {
-                Some(s) => s,
-                None => ctx
-                    .section::<super::ShardingConfig>(LAYER)?
-                    .settings(&spec.type_name, &ctx.config),
-            };
+            let mut settings = spec
+                .settings
+                .unwrap_or_else(|| section.settings(&spec.type_name, &ctx.config));
             settings.type_name = spec.type_name.clone();
             settings.proxy_only |= spec.proxy;
             if settings.remember_entities {
