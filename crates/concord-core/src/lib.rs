@@ -38,6 +38,7 @@ pub mod membership_state;
 pub mod membership_view;
 pub mod message;
 pub mod outputs;
+pub mod persistence;
 pub mod protocol;
 pub mod rate_limit;
 pub mod reachability;

@@ -154,6 +154,8 @@ pub mod management;
 pub mod metrics;
 #[cfg(feature = "runtime")]
 pub mod node;
+#[cfg(feature = "runtime")]
+pub mod persistence;
 pub mod remote;
 #[cfg(feature = "runtime")]
 pub mod runtime;

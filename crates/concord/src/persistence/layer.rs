@@ -1,0 +1,211 @@
+//! [`PersistenceLayer`]: starts the node's store from `[persistence]` and makes the
+//! [`Persistence`] handle ready; and the handle's helpers that run persistent behaviours
+//! as sharded entities.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use super::config::{PersistenceConfig, PostgresConfig};
+use super::durable_state::{DurableState, DurableStateEntity};
+use super::event_sourced::EventSourced;
+use super::event_sourced_entity::EventSourcedEntity;
+use super::handle::{Persistence, Running};
+use super::memory::InMemoryStore;
+use super::postgres::PostgresStore;
+use super::store::Stores;
+use crate::config::ConfigSection;
+use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
+use crate::remote::{ProtocolRegistry, TransportSettings};
+use crate::sharding::{ShardRegion, Sharding};
+use concord_core::sharding::ShardingSettings;
+
+const NAME: &str = "persistence";
+
+/// The persistence layer of a node: see [`Persistence::layer`].
+pub struct PersistenceLayer {
+    ready: Arc<watch::Sender<Option<Running>>>,
+    stores: Option<Stores>,
+}
+
+impl Persistence {
+    /// The layer (add it to the node) and its handle. The store is `[persistence]`'s
+    /// `store`: `"postgres"` connects at start (the entities' commands wait for it, up to
+    /// 30 s) and creates the schema; `"memory"` is this process's memory.
+    pub fn layer() -> (PersistenceLayer, Persistence) {
+        let (handle, ready) = Persistence::pending();
+        (
+            PersistenceLayer {
+                ready,
+                stores: None,
+            },
+            handle,
+        )
+    }
+
+    /// The layer with `stores` instead of `[persistence].store` (an application's own
+    /// store, or one [`InMemoryStore`] shared by the nodes of a test).
+    pub fn layer_with(stores: Stores) -> (PersistenceLayer, Persistence) {
+        let (mut layer, handle) = Persistence::layer();
+        layer.stores = Some(stores);
+        (layer, handle)
+    }
+
+    /// The sharding factory of event-sourced entity type `entity_type`: `behavior` builds
+    /// a behaviour from an entity id. For [`Sharding::init`]; see also
+    /// [`Persistence::init_event_sourced`].
+    pub fn event_sourced<B, F>(
+        &self,
+        entity_type: &str,
+        behavior: F,
+    ) -> impl Fn(&str, Option<()>) -> EventSourcedEntity<B> + Send + Sync + 'static
+    where
+        B: EventSourced,
+        F: Fn(&str) -> B + Send + Sync + 'static,
+    {
+        let entity_type: Arc<str> = Arc::from(entity_type);
+        let handle = self.clone();
+        move |id: &str, _| {
+            EventSourcedEntity::new(behavior(id), entity_type.clone(), handle.clone())
+        }
+    }
+
+    /// Runs event-sourced entity type `entity_type` sharded (Akka's
+    /// `ClusterSharding.init(Entity(typeKey)(ctx => EventSourcedBehavior(...)))`): each
+    /// entity's persistence id is `<entity_type>|<entity id>`. An `ask` answers
+    /// `Result<Reply, PersistenceError>`.
+    pub fn init_event_sourced<B, F>(
+        &self,
+        sharding: &mut Sharding,
+        entity_type: &str,
+        behavior: F,
+        settings: Option<ShardingSettings>,
+    ) -> ShardRegion<EventSourcedEntity<B>>
+    where
+        B: EventSourced,
+        F: Fn(&str) -> B + Send + Sync + 'static,
+    {
+        let factory = self.event_sourced(entity_type, behavior);
+        sharding.init(entity_type, factory, settings)
+    }
+
+    /// Runs durable-state entity type `entity_type` sharded.
+    pub fn init_durable_state<B, F>(
+        &self,
+        sharding: &mut Sharding,
+        entity_type: &str,
+        behavior: F,
+        settings: Option<ShardingSettings>,
+    ) -> ShardRegion<DurableStateEntity<B>>
+    where
+        B: DurableState,
+        F: Fn(&str) -> B + Send + Sync + 'static,
+    {
+        let entity_type_arc: Arc<str> = Arc::from(entity_type);
+        let handle = self.clone();
+        sharding.init(
+            entity_type,
+            move |id: &str, _: Option<()>| {
+                DurableStateEntity::new(behavior(id), entity_type_arc.clone(), handle.clone())
+            },
+            settings,
+        )
+    }
+}
+
+/// The PostgreSQL URL from `url-file` (first line) or the `url-env` variable.
+fn postgres_url(c: &PostgresConfig) -> Result<String, String> {
+    if let Some(path) = &c.url_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("persistence.postgres.url-file {}: {e}", path.display()))?;
+        let line = text.lines().next().unwrap_or("").trim().to_string();
+        if line.is_empty() {
+            return Err(format!(
+                "persistence.postgres.url-file {} is empty",
+                path.display()
+            ));
+        }
+        return Ok(line);
+    }
+    std::env::var(&c.url_env).map_err(|_| {
+        format!(
+            "persistence.store = \"postgres\" needs the connection URL in persistence.postgres.url-file or the environment variable {}",
+            c.url_env
+        )
+    })
+}
+
+impl Layer for PersistenceLayer {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn config_sections(&self) -> &'static [&'static str] {
+        &[PersistenceConfig::KEY]
+    }
+
+    fn register(
+        &mut self,
+        _registry: &mut ProtocolRegistry,
+        _settings: &TransportSettings,
+    ) -> Result<(), LayerError> {
+        Ok(())
+    }
+
+    fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        let config: PersistenceConfig = ctx.section(NAME)?;
+        let settings = config.settings();
+        let config_error = |message: String| LayerError::Config {
+            layer: NAME,
+            message,
+        };
+        let node = ctx.cluster.self_address().to_string();
+        if let Some(stores) = self.stores {
+            self.ready
+                .send_replace(Some(Running::new(stores, settings)));
+            return Ok(LayerStarted::default());
+        }
+        match config.store.as_str() {
+            "memory" => {
+                self.ready.send_replace(Some(Running::new(
+                    Stores::of(InMemoryStore::new()),
+                    settings,
+                )));
+            }
+            "postgres" => {
+                let url = postgres_url(&config.postgres).map_err(config_error)?;
+                let pg = config.postgres.clone();
+                let ready = self.ready.clone();
+                tokio::spawn(async move {
+                    let mut backoff = std::time::Duration::from_millis(200);
+                    loop {
+                        match PostgresStore::connect(&url, pg.pool_size, pg.timeout).await {
+                            Ok(store) => {
+                                info!(%node, "persistence: PostgreSQL connected, schema ready");
+                                ready.send_replace(Some(Running::new(Stores::of(store), settings)));
+                                return;
+                            }
+                            Err(e) => {
+                                error!(%node, error = %e, retry_in_ms = backoff.as_millis() as u64, "persistence: cannot start the PostgreSQL store");
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
+                            }
+                        }
+                        if ready.is_closed() && ready.receiver_count() == 0 {
+                            return;
+                        }
+                    }
+                });
+            }
+            "" => {
+                return Err(config_error(format!(
+                    "persistence.store must be set: one of {}",
+                    super::config::STORES.join(", ")
+                )))
+            }
+            other => return Err(config_error(format!("unknown persistence.store {other:?}"))),
+        }
+        Ok(LayerStarted::default())
+    }
+}
