@@ -314,6 +314,7 @@ fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), Conf
         checked::<crate::singleton::SingletonProxyConfig>(config)?,
         checked::<crate::sharding::ShardingConfig>(config)?,
         checked::<crate::kv::KvConfig>(config)?,
+        checked::<crate::persistence::PersistenceConfig>(config)?,
     ];
     for key in config.sections.keys() {
         let read = built_in.contains(&key.as_str())

@@ -86,10 +86,13 @@ pub trait EventSourced: Send + 'static {
     }
 }
 
+/// A reply computed from the state after the events.
+type ReplyFn<B> = Box<dyn FnOnce(&<B as EventSourced>::State) -> <B as EventSourced>::Reply + Send>;
+
 /// What to answer: a value, or a function of the state after the events.
 pub(crate) enum ReplyWith<B: EventSourced> {
     Value(B::Reply),
-    FromState(Box<dyn FnOnce(&B::State) -> B::Reply + Send>),
+    FromState(ReplyFn<B>),
 }
 
 /// What a command handler decided: events to persist (atomically), what to answer

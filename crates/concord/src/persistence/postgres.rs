@@ -113,10 +113,10 @@ impl PostgresStore {
             .prepare_cached(
                 "INSERT INTO concord_event_journal \
                    (persistence_id, seq_nr, entity_type, slice, payload, timestamp_ms) \
-                 SELECT $1, $2 + t.i - 1, $3, $4, t.p, $5 \
+                 SELECT $1, $2::bigint + t.i - 1, $3, $4, t.p, $5 \
                  FROM unnest($6::bytea[]) WITH ORDINALITY AS t(p, i) \
                  WHERE COALESCE((SELECT max(seq_nr) FROM concord_event_journal \
-                                 WHERE persistence_id = $1), 0) = $2 - 1",
+                                 WHERE persistence_id = $1), 0) = $2::bigint - 1",
             )
             .await
             .map_err(unavailable)?;
@@ -246,7 +246,7 @@ impl Journal for PostgresStore {
             let client = self.client().await?;
             let rows = client
                 .query(
-                    "SELECT persistence_id, seq_nr, payload, timestamp_ms, tx_id::text, ordering \
+                    "SELECT persistence_id, seq_nr, payload, timestamp_ms, tx_id::text AS tx_text, ordering \
                      FROM concord_event_journal \
                      WHERE entity_type = $1 AND slice BETWEEN $2 AND $3 AND NOT deleted \
                        AND (tx_id, ordering) > ($4::text::xid8, $5) \
@@ -400,8 +400,8 @@ impl DurableStateStore for PostgresStore {
             } else {
                 client
                     .execute(
-                        "UPDATE concord_durable_state SET revision = $2, payload = $3, \
-                           timestamp_ms = $4 WHERE persistence_id = $1 AND revision = $2 - 1",
+                        "UPDATE concord_durable_state SET revision = $2::bigint, payload = $3, \
+                           timestamp_ms = $4 WHERE persistence_id = $1 AND revision = $2::bigint - 1",
                         &[&p, &rev, &payload, &ts],
                     )
                     .await

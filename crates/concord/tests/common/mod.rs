@@ -11,6 +11,7 @@ pub mod bench_layer;
 #[path = "../../src/bin/concord/client/mod.rs"]
 pub mod client;
 pub mod docker;
+pub mod postgres;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
