@@ -391,7 +391,95 @@ async fn entities_recover_on_a_new_node(server: &PgServer) {
         let v = ask(&region, id, Cmd::Get).await;
         assert_eq!(v, Ok(*total), "{id}");
     }
+    events_route_and_cli(&node, &expected).await;
     node.shutdown().await;
+}
+
+/// `GET /persistence/events/counter` as pages, as a resumed event stream, and through
+/// `concord events`: the 60 increments, their values summing to each counter's total.
+async fn events_route_and_cli(node: &Node, totals: &BTreeMap<String, i64>) {
+    let addr = node.management_addr().unwrap();
+    let client = common::client::ManagementClient::new(&format!("http://{addr}"));
+    let mut events = Vec::new();
+    let mut from = "0".to_string();
+    loop {
+        let page = client
+            .events_page("counter", &from, "0-1023", 7)
+            .await
+            .unwrap();
+        if page.events.is_empty() {
+            break;
+        }
+        from = page.next.clone();
+        events.extend(page.events);
+    }
+    assert_eq!(events.len(), 60);
+    let mut sums: BTreeMap<String, i64> = BTreeMap::new();
+    for e in &events {
+        let id = e["persistenceId"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("counter|");
+        *sums.entry(id.to_string()).or_default() += e["event"].as_i64().unwrap();
+    }
+    assert_eq!(&sums, totals);
+    assert!(
+        client
+            .events_page("counter", "x", "0-1023", 7)
+            .await
+            .is_err(),
+        "a bad offset is 400"
+    );
+
+    // The event stream, resumed after the 50th event with Last-Event-ID.
+    let resume_after = events[49]["offset"].as_str().unwrap().to_string();
+    let mut resp = reqwest::Client::new()
+        .get(format!("http://{addr}/persistence/events/counter"))
+        .header("accept", "text/event-stream")
+        .header("last-event-id", &resume_after)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let mut text = String::new();
+    let mut ids = Vec::new();
+    while ids.len() < 10 {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), resp.chunk())
+            .await
+            .expect("the stream sends the remaining events")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        ids = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")))
+            .map(|s| s.trim().to_string())
+            .collect();
+    }
+    let expected: Vec<String> = events[50..]
+        .iter()
+        .map(|e| e["offset"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, expected);
+
+    // The CLI prints one JSON object per line.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["events", "counter", "--max", "5", "--management"])
+        .arg(format!("http://{addr}"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, events[..5].to_vec());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

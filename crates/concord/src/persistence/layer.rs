@@ -27,6 +27,7 @@ const NAME: &str = "persistence";
 pub struct PersistenceLayer {
     ready: Arc<watch::Sender<Option<Running>>>,
     stores: Option<Stores>,
+    handle: Persistence,
 }
 
 impl Persistence {
@@ -39,6 +40,7 @@ impl Persistence {
             PersistenceLayer {
                 ready,
                 stores: None,
+                handle: handle.clone(),
             },
             handle,
         )
@@ -161,10 +163,13 @@ impl Layer for PersistenceLayer {
             message,
         };
         let node = ctx.cluster.self_address().to_string();
+        let started = LayerStarted {
+            routes: Some(super::routes::routes(self.handle.clone())),
+        };
         if let Some(stores) = self.stores {
             self.ready
                 .send_replace(Some(Running::new(stores, settings)));
-            return Ok(LayerStarted::default());
+            return Ok(started);
         }
         match config.store.as_str() {
             "memory" => {
@@ -177,7 +182,8 @@ impl Layer for PersistenceLayer {
                 let url = postgres_url(&config.postgres).map_err(config_error)?;
                 let pg = config.postgres.clone();
                 let ready = self.ready.clone();
-                tokio::spawn(async move {
+                let shutdown = ctx.coordinated_shutdown.clone();
+                let connect = async move {
                     let mut backoff = std::time::Duration::from_millis(200);
                     loop {
                         match PostgresStore::connect(&url, pg.pool_size, pg.timeout).await {
@@ -192,9 +198,13 @@ impl Layer for PersistenceLayer {
                                 backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
                             }
                         }
-                        if ready.is_closed() && ready.receiver_count() == 0 {
-                            return;
-                        }
+                    }
+                };
+                // Until connected, or until the node shuts down.
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = connect => {}
+                        _ = shutdown.started() => {}
                     }
                 });
             }
@@ -206,6 +216,6 @@ impl Layer for PersistenceLayer {
             }
             other => return Err(config_error(format!("unknown persistence.store {other:?}"))),
         }
-        Ok(LayerStarted::default())
+        Ok(started)
     }
 }

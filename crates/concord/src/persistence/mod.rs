@@ -28,6 +28,7 @@ mod layer;
 mod memory;
 mod metrics;
 mod postgres;
+pub mod routes;
 mod store;
 
 pub use concord_core::persistence::{PersistenceId, RetentionCriteria};

@@ -1,15 +1,15 @@
 //! A real PostgreSQL server for a test: Debian's `postgresql` package (installed by
 //! `.ci/run` and README's test command), started in a temporary directory, listening only
-//! on a Unix socket there (no port to pick), stopped and removed on drop. As root it runs
+//! on a Unix socket there (no port to pick), started and stopped with `pg_ctl`, removed on
+//! drop. As root it runs
 //! as the `postgres` user the package creates (PostgreSQL refuses to run as root).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 pub struct PgServer {
     dir: tempfile::TempDir,
-    child: Child,
+    bin: PathBuf,
 }
 
 /// The directory of PostgreSQL's server programs: `$CONCORD_PG_BIN`, else the newest
@@ -92,43 +92,34 @@ impl PgServer {
         .status()
         .expect("initdb runs");
         assert!(status.success(), "initdb failed");
-        let child = command(
-            &bin.join("postgres"),
+        // pg_ctl starts the server in the background and waits until it accepts
+        // connections; its log is in the directory.
+        let options = format!("-k {d} -c listen_addresses= -c max_connections=200");
+        let log = dir.path().join("server.log");
+        let status = command(
+            &bin.join("pg_ctl"),
             &[
                 "-D",
                 data.to_str().unwrap(),
-                "-k",
-                d,
-                "-c",
-                "listen_addresses=",
-                "-c",
-                "max_connections=200",
+                "-o",
+                &options,
+                "-l",
+                log.to_str().unwrap(),
+                "-t",
+                "60",
+                "-w",
+                "start",
             ],
         )
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("postgres starts");
-        let server = PgServer { dir, child };
-        let socket = server.dir.path().join(".s.PGSQL.5432");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if socket.exists()
-                && Command::new(bin.join("pg_isready"))
-                    .args(["-h", d, "-U", "concord", "-d", "postgres"])
-                    .stdout(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "PostgreSQL did not start in 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
+        .status()
+        .expect("pg_ctl runs");
+        assert!(
+            status.success(),
+            "PostgreSQL did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        PgServer { dir, bin }
     }
 
     /// The connection string (Unix socket in the server's directory).
@@ -142,18 +133,16 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        // SIGINT: PostgreSQL's fast shutdown. The child is runuser's or postgres's pid;
-        // runuser passes the signal on.
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Fast shutdown (connections rolled back), waiting until the server has exited,
+        // before the directory goes. A server left behind by a killed test process exits
+        // by itself once its directory (and lock file) is gone.
+        let data = self.dir.path().join("data");
+        let _ = command(
+            &self.bin.join("pg_ctl"),
+            &["-D", data.to_str().unwrap(), "-m", "fast", "-w", "stop"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
     }
 }

@@ -110,6 +110,9 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// Print the persisted events of entity type TYPE after an offset, one JSON object per
+    /// line (GET /persistence/events/TYPE; the node must run persistence).
+    Events(cli::events::EventsArgs),
     /// Mark the member at ADDRESS as Down.
     Down {
         /// Member address.
@@ -181,6 +184,7 @@ async fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Commands::Shards { name, m, json } => shards(&m, &name, json).await,
+        Commands::Events(args) => cli::events::run(args).await,
         Commands::Certs { command } => cli::certs::run(command),
         Commands::Demo { nodes } => {
             init_logging("warn");
@@ -305,6 +309,12 @@ async fn run_node(
         .section::<concord::kv::KvConfig>()?
         .http_port
         .is_some();
+    // The persistence layer (and its events route) when `[persistence].store` is set.
+    let persistence = (!config
+        .section::<concord::persistence::PersistenceConfig>()?
+        .store
+        .is_empty())
+    .then(|| concord::persistence::Persistence::layer().0);
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
     let mut sharding = Sharding::new();
@@ -317,6 +327,9 @@ async fn run_node(
         builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
     }
     builder = builder.layer(singletons).layer(sharding);
+    if let Some(layer) = persistence {
+        builder = builder.layer(layer);
+    }
     let mut kv_store = None;
     if config_kv {
         let (layer, store) = concord::kv::KeyValueStore::new();

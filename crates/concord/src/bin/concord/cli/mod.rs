@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod certs;
+pub mod events;
 pub mod kv;
 mod logging;
 mod management_arg;

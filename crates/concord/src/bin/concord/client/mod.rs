@@ -42,6 +42,15 @@ pub enum ClientError {
     },
 }
 
+/// A page of `GET /persistence/events/{type}`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct EventsPageJson {
+    /// The events' JSON, in offset order.
+    pub events: Vec<serde_json::Value>,
+    /// The offset to read on from.
+    pub next: String,
+}
+
 /// Client of one node's management API.
 #[derive(Clone)]
 pub struct ManagementClient {
@@ -160,6 +169,25 @@ impl ManagementClient {
             url: self.base.clone(),
             message: e.to_string(),
         })
+    }
+
+    /// `GET /persistence/events/{entity_type}?from=&slices=&limit=`: one page of events
+    /// after `from` (see `concord::persistence::routes`).
+    pub async fn events_page(
+        &self,
+        entity_type: &str,
+        from: &str,
+        slices: &str,
+        limit: usize,
+    ) -> Result<EventsPageJson, ClientError> {
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("from", from)
+            .append_pair("slices", slices)
+            .append_pair("limit", &limit.to_string())
+            .finish();
+        let t: String = form_urlencoded::byte_serialize(entity_type.as_bytes()).collect();
+        self.get_json(&format!("/persistence/events/{t}?{query}"))
+            .await
     }
 
     /// `GET /cluster/members`.
