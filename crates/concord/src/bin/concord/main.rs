@@ -314,12 +314,18 @@ async fn run_node(
         .section::<concord::persistence::PersistenceConfig>()?
         .store
         .is_empty())
-    .then(|| concord::persistence::Persistence::layer().0);
+    .then(concord::persistence::Persistence::layer);
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();
     let mut sharding = Sharding::new();
-    let entities =
-        sample.then(|| crate::sample::entities::init(&mut sharding, &config, replicator.clone()));
+    let entities = sample.then(|| {
+        crate::sample::entities::init(
+            &mut sharding,
+            &config,
+            replicator.clone(),
+            persistence.as_ref().map(|(_, handle)| handle),
+        )
+    });
     let entities = entities.transpose()?;
     let mut builder = Node::builder(config).layer(ddata);
     if let Some(entities) = entities {
@@ -327,7 +333,7 @@ async fn run_node(
         builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
     }
     builder = builder.layer(singletons).layer(sharding);
-    if let Some(layer) = persistence {
+    if let Some((layer, _)) = persistence {
         builder = builder.layer(layer);
     }
     let mut kv_store = None;

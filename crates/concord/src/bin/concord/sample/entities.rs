@@ -1,6 +1,8 @@
 //! The sample's sharded entities (`concord node --sample`):
 //!
-//! - `counter` — a counter whose every increment is written with `WriteMajority` to
+//! - `counter` — when the node runs persistence, the event-sourced
+//!   [`super::persistent::PersistentCounter`] (and a durable-state `cart` beside it);
+//!   otherwise a counter whose every increment is written with `WriteMajority` to
 //!   Distributed Data (the `PNCounter` `sample-counter-entity-{id}`) before it answers, so
 //!   an acknowledged increment survives the crash of the node hosting it; a new
 //!   incarnation reads its value with `ReadMajority` before anything else.
@@ -24,14 +26,17 @@ use concord_core::ddata::{Key, PNCounter, ReadConsistency, WriteConsistency};
 use serde::{Deserialize, Serialize};
 
 use concord::ddata::Replicator;
+use concord::persistence::{DurableStateEntity, Persistence};
 use concord::sharding::{Entity, EntityContext, ShardRegion, Sharding, ShardingError};
+
+use super::persistent::{Cart, Counters, PersistentCounter, CART_TYPE};
 
 /// The counter entity type's name.
 pub const COUNTER_TYPE: &str = "counter";
 /// The log entity type's name.
 pub const LOG_TYPE: &str = "log";
 /// How long a route waits for an entity, and a counter for its quorum.
-const TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest log value accepted, bytes.
 pub const MAX_LOG_VALUE: usize = 4096;
 
@@ -184,18 +189,45 @@ impl Entity for Log {
     }
 }
 
+/// The sample's entity types, as started.
+pub struct SampleEntities {
+    /// `counter`.
+    pub counters: Counters,
+    /// `log`.
+    pub logs: ShardRegion<Log>,
+    /// `cart`, when the node runs persistence.
+    pub carts: Option<ShardRegion<DurableStateEntity<Cart>>>,
+}
+
 /// The sample's entity types, started in `sharding` (the node's `[sharding]` settings;
-/// logs are never passivated). Errors if `[sharding]` does not parse or validate.
+/// logs are never passivated): with `persistence`, the event-sourced counter and the cart;
+/// without, the Distributed Data counter. Errors if `[sharding]` does not parse or
+/// validate.
 pub fn init(
     sharding: &mut Sharding,
     config: &concord::Config,
     replicator: Replicator,
-) -> Result<(ShardRegion<Counter>, ShardRegion<Log>), concord::config::ConfigError> {
-    let counters = sharding.init(
-        COUNTER_TYPE,
-        move |id: &str, _: Option<()>| Counter::new(id, replicator.clone()),
-        None,
-    );
+    persistence: Option<&Persistence>,
+) -> Result<SampleEntities, concord::config::ConfigError> {
+    let (counters, carts) = match persistence {
+        Some(p) => (
+            Counters::EventSourced(p.init_event_sourced(
+                sharding,
+                COUNTER_TYPE,
+                |_| PersistentCounter,
+                None,
+            )),
+            Some(p.init_durable_state(sharding, CART_TYPE, |_| Cart, None)),
+        ),
+        None => (
+            Counters::Replicated(sharding.init(
+                COUNTER_TYPE,
+                move |id: &str, _: Option<()>| Counter::new(id, replicator.clone()),
+                None,
+            )),
+            None,
+        ),
+    };
     let mut log_settings = config
         .section::<concord::sharding::ShardingConfig>()?
         .settings(LOG_TYPE, config);
@@ -207,17 +239,21 @@ pub fn init(
         },
         Some(log_settings),
     );
-    Ok((counters, logs))
+    Ok(SampleEntities {
+        counters,
+        logs,
+        carts,
+    })
 }
 
 /// The routes' state.
 #[derive(Clone)]
 pub(crate) struct EntityRoutes {
-    pub(crate) counters: ShardRegion<Counter>,
+    pub(crate) counters: Counters,
     pub(crate) logs: ShardRegion<Log>,
 }
 
-fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
+pub(crate) fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
     (
         status,
         Json(serde_json::json!({ "message": m.to_string() })),
@@ -225,7 +261,7 @@ fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-fn sharding_error(e: ShardingError) -> Response {
+pub(crate) fn sharding_error(e: ShardingError) -> Response {
     let status = match e {
         ShardingError::Encoding(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::SERVICE_UNAVAILABLE,
@@ -264,20 +300,12 @@ pub(crate) async fn post_counter(
     let Ok(Form(f)) = form else {
         return message(StatusCode::BAD_REQUEST, "form field: delta=<i64>");
     };
-    let r = s
-        .counters
-        .entity_ref(id.clone())
-        .ask(&CounterMessage::Add(f.delta), TIMEOUT)
-        .await;
+    let r = s.counters.ask(&id, CounterMessage::Add(f.delta)).await;
     counter_answer(&id, r)
 }
 
 pub(crate) async fn get_counter(State(s): State<EntityRoutes>, Path(id): Path<String>) -> Response {
-    let r = s
-        .counters
-        .entity_ref(id.clone())
-        .ask(&CounterMessage::Get, TIMEOUT)
-        .await;
+    let r = s.counters.ask(&id, CounterMessage::Get).await;
     counter_answer(&id, r)
 }
 

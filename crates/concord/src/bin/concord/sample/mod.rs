@@ -30,12 +30,12 @@ use tracing::info;
 use concord::ddata::{DdataError, Replicator};
 use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
 use concord::remote::{ProtocolRegistry, TransportSettings};
-use concord::sharding::ShardRegion;
 use concord::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
 
 pub mod entities;
+pub mod persistent;
 
-pub use entities::{Counter, Log};
+pub use entities::SampleEntities;
 
 /// The sample singleton's name.
 pub const SINGLETON_NAME: &str = "sample";
@@ -87,8 +87,7 @@ pub fn add_singleton(singletons: &mut ClusterSingletons) -> SingletonRef<SampleM
 pub struct SampleLayer {
     replicator: Replicator,
     singleton: SingletonRef<SampleMessage, Where>,
-    counters: ShardRegion<Counter>,
-    logs: ShardRegion<Log>,
+    entities: SampleEntities,
 }
 
 impl SampleLayer {
@@ -97,13 +96,12 @@ impl SampleLayer {
     pub fn new(
         replicator: Replicator,
         singleton: SingletonRef<SampleMessage, Where>,
-        (counters, logs): (ShardRegion<Counter>, ShardRegion<Log>),
+        entities: SampleEntities,
     ) -> Self {
         SampleLayer {
             replicator,
             singleton,
-            counters,
-            logs,
+            entities,
         }
     }
 }
@@ -133,10 +131,10 @@ impl Layer for SampleLayer {
             singleton: self.singleton,
         };
         let entity_routes = entities::EntityRoutes {
-            counters: self.counters,
-            logs: self.logs,
+            counters: self.entities.counters,
+            logs: self.entities.logs,
         };
-        let routes = Router::new()
+        let mut routes = Router::new()
             .route("/sample/singleton", get(singleton))
             .route(
                 "/sample/ddata/counter/{key}",
@@ -155,6 +153,9 @@ impl Layer for SampleLayer {
                     )
                     .with_state(entity_routes),
             );
+        if let Some(carts) = self.entities.carts {
+            routes = routes.merge(persistent::cart_routes(carts));
+        }
         Ok(LayerStarted {
             routes: Some(routes),
         })

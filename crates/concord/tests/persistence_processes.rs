@@ -1,0 +1,277 @@
+//! Persistent entities between real `concord node --sample` processes whose journal is a
+//! real PostgreSQL server (started by the test): event-sourced counters are incremented
+//! through three of five nodes while two nodes are SIGKILLed, one at a time, and restarted
+//! — every acknowledged increment is in the recovered value; a durable-state cart keeps
+//! its items across the crash of its node.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::postgres::PgServer;
+use common::{all_up, runtime, serial, wait_until, Node};
+
+const SYS: &str = "persist-proc";
+
+struct Cluster {
+    env: Vec<(String, String)>,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
+    fn args(&self, i: usize) -> Vec<String> {
+        let data = self.dir.join(format!("node-{i}")).display().to_string();
+        vec!["--sample".into(), "--data-dir".into(), data]
+    }
+
+    fn start(&self, i: usize, seeds: &[u16]) -> Node {
+        let args = self.args(i);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Node::start_bound_with_args(SYS, seeds, &self.env(), &args)
+    }
+
+    fn restart(&self, i: usize, old: &Node, seeds: &[u16]) -> Node {
+        let args = self.args(i);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Node::start_with_args(
+            "127.0.0.1",
+            SYS,
+            old.port,
+            old.management_port,
+            seeds,
+            &self.env(),
+            &args,
+        )
+    }
+}
+
+fn counter_regions(rt: &tokio::runtime::Runtime, via: &Node) -> BTreeMap<String, usize> {
+    rt.block_on(via.client().shards("counter"))
+        .map(|r| {
+            r.regions
+                .into_iter()
+                .map(|x| (x.shard_region, x.shards.len()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn get_json(rt: &tokio::runtime::Runtime, url: String) -> Option<serde_json::Value> {
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .get(url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.json().await.ok()
+    })
+}
+
+#[test]
+fn sigkilled_nodes_lose_no_acknowledged_event_and_carts_keep_their_items() {
+    let _serial = serial();
+    let rt = runtime();
+    let server = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url_file = dir.path().join("pg-url");
+    std::fs::write(&url_file, server.url()).unwrap();
+    let c = Cluster {
+        env: vec![
+            (
+                "CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER".into(),
+                "2s".into(),
+            ),
+            ("CONCORD__SHARDING__REBALANCE_INTERVAL".into(), "1s".into()),
+            ("CONCORD__SHARDING__NUMBER_OF_SHARDS".into(), "60".into()),
+            ("CONCORD__PERSISTENCE__STORE".into(), "postgres".into()),
+            (
+                "CONCORD__PERSISTENCE__POSTGRES__URL_FILE".into(),
+                url_file.display().to_string(),
+            ),
+            ("CONCORD__PERSISTENCE__SNAPSHOT_EVERY".into(), "25".into()),
+        ],
+        dir: dir.path().to_path_buf(),
+    };
+    let n1 = c.start(1, &[]);
+    let seeds = [n1.port];
+    let mut nodes = vec![n1];
+    for i in 2..=5 {
+        nodes.push(c.start(i, &seeds));
+    }
+    let addrs: Vec<String> = nodes.iter().map(Node::address).collect();
+    {
+        let refs: Vec<&Node> = nodes.iter().collect();
+        wait_until("5 Up", Duration::from_secs(90), &refs, || {
+            all_up(&rt, &refs, &addrs)
+        });
+    }
+
+    // A cart, written through node 1.
+    let cart_url = |n: &Node| format!("{}/sample/cart/alice", n.management_url());
+    for item in ["book", "pen", "ink"] {
+        let ok = rt.block_on(async {
+            reqwest::Client::new()
+                .post(cart_url(&nodes[0]))
+                .form(&[("item", item)])
+                .timeout(Duration::from_secs(20))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        });
+        assert!(ok, "cart write {item}");
+    }
+
+    // Load: counters incremented through nodes 1, 2 and 3 (which are never killed).
+    let counters = 24;
+    let acked: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
+    let sent: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = nodes[..3]
+        .iter()
+        .map(|n| n.management_port)
+        .map(|port| {
+            let (acked, sent, stop) = (acked.clone(), sent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let rt = runtime();
+                let http = reqwest::Client::new();
+                let mut k = port as usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = k % counters;
+                    k += 1;
+                    *sent.lock().unwrap().entry(c).or_default() += 1;
+                    let ok = rt.block_on(async {
+                        http.post(format!("http://127.0.0.1:{port}/sample/counter/c{c}"))
+                            .form(&[("delta", "1")])
+                            .timeout(Duration::from_secs(10))
+                            .send()
+                            .await
+                            .is_ok_and(|r| r.status() == 200)
+                    });
+                    if ok {
+                        *acked.lock().unwrap().entry(c).or_default() += 1;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    let total = |m: &Mutex<BTreeMap<usize, i64>>| m.lock().unwrap().values().sum::<i64>();
+
+    // SIGKILL node 4, then node 5, each once it hosts counters; restart each.
+    for victim in [3usize, 4] {
+        let before = total(&acked);
+        wait_until(
+            "increments flowing",
+            Duration::from_secs(60),
+            &[&nodes[0]],
+            || total(&acked) > before + 30,
+        );
+        let addr = nodes[victim].address();
+        wait_until(
+            "counters on the victim",
+            Duration::from_secs(60),
+            &[&nodes[0]],
+            || {
+                counter_regions(&rt, &nodes[0])
+                    .get(&addr)
+                    .is_some_and(|n| *n >= 2)
+            },
+        );
+        nodes[victim].kill9();
+        let survivors: Vec<String> = addrs.iter().filter(|a| **a != addr).cloned().collect();
+        {
+            let refs: Vec<&Node> = nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != victim)
+                .map(|(_, n)| n)
+                .collect();
+            wait_until(
+                "the crashed node removed",
+                Duration::from_secs(90),
+                &refs,
+                || all_up(&rt, &refs, &survivors),
+            );
+        }
+        let after = total(&acked);
+        wait_until(
+            "increments acknowledged after the crash",
+            Duration::from_secs(60),
+            &[&nodes[0]],
+            || total(&acked) > after + 30,
+        );
+        let restarted = c.restart(victim + 1, &nodes[victim], &seeds);
+        nodes[victim] = restarted;
+        let refs: Vec<&Node> = nodes.iter().collect();
+        wait_until("5 Up again", Duration::from_secs(90), &refs, || {
+            all_up(&rt, &refs, &addrs)
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let sent = sent.lock().unwrap().clone();
+    assert!(acked.values().sum::<i64>() > 100, "{acked:?}");
+    for c in 0..counters {
+        let v = get_json(
+            &rt,
+            format!("{}/sample/counter/c{c}", nodes[1].management_url()),
+        )
+        .expect("the counter answers");
+        let value = v["value"].as_i64().unwrap();
+        let (a, s) = (
+            acked.get(&c).copied().unwrap_or(0),
+            sent.get(&c).copied().unwrap_or(0),
+        );
+        assert!(
+            value >= a && value <= s,
+            "counter c{c}: {value}, acknowledged {a}, sent {s}"
+        );
+    }
+    // The cart: its node SIGKILLed, then read through another node — its items are there.
+    let cart_node = get_json(&rt, cart_url(&nodes[0])).unwrap()["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let victim = nodes.iter().position(|n| n.address() == cart_node).unwrap();
+    nodes[victim].kill9();
+    let reader = (victim + 1) % nodes.len();
+    wait_until(
+        "the cart back elsewhere",
+        Duration::from_secs(90),
+        &[&nodes[reader]],
+        || {
+            get_json(&rt, cart_url(&nodes[reader])).is_some_and(|v| {
+                v["node"].as_str() != Some(cart_node.as_str())
+                    && v["items"] == serde_json::json!(["book", "pen", "ink"])
+            })
+        },
+    );
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != victim {
+            n.signal(nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != victim {
+            n.wait_exit(Duration::from_secs(30));
+        }
+    }
+}
