@@ -28,6 +28,7 @@ mod layer;
 mod memory;
 mod metrics;
 mod postgres;
+mod postgres_batch;
 pub mod routes;
 mod store;
 

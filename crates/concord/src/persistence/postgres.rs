@@ -31,11 +31,16 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::FutureExt;
 use tokio_postgres::NoTls;
 
+use super::postgres_batch::Batcher;
+
 use super::store::{
     DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, Snapshot, SnapshotStore,
     StoreFuture, StoredState,
 };
 use super::PersistenceError;
+
+/// Most writes in one batch statement.
+const MAX_BATCH: usize = 500;
 
 /// The schema, created on connect.
 pub const SCHEMA: &str = include_str!("postgres_schema.sql");
@@ -44,6 +49,7 @@ pub const SCHEMA: &str = include_str!("postgres_schema.sql");
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    batcher: Batcher,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> PersistenceError {
@@ -93,67 +99,73 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(unavailable)?;
-        let store = PostgresStore { pool };
-        let client = store.client().await?;
+        let client = pool.get().await.map_err(unavailable)?;
         client.batch_execute(SCHEMA).await.map_err(unavailable)?;
-        Ok(store)
+        drop(client);
+        // Half the connections batch appends; the rest serve recoveries and queries.
+        let single_pool = pool.clone();
+        let batcher = Batcher::start(pool.clone(), pool_size.div_ceil(2), MAX_BATCH, move |w| {
+            append_single(single_pool.clone(), w)
+        });
+        Ok(PostgresStore { pool, batcher })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, PersistenceError> {
         self.pool.get().await.map_err(unavailable)
     }
+}
 
-    async fn append_write(&self, write: AtomicWrite) -> Result<(), PersistenceError> {
-        let pid = write.persistence_id();
-        let first = bigint(pid, "sequence number", write.first_seq_nr())?;
-        bigint(pid, "sequence number", write.last_seq_nr())?;
-        let ts = bigint(pid, "timestamp", write.timestamp_ms())?;
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "INSERT INTO concord_event_journal \
-                   (persistence_id, seq_nr, entity_type, slice, payload, timestamp_ms) \
-                 SELECT $1, $2::bigint + t.i - 1, $3, $4, t.p, $5 \
-                 FROM unnest($6::bytea[]) WITH ORDINALITY AS t(p, i) \
-                 WHERE COALESCE((SELECT max(seq_nr) FROM concord_event_journal \
-                                 WHERE persistence_id = $1), 0) = $2::bigint - 1",
-            )
-            .await
-            .map_err(unavailable)?;
-        let conflict = || PersistenceError::Conflict {
-            persistence_id: pid.to_string(),
-            seq_nr: write.first_seq_nr(),
-        };
-        let rows = client
-            .execute(
-                &stmt,
-                &[
-                    &pid.to_string(),
-                    &first,
-                    &pid.entity_type(),
-                    &i32::from(pid.slice()),
-                    &ts,
-                    &write.payloads(),
-                ],
-            )
-            .await
-            .map_err(|e| {
-                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                    conflict()
-                } else {
-                    unavailable(e)
-                }
-            })?;
-        if rows == 0 {
-            return Err(conflict());
-        }
-        Ok(())
+/// Stores one write alone: the single-statement conditional insert (see the module docs).
+async fn append_single(pool: Pool, write: AtomicWrite) -> Result<(), PersistenceError> {
+    let pid = write.persistence_id();
+    let first = bigint(pid, "sequence number", write.first_seq_nr())?;
+    bigint(pid, "sequence number", write.last_seq_nr())?;
+    let ts = bigint(pid, "timestamp", write.timestamp_ms())?;
+    let client = pool.get().await.map_err(unavailable)?;
+    let stmt = client
+        .prepare_cached(
+            "INSERT INTO concord_event_journal \
+               (persistence_id, seq_nr, entity_type, slice, payload, timestamp_ms) \
+             SELECT $1, $2::bigint + t.i - 1, $3, $4, t.p, $5 \
+             FROM unnest($6::bytea[]) WITH ORDINALITY AS t(p, i) \
+             WHERE COALESCE((SELECT max(seq_nr) FROM concord_event_journal \
+                             WHERE persistence_id = $1), 0) = $2::bigint - 1",
+        )
+        .await
+        .map_err(unavailable)?;
+    let conflict = || PersistenceError::Conflict {
+        persistence_id: pid.to_string(),
+        seq_nr: write.first_seq_nr(),
+    };
+    let rows = client
+        .execute(
+            &stmt,
+            &[
+                &pid.to_string(),
+                &first,
+                &pid.entity_type(),
+                &i32::from(pid.slice()),
+                &ts,
+                &write.payloads(),
+            ],
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                conflict()
+            } else {
+                unavailable(e)
+            }
+        })?;
+    if rows == 0 {
+        return Err(conflict());
     }
+    Ok(())
 }
 
 impl Journal for PostgresStore {
     fn append(&self, write: AtomicWrite) -> StoreFuture<'_, ()> {
-        self.append_write(write).boxed()
+        self.batcher.append(write).boxed()
     }
 
     fn highest_seq_nr<'a>(&'a self, pid: &'a PersistenceId) -> StoreFuture<'a, u64> {

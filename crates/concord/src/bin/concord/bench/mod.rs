@@ -22,6 +22,8 @@ pub mod ddata;
 pub mod flow;
 pub mod kv;
 pub mod layer;
+pub mod persistence;
+pub mod pg_server;
 pub mod remote;
 pub mod sharding;
 pub mod singleton;

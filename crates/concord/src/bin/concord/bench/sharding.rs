@@ -35,7 +35,7 @@ pub struct Ping {
 
 /// `serde_bytes`-like encoding of a byte vector without the dependency: MessagePack
 /// `bin`, not an array of integers.
-mod serde_bytes_compat {
+pub(crate) mod serde_bytes_compat {
     use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {

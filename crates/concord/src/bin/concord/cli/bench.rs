@@ -59,6 +59,32 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Event-sourced entities on 3 nodes with each store (PostgreSQL, started for the run
+    /// unless --postgres-url; in-memory): persisted events/s per node, p50/p99 command
+    /// latency, and a recovery storm (entities with 20 events each recovered by a fresh node).
+    Persistence {
+        /// Measured time of each throughput run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Concurrent askers per node.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Entities the askers write to.
+        #[arg(long, default_value_t = 10_000)]
+        entities: usize,
+        /// Event size, bytes.
+        #[arg(long, default_value_t = 100)]
+        event_bytes: usize,
+        /// Entities of the recovery storm (0: skip).
+        #[arg(long, default_value_t = 100_000)]
+        recovery_entities: usize,
+        /// Use this PostgreSQL (connection URL) instead of starting one.
+        #[arg(long)]
+        postgres_url: Option<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// The key-value store on 5 nodes (N=3, R=W=2): puts/s and gets/s with p50/p99
     /// latency at each value size, keys transferred per second to a joining 6th node,
     /// bytes on disk per key.
@@ -135,6 +161,29 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
                 crate::bench::sharding::run_sharding(&settings).await,
                 json,
                 crate::bench::sharding::report,
+            )
+        }
+        BenchCommand::Persistence {
+            duration,
+            clients,
+            entities,
+            event_bytes,
+            recovery_entities,
+            postgres_url,
+            json,
+        } => {
+            let settings = crate::bench::persistence::PersistenceBenchSettings {
+                duration,
+                clients,
+                entities,
+                event_bytes,
+                recovery_entities,
+                postgres_url,
+            };
+            print_report(
+                crate::bench::persistence::run_persistence(&settings).await,
+                json,
+                crate::bench::persistence::report,
             )
         }
         BenchCommand::Kv {

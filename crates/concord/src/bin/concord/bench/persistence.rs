@@ -1,0 +1,394 @@
+//! `concord bench persistence`: event-sourced entities on 3 in-process nodes over loopback,
+//! each store side by side in one run.
+//!
+//! 1. **Write throughput and command latency**: `clients` concurrent askers per node send
+//!    `Append` (a 100 B event) to random entities of `entities` (the entity may live on any
+//!    node: routing included); each answer comes once the event is stored. Persisted
+//!    events/s per node, and the p50/p99 of the asks.
+//! 2. **Recovery storm**: `recovery-entities` entities with 20 events each are written to
+//!    the store; a fresh node (none of them in memory, as after a crash) gets one `Count`
+//!    for each, from 256 concurrent askers: the time until every entity answered (each
+//!    recovered from the journal under the node's 16 recovery permits), and how many asks
+//!    failed or timed out.
+//!
+//! Stores: PostgreSQL (a server started for the run in a temporary directory, or
+//! `--postgres-url`), and the in-memory store as the layer's own cost without I/O.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use super::cluster::{percentile_ms, start_cluster};
+use super::pg_server::PgServer;
+use concord::persistence::{
+    Effect, EventSourced, EventSourcedEntity, InMemoryStore, Journal, Persistence,
+    PersistenceConfig, PostgresStore, Stores,
+};
+use concord::sharding::{EntityContext, ShardRegion, Sharding};
+use concord_core::persistence::{AtomicWrite, PersistenceId};
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct PersistenceBenchSettings {
+    /// Measured time of each throughput run.
+    pub duration: Duration,
+    /// Concurrent askers per node.
+    pub clients: usize,
+    /// Entities the askers choose from.
+    pub entities: usize,
+    /// Event size, bytes.
+    pub event_bytes: usize,
+    /// Entities of the recovery storm (0: skip).
+    pub recovery_entities: usize,
+    /// An existing PostgreSQL to use (its `concord_*` tables are written to).
+    pub postgres_url: Option<String>,
+}
+
+/// One store's figures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StoreResult {
+    /// `postgres` or `memory`.
+    pub store: String,
+    /// Persisted events/s per node (3 nodes).
+    pub events_per_s_per_node: f64,
+    /// Command latency, ms.
+    pub p50_ms: f64,
+    /// Command latency, ms.
+    pub p99_ms: f64,
+    /// Asks that failed.
+    pub errors: u64,
+    /// Recovery storm: entities.
+    pub recovery_entities: usize,
+    /// Recovery storm: seconds until every entity answered.
+    pub recovery_s: Option<f64>,
+    /// Recovery storm: asks that failed or timed out.
+    pub recovery_failures: u64,
+}
+
+/// The figures (`--json` prints this object).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PersistenceBenchResult {
+    /// Event size, bytes.
+    pub event_bytes: usize,
+    /// Concurrent askers per node.
+    pub clients: usize,
+    /// Each store.
+    pub stores: Vec<StoreResult>,
+}
+
+/// The benchmark entity's commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum BenchCommand {
+    /// Persist this event.
+    Append(#[serde(with = "super::sharding::serde_bytes_compat")] Vec<u8>),
+    /// Answer the number of events.
+    Count,
+}
+
+/// The benchmark entity's event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Appended(#[serde(with = "super::sharding::serde_bytes_compat")] pub Vec<u8>);
+
+/// Counts its events.
+pub struct Appender;
+
+impl EventSourced for Appender {
+    type Command = BenchCommand;
+    type Event = Appended;
+    type State = u64;
+    type Reply = u64;
+
+    async fn handle_command(
+        &mut self,
+        _ctx: &mut EntityContext,
+        n: &u64,
+        command: BenchCommand,
+    ) -> Effect<Self> {
+        match command {
+            BenchCommand::Append(pad) => Effect::persist(Appended(pad)).then_reply(|n: &u64| *n),
+            BenchCommand::Count => Effect::reply(*n),
+        }
+    }
+
+    fn apply_event(n: &mut u64, _e: &Appended) {
+        *n += 1;
+    }
+}
+
+type Region = ShardRegion<EventSourcedEntity<Appender>>;
+
+/// The stores of one node: a pool of its own to PostgreSQL, or the shared memory store.
+async fn stores_for(store: &str, url: &str, memory: &InMemoryStore) -> anyhow::Result<Stores> {
+    Ok(match store {
+        "postgres" => Stores::of(
+            PostgresStore::connect(url, 16, Duration::from_secs(10))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        _ => Stores::of(memory.clone()),
+    })
+}
+
+async fn cluster(
+    store: &str,
+    url: &str,
+    memory: &InMemoryStore,
+    n: usize,
+) -> anyhow::Result<Vec<(concord::node::Node, Region)>> {
+    let mut per_node = Vec::new();
+    for _ in 0..n {
+        per_node.push(stores_for(store, url, memory).await?);
+    }
+    start_cluster(
+        &format!("bench-persist-{store}"),
+        n,
+        |c| {
+            let p = PersistenceConfig {
+                snapshot_every: 100,
+                ..Default::default()
+            };
+            let _ = c.set_section(&p);
+        },
+        |i, builder| {
+            let (layer, persistence) = Persistence::layer_with(per_node[i].clone());
+            let mut sharding = Sharding::new();
+            let region = persistence.init_event_sourced(&mut sharding, "bench", |_| Appender, None);
+            (builder.layer(layer).layer(sharding), region)
+        },
+    )
+    .await
+}
+
+/// Asks every entity once (each recovers), 256 at a time: the throughput run then
+/// measures running entities, not first recoveries (the recovery storm measures those).
+/// Asks that fail, or answer other than `expect` (when given), are counted.
+async fn touch_all(region: &Region, prefix: &str, entities: usize, expect: Option<u64>) -> u64 {
+    let next = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..256 {
+        let (region, next, failures) = (region.clone(), next.clone(), failures.clone());
+        let prefix = prefix.to_string();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= entities {
+                    return;
+                }
+                let r = region
+                    .entity_ref(format!("{prefix}{i}"))
+                    .ask(&BenchCommand::Count, Duration::from_secs(60))
+                    .await;
+                let ok = match r {
+                    Ok(Ok(n)) => expect.is_none_or(|e| e == n),
+                    _ => false,
+                };
+                if !ok {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    failures.load(Ordering::Relaxed)
+}
+
+async fn throughput(
+    nodes: &[(concord::node::Node, Region)],
+    s: &PersistenceBenchSettings,
+) -> (f64, f64, f64, u64) {
+    touch_all(&nodes[0].1, "e", s.entities, None).await;
+    let ok = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (_, region) in nodes {
+        for _ in 0..s.clients {
+            let (region, ok, errors, measuring, stop) = (
+                region.clone(),
+                ok.clone(),
+                errors.clone(),
+                measuring.clone(),
+                stop.clone(),
+            );
+            let (entities, pad) = (s.entities, vec![7u8; s.event_bytes]);
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let id = format!("e{}", rand::rng().random_range(0..entities));
+                    let t = Instant::now();
+                    let r = region
+                        .entity_ref(id)
+                        .ask(&BenchCommand::Append(pad.clone()), Duration::from_secs(10))
+                        .await;
+                    if measuring.load(Ordering::Relaxed) {
+                        match r {
+                            Ok(Ok(_)) => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                                lat.push(t.elapsed());
+                            }
+                            _ => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                lat
+            }));
+        }
+    }
+    // Warm-up: connections open, batches flowing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(s.duration).await;
+    measuring.store(false, Ordering::Relaxed);
+    let took = started.elapsed().as_secs_f64();
+    let events = ok.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap_or_default());
+    }
+    let per_node = events as f64 / took / nodes.len() as f64;
+    (
+        per_node,
+        percentile_ms(&mut lat, 50.0),
+        percentile_ms(&mut lat, 99.0),
+        errors.load(Ordering::Relaxed),
+    )
+}
+
+/// Writes `entities` × 20 events straight into the journal, 64 writers at once.
+async fn prefill(journal: Arc<dyn Journal>, entities: usize) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (journal, next) = (journal.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= entities {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let pid = PersistenceId::new("storm", &format!("s{i}"))?;
+                let event = concord::sharding::entity::encode(&Appended(vec![7u8; 100]))
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                let w = AtomicWrite::new(pid, 1, vec![event; 20], 0)?;
+                journal
+                    .append(w)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+async fn recovery_storm(
+    store: &str,
+    url: &str,
+    memory: &InMemoryStore,
+    entities: usize,
+) -> anyhow::Result<(f64, u64)> {
+    let stores = stores_for(store, url, memory).await?;
+    prefill(stores.journal.clone(), entities).await?;
+    let nodes = start_cluster(
+        &format!("bench-storm-{store}"),
+        1,
+        |_| {},
+        |_, builder| {
+            let (layer, persistence) = Persistence::layer_with(stores.clone());
+            let mut sharding = Sharding::new();
+            let region = persistence.init_event_sourced(&mut sharding, "storm", |_| Appender, None);
+            (builder.layer(layer).layer(sharding), region)
+        },
+    )
+    .await?;
+    let started = Instant::now();
+    let failures = touch_all(&nodes[0].1, "s", entities, Some(20)).await;
+    let took = started.elapsed().as_secs_f64();
+    for (n, _) in &nodes {
+        n.shutdown().await;
+    }
+    Ok((took, failures))
+}
+
+/// Runs the benchmark.
+pub async fn run_persistence(
+    s: &PersistenceBenchSettings,
+) -> anyhow::Result<PersistenceBenchResult> {
+    let server;
+    let url = match &s.postgres_url {
+        Some(u) => u.clone(),
+        None => {
+            server = tokio::task::spawn_blocking(PgServer::try_start)
+                .await?
+                .map_err(|e| anyhow::anyhow!(e))?;
+            server.url()
+        }
+    };
+    let mut stores = Vec::new();
+    for store in ["postgres", "memory"] {
+        let memory = InMemoryStore::new();
+        let nodes = cluster(store, &url, &memory, 3).await?;
+        let (per_node, p50, p99, errors) = throughput(&nodes, s).await;
+        for (n, _) in &nodes {
+            n.shutdown().await;
+        }
+        let (recovery_s, recovery_failures) = if s.recovery_entities > 0 {
+            let (t, f) =
+                recovery_storm(store, &url, &InMemoryStore::new(), s.recovery_entities).await?;
+            (Some(t), f)
+        } else {
+            (None, 0)
+        };
+        stores.push(StoreResult {
+            store: store.into(),
+            events_per_s_per_node: per_node,
+            p50_ms: p50,
+            p99_ms: p99,
+            errors,
+            recovery_entities: s.recovery_entities,
+            recovery_s,
+            recovery_failures,
+        });
+    }
+    Ok(PersistenceBenchResult {
+        event_bytes: s.event_bytes,
+        clients: s.clients,
+        stores,
+    })
+}
+
+/// The human-readable report.
+pub fn report(r: &PersistenceBenchResult) -> String {
+    let mut out = format!(
+        "event-sourced entities, 3 nodes on loopback, {} B events, {} askers per node\n",
+        r.event_bytes, r.clients
+    );
+    out.push_str("store      events/s/node  p50 ms  p99 ms  errors  recovery storm\n");
+    for x in &r.stores {
+        let storm = match x.recovery_s {
+            Some(t) => format!(
+                "{} entities × 20 events: {t:.1} s, {} failed",
+                x.recovery_entities, x.recovery_failures
+            ),
+            None => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<10} {:>13.0} {:>7.2} {:>7.2} {:>7}  {storm}\n",
+            x.store, x.events_per_s_per_node, x.p50_ms, x.p99_ms, x.errors
+        ));
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! Batched appends for [`super::PostgresStore`]: appends waiting at the same time — of many
+//! entities — go to PostgreSQL as one `INSERT … SELECT … FROM unnest(…)` statement, one
+//! commit (one WAL flush) for all of them.
+//!
+//! Each row carries its write's first sequence number and is inserted only if its
+//! persistence id's highest stored number is that minus one — the same condition as a
+//! single append, so every write of the batch is stored whole or not at all, independently.
+//! Writes whose rows come back in `RETURNING` are stored; the others conflicted. A unique
+//! violation (a writer on another node raced one of them) aborts the statement: the batch
+//! is then retried write by write. Two writes of one persistence id never share a batch
+//! (the second waits for the next).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use concord_core::persistence::AtomicWrite;
+use deadpool_postgres::Pool;
+use futures_channel::oneshot;
+use tokio::sync::{mpsc, Mutex};
+
+use super::PersistenceError;
+
+/// Appends waiting for a batcher before `append` waits (memory bound), writes.
+const QUEUE: usize = 10_000;
+
+type Pending = (AtomicWrite, oneshot::Sender<Result<(), PersistenceError>>);
+
+/// The batched append path; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    tx: mpsc::Sender<Pending>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> PersistenceError {
+    PersistenceError::unavailable(format!("PostgreSQL: {e}"))
+}
+
+const BATCH_INSERT: &str = "INSERT INTO concord_event_journal \
+       (persistence_id, seq_nr, entity_type, slice, payload, timestamp_ms) \
+     SELECT t.pid, t.seq, t.etype, t.slice, t.payload, t.ts \
+     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::int[], \
+                 $6::bytea[], $7::bigint[]) AS t(pid, seq, first, etype, slice, payload, ts) \
+     WHERE COALESCE((SELECT max(j.seq_nr) FROM concord_event_journal j \
+                     WHERE j.persistence_id = t.pid), 0) = t.first - 1 \
+     RETURNING persistence_id";
+
+impl Batcher {
+    /// `workers` tasks, each sending up to `max_batch` writes per statement over `pool`;
+    /// `single` stores one write alone (the fallback after a unique violation).
+    pub(crate) fn start<F, Fut>(pool: Pool, workers: usize, max_batch: usize, single: F) -> Batcher
+    where
+        F: Fn(AtomicWrite) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), PersistenceError>> + Send,
+    {
+        let (tx, rx) = mpsc::channel::<Pending>(QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..workers.max(1) {
+            let (pool, rx, single) = (pool.clone(), rx.clone(), single.clone());
+            tokio::spawn(async move {
+                let mut carried: Option<Pending> = None;
+                loop {
+                    let mut batch = Vec::new();
+                    let mut seen = HashSet::new();
+                    {
+                        let mut rx = rx.lock().await;
+                        let first = match carried.take() {
+                            Some(p) => p,
+                            None => match rx.recv().await {
+                                Some(p) => p,
+                                None => return,
+                            },
+                        };
+                        seen.insert(first.0.persistence_id().clone());
+                        batch.push(first);
+                        while batch.len() < max_batch {
+                            match rx.try_recv() {
+                                Ok(p) if seen.contains(p.0.persistence_id()) => {
+                                    carried = Some(p);
+                                    break;
+                                }
+                                Ok(p) => {
+                                    seen.insert(p.0.persistence_id().clone());
+                                    batch.push(p);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    run_batch(&pool, batch, &single).await;
+                }
+            });
+        }
+        Batcher { tx }
+    }
+
+    /// Stores `write` in the next batch.
+    pub(crate) async fn append(&self, write: AtomicWrite) -> Result<(), PersistenceError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send((write, reply))
+            .await
+            .map_err(|_| unavailable("the store has stopped"))?;
+        rx.await
+            .unwrap_or_else(|_| Err(unavailable("the batch was dropped")))
+    }
+}
+
+/// True if the write's numbers fit PostgreSQL's BIGINT (otherwise the single path
+/// rejects it).
+fn fits(w: &AtomicWrite) -> bool {
+    i64::try_from(w.last_seq_nr()).is_ok() && i64::try_from(w.timestamp_ms()).is_ok()
+}
+
+/// Why a batch statement failed.
+enum BatchError {
+    /// A unique violation: a writer elsewhere raced one of the writes.
+    Race,
+    /// Anything else: every write's fate is unknown.
+    Failed(PersistenceError),
+}
+
+type Columns<'a> = (
+    Vec<String>,
+    Vec<i64>,
+    Vec<i64>,
+    Vec<String>,
+    Vec<i32>,
+    Vec<&'a [u8]>,
+    Vec<i64>,
+);
+
+async fn insert(pool: &Pool, cols: &Columns<'_>) -> Result<HashSet<String>, BatchError> {
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| BatchError::Failed(unavailable(e)))?;
+    let stmt = client
+        .prepare_cached(BATCH_INSERT)
+        .await
+        .map_err(|e| BatchError::Failed(unavailable(e)))?;
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &cols.0, &cols.1, &cols.2, &cols.3, &cols.4, &cols.5, &cols.6,
+            ],
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                BatchError::Race
+            } else {
+                BatchError::Failed(unavailable(e))
+            }
+        })?;
+    Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+}
+
+async fn run_batch<F, Fut>(pool: &Pool, batch: Vec<Pending>, single: &F)
+where
+    F: Fn(AtomicWrite) -> Fut,
+    Fut: std::future::Future<Output = Result<(), PersistenceError>>,
+{
+    let mut cols: Columns<'_> = Default::default();
+    for (w, _) in batch.iter().filter(|(w, _)| fits(w)) {
+        let pid = w.persistence_id();
+        let first = w.first_seq_nr() as i64;
+        for (i, p) in w.payloads().iter().enumerate() {
+            cols.0.push(pid.to_string());
+            cols.1.push(first + i as i64);
+            cols.2.push(first);
+            cols.3.push(pid.entity_type().to_string());
+            cols.4.push(i32::from(pid.slice()));
+            cols.5.push(p.as_slice());
+            cols.6.push(w.timestamp_ms() as i64);
+        }
+    }
+    let result = if cols.0.is_empty() {
+        Ok(HashSet::new())
+    } else {
+        insert(pool, &cols).await
+    };
+    drop(cols);
+    match result {
+        Ok(stored) => {
+            for (w, reply) in batch {
+                let pid = w.persistence_id();
+                let r = if !fits(&w) {
+                    single(w).await
+                } else if stored.contains(&pid.to_string()) {
+                    Ok(())
+                } else {
+                    Err(PersistenceError::Conflict {
+                        persistence_id: pid.to_string(),
+                        seq_nr: w.first_seq_nr(),
+                    })
+                };
+                let _ = reply.send(r);
+            }
+        }
+        Err(BatchError::Race) => {
+            for (w, reply) in batch {
+                let _ = reply.send(single(w).await);
+            }
+        }
+        Err(BatchError::Failed(e)) => {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
