@@ -83,6 +83,20 @@ async fn contract<S: Journal + SnapshotStore + DurableStateStore>(s: &S) {
         .collect();
     assert_eq!(replayed, vec![(2, b"a2".to_vec()), (3, b"a3".to_vec())]);
     assert_eq!(s.replay(&a, 1, 1).await.unwrap().len(), 1, "max");
+    let (events, highest) = s.replay_with_highest(&a, 2, 10).await.unwrap();
+    assert_eq!((events.len(), events[0].seq_nr, highest), (2, 2, 3));
+    let (events, highest) = s.replay_with_highest(&a, 9, 10).await.unwrap();
+    assert_eq!((events.len(), highest), (0, 3));
+    let (events, highest) = s
+        .replay_with_highest(&pid("order", "none"), 1, 10)
+        .await
+        .unwrap();
+    assert_eq!((events.len(), highest), (0, 0));
+    assert_eq!(
+        s.replay_with_highest(&a, 1, 2).await.unwrap().0.len(),
+        2,
+        "max"
+    );
 
     // Events by slices: every event once, resumable after any offset.
     let stream = s

@@ -19,11 +19,13 @@ pub const MAX_ENTITY_ID_BYTES: usize = 512;
 /// Why a persistence id cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PersistenceIdError {
-    /// The entity type is empty, longer than [`MAX_ENTITY_TYPE_BYTES`], or contains `|`.
-    #[error("entity type {0:?} must be 1 to 255 bytes without `|`")]
+    /// The entity type is empty, longer than [`MAX_ENTITY_TYPE_BYTES`], or contains `|`
+    /// or NUL.
+    #[error("entity type {0:?} must be 1 to 255 bytes without `|` or NUL")]
     BadEntityType(String),
-    /// The entity id is empty or longer than [`MAX_ENTITY_ID_BYTES`].
-    #[error("entity id must be 1 to 512 bytes (it is {0})")]
+    /// The entity id is empty, longer than [`MAX_ENTITY_ID_BYTES`], or contains NUL (which
+    /// PostgreSQL's `text` cannot hold).
+    #[error("entity id must be 1 to 512 bytes without NUL (it is {0} bytes)")]
     BadEntityId(usize),
     /// The text has no `|` separating type and id.
     #[error("a persistence id is `<entity type>|<entity id>`: {0:?} has no `|`")]
@@ -42,18 +44,19 @@ impl PersistenceId {
     /// The persistence id of entity `entity_id` of type `entity_type`.
     ///
     /// # Errors
-    /// [`PersistenceIdError`] for an empty, over-long or `|`-containing type, or an empty or
-    /// over-long id.
+    /// [`PersistenceIdError`] for an empty, over-long, `|`- or NUL-containing type, or an
+    /// empty, over-long or NUL-containing id.
     pub fn new(entity_type: &str, entity_id: &str) -> Result<Self, PersistenceIdError> {
         if entity_type.is_empty()
             || entity_type.len() > MAX_ENTITY_TYPE_BYTES
-            || entity_type.contains('|')
+            || entity_type.contains(['|', '\0'])
         {
             return Err(PersistenceIdError::BadEntityType(
                 entity_type.chars().take(64).collect(),
             ));
         }
-        if entity_id.is_empty() || entity_id.len() > MAX_ENTITY_ID_BYTES {
+        if entity_id.is_empty() || entity_id.len() > MAX_ENTITY_ID_BYTES || entity_id.contains('\0')
+        {
             return Err(PersistenceIdError::BadEntityId(entity_id.len()));
         }
         Ok(PersistenceId {
@@ -125,6 +128,8 @@ mod tests {
         assert!(PersistenceId::new("", "x").is_err());
         assert!(PersistenceId::new("a|b", "x").is_err());
         assert!(PersistenceId::new("t", "").is_err());
+        assert!(PersistenceId::new("t", "a\0b").is_err(), "NUL");
+        assert!(PersistenceId::new("t\0", "a").is_err(), "NUL");
         assert!(PersistenceId::new("t", &"x".repeat(513)).is_err());
         assert!(PersistenceId::new(&"t".repeat(256), "x").is_err());
         assert!(matches!(

@@ -40,8 +40,9 @@ pub enum AtomicWriteError {
 }
 
 /// Events of one persistence id stored all or none (Akka's `AtomicWrite`): sequence
-/// numbers `first_seq_nr ..= last_seq_nr()`. A journal stores it only if none of these
-/// numbers exists yet — the single-writer condition (docs/PERSISTENCE.md).
+/// numbers `first_seq_nr ..= last_seq_nr()`. A journal stores it only if `first_seq_nr` is
+/// its persistence id's highest stored number + 1 — the single-writer condition
+/// (docs/PERSISTENCE.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AtomicWrite {
     persistence_id: PersistenceId,

@@ -24,7 +24,8 @@ pub struct PersistenceConfig {
     pub snapshot_every: u64,
     /// Snapshots kept per entity (2).
     pub keep_snapshots: u32,
-    /// Delete the events below the oldest kept snapshot (false).
+    /// Delete events when snapshotting, up to `snapshot − keep-snapshots × snapshot-every`
+    /// (every kept snapshot covers them; false).
     pub delete_events_on_snapshot: bool,
     /// Entities recovering at once on this node (16); others wait for a permit.
     pub recovery_permits: usize,
@@ -55,7 +56,8 @@ pub struct PostgresConfig {
     pub url_env: String,
     /// Connections in the pool (8).
     pub pool_size: usize,
-    /// Connecting (and each statement) must finish within this ("10s").
+    /// Connecting, waiting for a pooled connection, and each statement
+    /// (`statement_timeout`) must finish within this ("10s").
     #[serde(with = "crate::config::duration::required")]
     pub timeout: Duration,
 }

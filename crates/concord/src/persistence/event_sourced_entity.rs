@@ -98,14 +98,18 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                 None => (B::State::default(), 1),
             };
             let journal = &running.stores.journal;
-            let highest = journal.highest_seq_nr(pid).await?;
+            let page = running.settings.replay_batch_size;
+            let (mut batch, highest) = journal.replay_with_highest(pid, from, page).await?;
             let mut check = ReplayCheck::new(pid.clone(), from);
             let mut next = from;
             let mut replayed = 0u64;
+            let mut first = true;
             while next <= highest {
-                let batch = journal
-                    .replay(pid, next, running.settings.replay_batch_size)
-                    .await?;
+                if !first {
+                    batch = journal.replay(pid, next, page).await?;
+                }
+                first = false;
+                let batch = std::mem::take(&mut batch);
                 if batch.is_empty() {
                     break;
                 }

@@ -70,8 +70,9 @@ fn unsigned(v: i64) -> u64 {
 
 impl PostgresStore {
     /// Connects to `url` (a `postgres://` URL or `key=value` string; `host=/dir` for a
-    /// Unix socket) with up to `pool_size` connections, each connect and wait for a
-    /// connection bounded by `timeout`, and creates the schema if absent.
+    /// Unix socket) with up to `pool_size` connections — connecting, waiting for a pooled
+    /// connection and each statement (`statement_timeout`) bounded by `timeout` — and
+    /// creates the schema if absent.
     ///
     /// # Errors
     /// [`PersistenceError::Unavailable`] if the URL does not parse (the message does not
@@ -85,6 +86,13 @@ impl PostgresStore {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|_| unavailable("the connection URL does not parse"))?;
         config.connect_timeout(timeout);
+        // Every statement is bounded too: a batch blocked on a lock does not wait forever.
+        let options = format!(
+            "{} -c statement_timeout={}",
+            config.get_options().unwrap_or_default(),
+            timeout.as_millis().max(1)
+        );
+        config.options(options.trim_start());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -212,6 +220,48 @@ impl Journal for PostgresStore {
                     timestamp_ms: unsigned(r.get(2)),
                 })
                 .collect())
+        }
+        .boxed()
+    }
+
+    fn replay_with_highest<'a>(
+        &'a self,
+        pid: &'a PersistenceId,
+        from_seq_nr: u64,
+        max: usize,
+    ) -> StoreFuture<'a, (Vec<PersistentEvent>, u64)> {
+        async move {
+            let from = i64::try_from(from_seq_nr).unwrap_or(i64::MAX);
+            let limit = i64::try_from(max).unwrap_or(i64::MAX);
+            let client = self.client().await?;
+            // One row per event after `from` (or one row of NULLs), each with the highest.
+            let rows = client
+                .query(
+                    "SELECT h.highest, e.seq_nr, e.payload, e.timestamp_ms \
+                     FROM (SELECT COALESCE(max(seq_nr), 0) AS highest \
+                           FROM concord_event_journal WHERE persistence_id = $1) h \
+                     LEFT JOIN LATERAL (SELECT seq_nr, payload, timestamp_ms \
+                           FROM concord_event_journal \
+                           WHERE persistence_id = $1 AND seq_nr >= $2 AND NOT deleted \
+                           ORDER BY seq_nr LIMIT $3) e ON true \
+                     ORDER BY e.seq_nr",
+                    &[&pid.to_string(), &from, &limit],
+                )
+                .await
+                .map_err(unavailable)?;
+            let highest = rows.first().map_or(0, |r| unsigned(r.get(0)));
+            let events = rows
+                .iter()
+                .filter_map(|r| {
+                    Some(PersistentEvent {
+                        persistence_id: pid.clone(),
+                        seq_nr: unsigned(r.get::<_, Option<i64>>(1)?),
+                        payload: r.get::<_, Option<Vec<u8>>>(2)?,
+                        timestamp_ms: unsigned(r.get::<_, Option<i64>>(3)?),
+                    })
+                })
+                .collect();
+            Ok((events, highest))
         }
         .boxed()
     }

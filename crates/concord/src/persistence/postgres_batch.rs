@@ -5,10 +5,13 @@
 //! Each row carries its write's first sequence number and is inserted only if its
 //! persistence id's highest stored number is that minus one — the same condition as a
 //! single append, so every write of the batch is stored whole or not at all, independently.
-//! Writes whose rows come back in `RETURNING` are stored; the others conflicted. A unique
-//! violation (a writer on another node raced one of them) aborts the statement: the batch
-//! is then retried write by write. Two writes of one persistence id never share a batch
-//! (the second waits for the next).
+//! Writes whose rows come back in `RETURNING` are stored; the others conflicted. An error
+//! the server reports for the statement — a unique violation (a writer on another node
+//! raced one of them), a deadlock with such a writer, a value it refuses — aborts it: the
+//! batch is then retried write by write, so one write's trouble is its own. Two writes of
+//! one persistence id never share a batch (the second waits for the next); a batch holds at
+//! most [`MAX_ROWS`] events and [`MAX_BYTES`] of payload; a write whose entity stopped
+//! waiting (its deadline passed) is not sent.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -22,6 +25,12 @@ use super::PersistenceError;
 
 /// Appends waiting for a batcher before `append` waits (memory bound), writes.
 const QUEUE: usize = 10_000;
+
+/// Most events (rows) in one statement.
+pub(crate) const MAX_ROWS: usize = 5_000;
+
+/// Most payload bytes in one statement.
+pub(crate) const MAX_BYTES: usize = 16 << 20;
 
 type Pending = (AtomicWrite, oneshot::Sender<Result<(), PersistenceError>>);
 
@@ -59,32 +68,43 @@ impl Batcher {
             tokio::spawn(async move {
                 let mut carried: Option<Pending> = None;
                 loop {
-                    let mut batch = Vec::new();
+                    let mut batch: Vec<Pending> = Vec::new();
                     let mut seen = HashSet::new();
+                    let (mut rows, mut bytes) = (0usize, 0usize);
                     {
                         let mut rx = rx.lock().await;
-                        let first = match carried.take() {
-                            Some(p) => p,
-                            None => match rx.recv().await {
-                                Some(p) => p,
-                                None => return,
-                            },
-                        };
-                        seen.insert(first.0.persistence_id().clone());
-                        batch.push(first);
                         while batch.len() < max_batch {
-                            match rx.try_recv() {
-                                Ok(p) if seen.contains(p.0.persistence_id()) => {
-                                    carried = Some(p);
-                                    break;
-                                }
-                                Ok(p) => {
-                                    seen.insert(p.0.persistence_id().clone());
-                                    batch.push(p);
-                                }
-                                Err(_) => break,
+                            let next = match carried.take() {
+                                Some(p) => p,
+                                None if batch.is_empty() => match rx.recv().await {
+                                    Some(p) => p,
+                                    None => return,
+                                },
+                                None => match rx.try_recv() {
+                                    Ok(p) => p,
+                                    Err(_) => break,
+                                },
+                            };
+                            if next.1.is_canceled() {
+                                continue; // its entity stopped waiting: do not store it late
                             }
+                            let size: usize = next.0.payloads().iter().map(Vec::len).sum();
+                            if !batch.is_empty()
+                                && (seen.contains(next.0.persistence_id())
+                                    || rows + next.0.len() > MAX_ROWS
+                                    || bytes + size > MAX_BYTES)
+                            {
+                                carried = Some(next);
+                                break;
+                            }
+                            rows += next.0.len();
+                            bytes += size;
+                            seen.insert(next.0.persistence_id().clone());
+                            batch.push(next);
                         }
+                    }
+                    if batch.is_empty() {
+                        continue;
                     }
                     run_batch(&pool, batch, &single).await;
                 }
@@ -113,9 +133,10 @@ fn fits(w: &AtomicWrite) -> bool {
 
 /// Why a batch statement failed.
 enum BatchError {
-    /// A unique violation: a writer elsewhere raced one of the writes.
-    Race,
-    /// Anything else: every write's fate is unknown.
+    /// The server refused the statement (a unique violation, a deadlock, a value it does
+    /// not take): nothing of it is stored; each write is tried alone.
+    Refused,
+    /// No connection, or it broke: every write's fate is unknown.
     Failed(PersistenceError),
 }
 
@@ -147,8 +168,8 @@ async fn insert(pool: &Pool, cols: &Columns<'_>) -> Result<HashSet<String>, Batc
         )
         .await
         .map_err(|e| {
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                BatchError::Race
+            if e.as_db_error().is_some() {
+                BatchError::Refused
             } else {
                 BatchError::Failed(unavailable(e))
             }
@@ -198,7 +219,7 @@ where
                 let _ = reply.send(r);
             }
         }
-        Err(BatchError::Race) => {
+        Err(BatchError::Refused) => {
             for (w, reply) in batch {
                 let _ = reply.send(single(w).await);
             }

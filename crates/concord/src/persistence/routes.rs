@@ -6,8 +6,9 @@
 //!   `?limit=<n>` (1–1000, default 100).
 //! - `Accept: text/event-stream` (or `?follow=true`): Server-Sent Events that follow the
 //!   stream as events are committed: `id: <offset>`, `event: event`, `data: <json>`; the
-//!   store is polled every `refresh` (500 ms) when there is nothing new. A client that
-//!   reconnects with `Last-Event-ID` resumes after the last event it got.
+//!   store is polled every 500 ms when there is nothing new. A client that reconnects with
+//!   `Last-Event-ID` resumes after the last event it got (the header wins over `from`). At
+//!   most [`MAX_FOLLOWERS`] streams at once per node (503 beyond).
 //! - Otherwise one page of JSON: `{"events": [<json>...], "next": "<offset>"}` — pass
 //!   `next` as `from` to read on.
 //!
@@ -39,6 +40,10 @@ pub const MAX_LIMIT: usize = 1000;
 /// How often an idle event stream polls the store.
 const REFRESH: Duration = Duration::from_millis(500);
 
+/// Event streams (`follow`) open at once on a node; more answer 503 (each polls the store
+/// through the pool that appends and recoveries use).
+pub const MAX_FOLLOWERS: usize = 16;
+
 /// The JSON of one event (see the module docs).
 pub fn event_json(e: &EventEnvelope) -> Value {
     let event = rmp_serde::from_slice::<Value>(&e.event.payload).unwrap_or(Value::Null);
@@ -69,10 +74,13 @@ fn bad(message: impl Into<String>) -> Response {
 /// Parses the query string and headers.
 fn params(entity_type: &str, raw: Option<&str>, headers: &HeaderMap) -> Result<Params, String> {
     PersistenceId::new(entity_type, "x").map_err(|e| e.to_string())?;
-    let mut after = match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
-        Some(id) => id.parse::<Offset>()?,
-        None => Offset::START,
+    // A reconnecting event stream repeats its URL (with its `from`) and adds
+    // `Last-Event-ID`: the header wins.
+    let resume = match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
+        Some(id) => Some(id.parse::<Offset>()?),
+        None => None,
     };
+    let mut after = Offset::START;
     let mut slices = 0..=NUMBER_OF_SLICES - 1;
     let mut limit = 100usize;
     let mut follow = headers
@@ -114,15 +122,21 @@ fn params(entity_type: &str, raw: Option<&str>, headers: &HeaderMap) -> Result<P
         query: EventsQuery {
             entity_type: entity_type.to_string(),
             slices,
-            after,
+            after: resume.unwrap_or(after),
             limit,
         },
         follow,
     })
 }
 
+#[derive(Clone)]
+struct RouteState {
+    persistence: Persistence,
+    followers: Arc<tokio::sync::Semaphore>,
+}
+
 async fn events(
-    State(persistence): State<Arc<Persistence>>,
+    State(state): State<RouteState>,
     Path(entity_type): Path<String>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
@@ -131,7 +145,7 @@ async fn events(
         Ok(p) => p,
         Err(e) => return bad(e),
     };
-    let running = match persistence.running(STORE_START_TIMEOUT).await {
+    let running = match state.persistence.running(STORE_START_TIMEOUT).await {
         Ok(r) => r,
         Err(e) => {
             return (
@@ -160,16 +174,23 @@ async fn events(
         };
     }
     // Follow: page after page; poll when idle; a store error ends the stream (the client
-    // reconnects with Last-Event-ID).
+    // reconnects with Last-Event-ID). The permit lives as long as the stream.
+    let Ok(permit) = state.followers.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"message": format!("at most {MAX_FOLLOWERS} event streams at once")})),
+        )
+            .into_response();
+    };
     let state = (
-        journal,
+        (journal, permit),
         p.query,
         Vec::<EventEnvelope>::new().into_iter(),
         false,
     );
     let stream = futures_util::stream::unfold(
         state,
-        |(journal, mut query, mut pending, ended)| async move {
+        |((journal, permit), mut query, mut pending, ended)| async move {
             if ended {
                 return None;
             }
@@ -180,7 +201,10 @@ async fn events(
                         .id(e.offset.to_string())
                         .event("event")
                         .data(event_json(&e).to_string());
-                    return Some((Ok::<_, Infallible>(ev), (journal, query, pending, false)));
+                    return Some((
+                        Ok::<_, Infallible>(ev),
+                        ((journal, permit), query, pending, false),
+                    ));
                 }
                 match journal.events_by_slices(&query).await {
                     Ok(page) if page.is_empty() => tokio::time::sleep(REFRESH).await,
@@ -189,7 +213,7 @@ async fn events(
                         let ev = Event::default()
                             .event("error")
                             .data(json!({"message": e.to_string()}).to_string());
-                        return Some((Ok(ev), (journal, query, pending, true)));
+                        return Some((Ok(ev), ((journal, permit), query, pending, true)));
                     }
                 }
             }
@@ -204,7 +228,10 @@ async fn events(
 pub(crate) fn routes(persistence: Persistence) -> Router {
     Router::new()
         .route("/persistence/events/{entity_type}", get(events))
-        .with_state(Arc::new(persistence))
+        .with_state(RouteState {
+            persistence,
+            followers: Arc::new(tokio::sync::Semaphore::new(MAX_FOLLOWERS)),
+        })
 }
 
 #[cfg(test)]
@@ -236,5 +263,11 @@ mod tests {
         let p = params("counter", None, &h).unwrap();
         assert_eq!(p.query.after.to_string(), "9.9");
         assert!(p.follow);
+        let p = params("counter", Some("from=1.1"), &h).unwrap();
+        assert_eq!(
+            p.query.after.to_string(),
+            "9.9",
+            "Last-Event-ID wins over from"
+        );
     }
 }

@@ -117,6 +117,24 @@ pub trait Journal: Send + Sync + 'static {
         max: usize,
     ) -> StoreFuture<'a, Vec<PersistentEvent>>;
 
+    /// [`Journal::highest_seq_nr`] and the first page of [`Journal::replay`] together (what
+    /// a recovery starts with); a store may answer both with one query.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`].
+    fn replay_with_highest<'a>(
+        &'a self,
+        pid: &'a PersistenceId,
+        from_seq_nr: u64,
+        max: usize,
+    ) -> StoreFuture<'a, (Vec<PersistentEvent>, u64)> {
+        Box::pin(async move {
+            let highest = self.highest_seq_nr(pid).await?;
+            let events = self.replay(pid, from_seq_nr, max).await?;
+            Ok((events, highest))
+        })
+    }
+
     /// Deletes the events of `pid` up to `to_seq_nr` inclusive; the highest sequence
     /// number stays what it was.
     ///
@@ -125,9 +143,10 @@ pub trait Journal: Send + Sync + 'static {
     fn delete_to<'a>(&'a self, pid: &'a PersistenceId, to_seq_nr: u64) -> StoreFuture<'a, ()>;
 
     /// Events of an entity type after an offset, in offset order: every event appears once
-    /// in the stream, at an offset greater than the offset of every event committed
-    /// before it (so resuming after the last offset read misses nothing). Events
-    /// deleted meanwhile are skipped.
+    /// in the stream, and an event becomes readable only once every event with a smaller
+    /// offset is readable too (or will never be) — so resuming after the last offset read
+    /// misses nothing. (Offsets follow the store's own order, e.g. PostgreSQL's transaction
+    /// ids, which need not be commit order.) Events deleted meanwhile are skipped.
     ///
     /// # Errors
     /// [`PersistenceError::Unavailable`].

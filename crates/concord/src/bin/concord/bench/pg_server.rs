@@ -71,13 +71,53 @@ fn run(mut c: Command, what: &str) -> Result<(), String> {
     }
 }
 
+/// Stops and removes the servers of processes that died without doing so (killed tests or
+/// benchmarks): directories `concord-pg-<pid>-*` whose process is gone.
+fn remove_orphans(bin: &Path) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("concord-pg-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let data = e.path().join("data");
+        if data.join("postmaster.pid").exists() {
+            let _ = command(
+                &bin.join("pg_ctl"),
+                &[
+                    "-D",
+                    data.to_str().unwrap_or_default(),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        }
+        let _ = std::fs::remove_dir_all(e.path());
+    }
+}
+
 impl PgServer {
-    /// Initialises and starts a server; returns once it accepts connections.
+    /// Initialises and starts a server; returns once it accepts connections. First stops
+    /// and removes the servers of processes that died without doing so.
     ///
     /// # Errors
     /// PostgreSQL is not installed, or `initdb` or `pg_ctl start` failed (their output).
     pub fn try_start() -> Result<PgServer, String> {
         let bin = bin_dir()?;
+        remove_orphans(&bin);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -148,8 +188,8 @@ impl PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         // Fast shutdown (connections rolled back), waiting until the server has exited,
-        // then the directory. A server left behind by a killed process exits by itself
-        // once its lock file is gone.
+        // then the directory. A server left behind by a killed process (no drop) is
+        // stopped by the next `try_start` on this machine.
         if self.data().join("postmaster.pid").exists() {
             let data = self.data();
             let _ = command(

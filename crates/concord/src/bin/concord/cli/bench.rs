@@ -172,6 +172,18 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             postgres_url,
             json,
         } => {
+            for (name, v, max) in [
+                ("--clients", clients, 10_000),
+                ("--entities", entities, 100_000_000),
+                ("--event-bytes", event_bytes, 1 << 20),
+            ] {
+                if !(1..=max).contains(&v) {
+                    anyhow::bail!("{name} must be from 1 to {max}");
+                }
+            }
+            if recovery_entities > 100_000_000 {
+                anyhow::bail!("--recovery-entities must be at most 100000000");
+            }
             let settings = crate::bench::persistence::PersistenceBenchSettings {
                 duration,
                 clients,
