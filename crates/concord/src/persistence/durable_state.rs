@@ -9,10 +9,9 @@ use std::time::Instant;
 use concord_core::persistence::PersistenceId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tracing::warn;
 
-use super::event_sourced_entity::STORE_START_TIMEOUT;
 use super::handle::{Persistence, Running};
+use super::incarnation::{persistence_id, running, stops, write_within};
 use super::{metrics, PersistenceError};
 use crate::sharding::entity::{decode, encode};
 use crate::sharding::{Entity, EntityContext};
@@ -211,11 +210,11 @@ impl<B: DurableState> DurableStateEntity<B> {
         Ok(())
     }
 
+    /// After `error`: stops (unless it was a rejection), refusing what is still queued.
     fn fail(&mut self, ctx: &mut EntityContext, node: &str, error: &PersistenceError) {
-        metrics::failed(node, &self.entity_type, error);
-        warn!(%node, error = %error, "durable-state entity stops");
-        self.failed = true;
-        ctx.passivate();
+        if stops(ctx, node, &self.entity_type, error) {
+            self.failed = true;
+        }
     }
 
     async fn run(
@@ -224,21 +223,13 @@ impl<B: DurableState> DurableStateEntity<B> {
         command: B::Command,
     ) -> Result<B::Reply, PersistenceError> {
         let node = ctx.node().to_string();
-        let pid = match &self.pid {
-            Some(p) => p.clone(),
-            None => {
-                let p = PersistenceId::new(&self.entity_type, ctx.entity_id())
-                    .map_err(|e| PersistenceError::BadId(e.to_string()))?;
-                self.pid = Some(p.clone());
-                p
-            }
-        };
+        let pid = persistence_id(&mut self.pid, &self.entity_type, ctx)?;
         if self.failed {
             return Err(PersistenceError::Stopped {
                 persistence_id: pid.to_string(),
             });
         }
-        let running = match self.persistence.running(STORE_START_TIMEOUT).await {
+        let running = match running(&self.persistence).await {
             Ok(r) => r,
             Err(e) => {
                 self.fail(ctx, &node, &e);
@@ -274,19 +265,8 @@ impl<B: DurableState> DurableStateEntity<B> {
         if let (Some(next), Some(payload)) = (next, payload) {
             let revision = self.revision + 1;
             let write = running.stores.state.upsert(&pid, revision, payload);
-            let r = match tokio::time::timeout(running.settings.write_timeout, write).await {
-                Ok(r) => r,
-                Err(_) => Err(PersistenceError::unavailable(format!(
-                    "the write of {pid} was not acknowledged within {} ms",
-                    running.settings.write_timeout.as_millis()
-                ))),
-            };
-            if let Err(e) = r {
-                if matches!(e, PersistenceError::Rejected { .. }) {
-                    metrics::failed(&node, &self.entity_type, &e);
-                } else {
-                    self.fail(ctx, &node, &e);
-                }
+            if let Err(e) = write_within(&running, &pid, write).await {
+                self.fail(ctx, &node, &e);
                 return Err(e);
             }
             self.state = next;

@@ -12,14 +12,11 @@ use tracing::{info, warn};
 
 use super::event_sourced::{Effect, EventSourced, ReplyWith};
 use super::handle::{now_ms, Persistence, Running};
+use super::incarnation::{persistence_id, running, stops, write_within};
 use super::store::Snapshot;
 use super::{metrics, PersistenceError};
 use crate::sharding::entity::{decode, encode};
 use crate::sharding::{Entity, EntityContext};
-
-/// How long a command waits for the node's store to start (connect, create its schema)
-/// before the entity stops with [`PersistenceError::Unavailable`].
-pub(crate) const STORE_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 enum Phase {
     /// Not recovered yet: the next command recovers first.
@@ -88,14 +85,26 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                 seq_nr,
                 reason,
             };
+            // A snapshot that does not decode (a state type changed incompatibly) is
+            // passed over: the events from 1 are replayed instead, if they all still exist;
+            // if not, recovery fails naming the snapshot.
+            let mut bad_snapshot = None;
             let (mut state, from) = match running.stores.snapshots.load_latest(pid).await? {
-                Some(s) => {
-                    let state = decode::<B::State>(&s.payload).map_err(|e| {
-                        failed(s.seq_nr, format!("the snapshot does not decode: {e}"))
-                    })?;
-                    (state, s.seq_nr + 1)
-                }
+                Some(s) => match decode::<B::State>(&s.payload) {
+                    Ok(state) => (state, s.seq_nr + 1),
+                    Err(e) => {
+                        let e = failed(s.seq_nr, format!("the snapshot does not decode: {e}"));
+                        warn!(%node, error = %e, "replaying every event instead");
+                        bad_snapshot = Some(e);
+                        (B::State::default(), 1)
+                    }
+                },
                 None => (B::State::default(), 1),
+            };
+            let missing = |e: concord_core::persistence::ReplayError| {
+                bad_snapshot
+                    .clone()
+                    .unwrap_or_else(|| failed(e.expected, format!("events are missing: {e}")))
             };
             let journal = &running.stores.journal;
             let page = running.settings.replay_batch_size;
@@ -114,9 +123,10 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                     break;
                 }
                 for event in batch {
-                    check
-                        .next(&event)
-                        .map_err(|e| failed(e.found, e.to_string()))?;
+                    check.next(&event).map_err(|e| match &bad_snapshot {
+                        Some(b) => b.clone(),
+                        None => failed(e.found, e.to_string()),
+                    })?;
                     let e = decode::<B::Event>(&event.payload).map_err(|e| {
                         failed(event.seq_nr, format!("the event does not decode: {e}"))
                     })?;
@@ -125,9 +135,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                     replayed += 1;
                 }
             }
-            let seq_nr = check
-                .finish(highest)
-                .map_err(|e| failed(e.expected, format!("events are missing: {e}")))?;
+            let seq_nr = check.finish(highest).map_err(missing)?;
             Ok::<_, PersistenceError>((state, seq_nr, replayed))
         })
         .await
@@ -163,20 +171,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             .map_err(|e| rejected(e.to_string()))?;
         let last = write.last_seq_nr();
         let n = write.len();
-        match tokio::time::timeout(
-            running.settings.write_timeout,
-            running.stores.journal.append(write),
-        )
-        .await
-        {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(PersistenceError::unavailable(format!(
-                    "the write of {pid} was not acknowledged within {} ms",
-                    running.settings.write_timeout.as_millis()
-                )))
-            }
-        }
+        write_within(running, pid, running.stores.journal.append(write)).await?;
         for e in &events {
             B::apply_event(&mut self.state, e);
         }
@@ -192,17 +187,11 @@ impl<B: EventSourced> EventSourcedEntity<B> {
         Ok(())
     }
 
-    /// Stops after `error`: counts and logs it, asks to be passivated.
+    /// After `error`: stops (unless it was a rejection), refusing what is still queued.
     fn fail(&mut self, ctx: &mut EntityContext, node: &str, error: &PersistenceError) {
-        metrics::failed(node, &self.entity_type, error);
-        match error {
-            PersistenceError::Conflict { .. } => {
-                warn!(%node, error = %error, "another writer of this entity exists; stopping this incarnation")
-            }
-            _ => warn!(%node, error = %error, "persistent entity stops"),
+        if stops(ctx, node, &self.entity_type, error) {
+            self.phase = Phase::Failed;
         }
-        self.phase = Phase::Failed;
-        ctx.passivate();
     }
 
     async fn handle_command(
@@ -211,21 +200,13 @@ impl<B: EventSourced> EventSourcedEntity<B> {
         command: B::Command,
     ) -> Result<B::Reply, PersistenceError> {
         let node = ctx.node().to_string();
-        let pid = match &self.pid {
-            Some(p) => p.clone(),
-            None => {
-                let p = PersistenceId::new(&self.entity_type, ctx.entity_id())
-                    .map_err(|e| PersistenceError::BadId(e.to_string()))?;
-                self.pid = Some(p.clone());
-                p
-            }
-        };
+        let pid = persistence_id(&mut self.pid, &self.entity_type, ctx)?;
         if let Phase::Failed = self.phase {
             return Err(PersistenceError::Stopped {
                 persistence_id: pid.to_string(),
             });
         }
-        let running = match self.persistence.running(STORE_START_TIMEOUT).await {
+        let running = match running(&self.persistence).await {
             Ok(r) => r,
             Err(e) => {
                 self.fail(ctx, &node, &e);
@@ -250,11 +231,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             .await;
         if !events.is_empty() {
             if let Err(e) = self.persist(&node, &pid, &running, events).await {
-                if !matches!(e, PersistenceError::Rejected { .. }) {
-                    self.fail(ctx, &node, &e);
-                } else {
-                    metrics::failed(&node, &self.entity_type, &e);
-                }
+                self.fail(ctx, &node, &e);
                 return Err(e);
             }
         }

@@ -24,6 +24,7 @@ mod error;
 mod event_sourced;
 mod event_sourced_entity;
 mod handle;
+mod incarnation;
 mod layer;
 mod memory;
 mod metrics;

@@ -30,8 +30,8 @@ use base64::Engine as _;
 use concord_core::persistence::{PersistenceId, NUMBER_OF_SLICES};
 use serde_json::{json, Value};
 
-use super::event_sourced_entity::STORE_START_TIMEOUT;
 use super::handle::Persistence;
+use super::incarnation::STORE_START_TIMEOUT;
 use super::store::{EventEnvelope, EventsQuery, Offset};
 
 /// Most events per page or poll.

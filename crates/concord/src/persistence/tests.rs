@@ -391,3 +391,34 @@ async fn durable_state_is_stored_whole_recovered_and_conflicts_stop_the_second_w
         4
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_that_does_not_decode_is_passed_over_while_every_event_exists() {
+    let store = InMemoryStore::new();
+    let p = Persistence::ready(Stores::of(store.clone()), settings(0));
+    let mut a = counter(&p);
+    let mut c = ctx("c1");
+    for i in 1..=4 {
+        send(&mut a, &mut c, Cmd::Add(i)).await.unwrap();
+    }
+    let garbage = Snapshot {
+        seq_nr: 3,
+        timestamp_ms: 0,
+        payload: vec![0xc1],
+    };
+    store.save(&pid("c1"), garbage.clone()).await.unwrap();
+    let mut b = counter(&p);
+    assert_eq!(
+        send(&mut b, &mut c, Cmd::Get).await,
+        Ok(10),
+        "every event replayed"
+    );
+    // With the events it covers deleted, recovery fails naming the snapshot.
+    Journal::delete_to(&store, &pid("c1"), 3).await.unwrap();
+    let mut d = counter(&p);
+    let r = send(&mut d, &mut c, Cmd::Get).await;
+    assert!(
+        matches!(&r, Err(PersistenceError::RecoveryFailed { seq_nr: 3, reason, .. }) if reason.contains("snapshot")),
+        "{r:?}"
+    );
+}
