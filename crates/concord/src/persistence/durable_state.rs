@@ -263,7 +263,7 @@ impl<B: DurableState> DurableStateEntity<B> {
             Change::Delete => (Some(B::State::default()), Some(None)),
         };
         if let (Some(next), Some(payload)) = (next, payload) {
-            let revision = self.revision + 1;
+            let revision = self.revision.saturating_add(1);
             let write = running.stores.state.upsert(&pid, revision, payload);
             if let Err(e) = write_within(&running, &pid, write).await {
                 self.fail(ctx, &node, &e);

@@ -91,7 +91,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             let mut bad_snapshot = None;
             let (mut state, from) = match running.stores.snapshots.load_latest(pid).await? {
                 Some(s) => match decode::<B::State>(&s.payload) {
-                    Ok(state) => (state, s.seq_nr + 1),
+                    Ok(state) => (state, s.seq_nr.saturating_add(1)),
                     Err(e) => {
                         let e = failed(s.seq_nr, format!("the snapshot does not decode: {e}"));
                         warn!(%node, error = %e, "replaying every event instead");
@@ -131,7 +131,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                         failed(event.seq_nr, format!("the event does not decode: {e}"))
                     })?;
                     B::apply_event(&mut state, &e);
-                    next = event.seq_nr + 1;
+                    next = event.seq_nr.saturating_add(1);
                     replayed += 1;
                 }
             }
@@ -167,7 +167,11 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             .iter()
             .map(|e| encode(e).map_err(|e| rejected(format!("an event does not encode: {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
-        let write = AtomicWrite::new(pid.clone(), self.seq_nr + 1, payloads, now_ms())
+        let first = self
+            .seq_nr
+            .checked_add(1)
+            .ok_or_else(|| rejected("the sequence numbers are exhausted".into()))?;
+        let write = AtomicWrite::new(pid.clone(), first, payloads, now_ms())
             .map_err(|e| rejected(e.to_string()))?;
         let last = write.last_seq_nr();
         let n = write.len();

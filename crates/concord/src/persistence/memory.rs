@@ -65,14 +65,14 @@ impl Journal for InMemoryStore {
             // The next sequence number, and no other: an existing one (deleted ones count,
             // `highest` keeps them) is another writer's; a gap is a writer that is not
             // where the journal is.
-            if write.first_seq_nr() != journal.highest + 1 {
+            if Some(write.first_seq_nr()) != journal.highest.checked_add(1) {
                 return Err(PersistenceError::Conflict {
                     persistence_id: pid.to_string(),
                     seq_nr: write.first_seq_nr(),
                 });
             }
-            let first = inner.next_ordering + 1;
-            inner.next_ordering += write.len() as u64;
+            let first = inner.next_ordering.saturating_add(1);
+            inner.next_ordering = inner.next_ordering.saturating_add(write.len() as u64);
             let journal = inner.journals.entry(pid.clone()).or_default();
             for (i, e) in write.events().enumerate() {
                 journal.highest = journal.highest.max(e.seq_nr);
