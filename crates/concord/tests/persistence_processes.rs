@@ -7,10 +7,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::counter_load::CounterLoad;
 use common::postgres::PgServer;
 use common::{all_up, runtime, serial, wait_until, Node};
 
@@ -137,49 +136,17 @@ fn sigkilled_nodes_lose_no_acknowledged_event_and_carts_keep_their_items() {
 
     // Load: counters incremented through nodes 1, 2 and 3 (which are never killed).
     let counters = 24;
-    let acked: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
-    let sent: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = nodes[..3]
-        .iter()
-        .map(|n| n.management_port)
-        .map(|port| {
-            let (acked, sent, stop) = (acked.clone(), sent.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let rt = runtime();
-                let http = reqwest::Client::new();
-                let mut k = port as usize;
-                while !stop.load(Ordering::Relaxed) {
-                    let c = k % counters;
-                    k += 1;
-                    *sent.lock().unwrap().entry(c).or_default() += 1;
-                    let ok = rt.block_on(async {
-                        http.post(format!("http://127.0.0.1:{port}/sample/counter/c{c}"))
-                            .form(&[("delta", "1")])
-                            .timeout(Duration::from_secs(10))
-                            .send()
-                            .await
-                            .is_ok_and(|r| r.status() == 200)
-                    });
-                    if ok {
-                        *acked.lock().unwrap().entry(c).or_default() += 1;
-                    } else {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            })
-        })
-        .collect();
-    let total = |m: &Mutex<BTreeMap<usize, i64>>| m.lock().unwrap().values().sum::<i64>();
+    let ports: Vec<u16> = nodes[..3].iter().map(|n| n.management_port).collect();
+    let load = CounterLoad::start(&ports, counters);
 
     // SIGKILL node 4, then node 5, each once it hosts counters; restart each.
     for victim in [3usize, 4] {
-        let before = total(&acked);
+        let before = load.acknowledged();
         wait_until(
             "increments flowing",
             Duration::from_secs(60),
             &[&nodes[0]],
-            || total(&acked) > before + 30,
+            || load.acknowledged() > before + 30,
         );
         let addr = nodes[victim].address();
         wait_until(
@@ -208,12 +175,12 @@ fn sigkilled_nodes_lose_no_acknowledged_event_and_carts_keep_their_items() {
                 || all_up(&rt, &refs, &survivors),
             );
         }
-        let after = total(&acked);
+        let after = load.acknowledged();
         wait_until(
             "increments acknowledged after the crash",
             Duration::from_secs(60),
             &[&nodes[0]],
-            || total(&acked) > after + 30,
+            || load.acknowledged() > after + 30,
         );
         let restarted = c.restart(victim + 1, &nodes[victim], &seeds);
         nodes[victim] = restarted;
@@ -222,12 +189,7 @@ fn sigkilled_nodes_lose_no_acknowledged_event_and_carts_keep_their_items() {
             all_up(&rt, &refs, &addrs)
         });
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
-    let sent = sent.lock().unwrap().clone();
+    let (acked, sent) = load.stop();
     assert!(acked.values().sum::<i64>() > 100, "{acked:?}");
     for c in 0..counters {
         let v = get_json(

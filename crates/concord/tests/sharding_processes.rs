@@ -7,9 +7,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::counter_load::CounterLoad;
 use common::{all_up, runtime, serial, wait_until, Node};
 use nix::sys::signal::Signal;
 
@@ -194,38 +195,7 @@ fn a_sigkilled_node_loses_no_acknowledged_counter_increment() {
         all_up(&rt, &[&n1, &n2, &n3], &all)
     });
     let counters = 20;
-    let acked: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
-    let sent: Arc<Mutex<BTreeMap<usize, i64>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = [n1.management_port, n2.management_port]
-        .into_iter()
-        .map(|port| {
-            let (acked, sent, stop) = (acked.clone(), sent.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let rt = runtime();
-                let http = reqwest::Client::new();
-                let mut k = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    let c = k % counters;
-                    k += 1;
-                    *sent.lock().unwrap().entry(c).or_default() += 1;
-                    let ok = rt.block_on(async {
-                        http.post(format!("http://127.0.0.1:{port}/sample/counter/c{c}"))
-                            .form(&[("delta", "1")])
-                            .timeout(Duration::from_secs(10))
-                            .send()
-                            .await
-                            .is_ok_and(|r| r.status() == 200)
-                    });
-                    if ok {
-                        *acked.lock().unwrap().entry(c).or_default() += 1;
-                    } else {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = CounterLoad::start(&[n1.management_port, n2.management_port], counters);
     wait_until(
         "counters on the third node",
         Duration::from_secs(30),
@@ -245,19 +215,14 @@ fn a_sigkilled_node_loses_no_acknowledged_counter_increment() {
         || all_up(&rt, &[&n1, &n2], &two),
     );
     // Increments keep being acknowledged after the crash: its shards run again elsewhere.
-    let after = acked.lock().unwrap().values().sum::<i64>();
+    let after = load.acknowledged();
     wait_until(
         "increments acknowledged after the crash",
         Duration::from_secs(60),
         &[&n1, &n2],
-        || acked.lock().unwrap().values().sum::<i64>() > after + 40,
+        || load.acknowledged() > after + 40,
     );
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
-    let sent = sent.lock().unwrap().clone();
+    let (acked, sent) = load.stop();
     for c in 0..counters {
         let v: serde_json::Value = rt
             .block_on(async {

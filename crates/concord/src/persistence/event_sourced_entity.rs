@@ -112,16 +112,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             let mut check = ReplayCheck::new(pid.clone(), from);
             let mut next = from;
             let mut replayed = 0u64;
-            let mut first = true;
-            while next <= highest {
-                if !first {
-                    batch = journal.replay(pid, next, page).await?;
-                }
-                first = false;
-                let batch = std::mem::take(&mut batch);
-                if batch.is_empty() {
-                    break;
-                }
+            while !batch.is_empty() {
                 for event in batch {
                     check.next(&event).map_err(|e| match &bad_snapshot {
                         Some(b) => b.clone(),
@@ -134,6 +125,11 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                     next = event.seq_nr.saturating_add(1);
                     replayed += 1;
                 }
+                batch = if next <= highest {
+                    journal.replay(pid, next, page).await?
+                } else {
+                    Vec::new()
+                };
             }
             let seq_nr = check.finish(highest).map_err(missing)?;
             Ok::<_, PersistenceError>((state, seq_nr, replayed))

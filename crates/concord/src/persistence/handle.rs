@@ -60,39 +60,39 @@ impl Running {
 /// layer has started its store (bounded by the caller's deadline).
 #[derive(Clone)]
 pub struct Persistence {
-    ready: watch::Receiver<Option<Running>>,
-    // Kept so that the receiver never sees a closed channel.
-    _tx: Arc<watch::Sender<Option<Running>>>,
+    /// `None` until the layer started its store; every clone shares it (the sender is kept
+    /// here too, so a waiting receiver never sees a closed channel).
+    running: Arc<watch::Sender<Option<Running>>>,
 }
 
 impl Persistence {
-    /// A handle not ready yet, and the sender that makes it ready.
-    pub(crate) fn pending() -> (Persistence, Arc<watch::Sender<Option<Running>>>) {
-        let (tx, rx) = watch::channel(None);
-        let tx = Arc::new(tx);
-        (
-            Persistence {
-                ready: rx,
-                _tx: tx.clone(),
-            },
-            tx,
-        )
+    /// A handle not ready yet: [`Persistence::start`] makes it ready.
+    pub(crate) fn pending() -> Persistence {
+        Persistence {
+            running: Arc::new(watch::channel(None).0),
+        }
+    }
+
+    /// Makes this handle, and every clone, ready with `stores` and `settings`.
+    pub(crate) fn start(&self, stores: Stores, settings: PersistenceSettings) {
+        self.running
+            .send_replace(Some(Running::new(stores, settings)));
     }
 
     /// A handle ready at once with `stores` and `settings` — no node needed (tests, or an
     /// application that builds its own store).
     pub fn ready(stores: Stores, settings: PersistenceSettings) -> Persistence {
-        let (p, tx) = Persistence::pending();
-        tx.send_replace(Some(Running::new(stores, settings)));
+        let p = Persistence::pending();
+        p.start(stores, settings);
         p
     }
 
     /// The running stores, waiting up to `timeout` for the layer to start them.
     pub(crate) async fn running(&self, timeout: Duration) -> Result<Running, PersistenceError> {
-        if let Some(r) = self.ready.borrow().as_ref() {
+        if let Some(r) = self.running.borrow().as_ref() {
             return Ok(r.clone());
         }
-        let mut rx = self.ready.clone();
+        let mut rx = self.running.subscribe();
         let wait = async move {
             rx.wait_for(Option::is_some)
                 .await
@@ -110,7 +110,7 @@ impl Persistence {
 }
 
 impl Running {
-    pub(crate) fn new(stores: Stores, settings: PersistenceSettings) -> Running {
+    fn new(stores: Stores, settings: PersistenceSettings) -> Running {
         Running {
             stores,
             permits: Arc::new(Semaphore::new(settings.recovery_permits.max(1))),

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use tracing::{error, info};
 
 use super::config::{PersistenceConfig, PostgresConfig};
 use super::durable_state::{DurableState, DurableStateEntity};
 use super::event_sourced::EventSourced;
 use super::event_sourced_entity::EventSourcedEntity;
-use super::handle::{Persistence, Running};
+use super::handle::Persistence;
 use super::memory::InMemoryStore;
 use super::postgres::PostgresStore;
 use super::store::Stores;
@@ -25,7 +24,6 @@ const NAME: &str = "persistence";
 
 /// The persistence layer of a node: see [`Persistence::layer`].
 pub struct PersistenceLayer {
-    ready: Arc<watch::Sender<Option<Running>>>,
     stores: Option<Stores>,
     handle: Persistence,
 }
@@ -35,10 +33,9 @@ impl Persistence {
     /// `store`: `"postgres"` connects at start (the entities' commands wait for it, up to
     /// 30 s) and creates the schema; `"memory"` is this process's memory.
     pub fn layer() -> (PersistenceLayer, Persistence) {
-        let (handle, ready) = Persistence::pending();
+        let handle = Persistence::pending();
         (
             PersistenceLayer {
-                ready,
                 stores: None,
                 handle: handle.clone(),
             },
@@ -167,21 +164,17 @@ impl Layer for PersistenceLayer {
             routes: Some(super::routes::routes(self.handle.clone())),
         };
         if let Some(stores) = self.stores {
-            self.ready
-                .send_replace(Some(Running::new(stores, settings)));
+            self.handle.start(stores, settings);
             return Ok(started);
         }
         match config.store.as_str() {
-            "memory" => {
-                self.ready.send_replace(Some(Running::new(
-                    Stores::of(InMemoryStore::new()),
-                    settings,
-                )));
-            }
+            "memory" => self
+                .handle
+                .start(Stores::of(InMemoryStore::new()), settings),
             "postgres" => {
                 let url = postgres_url(&config.postgres).map_err(config_error)?;
                 let pg = config.postgres.clone();
-                let ready = self.ready.clone();
+                let handle = self.handle.clone();
                 let shutdown = ctx.coordinated_shutdown.clone();
                 let connect = async move {
                     let mut backoff = std::time::Duration::from_millis(200);
@@ -189,7 +182,7 @@ impl Layer for PersistenceLayer {
                         match PostgresStore::connect(&url, pg.pool_size, pg.timeout).await {
                             Ok(store) => {
                                 info!(%node, "persistence: PostgreSQL connected, schema ready");
-                                ready.send_replace(Some(Running::new(Stores::of(store), settings)));
+                                handle.start(Stores::of(store), settings);
                                 return;
                             }
                             Err(e) => {

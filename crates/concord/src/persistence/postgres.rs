@@ -198,28 +198,10 @@ impl Journal for PostgresStore {
         from_seq_nr: u64,
         max: usize,
     ) -> StoreFuture<'a, Vec<PersistentEvent>> {
+        // One query serves both (the highest is one index lookup more).
         async move {
-            let from = i64::try_from(from_seq_nr).unwrap_or(i64::MAX);
-            let limit = i64::try_from(max).unwrap_or(i64::MAX);
-            let client = self.client().await?;
-            let rows = client
-                .query(
-                    "SELECT seq_nr, payload, timestamp_ms FROM concord_event_journal \
-                     WHERE persistence_id = $1 AND seq_nr >= $2 AND NOT deleted \
-                     ORDER BY seq_nr LIMIT $3",
-                    &[&pid.to_string(), &from, &limit],
-                )
-                .await
-                .map_err(unavailable)?;
-            Ok(rows
-                .iter()
-                .map(|r| PersistentEvent {
-                    persistence_id: pid.clone(),
-                    seq_nr: unsigned(r.get(0)),
-                    payload: r.get(1),
-                    timestamp_ms: unsigned(r.get(2)),
-                })
-                .collect())
+            let (events, _) = self.replay_with_highest(pid, from_seq_nr, max).await?;
+            Ok(events)
         }
         .boxed()
     }

@@ -292,7 +292,7 @@ async fn recoveries_wait_for_permits_and_time_out() {
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_never_starts_fails_the_command_after_the_start_timeout() {
-    let (p, _tx) = Persistence::pending();
+    let p = Persistence::pending();
     let mut e = p.event_sourced("counter", |_| Counter)("a", None);
     let mut c = ctx("a");
     let r = send(&mut e, &mut c, Cmd::Get).await;

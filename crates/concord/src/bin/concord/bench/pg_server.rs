@@ -35,11 +35,15 @@ fn bin_dir() -> Result<PathBuf, String> {
     versions.pop().map(|v| v.1).ok_or_else(missing)
 }
 
+/// True if this process runs as root (asked once).
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+    })
 }
 
 /// `program` with `args`, as the `postgres` user when we are root.
