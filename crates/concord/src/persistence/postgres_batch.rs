@@ -68,41 +68,34 @@ impl Batcher {
             tokio::spawn(async move {
                 let mut carried: Option<Pending> = None;
                 loop {
-                    let mut batch: Vec<Pending> = Vec::new();
-                    let mut seen = HashSet::new();
-                    let (mut rows, mut bytes) = (0usize, 0usize);
-                    {
-                        let mut rx = rx.lock().await;
-                        while batch.len() < max_batch {
-                            let next = match carried.take() {
-                                Some(p) => p,
-                                None if batch.is_empty() => match rx.recv().await {
-                                    Some(p) => p,
-                                    None => return,
-                                },
-                                None => match rx.try_recv() {
-                                    Ok(p) => p,
-                                    Err(_) => break,
-                                },
-                            };
-                            if next.1.is_canceled() {
-                                continue; // its entity stopped waiting: do not store it late
+                    let mut gather = Gather::default();
+                    if let Some(p) = carried.take() {
+                        gather.offer(p);
+                    }
+                    // Wait on the queue only with nothing in hand: a worker holding a
+                    // carried write must not wait for the lock of a worker that waits for
+                    // new writes (every writer may be waiting for that carried write).
+                    let mut queue = if gather.batch.is_empty() {
+                        Some(rx.lock().await)
+                    } else {
+                        rx.try_lock().ok()
+                    };
+                    if let Some(rx) = queue.as_mut() {
+                        if gather.batch.is_empty() {
+                            match rx.recv().await {
+                                Some(p) => carried = gather.offer(p),
+                                None => return,
                             }
-                            let size: usize = next.0.payloads().iter().map(Vec::len).sum();
-                            if !batch.is_empty()
-                                && (seen.contains(next.0.persistence_id())
-                                    || rows + next.0.len() > MAX_ROWS
-                                    || bytes + size > MAX_BYTES)
-                            {
-                                carried = Some(next);
-                                break;
+                        }
+                        while carried.is_none() && gather.batch.len() < max_batch {
+                            match rx.try_recv() {
+                                Ok(p) => carried = gather.offer(p),
+                                Err(_) => break,
                             }
-                            rows += next.0.len();
-                            bytes += size;
-                            seen.insert(next.0.persistence_id().clone());
-                            batch.push(next);
                         }
                     }
+                    drop(queue);
+                    let batch = gather.batch;
                     if batch.is_empty() {
                         continue;
                     }
@@ -122,6 +115,40 @@ impl Batcher {
             .map_err(|_| unavailable("the store has stopped"))?;
         rx.await
             .unwrap_or_else(|_| Err(unavailable("the batch was dropped")))
+    }
+}
+
+/// A batch being gathered.
+#[derive(Default)]
+struct Gather {
+    batch: Vec<Pending>,
+    seen: HashSet<concord_core::persistence::PersistenceId>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl Gather {
+    /// Takes `p` into the batch, or gives it back when it does not fit (its persistence id
+    /// is already in, or the rows or bytes would pass their caps): it starts the next.
+    /// A write whose entity stopped waiting (its deadline passed) is dropped: storing it
+    /// late would only make the entity's next incarnation conflict with it.
+    fn offer(&mut self, p: Pending) -> Option<Pending> {
+        if p.1.is_canceled() {
+            return None;
+        }
+        let size: usize = p.0.payloads().iter().map(Vec::len).sum();
+        if !self.batch.is_empty()
+            && (self.seen.contains(p.0.persistence_id())
+                || self.rows + p.0.len() > MAX_ROWS
+                || self.bytes + size > MAX_BYTES)
+        {
+            return Some(p);
+        }
+        self.rows += p.0.len();
+        self.bytes += size;
+        self.seen.insert(p.0.persistence_id().clone());
+        self.batch.push(p);
+        None
     }
 }
 
