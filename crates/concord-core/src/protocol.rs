@@ -33,6 +33,8 @@ impl ProtocolId {
     pub const SHARDING: ProtocolId = ProtocolId(4);
     /// The Dynamo-style key-value store.
     pub const KEY_VALUE: ProtocolId = ProtocolId(5);
+    /// The replicated journal (persistence's built-in store).
+    pub const JOURNAL: ProtocolId = ProtocolId(6);
     /// `concord bench remote`: raw payloads for the throughput benchmark.
     pub const BENCH: ProtocolId = ProtocolId(900);
     /// The first id applications may use for their own protocols.
@@ -47,6 +49,7 @@ impl ProtocolId {
             ProtocolId::DISTRIBUTED_DATA => "ddata".into(),
             ProtocolId::SHARDING => "sharding".into(),
             ProtocolId::KEY_VALUE => "kv".into(),
+            ProtocolId::JOURNAL => "journal".into(),
             ProtocolId::BENCH => "bench".into(),
             ProtocolId(n) => format!("app-{n}"),
         }

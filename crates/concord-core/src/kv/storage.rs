@@ -20,11 +20,14 @@ pub enum Table {
     Buckets,
     /// The store's own records (its replica id, the dots reserved).
     Meta,
+    /// The replicated journal's acceptor records
+    /// (`crate::persistence::journal`, in a file of its own).
+    Journal,
 }
 
 impl Table {
-    /// Every table.
-    pub const ALL: [Table; 3] = [Table::Objects, Table::Buckets, Table::Meta];
+    /// The key-value store's tables.
+    pub const KV: [Table; 3] = [Table::Objects, Table::Buckets, Table::Meta];
 
     /// Its name (the runtime's table name).
     pub fn name(self) -> &'static str {
@@ -32,6 +35,7 @@ impl Table {
             Table::Objects => "kv-objects",
             Table::Buckets => "kv-buckets",
             Table::Meta => "kv-meta",
+            Table::Journal => "journal",
         }
     }
 }

@@ -8,6 +8,7 @@
 //! (`concord::persistence`); everything here is plain data and functions, unit- and
 //! property-tested.
 
+pub mod journal;
 mod persistence_id;
 mod repr;
 mod retention;

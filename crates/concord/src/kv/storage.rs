@@ -49,13 +49,25 @@ impl RedbStorage {
     /// The directory cannot be created, or the file is not a redb database (corrupt, or
     /// held by another process); the message names the file.
     pub fn open(dir: &Path) -> Result<RedbStorage, StorageError> {
-        let file = dir.join(STORE_FILE);
+        Self::open_file(dir, STORE_FILE, &Table::KV)
+    }
+
+    /// Opens (or creates) `<dir>/<name>` with `tables`, creating `dir` if needed.
+    ///
+    /// # Errors
+    /// As [`RedbStorage::open`].
+    pub fn open_file(
+        dir: &Path,
+        name: &str,
+        tables: &[Table],
+    ) -> Result<RedbStorage, StorageError> {
+        let file = dir.join(name);
         let named = |e: String| StorageError(format!("{}: {e}", file.display()));
         std::fs::create_dir_all(dir)
             .map_err(|e| named(format!("cannot create the directory: {e}")))?;
         let db = Database::create(&file).map_err(|e| named(format!("cannot open: {e}")))?;
         let tx = db.begin_write().map_err(|e| named(e.to_string()))?;
-        for t in Table::ALL {
+        for &t in tables {
             tx.open_table(definition(t))
                 .map_err(|e| named(e.to_string()))?;
         }

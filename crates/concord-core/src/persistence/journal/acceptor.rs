@@ -1,0 +1,534 @@
+//! The acceptor side of the replicated journal: one node's records of the logs it
+//! replicates, in [`Table::Journal`] of its storage, and its answers to proposers (the
+//! acceptor of Lamport's Paxos, one instance per slot, with the promise shared by every
+//! slot of a log as in Multi-Paxos).
+//!
+//! **Records** (keys sort by segment, then log, then kind and slot):
+//! `[segment: u16 BE][log bytes][0][kind: u8][seq: u64 BE]` with kind
+//! - 0, seq 0: the log's state — the promised ballot and the committed prefix
+//!   (`round`, `node`, `committed`, u64 LE each);
+//! - 1, seq = slot: an accepted [`Entry`];
+//! - 2, seq 0: the newest [`StoredSnapshot`].
+//!
+//! Log names never hold a NUL byte (persistence ids refuse it), so one log's records never
+//! interleave with another's.
+//!
+//! Merging records (handoff after a ring change) is safe in any order: the promise and
+//! the committed prefix take the maximum, a slot the entry of the higher ballot, the
+//! snapshot the higher sequence number.
+
+use super::entry::{Ballot, Entry, Reader, StoredSnapshot};
+use super::message::JournalMessage;
+use crate::kv::ring::{key_hash, segment_of};
+use crate::kv::storage::{KvStorage, StorageError, Table};
+
+const KIND_STATE: u8 = 0;
+const KIND_ENTRY: u8 = 1;
+const KIND_SNAPSHOT: u8 = 2;
+
+/// Bytes of events one page carries, at most (at least one entry is always sent).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+/// Entries in a log's uncertain tail an acceptor sends, at most (more: it answers
+/// `Unable`; a writer that never completes a write leaves at most one).
+pub const MAX_TAIL_ENTRIES: usize = 1000;
+/// Records read from storage at once.
+const SCAN: usize = 256;
+
+/// The ring segment of a log.
+pub fn segment_of_log(log: &str) -> u16 {
+    segment_of(key_hash(log))
+}
+
+fn key(log: &str, kind: u8, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(log.len() + 12);
+    k.extend_from_slice(&segment_of_log(log).to_be_bytes());
+    k.extend_from_slice(log.as_bytes());
+    k.push(0);
+    k.push(kind);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The first key of segment `s` and the first key after it.
+pub fn segment_bounds(s: u16) -> (Vec<u8>, Vec<u8>) {
+    let start = s.to_be_bytes().to_vec();
+    let end = match s.checked_add(1) {
+        Some(n) => n.to_be_bytes().to_vec(),
+        None => vec![0xff, 0xff, 0xff],
+    };
+    (start, end)
+}
+
+/// A record key's parts: segment, log, kind, seq.
+fn parse_key(k: &[u8]) -> Option<(u16, &str, u8, u64)> {
+    if k.len() < 2 + 1 + 1 + 8 {
+        return None;
+    }
+    let segment = u16::from_be_bytes([k[0], k[1]]);
+    let rest = &k[2..];
+    let nul = rest.iter().position(|b| *b == 0)?;
+    let log = std::str::from_utf8(&rest[..nul]).ok()?;
+    let tail = &rest[nul + 1..];
+    if tail.len() != 9 {
+        return None;
+    }
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&tail[1..]);
+    Some((segment, log, tail[0], u64::from_be_bytes(seq)))
+}
+
+fn corrupt(what: impl std::fmt::Display) -> StorageError {
+    StorageError(format!("journal record: {what}"))
+}
+
+/// A log's promise and committed prefix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogState {
+    /// The highest ballot promised.
+    pub promised: Ballot,
+    /// Every slot up to this is chosen.
+    pub committed: u64,
+}
+
+impl LogState {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(24);
+        v.extend_from_slice(&self.promised.round.to_le_bytes());
+        v.extend_from_slice(&self.promised.node.to_le_bytes());
+        v.extend_from_slice(&self.committed.to_le_bytes());
+        v
+    }
+
+    fn decode(b: &[u8]) -> Result<LogState, StorageError> {
+        let mut r = Reader(b);
+        let round = r.u64().map_err(corrupt)?;
+        let node = r.u64().map_err(corrupt)?;
+        let committed = r.u64().map_err(corrupt)?;
+        Ok(LogState {
+            promised: Ballot { round, node },
+            committed,
+        })
+    }
+}
+
+/// The acceptor's state of `log`.
+///
+/// # Errors
+/// The storage failed or the record is corrupt.
+pub fn log_state<S: KvStorage>(st: &mut S, log: &str) -> Result<LogState, StorageError> {
+    match st.get(Table::Journal, &key(log, KIND_STATE, 0))? {
+        Some(b) => LogState::decode(&b),
+        None => Ok(LogState::default()),
+    }
+}
+
+fn put_state<S: KvStorage>(st: &mut S, log: &str, s: &LogState) -> Result<(), StorageError> {
+    st.put(Table::Journal, &key(log, KIND_STATE, 0), &s.encode())
+}
+
+/// Entries of `log` with slots from `from`, at most `max_events` events and
+/// [`MAX_PAGE_BYTES`] (but at least one entry), and the slot up to which the page is
+/// complete.
+fn page<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    from: u64,
+    max_events: usize,
+) -> Result<(Vec<Entry>, u64), StorageError> {
+    let end = key(log, KIND_SNAPSHOT, 0);
+    let mut start = key(log, KIND_ENTRY, from.max(1));
+    let (mut out, mut events, mut bytes) = (Vec::new(), 0usize, 0usize);
+    loop {
+        let records = st.range(Table::Journal, &start, &end, SCAN)?;
+        let exhausted = records.len() < SCAN;
+        for (k, v) in records {
+            let (_, _, _, slot) = parse_key(&k).ok_or_else(|| corrupt("a bad key"))?;
+            let e = Entry::decode(slot, &v).map_err(corrupt)?;
+            if !out.is_empty()
+                && (events + e.events.len() > max_events
+                    || bytes + e.payload_bytes() > MAX_PAGE_BYTES)
+            {
+                let covered = out.last().map_or(from, |l: &Entry| l.first_seq);
+                return Ok((out, covered));
+            }
+            events += e.events.len();
+            bytes += e.payload_bytes();
+            start = key(log, KIND_ENTRY, slot.saturating_add(1));
+            out.push(e);
+        }
+        if exhausted || slot_after(&start) {
+            return Ok((out, u64::MAX));
+        }
+    }
+}
+
+/// True if `k` is the key after slot `u64::MAX` (the scan is over).
+fn slot_after(k: &[u8]) -> bool {
+    k.ends_with(&u64::MAX.to_be_bytes())
+}
+
+/// Phase 1: promise `ballot` if it is above every ballot promised, with the page from
+/// `from` and the uncertain tail; a [`JournalMessage::Nack`] otherwise.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn prepare<S: KvStorage>(
+    st: &mut S,
+    request: u64,
+    log: &str,
+    ballot: Ballot,
+    from: u64,
+    max_events: usize,
+) -> Result<JournalMessage, StorageError> {
+    let mut state = log_state(st, log)?;
+    if ballot <= state.promised {
+        return Ok(JournalMessage::Nack {
+            request,
+            promised: state.promised,
+        });
+    }
+    state.promised = ballot;
+    put_state(st, log, &state)?;
+    let (entries, covered_to) = page(st, log, from, max_events)?;
+    let tail_from = state.committed.saturating_add(1);
+    let tail = if covered_to == u64::MAX && from <= tail_from {
+        // The page holds the tail already.
+        Vec::new()
+    } else {
+        let (tail, complete) = page(st, log, tail_from, MAX_TAIL_ENTRIES * 1000)?;
+        if complete != u64::MAX || tail.len() > MAX_TAIL_ENTRIES {
+            return Ok(JournalMessage::Unable { request });
+        }
+        tail
+    };
+    Ok(JournalMessage::Promise {
+        request,
+        committed: state.committed,
+        page: entries,
+        covered_to,
+        tail,
+    })
+}
+
+/// Phase 2: accept `writes` at `ballot` unless a higher ballot was promised.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+#[allow(clippy::too_many_arguments)]
+pub fn accept<S: KvStorage>(
+    st: &mut S,
+    request: u64,
+    log: &str,
+    ballot: Ballot,
+    committed: u64,
+    compact: bool,
+    writes: &[Entry],
+) -> Result<JournalMessage, StorageError> {
+    let mut state = log_state(st, log)?;
+    if ballot < state.promised {
+        return Ok(JournalMessage::Nack {
+            request,
+            promised: state.promised,
+        });
+    }
+    if writes.iter().any(|w| !w.is_valid()) {
+        return Ok(JournalMessage::Unable { request });
+    }
+    state.promised = ballot;
+    state.committed = state.committed.max(committed);
+    put_state(st, log, &state)?;
+    for w in writes {
+        let stored = Entry {
+            ballot,
+            ..w.clone()
+        };
+        st.put(
+            Table::Journal,
+            &key(log, KIND_ENTRY, w.first_seq),
+            &stored.encode(),
+        )?;
+    }
+    if compact {
+        // Durable state: every slot before the newest is history nobody reads.
+        let newest = writes.iter().map(|w| w.first_seq).max().unwrap_or(0);
+        remove_entries(st, log, newest.min(state.committed.saturating_add(1)))?;
+    }
+    Ok(JournalMessage::Accepted { request })
+}
+
+/// Removes the entries of `log` with slots below `below`.
+fn remove_entries<S: KvStorage>(st: &mut S, log: &str, below: u64) -> Result<(), StorageError> {
+    loop {
+        let records = st.range(
+            Table::Journal,
+            &key(log, KIND_ENTRY, 0),
+            &key(log, KIND_ENTRY, below),
+            SCAN,
+        )?;
+        let n = records.len();
+        for (k, _) in records {
+            st.remove(Table::Journal, &k)?;
+        }
+        if n < SCAN {
+            return Ok(());
+        }
+    }
+}
+
+/// A read of the entries from `from` (no promise).
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn read<S: KvStorage>(
+    st: &mut S,
+    request: u64,
+    log: &str,
+    from: u64,
+    max_events: usize,
+) -> Result<JournalMessage, StorageError> {
+    let (entries, covered_to) = page(st, log, from, max_events)?;
+    Ok(JournalMessage::ReadReply {
+        request,
+        page: entries,
+        covered_to,
+    })
+}
+
+/// Keeps `snapshot` if it is newer than the one kept.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn save_snapshot<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    snapshot: &StoredSnapshot,
+) -> Result<(), StorageError> {
+    let k = key(log, KIND_SNAPSHOT, 0);
+    if let Some(old) = st.get(Table::Journal, &k)? {
+        if StoredSnapshot::decode(&old).map_err(corrupt)?.seq_nr > snapshot.seq_nr {
+            return Ok(());
+        }
+    }
+    st.put(Table::Journal, &k, &snapshot.encode())
+}
+
+/// The snapshot kept for `log`.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn load_snapshot<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+) -> Result<Option<StoredSnapshot>, StorageError> {
+    st.get(Table::Journal, &key(log, KIND_SNAPSHOT, 0))?
+        .map(|b| StoredSnapshot::decode(&b).map_err(corrupt))
+        .transpose()
+}
+
+/// Deletes the committed entries of `log` that end at or before `to`.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), StorageError> {
+    let state = log_state(st, log)?;
+    let (entries, _) = page(st, log, 1, usize::MAX)?;
+    for e in entries {
+        if e.first_seq > state.committed || e.last_seq() > to {
+            break;
+        }
+        st.remove(Table::Journal, &key(log, KIND_ENTRY, e.first_seq))?;
+    }
+    Ok(())
+}
+
+/// Records of segment `segment` from `after` (exclusive; `None`: from the start), at most
+/// `limit` — a handoff page.
+///
+/// # Errors
+/// The storage failed.
+pub fn segment_records<S: KvStorage>(
+    st: &mut S,
+    segment: u16,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+    let (start, end) = segment_bounds(segment);
+    let start = match after {
+        Some(a) => {
+            let mut k = a.to_vec();
+            k.push(0);
+            k
+        }
+        None => start,
+    };
+    st.range(Table::Journal, &start, &end, limit)
+}
+
+/// Merges a record handed off by another replica (see the module docs); a record that
+/// does not parse is skipped and counted in the result.
+///
+/// # Errors
+/// The storage failed.
+pub fn merge_record<S: KvStorage>(
+    st: &mut S,
+    key_bytes: &[u8],
+    value: &[u8],
+) -> Result<bool, StorageError> {
+    let Some((_, log, kind, seq)) = parse_key(key_bytes) else {
+        return Ok(false);
+    };
+    if key(log, kind, seq) != key_bytes {
+        return Ok(false);
+    }
+    let old = st.get(Table::Journal, key_bytes)?;
+    let keep_new = match kind {
+        KIND_STATE => {
+            let Ok(new) = LogState::decode(value) else {
+                return Ok(false);
+            };
+            let merged = match old.as_deref().map(LogState::decode).transpose()? {
+                Some(o) => LogState {
+                    promised: o.promised.max(new.promised),
+                    committed: o.committed.max(new.committed),
+                },
+                None => new,
+            };
+            st.put(Table::Journal, key_bytes, &merged.encode())?;
+            return Ok(true);
+        }
+        KIND_ENTRY => {
+            let Ok(new) = Entry::decode(seq, value) else {
+                return Ok(false);
+            };
+            match old {
+                Some(o) => Entry::decode(seq, &o).map_err(corrupt)?.ballot < new.ballot,
+                None => true,
+            }
+        }
+        KIND_SNAPSHOT => {
+            let Ok(new) = StoredSnapshot::decode(value) else {
+                return Ok(false);
+            };
+            match old {
+                Some(o) => StoredSnapshot::decode(&o).map_err(corrupt)?.seq_nr < new.seq_nr,
+                None => true,
+            }
+        }
+        _ => return Ok(false),
+    };
+    if keep_new {
+        st.put(Table::Journal, key_bytes, value)?;
+    }
+    Ok(true)
+}
+
+/// The segments this storage holds records of.
+///
+/// # Errors
+/// The storage failed.
+pub fn held_segments<S: KvStorage>(st: &mut S) -> Result<Vec<u16>, StorageError> {
+    let mut out = Vec::new();
+    let mut from = 0u16;
+    loop {
+        let (start, _) = segment_bounds(from);
+        let r = st.range(Table::Journal, &start, &[0xff, 0xff, 0xff], 1)?;
+        let Some((k, _)) = r.first() else {
+            return Ok(out);
+        };
+        let s = u16::from_be_bytes([k[0], k.get(1).copied().unwrap_or(0)]);
+        out.push(s);
+        match s.checked_add(1) {
+            Some(n) => from = n,
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Removes every record of `segment` (after it was handed to its owners).
+///
+/// # Errors
+/// The storage failed.
+pub fn drop_segment<S: KvStorage>(st: &mut S, segment: u16) -> Result<(), StorageError> {
+    let (start, end) = segment_bounds(segment);
+    loop {
+        let records = st.range(Table::Journal, &start, &end, SCAN)?;
+        let n = records.len();
+        for (k, _) in records {
+            st.remove(Table::Journal, &k)?;
+        }
+        if n < SCAN {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::storage::MemoryStorage;
+
+    fn entry(first: u64, n: usize, round: u64) -> Entry {
+        Entry {
+            first_seq: first,
+            ballot: Ballot { round, node: 1 },
+            timestamp_ms: 5,
+            events: (0..n).map(|i| vec![i as u8; 3]).collect(),
+        }
+    }
+
+    #[test]
+    fn promises_only_rise_and_accepts_below_the_promise_are_refused() {
+        let mut st = MemoryStorage::new();
+        let b1 = Ballot { round: 1, node: 1 };
+        let b2 = Ballot { round: 2, node: 1 };
+        assert!(matches!(prepare(&mut st, 1, "elog", b2, 1, 10).unwrap(), JournalMessage::Promise { .. }));
+        assert!(matches!(prepare(&mut st, 2, "elog", b1, 1, 10).unwrap(), JournalMessage::Nack { promised, .. } if promised == b2));
+        assert!(matches!(accept(&mut st, 3, "elog", b1, 0, false, &[entry(1, 2, 0)]).unwrap(), JournalMessage::Nack { .. }));
+        assert!(matches!(accept(&mut st, 4, "elog", b2, 0, false, &[entry(1, 2, 0)]).unwrap(), JournalMessage::Accepted { .. }));
+        let JournalMessage::ReadReply { page, covered_to, .. } = read(&mut st, 5, "elog", 1, 10).unwrap() else { panic!() };
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].ballot, b2, "stored at the accept's ballot");
+        assert_eq!(covered_to, u64::MAX);
+        assert_eq!(log_state(&mut st, "elog").unwrap().promised, b2);
+    }
+
+    #[test]
+    fn pages_stop_at_the_event_limit_and_say_how_far_they_cover() {
+        let mut st = MemoryStorage::new();
+        let b = Ballot { round: 1, node: 1 };
+        let writes: Vec<Entry> = (0..10).map(|i| entry(1 + 3 * i, 3, 1)).collect();
+        accept(&mut st, 1, "elog", b, 27, false, &writes).unwrap();
+        let JournalMessage::ReadReply { page, covered_to, .. } = read(&mut st, 2, "elog", 4, 7).unwrap() else { panic!() };
+        assert_eq!(page.iter().map(|e| e.first_seq).collect::<Vec<_>>(), vec![4, 7]);
+        assert_eq!(covered_to, 7);
+        // The promise sends the tail (slots above committed 27) besides the page.
+        let JournalMessage::Promise { tail, committed, .. } = prepare(&mut st, 3, "elog", Ballot { round: 2, node: 1 }, 1, 3).unwrap() else { panic!() };
+        assert_eq!(committed, 27);
+        assert_eq!(tail.iter().map(|e| e.first_seq).collect::<Vec<_>>(), vec![28]);
+        // Deleting keeps the tail.
+        delete_to(&mut st, "elog", 100).unwrap();
+        let JournalMessage::ReadReply { page, .. } = read(&mut st, 4, "elog", 1, 100).unwrap() else { panic!() };
+        assert_eq!(page.iter().map(|e| e.first_seq).collect::<Vec<_>>(), vec![28]);
+    }
+
+    #[test]
+    fn merges_keep_the_higher_ballot_promise_and_snapshot() {
+        let mut a = MemoryStorage::new();
+        let mut b = MemoryStorage::new();
+        accept(&mut a, 1, "elog", Ballot { round: 3, node: 1 }, 0, false, &[entry(1, 1, 0)]).unwrap();
+        accept(&mut b, 1, "elog", Ballot { round: 5, node: 2 }, 0, false, &[entry(1, 2, 0)]).unwrap();
+        save_snapshot(&mut a, "elog", &StoredSnapshot { seq_nr: 9, timestamp_ms: 1, payload: vec![1] }).unwrap();
+        let seg = segment_of_log("elog");
+        for (k, v) in segment_records(&mut a, seg, None, 100).unwrap() {
+            assert!(merge_record(&mut b, &k, &v).unwrap());
+        }
+        assert_eq!(held_segments(&mut b).unwrap(), vec![seg]);
+        let JournalMessage::ReadReply { page, .. } = read(&mut b, 2, "elog", 1, 10).unwrap() else { panic!() };
+        assert_eq!(page[0].events.len(), 2, "the higher ballot's entry stays");
+        assert_eq!(log_state(&mut b, "elog").unwrap().promised.round, 5);
+        assert_eq!(load_snapshot(&mut b, "elog").unwrap().unwrap().seq_nr, 9);
+        assert!(!merge_record(&mut b, b"garbage", b"x").unwrap());
+        drop_segment(&mut b, seg).unwrap();
+        assert!(held_segments(&mut b).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,215 @@
+//! What the replicated journal's acceptors store: [`Ballot`]s, accepted writes
+//! ([`Entry`]: one Paxos slot) and snapshots ([`StoredSnapshot`]), with their byte
+//! encodings (validated when decoded: a corrupt record is an error, never a panic).
+
+use serde::{Deserialize, Serialize};
+
+/// A Paxos ballot (Lamport, "Paxos Made Simple", 2001): a round, then the proposer's
+/// node uid to break ties. Ordered by round, then node. [`Ballot::ZERO`] is below every
+/// ballot a proposer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Ballot {
+    /// The round (proposers start from their clock, ms, so a later incarnation usually wins
+    /// at once).
+    pub round: u64,
+    /// The proposing node's uid.
+    pub node: u64,
+}
+
+impl Ballot {
+    /// Below every used ballot.
+    pub const ZERO: Ballot = Ballot { round: 0, node: 0 };
+}
+
+/// One accepted write: a Paxos slot of a log, numbered by its first sequence number and
+/// holding the events `first_seq ..= last_seq()` (1 to
+/// [`crate::persistence::AtomicWrite::MAX_EVENTS`] of them), the ballot it was accepted at
+/// and the writer's timestamp (ms since the Unix epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The slot: the first event's sequence number (≥ 1).
+    pub first_seq: u64,
+    /// The ballot it was accepted at.
+    pub ballot: Ballot,
+    /// When it was written, ms since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// The encoded events (at least one).
+    pub events: Vec<Vec<u8>>,
+}
+
+impl Entry {
+    /// The last event's sequence number (saturating; [`Entry::is_valid`] rules out
+    /// overflow).
+    pub fn last_seq(&self) -> u64 {
+        let n = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
+        self.first_seq.saturating_add(n.saturating_sub(1))
+    }
+
+    /// At least one and at most 1000 events, numbered from 1 without overflow.
+    pub fn is_valid(&self) -> bool {
+        let n = self.events.len();
+        self.first_seq >= 1
+            && (1..=crate::persistence::AtomicWrite::MAX_EVENTS).contains(&n)
+            && u64::try_from(n - 1)
+                .ok()
+                .and_then(|k| self.first_seq.checked_add(k))
+                .is_some()
+    }
+
+    /// Bytes of its events.
+    pub fn payload_bytes(&self) -> usize {
+        self.events.iter().map(Vec::len).sum()
+    }
+
+    /// The stored form: ballot, timestamp, count, then each event's length and bytes
+    /// (integers little-endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.payload_bytes() + 4 * self.events.len());
+        out.extend_from_slice(&self.ballot.round.to_le_bytes());
+        out.extend_from_slice(&self.ballot.node.to_le_bytes());
+        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
+        out.extend_from_slice(&u32::try_from(self.events.len()).unwrap_or(0).to_le_bytes());
+        for e in &self.events {
+            out.extend_from_slice(&u32::try_from(e.len()).unwrap_or(u32::MAX).to_le_bytes());
+            out.extend_from_slice(e);
+        }
+        out
+    }
+
+    /// The entry of slot `first_seq` from its stored form.
+    ///
+    /// # Errors
+    /// The bytes are not an encoded entry.
+    pub fn decode(first_seq: u64, bytes: &[u8]) -> Result<Entry, String> {
+        let mut r = Reader(bytes);
+        let round = r.u64()?;
+        let node = r.u64()?;
+        let timestamp_ms = r.u64()?;
+        let count = r.u32()? as usize;
+        if count == 0 || count > crate::persistence::AtomicWrite::MAX_EVENTS {
+            return Err(format!("an entry of {count} events"));
+        }
+        let mut events = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = r.u32()? as usize;
+            events.push(r.take(len)?.to_vec());
+        }
+        if !r.0.is_empty() {
+            return Err("bytes after the entry".into());
+        }
+        let entry = Entry {
+            first_seq,
+            ballot: Ballot { round, node },
+            timestamp_ms,
+            events,
+        };
+        if !entry.is_valid() {
+            return Err(format!("an invalid entry at {first_seq}"));
+        }
+        Ok(entry)
+    }
+}
+
+/// A snapshot as the acceptors keep it: the sequence number of the last event it includes,
+/// when it was taken (ms since the Unix epoch) and the encoded state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSnapshot {
+    /// The last event it includes.
+    pub seq_nr: u64,
+    /// When it was saved, ms since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// The encoded state.
+    pub payload: Vec<u8>,
+}
+
+impl StoredSnapshot {
+    /// The stored form: sequence number, timestamp (little-endian), payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.payload.len());
+        out.extend_from_slice(&self.seq_nr.to_le_bytes());
+        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// From the stored form.
+    ///
+    /// # Errors
+    /// Fewer than 16 bytes.
+    pub fn decode(bytes: &[u8]) -> Result<StoredSnapshot, String> {
+        let mut r = Reader(bytes);
+        Ok(StoredSnapshot {
+            seq_nr: r.u64()?,
+            timestamp_ms: r.u64()?,
+            payload: r.0.to_vec(),
+        })
+    }
+}
+
+/// A cursor over stored bytes.
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err(format!("{n} bytes wanted, {} left", self.0.len()));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    pub(super) fn u64(&mut self) -> Result<u64, String> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    pub(super) fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        let mut a = [0u8; 4];
+        a.copy_from_slice(b);
+        Ok(u32::from_le_bytes(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn entries_round_trip(first in 1u64..1_000_000, round: u64, node: u64, ts: u64,
+                              events in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..20)) {
+            let e = Entry { first_seq: first, ballot: Ballot { round, node }, timestamp_ms: ts, events };
+            prop_assert_eq!(Entry::decode(first, &e.encode()).unwrap(), e);
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Entry::decode(1, &bytes);
+            let _ = StoredSnapshot::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn invalid_entries_are_refused() {
+        let e = Entry {
+            first_seq: u64::MAX,
+            ballot: Ballot::ZERO,
+            timestamp_ms: 0,
+            events: vec![vec![], vec![]],
+        };
+        assert!(!e.is_valid());
+        assert!(Entry::decode(u64::MAX, &e.encode()).is_err());
+        let empty = Entry {
+            events: vec![],
+            first_seq: 1,
+            ..e
+        };
+        assert!(!empty.is_valid());
+        assert!(Ballot { round: 2, node: 0 } > Ballot { round: 1, node: 9 });
+    }
+}

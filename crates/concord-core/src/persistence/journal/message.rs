@@ -1,0 +1,171 @@
+//! [`JournalMessage`]: what the replicated journal's proposers and acceptors exchange.
+//! Every request carries the proposer's request id; replies echo it.
+
+use super::entry::{Ballot, Entry, StoredSnapshot};
+
+/// A journal protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalMessage {
+    /// Phase 1a: promise `ballot` for `log`, and send its entries from `from` (at most
+    /// `max_events` events' worth) and every entry after its committed prefix.
+    Prepare {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+        /// The ballot.
+        ballot: Ballot,
+        /// First slot of the page wanted.
+        from: u64,
+        /// Events of the page, at most.
+        max_events: u32,
+    },
+    /// Phase 1b: the promise, with what the acceptor holds.
+    Promise {
+        /// Request id.
+        request: u64,
+        /// The highest sequence number known chosen with every one before it (0: none).
+        committed: u64,
+        /// Entries with slots from the prepare's `from`, ascending.
+        page: Vec<Entry>,
+        /// Every entry with a slot in `from ..= covered_to` is in `page`.
+        covered_to: u64,
+        /// Every entry with a slot above `committed` (its uncertain tail).
+        tail: Vec<Entry>,
+    },
+    /// Phase 2a: accept `writes` at `ballot`; every slot up to `committed` is chosen.
+    Accept {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+        /// The ballot.
+        ballot: Ballot,
+        /// Every slot up to this is chosen.
+        committed: u64,
+        /// Keep only the newest entry (durable state: one value per log).
+        compact: bool,
+        /// The writes (their `ballot` fields are ignored: stored at `ballot`).
+        writes: Vec<Entry>,
+    },
+    /// Phase 2b: accepted.
+    Accepted {
+        /// Request id.
+        request: u64,
+    },
+    /// Refused: the acceptor promised a higher ballot.
+    Nack {
+        /// Request id.
+        request: u64,
+        /// The ballot it promised.
+        promised: Ballot,
+    },
+    /// Read entries from `from` (no promise).
+    Read {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+        /// First slot.
+        from: u64,
+        /// Events, at most.
+        max_events: u32,
+    },
+    /// The entries read.
+    ReadReply {
+        /// Request id.
+        request: u64,
+        /// Entries from the read's `from`, ascending.
+        page: Vec<Entry>,
+        /// Every entry with a slot in `from ..= covered_to` is in `page`.
+        covered_to: u64,
+    },
+    /// Keep `snapshot` if it is newer than the one kept.
+    SaveSnapshot {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+        /// The snapshot.
+        snapshot: StoredSnapshot,
+    },
+    /// Send the snapshot kept.
+    LoadSnapshot {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+    },
+    /// The snapshot kept.
+    SnapshotReply {
+        /// Request id.
+        request: u64,
+        /// It, if any.
+        snapshot: Option<StoredSnapshot>,
+    },
+    /// Delete the committed entries ending at or before `to` (the tail stays).
+    Delete {
+        /// Request id.
+        request: u64,
+        /// The log.
+        log: String,
+        /// The last sequence number to delete.
+        to: u64,
+    },
+    /// Done (save or delete).
+    Done {
+        /// Request id.
+        request: u64,
+    },
+    /// The acceptor cannot answer (its storage failed, or the segment is still being
+    /// synchronised after a ring change); counted as no answer.
+    Unable {
+        /// Request id.
+        request: u64,
+    },
+    /// A new owner's copy of the records of one ring segment, from an old owner
+    /// (`records` are raw storage records; `last` closes the segment).
+    Handoff {
+        /// The segment.
+        segment: u16,
+        /// The page's number (from 0).
+        page: u32,
+        /// Storage records (key, value).
+        records: Vec<(Vec<u8>, Vec<u8>)>,
+        /// The last page of the segment.
+        last: bool,
+    },
+    /// The sender holds no record of these segments (each closed at once).
+    HandoffEmpty {
+        /// The segments.
+        segments: Vec<u16>,
+    },
+    /// Empty handoffs received.
+    HandoffEmptyAck {
+        /// The segments.
+        segments: Vec<u16>,
+    },
+    /// A handoff page merged.
+    HandoffAck {
+        /// The segment.
+        segment: u16,
+        /// The page's number.
+        page: u32,
+    },
+}
+
+impl JournalMessage {
+    /// The request id of a reply (`None` for requests and handoff).
+    pub fn reply_to(&self) -> Option<u64> {
+        match self {
+            JournalMessage::Promise { request, .. }
+            | JournalMessage::Accepted { request }
+            | JournalMessage::Nack { request, .. }
+            | JournalMessage::ReadReply { request, .. }
+            | JournalMessage::SnapshotReply { request, .. }
+            | JournalMessage::Done { request }
+            | JournalMessage::Unable { request } => Some(*request),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! A proposer's requests in flight: what each asked, which replicas answered and how.
+
+use std::collections::BTreeMap;
+
+use super::chain::Answer;
+use super::entry::{Ballot, Entry, StoredSnapshot};
+use crate::address::UniqueAddress;
+
+/// What a caller asked.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Become the log's writer and read from `from`.
+    Recover {
+        /// First sequence number of the page.
+        from: u64,
+        /// Events of the page, at most.
+        max_events: u32,
+    },
+    /// Append `write` (its ballot is the writer's).
+    Append {
+        /// The write.
+        write: Entry,
+        /// Durable state: keep only the newest write.
+        compact: bool,
+    },
+    /// Read from `from` up to `to`.
+    Read {
+        /// First sequence number.
+        from: u64,
+        /// Last sequence number wanted.
+        to: u64,
+        /// Events, at most.
+        max_events: u32,
+    },
+    /// Save a snapshot.
+    SaveSnapshot(StoredSnapshot),
+    /// Load the newest snapshot.
+    LoadSnapshot,
+    /// Delete up to a sequence number.
+    Delete(u64),
+}
+
+/// Where a request is.
+#[derive(Debug, Clone)]
+pub enum Phase {
+    /// Phase 1 at `ballot` (attempt `attempt`).
+    Preparing {
+        /// The ballot.
+        ballot: Ballot,
+        /// Attempts so far (from 1).
+        attempt: u32,
+    },
+    /// Phase 2 at `ballot`; on success the log's highest number is `highest`, and a
+    /// recovery answers `page`.
+    Accepting {
+        /// The ballot.
+        ballot: Ballot,
+        /// The highest sequence number once accepted.
+        highest: u64,
+        /// A recovery's page.
+        page: Vec<Entry>,
+    },
+    /// Reads, snapshot loads and saves, deletes: one round.
+    Single,
+}
+
+/// A request in flight.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The caller's request id.
+    pub caller: u64,
+    /// The log.
+    pub log: String,
+    /// What was asked.
+    pub op: Op,
+    /// Where it is.
+    pub phase: Phase,
+    /// The log's replicas for this request.
+    pub replicas: Vec<UniqueAddress>,
+    /// Answers of this round, by replica.
+    pub answers: BTreeMap<UniqueAddress, Answer>,
+    /// Snapshots answered this round.
+    pub snapshots: BTreeMap<UniqueAddress, Option<StoredSnapshot>>,
+    /// Replicas that refused or could not answer this round.
+    pub refused: BTreeMap<UniqueAddress, Option<Ballot>>,
+    /// Fails as unavailable at this time, ms.
+    pub deadline_ms: u64,
+}
+
+impl Request {
+    /// Answers needed: a majority of the replicas.
+    pub fn quorum(&self) -> usize {
+        self.replicas.len() / 2 + 1
+    }
+
+    /// Answers (of any kind) of this round.
+    pub fn answered(&self) -> usize {
+        self.answers.len() + self.snapshots.len()
+    }
+
+    /// True once a majority can no longer answer yes.
+    pub fn lost(&self) -> bool {
+        self.replicas.len().saturating_sub(self.refused.len()) < self.quorum()
+    }
+
+    /// The highest ballot a refusal named.
+    pub fn highest_refusal(&self) -> Ballot {
+        self.refused
+            .values()
+            .flatten()
+            .copied()
+            .max()
+            .unwrap_or(Ballot::ZERO)
+    }
+
+    /// Clears the round's answers for the next round.
+    pub fn next_round(&mut self) {
+        self.answers.clear();
+        self.snapshots.clear();
+        self.refused.clear();
+    }
+}
