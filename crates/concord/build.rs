@@ -3,13 +3,14 @@
 //! its layer's folder. All are package `concord.v1`, generated into one Rust module
 //! (`remote::wire`).
 
-const SCHEMAS: [&str; 6] = [
+const SCHEMAS: [&str; 7] = [
     "src/remote/remote.proto",
     "src/cluster/cluster.proto",
     "src/singleton/singleton.proto",
     "src/ddata/ddata.proto",
     "src/sharding/sharding.proto",
     "src/kv/kv.proto",
+    "src/persistence/replicated/journal.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

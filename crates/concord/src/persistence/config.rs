@@ -11,14 +11,15 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, ConfigError, ConfigSection};
 
 /// The stores `persistence.store` names.
-pub const STORES: &[&str] = &["memory", "postgres"];
+pub const STORES: &[&str] = &["replicated", "memory", "postgres"];
 
 /// `[persistence]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct PersistenceConfig {
-    /// The store: `"postgres"` (`[persistence.postgres]`) or `"memory"` (this process
-    /// only: tests). Unset by default: a node with the persistence layer must choose.
+    /// The store: `"replicated"` (the built-in replicated journal on the cluster's own
+    /// nodes; the default when empty), `"postgres"` (`[persistence.postgres]`) or
+    /// `"memory"` (this process only: tests).
     pub store: String,
     /// Events between snapshots of an event-sourced entity (100; 0: none).
     pub snapshot_every: u64,

@@ -113,7 +113,10 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             let mut next = from;
             let mut replayed = 0u64;
             while !batch.is_empty() {
-                for event in batch {
+                let before = next;
+                // A log may hold a write after the highest this recovery chose (one that was
+                // never chosen, or another writer's since): the state is the fold up to it.
+                for event in batch.into_iter().take_while(|e| e.seq_nr <= highest) {
                     check.next(&event).map_err(|e| match &bad_snapshot {
                         Some(b) => b.clone(),
                         None => failed(e.found, e.to_string()),
@@ -125,7 +128,7 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                     next = event.seq_nr.saturating_add(1);
                     replayed += 1;
                 }
-                batch = if next <= highest {
+                batch = if next <= highest && next > before {
                     journal.replay(pid, next, page).await?
                 } else {
                     Vec::new()

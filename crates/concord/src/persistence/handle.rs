@@ -87,6 +87,12 @@ impl Persistence {
         p
     }
 
+    /// The node's stores, once the layer started them (`None` before): what an
+    /// application or a tool reads or writes directly.
+    pub fn stores(&self) -> Option<Stores> {
+        self.running.borrow().as_ref().map(|r| r.stores.clone())
+    }
+
     /// The running stores, waiting up to `timeout` for the layer to start them.
     pub(crate) async fn running(&self, timeout: Duration) -> Result<Running, PersistenceError> {
         if let Some(r) = self.running.borrow().as_ref() {

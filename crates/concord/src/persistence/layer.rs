@@ -26,11 +26,17 @@ const NAME: &str = "persistence";
 pub struct PersistenceLayer {
     stores: Option<Stores>,
     handle: Persistence,
+    journal: Option<
+        tokio::sync::mpsc::Receiver<
+            crate::remote::Inbound<concord_core::persistence::journal::JournalMessage>,
+        >,
+    >,
 }
 
 impl Persistence {
     /// The layer (add it to the node) and its handle. The store is `[persistence]`'s
-    /// `store`: `"postgres"` connects at start (the entities' commands wait for it, up to
+    /// `store`: `"replicated"` (the default) replicates the journal on the cluster's own
+    /// nodes; `"postgres"` connects at start (the entities' commands wait for it, up to
     /// 30 s) and creates the schema; `"memory"` is this process's memory.
     pub fn layer() -> (PersistenceLayer, Persistence) {
         let handle = Persistence::pending();
@@ -38,6 +44,7 @@ impl Persistence {
             PersistenceLayer {
                 stores: None,
                 handle: handle.clone(),
+                journal: None,
             },
             handle,
         )
@@ -146,9 +153,18 @@ impl Layer for PersistenceLayer {
 
     fn register(
         &mut self,
-        _registry: &mut ProtocolRegistry,
-        _settings: &TransportSettings,
+        registry: &mut ProtocolRegistry,
+        settings: &TransportSettings,
     ) -> Result<(), LayerError> {
+        if self.stores.is_none() {
+            self.journal = Some(crate::layer::register_protocol(
+                NAME,
+                registry,
+                settings,
+                concord_core::ProtocolId::JOURNAL,
+                super::replicated::JournalCodec,
+            )?);
+        }
         Ok(())
     }
 
@@ -168,6 +184,19 @@ impl Layer for PersistenceLayer {
             return Ok(started);
         }
         match config.store.as_str() {
+            "replicated" | "" => {
+                let inbound = self
+                    .journal
+                    .ok_or(LayerError::NotRegistered { layer: NAME })?;
+                let journal = concord_core::persistence::journal::JournalSettings {
+                    request_timeout_ms: u64::try_from(settings.write_timeout.as_millis())
+                        .unwrap_or(u64::MAX),
+                    ..Default::default()
+                };
+                let store = super::replicated::start(&ctx, inbound, journal)?;
+                info!(%node, "persistence: the replicated journal runs here");
+                self.handle.start(Stores::of(store), settings);
+            }
             "memory" => self
                 .handle
                 .start(Stores::of(InMemoryStore::new()), settings),
@@ -200,12 +229,6 @@ impl Layer for PersistenceLayer {
                         _ = shutdown.started() => {}
                     }
                 });
-            }
-            "" => {
-                return Err(config_error(format!(
-                    "persistence.store must be set: one of {}",
-                    super::config::STORES.join(", ")
-                )))
             }
             other => return Err(config_error(format!("unknown persistence.store {other:?}"))),
         }

@@ -30,6 +30,7 @@ mod memory;
 mod metrics;
 mod postgres;
 mod postgres_batch;
+pub mod replicated;
 pub mod routes;
 mod store;
 
@@ -43,6 +44,7 @@ pub use handle::Persistence;
 pub use layer::PersistenceLayer;
 pub use memory::InMemoryStore;
 pub use postgres::{PostgresStore, SCHEMA};
+pub use replicated::ReplicatedStore;
 pub use store::{
     DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, Snapshot, SnapshotStore,
     StoreFuture, StoredState, Stores,

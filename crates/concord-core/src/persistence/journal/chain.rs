@@ -115,7 +115,12 @@ pub fn recovered(answers: &[Answer]) -> Recovered {
 
 /// The page from `from` (at most `max_events`) of a recovery: the chain through the
 /// committed prefix, then the tail.
+///
+/// `from` 0 asks for the newest write only (a durable state's current value).
 pub fn recovery_page(answers: &[Answer], r: &Recovered, from: u64, max_events: usize) -> Vec<Entry> {
+    if from == 0 {
+        return r.tail.last().cloned().into_iter().collect();
+    }
     if from > r.committed {
         let mut events = 0usize;
         return r

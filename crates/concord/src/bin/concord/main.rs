@@ -309,11 +309,13 @@ async fn run_node(
         .section::<concord::kv::KvConfig>()?
         .http_port
         .is_some();
-    // The persistence layer (and its events route) when `[persistence].store` is set.
-    let persistence = (!config
-        .section::<concord::persistence::PersistenceConfig>()?
-        .store
-        .is_empty())
+    // The persistence layer (and its events route) when `[persistence].store` is set, and
+    // for the sample (on the built-in replicated journal unless a store is set).
+    let persistence = (sample
+        || !config
+            .section::<concord::persistence::PersistenceConfig>()?
+            .store
+            .is_empty())
     .then(concord::persistence::Persistence::layer);
     let (ddata, replicator) = DistributedData::new();
     let mut singletons = ClusterSingletons::new();

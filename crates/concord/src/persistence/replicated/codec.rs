@@ -1,0 +1,429 @@
+//! The replicated journal's codec ([`JournalCodec`]): the core's [`JournalMessage`]s to and
+//! from the `Journal*` protobuf messages of `journal.proto`, one manifest per message
+//! type. Entries and snapshots are validated when decoded; a peer's bytes never panic the
+//! node.
+
+use bytes::Bytes;
+use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
+use prost::Message;
+
+use crate::remote::wire;
+use crate::remote::{Codec, DecodeError};
+
+/// The journal's manifests.
+pub mod manifest {
+    /// `JournalPrepare`.
+    pub const PREPARE: u32 = 1;
+    /// `JournalPromise`.
+    pub const PROMISE: u32 = 2;
+    /// `JournalAccept`.
+    pub const ACCEPT: u32 = 3;
+    /// `JournalRequestId` (accepted).
+    pub const ACCEPTED: u32 = 4;
+    /// `JournalNack`.
+    pub const NACK: u32 = 5;
+    /// `JournalRead`.
+    pub const READ: u32 = 6;
+    /// `JournalReadReply`.
+    pub const READ_REPLY: u32 = 7;
+    /// `JournalSnapshot` (save).
+    pub const SAVE_SNAPSHOT: u32 = 8;
+    /// `JournalSnapshot` (load).
+    pub const LOAD_SNAPSHOT: u32 = 9;
+    /// `JournalSnapshot` (reply).
+    pub const SNAPSHOT_REPLY: u32 = 10;
+    /// `JournalDelete`.
+    pub const DELETE: u32 = 11;
+    /// `JournalRequestId` (done).
+    pub const DONE: u32 = 12;
+    /// `JournalRequestId` (unable).
+    pub const UNABLE: u32 = 13;
+    /// `JournalHandoff`.
+    pub const HANDOFF: u32 = 14;
+    /// `JournalHandoffAck`.
+    pub const HANDOFF_ACK: u32 = 15;
+    /// `JournalSegments` (empty handoff).
+    pub const HANDOFF_EMPTY: u32 = 16;
+    /// `JournalSegments` (its acknowledgement).
+    pub const HANDOFF_EMPTY_ACK: u32 = 17;
+}
+
+/// The codec of [`concord_core::ProtocolId::JOURNAL`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JournalCodec;
+
+fn ballot_to(b: Ballot) -> Option<wire::JournalBallot> {
+    Some(wire::JournalBallot {
+        round: b.round,
+        node: b.node,
+    })
+}
+
+fn ballot_from(b: Option<wire::JournalBallot>) -> Ballot {
+    b.map_or(Ballot::ZERO, |b| Ballot {
+        round: b.round,
+        node: b.node,
+    })
+}
+
+fn entries_to(es: &[Entry]) -> Vec<wire::JournalEntry> {
+    es.iter()
+        .map(|e| wire::JournalEntry {
+            first_seq: e.first_seq,
+            record: e.encode().into(),
+        })
+        .collect()
+}
+
+fn entries_from(es: Vec<wire::JournalEntry>) -> Result<Vec<Entry>, DecodeError> {
+    es.into_iter()
+        .map(|e| {
+            Entry::decode(e.first_seq, &e.record)
+                .map_err(|m| DecodeError::Invalid(format!("journal entry: {m}")))
+        })
+        .collect()
+}
+
+fn segment(s: u32) -> Result<u16, DecodeError> {
+    u16::try_from(s)
+        .ok()
+        .filter(|s| *s < concord_core::kv::SEGMENTS)
+        .ok_or_else(|| DecodeError::Invalid(format!("segment {s}")))
+}
+
+fn snapshot_from(b: Option<Bytes>) -> Result<Option<StoredSnapshot>, DecodeError> {
+    b.map(|b| StoredSnapshot::decode(&b).map_err(|m| DecodeError::Invalid(format!("snapshot: {m}"))))
+        .transpose()
+}
+
+fn invalid(e: prost::DecodeError) -> DecodeError {
+    DecodeError::Invalid(e.to_string())
+}
+
+impl Codec for JournalCodec {
+    type Message = JournalMessage;
+
+    fn encode(&self, msg: &JournalMessage) -> (u32, Bytes) {
+        use JournalMessage as M;
+        let id = |request: u64| wire::JournalRequestId { request }.encode_to_vec();
+        let (m, bytes) = match msg {
+            M::Prepare { request, log, ballot, from, max_events } => (
+                manifest::PREPARE,
+                wire::JournalPrepare {
+                    request: *request,
+                    log: log.clone(),
+                    ballot: ballot_to(*ballot),
+                    from: *from,
+                    max_events: *max_events,
+                }
+                .encode_to_vec(),
+            ),
+            M::Promise { request, committed, page, covered_to, tail } => (
+                manifest::PROMISE,
+                wire::JournalPromise {
+                    request: *request,
+                    committed: *committed,
+                    page: entries_to(page),
+                    covered_to: *covered_to,
+                    tail: entries_to(tail),
+                }
+                .encode_to_vec(),
+            ),
+            M::Accept { request, log, ballot, committed, compact, writes } => (
+                manifest::ACCEPT,
+                wire::JournalAccept {
+                    request: *request,
+                    log: log.clone(),
+                    ballot: ballot_to(*ballot),
+                    committed: *committed,
+                    compact: *compact,
+                    writes: entries_to(writes),
+                }
+                .encode_to_vec(),
+            ),
+            M::Accepted { request } => (manifest::ACCEPTED, id(*request)),
+            M::Done { request } => (manifest::DONE, id(*request)),
+            M::Unable { request } => (manifest::UNABLE, id(*request)),
+            M::Nack { request, promised } => (
+                manifest::NACK,
+                wire::JournalNack {
+                    request: *request,
+                    promised: ballot_to(*promised),
+                }
+                .encode_to_vec(),
+            ),
+            M::Read { request, log, from, max_events } => (
+                manifest::READ,
+                wire::JournalRead {
+                    request: *request,
+                    log: log.clone(),
+                    from: *from,
+                    max_events: *max_events,
+                }
+                .encode_to_vec(),
+            ),
+            M::ReadReply { request, page, covered_to } => (
+                manifest::READ_REPLY,
+                wire::JournalReadReply {
+                    request: *request,
+                    page: entries_to(page),
+                    covered_to: *covered_to,
+                }
+                .encode_to_vec(),
+            ),
+            M::SaveSnapshot { request, log, snapshot } => (
+                manifest::SAVE_SNAPSHOT,
+                wire::JournalSnapshot {
+                    request: *request,
+                    log: log.clone(),
+                    snapshot: Some(snapshot.encode().into()),
+                }
+                .encode_to_vec(),
+            ),
+            M::LoadSnapshot { request, log } => (
+                manifest::LOAD_SNAPSHOT,
+                wire::JournalSnapshot {
+                    request: *request,
+                    log: log.clone(),
+                    snapshot: None,
+                }
+                .encode_to_vec(),
+            ),
+            M::SnapshotReply { request, snapshot } => (
+                manifest::SNAPSHOT_REPLY,
+                wire::JournalSnapshot {
+                    request: *request,
+                    log: String::new(),
+                    snapshot: snapshot.as_ref().map(|s| s.encode().into()),
+                }
+                .encode_to_vec(),
+            ),
+            M::Delete { request, log, to } => (
+                manifest::DELETE,
+                wire::JournalDelete {
+                    request: *request,
+                    log: log.clone(),
+                    to: *to,
+                }
+                .encode_to_vec(),
+            ),
+            M::Handoff { segment, page, records, last } => (
+                manifest::HANDOFF,
+                wire::JournalHandoff {
+                    segment: u32::from(*segment),
+                    page: *page,
+                    records: records
+                        .iter()
+                        .map(|(k, v)| wire::JournalRecord {
+                            key: k.clone().into(),
+                            value: v.clone().into(),
+                        })
+                        .collect(),
+                    last: *last,
+                }
+                .encode_to_vec(),
+            ),
+            M::HandoffAck { segment, page } => (
+                manifest::HANDOFF_ACK,
+                wire::JournalHandoffAck {
+                    segment: u32::from(*segment),
+                    page: *page,
+                }
+                .encode_to_vec(),
+            ),
+            M::HandoffEmpty { segments } => (
+                manifest::HANDOFF_EMPTY,
+                wire::JournalSegments {
+                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
+                }
+                .encode_to_vec(),
+            ),
+            M::HandoffEmptyAck { segments } => (
+                manifest::HANDOFF_EMPTY_ACK,
+                wire::JournalSegments {
+                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
+                }
+                .encode_to_vec(),
+            ),
+        };
+        (m, Bytes::from(bytes))
+    }
+
+    fn decode(&self, manifest: u32, payload: &[u8]) -> Result<JournalMessage, DecodeError> {
+        use JournalMessage as M;
+        let id = |p: &[u8]| wire::JournalRequestId::decode(p).map(|m| m.request).map_err(invalid);
+        let segments = |p: &[u8]| -> Result<Vec<u16>, DecodeError> {
+            let m = wire::JournalSegments::decode(p).map_err(invalid)?;
+            if m.segments.len() > usize::from(concord_core::kv::SEGMENTS) {
+                return Err(DecodeError::Invalid("too many segments".into()));
+            }
+            m.segments.into_iter().map(segment).collect()
+        };
+        Ok(match manifest {
+            manifest::PREPARE => {
+                let m = wire::JournalPrepare::decode(payload).map_err(invalid)?;
+                M::Prepare {
+                    request: m.request,
+                    log: m.log,
+                    ballot: ballot_from(m.ballot),
+                    from: m.from,
+                    max_events: m.max_events,
+                }
+            }
+            manifest::PROMISE => {
+                let m = wire::JournalPromise::decode(payload).map_err(invalid)?;
+                M::Promise {
+                    request: m.request,
+                    committed: m.committed,
+                    page: entries_from(m.page)?,
+                    covered_to: m.covered_to,
+                    tail: entries_from(m.tail)?,
+                }
+            }
+            manifest::ACCEPT => {
+                let m = wire::JournalAccept::decode(payload).map_err(invalid)?;
+                M::Accept {
+                    request: m.request,
+                    log: m.log,
+                    ballot: ballot_from(m.ballot),
+                    committed: m.committed,
+                    compact: m.compact,
+                    writes: entries_from(m.writes)?,
+                }
+            }
+            manifest::ACCEPTED => M::Accepted { request: id(payload)? },
+            manifest::DONE => M::Done { request: id(payload)? },
+            manifest::UNABLE => M::Unable { request: id(payload)? },
+            manifest::NACK => {
+                let m = wire::JournalNack::decode(payload).map_err(invalid)?;
+                M::Nack {
+                    request: m.request,
+                    promised: ballot_from(m.promised),
+                }
+            }
+            manifest::READ => {
+                let m = wire::JournalRead::decode(payload).map_err(invalid)?;
+                M::Read {
+                    request: m.request,
+                    log: m.log,
+                    from: m.from,
+                    max_events: m.max_events,
+                }
+            }
+            manifest::READ_REPLY => {
+                let m = wire::JournalReadReply::decode(payload).map_err(invalid)?;
+                M::ReadReply {
+                    request: m.request,
+                    page: entries_from(m.page)?,
+                    covered_to: m.covered_to,
+                }
+            }
+            manifest::SAVE_SNAPSHOT => {
+                let m = wire::JournalSnapshot::decode(payload).map_err(invalid)?;
+                M::SaveSnapshot {
+                    request: m.request,
+                    log: m.log,
+                    snapshot: snapshot_from(m.snapshot)?
+                        .ok_or_else(|| DecodeError::Invalid("a save without a snapshot".into()))?,
+                }
+            }
+            manifest::LOAD_SNAPSHOT => {
+                let m = wire::JournalSnapshot::decode(payload).map_err(invalid)?;
+                M::LoadSnapshot {
+                    request: m.request,
+                    log: m.log,
+                }
+            }
+            manifest::SNAPSHOT_REPLY => {
+                let m = wire::JournalSnapshot::decode(payload).map_err(invalid)?;
+                M::SnapshotReply {
+                    request: m.request,
+                    snapshot: snapshot_from(m.snapshot)?,
+                }
+            }
+            manifest::DELETE => {
+                let m = wire::JournalDelete::decode(payload).map_err(invalid)?;
+                M::Delete {
+                    request: m.request,
+                    log: m.log,
+                    to: m.to,
+                }
+            }
+            manifest::HANDOFF => {
+                let m = wire::JournalHandoff::decode(payload).map_err(invalid)?;
+                M::Handoff {
+                    segment: segment(m.segment)?,
+                    page: m.page,
+                    records: m
+                        .records
+                        .into_iter()
+                        .map(|r| (r.key.to_vec(), r.value.to_vec()))
+                        .collect(),
+                    last: m.last,
+                }
+            }
+            manifest::HANDOFF_ACK => {
+                let m = wire::JournalHandoffAck::decode(payload).map_err(invalid)?;
+                M::HandoffAck {
+                    segment: segment(m.segment)?,
+                    page: m.page,
+                }
+            }
+            manifest::HANDOFF_EMPTY => M::HandoffEmpty {
+                segments: segments(payload)?,
+            },
+            manifest::HANDOFF_EMPTY_ACK => M::HandoffEmptyAck {
+                segments: segments(payload)?,
+            },
+            other => return Err(DecodeError::UnknownManifest(other)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_an_error() {
+        let e = Entry {
+            first_seq: 3,
+            ballot: Ballot { round: 9, node: 2 },
+            timestamp_ms: 4,
+            events: vec![b"a".to_vec(), b"bc".to_vec()],
+        };
+        let snap = StoredSnapshot {
+            seq_nr: 4,
+            timestamp_ms: 1,
+            payload: vec![7],
+        };
+        let all = vec![
+            JournalMessage::Prepare { request: 1, log: "ex|1".into(), ballot: e.ballot, from: 1, max_events: 9 },
+            JournalMessage::Promise { request: 1, committed: 2, page: vec![e.clone()], covered_to: u64::MAX, tail: vec![e.clone()] },
+            JournalMessage::Accept { request: 2, log: "ex|1".into(), ballot: e.ballot, committed: 2, compact: true, writes: vec![e.clone()] },
+            JournalMessage::Accepted { request: 2 },
+            JournalMessage::Nack { request: 2, promised: e.ballot },
+            JournalMessage::Read { request: 3, log: "ex|1".into(), from: 1, max_events: 5 },
+            JournalMessage::ReadReply { request: 3, page: vec![e], covered_to: 7 },
+            JournalMessage::SaveSnapshot { request: 4, log: "ex|1".into(), snapshot: snap.clone() },
+            JournalMessage::LoadSnapshot { request: 5, log: "ex|1".into() },
+            JournalMessage::SnapshotReply { request: 5, snapshot: Some(snap) },
+            JournalMessage::SnapshotReply { request: 5, snapshot: None },
+            JournalMessage::Delete { request: 6, log: "ex|1".into(), to: 3 },
+            JournalMessage::Done { request: 6 },
+            JournalMessage::Unable { request: 7 },
+            JournalMessage::Handoff { segment: 3, page: 1, records: vec![(vec![1], vec![2])], last: true },
+            JournalMessage::HandoffAck { segment: 3, page: 1 },
+            JournalMessage::HandoffEmpty { segments: vec![1, 2] },
+            JournalMessage::HandoffEmptyAck { segments: vec![1, 2] },
+        ];
+        for m in all {
+            let (manifest, bytes) = JournalCodec.encode(&m);
+            assert_eq!(JournalCodec.decode(manifest, &bytes).unwrap(), m);
+        }
+        assert!(JournalCodec.decode(manifest::HANDOFF_ACK, &wire::JournalHandoffAck { segment: 5000, page: 0 }.encode_to_vec()).is_err());
+        assert!(JournalCodec.decode(99, &[]).is_err());
+        let bad = wire::JournalReadReply { request: 1, page: vec![wire::JournalEntry { first_seq: 1, record: Bytes::from_static(b"xx") }], covered_to: 1 };
+        assert!(JournalCodec.decode(manifest::READ_REPLY, &bad.encode_to_vec()).is_err());
+    }
+}

@@ -1,0 +1,45 @@
+//! The replicated journal's metrics (`concord_journal_*`, label `node`).
+
+use std::time::Duration;
+
+use concord_core::kv::KvStorage;
+use concord_core::persistence::journal::{JournalError, JournalMachine, JournalOutput};
+
+/// A request finished.
+pub(super) fn request(
+    node: &str,
+    op: &'static str,
+    result: &Result<JournalOutput, JournalError>,
+    took: Duration,
+) {
+    crate::metrics::ensure_recorder();
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(JournalError::Conflict(_)) => "conflict",
+        Err(JournalError::Unavailable(_)) => "unavailable",
+    };
+    let l = [
+        ("node", node.to_string()),
+        ("op", op.to_string()),
+        ("outcome", outcome.to_string()),
+    ];
+    metrics::counter!("concord_journal_requests_total", &l).increment(1);
+    metrics::histogram!("concord_journal_request_seconds", &l).record(took.as_secs_f64());
+}
+
+/// The machine's gauges and counters.
+pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
+    crate::metrics::ensure_recorder();
+    let l = [("node", node.to_string())];
+    let s = m.stats();
+    metrics::gauge!("concord_journal_in_flight", &l).set(m.in_flight() as f64);
+    metrics::gauge!("concord_journal_pending_segments", &l).set(m.pending_segments() as f64);
+    metrics::gauge!("concord_journal_outgoing_handoffs", &l).set(m.outgoing_handoffs() as f64);
+    metrics::counter!("concord_journal_appends_total", &l).absolute(s.appends);
+    metrics::counter!("concord_journal_recoveries_total", &l).absolute(s.recoveries);
+    metrics::counter!("concord_journal_conflicts_total", &l).absolute(s.conflicts);
+    metrics::counter!("concord_journal_timeouts_total", &l).absolute(s.timeouts);
+    metrics::counter!("concord_journal_storage_errors_total", &l).absolute(s.storage_errors);
+    metrics::counter!("concord_journal_rejected_total", &l).absolute(s.rejected);
+    metrics::counter!("concord_journal_handoff_pages_total", &l).absolute(s.handoff_pages);
+}
