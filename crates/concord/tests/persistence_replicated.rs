@@ -74,10 +74,17 @@ async fn node(seeds: &[u16]) -> (concord::Node, Region, Persistence) {
 async fn ask(region: &Region, id: &str, cmd: Cmd) -> Result<i64, PersistenceError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        match region.entity_ref(id).ask(&cmd, Duration::from_secs(10)).await {
+        match region
+            .entity_ref(id)
+            .ask(&cmd, Duration::from_secs(10))
+            .await
+        {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) if std::time::Instant::now() > deadline => return Err(e),
-            Err(e) => assert!(std::time::Instant::now() < deadline, "sharding never answered: {e}"),
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "sharding never answered: {e}"
+            ),
             Ok(Err(_)) => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -92,7 +99,11 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     let (c, _rc, _pc) = node(&[seed]).await;
     for n in [&a, &b, &c] {
         wait_for("three members Up", || {
-            n.cluster().view().members_with_status(MemberStatus::Up).count() == 3
+            n.cluster()
+                .view()
+                .members_with_status(MemberStatus::Up)
+                .count()
+                == 3
         })
         .await;
     }
@@ -107,19 +118,28 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     c.shutdown().await;
     wait_for("two members", || a.cluster().view().members.len() == 2).await;
     for (id, total) in &totals {
-        assert_eq!(ask(&rb, id, Cmd::Get).await, Ok(*total), "{id} after the leave");
+        assert_eq!(
+            ask(&rb, id, Cmd::Get).await,
+            Ok(*total),
+            "{id} after the leave"
+        );
     }
 
     // Two writers of one persistence id: the one that recovered last wins.
     let (ja, jb) = (pa.stores().unwrap().journal, pb.stores().unwrap().journal);
     let pid = PersistenceId::new("raw", "x").unwrap();
-    let w = |first: u64, tag: &str| AtomicWrite::new(pid.clone(), first, vec![tag.as_bytes().to_vec()], 0).unwrap();
+    let w = |first: u64, tag: &str| {
+        AtomicWrite::new(pid.clone(), first, vec![tag.as_bytes().to_vec()], 0).unwrap()
+    };
     let (_, h) = ja.replay_with_highest(&pid, 1, 10).await.unwrap();
     assert_eq!(h, 0);
     ja.append(w(1, "a1")).await.unwrap();
     let (events, h) = jb.replay_with_highest(&pid, 1, 10).await.unwrap();
     assert_eq!((events.len(), h), (1, 1));
-    assert!(matches!(ja.append(w(2, "stale")).await, Err(PersistenceError::Conflict { seq_nr: 2, .. })));
+    assert!(matches!(
+        ja.append(w(2, "stale")).await,
+        Err(PersistenceError::Conflict { seq_nr: 2, .. })
+    ));
     jb.append(w(2, "b2")).await.unwrap();
     let events = ja.replay(&pid, 1, 10).await.unwrap();
     let payloads: Vec<Vec<u8>> = events.into_iter().map(|e| e.payload).collect();

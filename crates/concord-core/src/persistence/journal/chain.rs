@@ -117,7 +117,12 @@ pub fn recovered(answers: &[Answer]) -> Recovered {
 /// committed prefix, then the tail.
 ///
 /// `from` 0 asks for the newest write only (a durable state's current value).
-pub fn recovery_page(answers: &[Answer], r: &Recovered, from: u64, max_events: usize) -> Vec<Entry> {
+pub fn recovery_page(
+    answers: &[Answer],
+    r: &Recovered,
+    from: u64,
+    max_events: usize,
+) -> Vec<Entry> {
     if from == 0 {
         return r.tail.last().cloned().into_iter().collect();
     }
@@ -135,7 +140,13 @@ pub fn recovery_page(answers: &[Answer], r: &Recovered, from: u64, max_events: u
             .cloned()
             .collect();
     }
-    let (mut page, short) = walk(answers, from, from, r.committed.saturating_add(1), max_events);
+    let (mut page, short) = walk(
+        answers,
+        from,
+        from,
+        r.committed.saturating_add(1),
+        max_events,
+    );
     let reached = page.last().map_or(from, |e| e.last_seq().saturating_add(1));
     let events: usize = page.iter().map(|e| e.events.len()).sum();
     if !short && reached == r.committed.saturating_add(1) && events < max_events {
@@ -179,20 +190,41 @@ mod tests {
     fn the_highest_ballot_wins_a_slot_and_the_chain_follows_it() {
         // Slot 3 was accepted as a 2-event write at round 1 by one acceptor, and as a
         // 1-event write at round 2 by another: round 2's chain goes on at 4.
-        let a = promise(2, vec![e(1, 2, 1, 1), e(3, 2, 1, 9)], u64::MAX, vec![e(3, 2, 1, 9)]);
-        let b = promise(2, vec![e(1, 2, 1, 1), e(3, 1, 2, 7), e(4, 1, 2, 7)], u64::MAX, vec![e(3, 1, 2, 7), e(4, 1, 2, 7)]);
+        let a = promise(
+            2,
+            vec![e(1, 2, 1, 1), e(3, 2, 1, 9)],
+            u64::MAX,
+            vec![e(3, 2, 1, 9)],
+        );
+        let b = promise(
+            2,
+            vec![e(1, 2, 1, 1), e(3, 1, 2, 7), e(4, 1, 2, 7)],
+            u64::MAX,
+            vec![e(3, 1, 2, 7), e(4, 1, 2, 7)],
+        );
         let r = recovered(&[a.clone(), b.clone()]);
         assert_eq!(r.committed, 2);
-        assert_eq!(r.tail.iter().map(|x| x.first_seq).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(
+            r.tail.iter().map(|x| x.first_seq).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
         assert_eq!(r.highest, 4);
         let page = recovery_page(&[a, b], &r, 1, 100);
-        assert_eq!(page.iter().map(|x| x.first_seq).collect::<Vec<_>>(), vec![1, 3, 4]);
+        assert_eq!(
+            page.iter().map(|x| x.first_seq).collect::<Vec<_>>(),
+            vec![1, 3, 4]
+        );
     }
 
     #[test]
     fn a_page_stops_where_an_answer_stops_covering() {
         let a = promise(10, vec![e(1, 1, 1, 0), e(2, 1, 1, 0)], 2, vec![]);
-        let b = promise(10, (1..=10).map(|s| e(s, 1, 1, 0)).collect(), u64::MAX, vec![]);
+        let b = promise(
+            10,
+            (1..=10).map(|s| e(s, 1, 1, 0)).collect(),
+            u64::MAX,
+            vec![],
+        );
         let r = recovered(&[a.clone(), b.clone()]);
         assert_eq!(r.highest, 10);
         let page = recovery_page(&[a, b], &r, 1, 100);
@@ -201,11 +233,14 @@ mod tests {
 
     #[test]
     fn an_empty_log_recovers_to_zero_and_a_page_after_the_committed_prefix_comes_from_the_tail() {
-        assert_eq!(recovered(&[promise(0, vec![], u64::MAX, vec![])]).highest, 0);
+        assert_eq!(
+            recovered(&[promise(0, vec![], u64::MAX, vec![])]).highest,
+            0
+        );
         let a = promise(4, vec![], u64::MAX, vec![e(5, 1, 1, 0)]);
-        let r = recovered(&[a.clone()]);
+        let r = recovered(std::slice::from_ref(&a));
         assert_eq!(r.highest, 5);
-        assert_eq!(recovery_page(&[a.clone()], &r, 5, 10).len(), 1);
+        assert_eq!(recovery_page(std::slice::from_ref(&a), &r, 5, 10).len(), 1);
         assert!(recovery_page(&[a], &r, 6, 10).is_empty());
     }
 }

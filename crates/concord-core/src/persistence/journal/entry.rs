@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 /// A Paxos ballot (Lamport, "Paxos Made Simple", 2001): a round, then the proposer's
 /// node uid to break ties. Ordered by round, then node. [`Ballot::ZERO`] is below every
 /// ballot a proposer uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct Ballot {
     /// The round (proposers start from their clock, ms, so a later incarnation usually wins
     /// at once).

@@ -38,6 +38,8 @@ pub struct Handoffs {
     pub pending: BTreeMap<u16, BTreeSet<UniqueAddress>>,
     /// (segment, new replica) → what is sent.
     pub outgoing: BTreeMap<(u16, UniqueAddress), Outgoing>,
+    /// When to ask the replicas waited for again, ms.
+    pub next_ask_ms: u64,
 }
 
 impl Handoffs {
@@ -135,7 +137,9 @@ mod tests {
         at_d.ring_changed(&old, &new, &d, 3, 16);
         let mut at_a = Handoffs::default();
         at_a.ring_changed(&old, &new, &a, 3, 16);
-        let gained: Vec<u16> = (0..SEGMENTS).filter(|s| new.preference_list(*s, 3).contains(&&d)).collect();
+        let gained: Vec<u16> = (0..SEGMENTS)
+            .filter(|s| new.preference_list(*s, 3).contains(&&d))
+            .collect();
         assert!(!gained.is_empty());
         for s in &gained {
             assert!(at_d.is_pending(*s), "segment {s}");

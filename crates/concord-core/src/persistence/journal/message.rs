@@ -145,6 +145,12 @@ pub enum JournalMessage {
         /// The segments.
         segments: Vec<u16>,
     },
+    /// A new replica asks for these segments (it waits for them before it answers about
+    /// them): the receiver sends them whatever its own view of the ring.
+    HandoffWanted {
+        /// The segments.
+        segments: Vec<u16>,
+    },
     /// A handoff page merged.
     HandoffAck {
         /// The segment.

@@ -174,7 +174,12 @@ pub struct JournalMachine<S: KvStorage> {
 
 impl<S: KvStorage> JournalMachine<S> {
     /// The machine of `self_node` over `storage`, timers from `now_ms`.
-    pub fn new(settings: JournalSettings, self_node: UniqueAddress, storage: S, now_ms: u64) -> Self {
+    pub fn new(
+        settings: JournalSettings,
+        self_node: UniqueAddress,
+        storage: S,
+        now_ms: u64,
+    ) -> Self {
         let mut out = Outputs::new();
         out.timers.set(Timer::Tick, now_ms + TICK_MS);
         JournalMachine {
@@ -245,20 +250,16 @@ impl<S: KvStorage> JournalMachine<S> {
     /// Appends `events` from `first_seq` to `log`: answered [`JournalOutput::Appended`], or
     /// [`JournalError::Conflict`] if `first_seq` is not the highest + 1 or another writer
     /// took over. `compact` keeps only this write (durable state).
-    pub fn append(
-        &mut self,
-        now_ms: u64,
-        request: u64,
-        log: String,
-        write: Entry,
-        compact: bool,
-    ) {
+    pub fn append(&mut self, now_ms: u64, request: u64, log: String, write: Entry, compact: bool) {
         if !write.is_valid() {
-            self.finish(request, Err(JournalError::Conflict(format!(
-                "a write of {} events from {} is not a valid write",
-                write.events.len(),
-                write.first_seq
-            ))));
+            self.finish(
+                request,
+                Err(JournalError::Conflict(format!(
+                    "a write of {} events from {} is not a valid write",
+                    write.events.len(),
+                    write.first_seq
+                ))),
+            );
         } else {
             self.start(now_ms, request, log, Op::Append { write, compact });
         }
@@ -267,13 +268,36 @@ impl<S: KvStorage> JournalMachine<S> {
 
     /// Reads the writes of `log` from `from` up to `to` (at most `max_events` events):
     /// answered [`JournalOutput::Read`].
-    pub fn read(&mut self, now_ms: u64, request: u64, log: String, from: u64, to: u64, max_events: u32) {
-        self.start(now_ms, request, log, Op::Read { from, to, max_events });
+    pub fn read(
+        &mut self,
+        now_ms: u64,
+        request: u64,
+        log: String,
+        from: u64,
+        to: u64,
+        max_events: u32,
+    ) {
+        self.start(
+            now_ms,
+            request,
+            log,
+            Op::Read {
+                from,
+                to,
+                max_events,
+            },
+        );
         self.after_input();
     }
 
     /// Saves a snapshot of `log` on a majority: answered [`JournalOutput::Done`].
-    pub fn save_snapshot(&mut self, now_ms: u64, request: u64, log: String, snapshot: StoredSnapshot) {
+    pub fn save_snapshot(
+        &mut self,
+        now_ms: u64,
+        request: u64,
+        log: String,
+        snapshot: StoredSnapshot,
+    ) {
         self.start(now_ms, request, log, Op::SaveSnapshot(snapshot));
         self.after_input();
     }
@@ -344,7 +368,12 @@ impl<S: KvStorage> JournalMachine<S> {
     fn start(&mut self, now_ms: u64, caller: u64, log: String, op: Op) {
         let replicas = self.replicas(&log);
         if replicas.is_empty() {
-            self.finish(caller, Err(JournalError::Unavailable("no member hosts the journal yet".into())));
+            self.finish(
+                caller,
+                Err(JournalError::Unavailable(
+                    "no member hosts the journal yet".into(),
+                )),
+            );
             return;
         }
         let mut req = Request {
@@ -379,22 +408,39 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 Some(w) => {
                     self.stats.conflicts += 1;
-                    self.finish(caller, Err(conflict_next(&req.log, w.next_seq, write.first_seq)));
+                    self.finish(
+                        caller,
+                        Err(conflict_next(&req.log, w.next_seq, write.first_seq)),
+                    );
                 }
                 None => self.prepare(now_ms, req, Ballot::ZERO, 1),
             },
             Op::Recover { .. } => self.prepare(now_ms, req, Ballot::ZERO, 1),
-            Op::Read { from, max_events, .. } => self.send_round(now_ms, req, |request, log| {
-                JournalMessage::Read { request, log: log.to_owned(), from, max_events }
+            Op::Read {
+                from, max_events, ..
+            } => self.send_round(now_ms, req, |request, log| JournalMessage::Read {
+                request,
+                log: log.to_owned(),
+                from,
+                max_events,
             }),
-            Op::SaveSnapshot(snapshot) => self.send_round(now_ms, req, |request, log| {
-                JournalMessage::SaveSnapshot { request, log: log.to_owned(), snapshot: snapshot.clone() }
-            }),
-            Op::LoadSnapshot => self.send_round(now_ms, req, |request, log| {
-                JournalMessage::LoadSnapshot { request, log: log.to_owned() }
-            }),
-            Op::Delete(to) => self.send_round(now_ms, req, |request, log| {
-                JournalMessage::Delete { request, log: log.to_owned(), to }
+            Op::SaveSnapshot(snapshot) => {
+                self.send_round(now_ms, req, |request, log| JournalMessage::SaveSnapshot {
+                    request,
+                    log: log.to_owned(),
+                    snapshot: snapshot.clone(),
+                })
+            }
+            Op::LoadSnapshot => {
+                self.send_round(now_ms, req, |request, log| JournalMessage::LoadSnapshot {
+                    request,
+                    log: log.to_owned(),
+                })
+            }
+            Op::Delete(to) => self.send_round(now_ms, req, |request, log| JournalMessage::Delete {
+                request,
+                log: log.to_owned(),
+                to,
             }),
         }
     }
@@ -438,7 +484,8 @@ impl<S: KvStorage> JournalMachine<S> {
                     self.on_reply(now_ms, &me, answer);
                 }
             } else {
-                let lane = if matches!(&msg, JournalMessage::Accept { writes, .. } if writes.iter().map(Entry::payload_bytes).sum::<usize>() > 256 * 1024) {
+                let lane = if matches!(&msg, JournalMessage::Accept { writes, .. } if writes.iter().map(Entry::payload_bytes).sum::<usize>() > 256 * 1024)
+                {
                     Lane::Large
                 } else {
                     Lane::Ordinary
@@ -465,16 +512,34 @@ impl<S: KvStorage> JournalMachine<S> {
             return;
         }
         match msg {
-            JournalMessage::Promise { committed, page, covered_to, tail, .. } => {
+            JournalMessage::Promise {
+                committed,
+                page,
+                covered_to,
+                tail,
+                ..
+            } => {
                 req.answers.insert(
                     from.clone(),
-                    Answer { page, covered_to, committed, tail, promise: true },
+                    Answer {
+                        page,
+                        covered_to,
+                        committed,
+                        tail,
+                        promise: true,
+                    },
                 );
             }
-            JournalMessage::ReadReply { page, covered_to, .. } => {
+            JournalMessage::ReadReply {
+                page, covered_to, ..
+            } => {
                 req.answers.insert(
                     from.clone(),
-                    Answer { page, covered_to, ..Answer::default() },
+                    Answer {
+                        page,
+                        covered_to,
+                        ..Answer::default()
+                    },
                 );
             }
             JournalMessage::Accepted { .. } | JournalMessage::Done { .. } => {
@@ -505,12 +570,23 @@ impl<S: KvStorage> JournalMachine<S> {
                 let ballot = *ballot;
                 self.promised(now_ms, req, ballot);
             }
-            (Phase::Accepting { ballot, highest, page, .. }, op) => {
+            (
+                Phase::Accepting {
+                    ballot,
+                    highest,
+                    page,
+                    ..
+                },
+                op,
+            ) => {
                 self.remember_writer(&req.log, *ballot, highest.saturating_add(1));
                 let out = match op {
                     Op::Recover { .. } => {
                         self.stats.recoveries += 1;
-                        JournalOutput::Recovered { page: page.clone(), highest: *highest }
+                        JournalOutput::Recovered {
+                            page: page.clone(),
+                            highest: *highest,
+                        }
                     }
                     _ => {
                         self.stats.appends += 1;
@@ -519,14 +595,25 @@ impl<S: KvStorage> JournalMachine<S> {
                 };
                 self.finish(req.caller, Ok(out));
             }
-            (Phase::Single, Op::Read { from, to, max_events }) => {
+            (
+                Phase::Single,
+                Op::Read {
+                    from,
+                    to,
+                    max_events,
+                },
+            ) => {
                 let answers: Vec<Answer> = req.answers.into_values().collect();
                 let until = to.saturating_add(1);
                 let (page, _) = chain::walk(&answers, *from, *from, until, *max_events as usize);
                 self.finish(req.caller, Ok(JournalOutput::Read(page)));
             }
             (Phase::Single, Op::LoadSnapshot) => {
-                let best = req.snapshots.into_values().flatten().max_by_key(|s| s.seq_nr);
+                let best = req
+                    .snapshots
+                    .into_values()
+                    .flatten()
+                    .max_by_key(|s| s.seq_nr);
                 self.finish(req.caller, Ok(JournalOutput::Snapshot(best)));
             }
             (Phase::Single, _) => self.finish(req.caller, Ok(JournalOutput::Done)),
@@ -547,7 +634,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 if rec.highest.checked_add(1) != Some(write.first_seq) {
                     self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
                     self.stats.conflicts += 1;
-                    self.finish(req.caller, Err(conflict_next(&req.log, rec.highest.saturating_add(1), write.first_seq)));
+                    self.finish(
+                        req.caller,
+                        Err(conflict_next(
+                            &req.log,
+                            rec.highest.saturating_add(1),
+                            write.first_seq,
+                        )),
+                    );
                     return;
                 }
                 let mut w = rec.tail.clone();
@@ -563,7 +657,11 @@ impl<S: KvStorage> JournalMachine<S> {
             return;
         }
         let committed = rec.committed;
-        req.phase = Phase::Accepting { ballot, highest, page };
+        req.phase = Phase::Accepting {
+            ballot,
+            highest,
+            page,
+        };
         self.send_round(now_ms, req, |request, log| JournalMessage::Accept {
             request,
             log: log.to_owned(),
@@ -584,19 +682,25 @@ impl<S: KvStorage> JournalMachine<S> {
             Phase::Preparing { .. } | Phase::Accepting { .. } if nacked => {
                 self.writers.remove(&req.log);
                 self.stats.conflicts += 1;
-                self.finish(req.caller, Err(JournalError::Conflict(format!(
-                    "{}: another writer holds it (a replica promised ballot {}.{})",
-                    req.log, refusal.round, refusal.node
-                ))));
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Conflict(format!(
+                        "{}: another writer holds it (a replica promised ballot {}.{})",
+                        req.log, refusal.round, refusal.node
+                    ))),
+                );
             }
             _ => {
                 if matches!(req.phase, Phase::Accepting { .. }) {
                     self.writers.remove(&req.log);
                 }
-                self.finish(req.caller, Err(JournalError::Unavailable(format!(
-                    "{}: a majority of its replicas could not answer",
-                    req.log
-                ))));
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(format!(
+                        "{}: a majority of its replicas could not answer",
+                        req.log
+                    ))),
+                );
             }
         }
     }
@@ -608,7 +712,8 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.writers.remove(&k);
             }
         }
-        self.writers.insert(log.to_owned(), Writer { ballot, next_seq });
+        self.writers
+            .insert(log.to_owned(), Writer { ballot, next_seq });
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -624,13 +729,17 @@ impl<S: KvStorage> JournalMachine<S> {
                 if matches!(req.phase, Phase::Accepting { .. }) {
                     self.writers.remove(&req.log);
                 }
-                let names: Vec<String> = req.replicas.iter().map(|r| r.address.to_string()).collect();
-                self.finish(req.caller, Err(JournalError::Unavailable(format!(
-                    "{}: no majority of its replicas [{}] answered within {} ms",
-                    req.log,
-                    names.join(", "),
-                    self.settings.request_timeout_ms
-                ))));
+                let names: Vec<String> =
+                    req.replicas.iter().map(|r| r.address.to_string()).collect();
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(format!(
+                        "{}: no majority of its replicas [{}] answered within {} ms",
+                        req.log,
+                        names.join(", "),
+                        self.settings.request_timeout_ms
+                    ))),
+                );
             }
         }
     }
@@ -648,7 +757,13 @@ impl<S: KvStorage> JournalMachine<S> {
                 .then_some(JournalMessage::Unable { request })
         };
         let result = match msg {
-            JournalMessage::Prepare { request, log, ballot, from: f, max_events } => {
+            JournalMessage::Prepare {
+                request,
+                log,
+                ballot,
+                from: f,
+                max_events,
+            } => {
                 if let Some(refuse) = gate(self, request, &log) {
                     return Some(refuse);
                 }
@@ -656,7 +771,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 acceptor::prepare(st, request, &log, ballot, f, max_events as usize)
                     .map_err(|e| (request, e))
             }
-            JournalMessage::Accept { request, log, ballot, committed, compact, writes } => {
+            JournalMessage::Accept {
+                request,
+                log,
+                ballot,
+                committed,
+                compact,
+                writes,
+            } => {
                 if let Some(refuse) = gate(self, request, &log) {
                     return Some(refuse);
                 }
@@ -664,14 +786,23 @@ impl<S: KvStorage> JournalMachine<S> {
                 acceptor::accept(st, request, &log, ballot, committed, compact, &writes)
                     .map_err(|e| (request, e))
             }
-            JournalMessage::Read { request, log, from: f, max_events } => {
+            JournalMessage::Read {
+                request,
+                log,
+                from: f,
+                max_events,
+            } => {
                 if let Some(refuse) = gate(self, request, &log) {
                     return Some(refuse);
                 }
                 let st = &mut self.storage;
                 acceptor::read(st, request, &log, f, max_events as usize).map_err(|e| (request, e))
             }
-            JournalMessage::SaveSnapshot { request, log, snapshot } => {
+            JournalMessage::SaveSnapshot {
+                request,
+                log,
+                snapshot,
+            } => {
                 if let Some(refuse) = gate(self, request, &log) {
                     return Some(refuse);
                 }
@@ -698,7 +829,12 @@ impl<S: KvStorage> JournalMachine<S> {
                     .map(|()| JournalMessage::Done { request })
                     .map_err(|e| (request, e))
             }
-            JournalMessage::Handoff { segment, page, records, last } => {
+            JournalMessage::Handoff {
+                segment,
+                page,
+                records,
+                last,
+            } => {
                 for (k, v) in &records {
                     match acceptor::merge_record(&mut self.storage, k, v) {
                         Ok(true) => {}
@@ -717,6 +853,12 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             JournalMessage::HandoffAck { segment, page } => {
                 self.handoffs.acknowledged(segment, from, page);
+                return None;
+            }
+            JournalMessage::HandoffWanted { segments } => {
+                for s in segments {
+                    self.handoffs.outgoing.entry((s, from.clone())).or_default();
+                }
                 return None;
             }
             JournalMessage::HandoffEmpty { segments } => {
@@ -743,11 +885,34 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     fn handoff_tick(&mut self, now_ms: u64) {
+        // Ask every replica this node waits for, again and again until it delivered: its
+        // view of the ring may have changed differently.
+        if now_ms >= self.handoffs.next_ask_ms {
+            self.handoffs.next_ask_ms = now_ms + handoff::RESEND_MS;
+            let mut wanted: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+            for (s, from) in &self.handoffs.pending {
+                for f in from {
+                    wanted.entry(f.clone()).or_default().push(*s);
+                }
+            }
+            for (to, segments) in wanted {
+                self.held_transmits.push(Transmit {
+                    to: to.address.clone(),
+                    to_uid: Some(to.uid),
+                    lane: Lane::Ordinary,
+                    message: JournalMessage::HandoffWanted { segments },
+                });
+            }
+        }
         let mut in_flight = self
             .handoffs
             .outgoing
             .values()
-            .filter(|o| o.in_flight.as_ref().is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS))
+            .filter(|o| {
+                o.in_flight
+                    .as_ref()
+                    .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            })
             .count();
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
@@ -756,7 +921,11 @@ impl<S: KvStorage> JournalMachine<S> {
             let Some(o) = self.handoffs.outgoing.get_mut(&(*segment, to.clone())) else {
                 continue;
             };
-            if o.page != 0 || o.in_flight.as_ref().is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS) {
+            if o.page != 0
+                || o.in_flight
+                    .as_ref()
+                    .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            {
                 continue;
             }
             match acceptor::segment_records(&mut self.storage, *segment, None, 1) {
@@ -786,11 +955,19 @@ impl<S: KvStorage> JournalMachine<S> {
             let Some(o) = self.handoffs.outgoing.get(&(segment, to.clone())) else {
                 continue;
             };
-            if o.in_flight.as_ref().is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS) {
+            if o.in_flight
+                .as_ref()
+                .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            {
                 continue;
             }
             let (page, after) = (o.page, o.after.clone());
-            let Ok(records) = acceptor::segment_records(&mut self.storage, segment, after.as_deref(), handoff::PAGE_RECORDS) else {
+            let Ok(records) = acceptor::segment_records(
+                &mut self.storage,
+                segment,
+                after.as_deref(),
+                handoff::PAGE_RECORDS,
+            ) else {
                 self.stats.storage_errors += 1;
                 return;
             };
@@ -804,7 +981,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 to: to.address.clone(),
                 to_uid: Some(to.uid),
                 lane: Lane::Large,
-                message: JournalMessage::Handoff { segment, page, records, last },
+                message: JournalMessage::Handoff {
+                    segment,
+                    page,
+                    records,
+                    last,
+                },
             });
         }
     }
@@ -847,12 +1029,23 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
         self.after_input();
     }
 
-    fn handle_membership(&mut self, _now_ms: u64, view: &MembershipView, _change: MembershipChange) {
+    fn handle_membership(
+        &mut self,
+        _now_ms: u64,
+        view: &MembershipView,
+        _change: MembershipChange,
+    ) {
         let hosting: BTreeSet<UniqueAddress> = self.hosting_members(view).into_iter().collect();
         let current: BTreeSet<UniqueAddress> = self.ring.members().iter().cloned().collect();
         if hosting != current {
             let new = Ring::new(hosting, self.settings.virtual_nodes);
-            self.handoffs.ring_changed(&self.ring, &new, &self.self_node, self.settings.n, self.settings.virtual_nodes);
+            self.handoffs.ring_changed(
+                &self.ring,
+                &new,
+                &self.self_node,
+                self.settings.n,
+                self.settings.virtual_nodes,
+            );
             self.ring = new;
         }
         self.after_input();

@@ -79,7 +79,11 @@ impl Net {
         }
         for i in 0..NODES as usize {
             let view = MembershipView::of(&MembershipState::new(g.clone(), ua(i, self.uids[i])), 1);
-            self.machines[i].handle_membership(self.now, &view, MembershipChange::CurrentClusterState);
+            self.machines[i].handle_membership(
+                self.now,
+                &view,
+                MembershipChange::CurrentClusterState,
+            );
             self.drain(i);
         }
     }
@@ -87,7 +91,12 @@ impl Net {
     fn restart(&mut self, i: usize) {
         self.uids[i] += 100;
         let settings = self.machines[i].settings.clone();
-        self.machines[i] = JournalMachine::new(settings, ua(i, self.uids[i]), self.disks[i].clone(), self.now);
+        self.machines[i] = JournalMachine::new(
+            settings,
+            ua(i, self.uids[i]),
+            self.disks[i].clone(),
+            self.now,
+        );
         self.publish_view();
     }
 
@@ -98,12 +107,17 @@ impl Net {
             if self.cut.contains(&(i.min(to_i), i.max(to_i))) || self.rng.random_bool(self.loss) {
                 continue;
             }
-            let copies = if self.rng.random_bool(self.loss) { 2 } else { 1 };
+            let copies = if self.rng.random_bool(self.loss) {
+                2
+            } else {
+                1
+            };
             for _ in 0..copies {
                 let at = self.now + self.rng.random_range(1..20);
                 self.seq += 1;
                 let to = UniqueAddress::new(t.to.clone(), t.to_uid.unwrap_or(0));
-                self.queue.insert((at, self.seq), (me.clone(), to, t.message.clone()));
+                self.queue
+                    .insert((at, self.seq), (me.clone(), to, t.message.clone()));
             }
         }
         while let Some(e) = self.machines[i].poll_event() {
@@ -115,7 +129,9 @@ impl Net {
     fn run_until(&mut self, until: u64) {
         loop {
             let next_msg = self.queue.keys().next().map(|k| k.0);
-            let next_timer = (0..NODES as usize).filter_map(|i| self.machines[i].poll_timeout()).min();
+            let next_timer = (0..NODES as usize)
+                .filter_map(|i| self.machines[i].poll_timeout())
+                .min();
             let next = [next_msg, next_timer].into_iter().flatten().min();
             match next {
                 Some(t) if t <= until => {
@@ -130,7 +146,10 @@ impl Net {
                         }
                     } else {
                         for i in 0..NODES as usize {
-                            if self.machines[i].poll_timeout().is_some_and(|d| d <= self.now) {
+                            if self.machines[i]
+                                .poll_timeout()
+                                .is_some_and(|d| d <= self.now)
+                            {
                                 self.machines[i].handle_timeout(self.now);
                                 self.drain(i);
                             }
@@ -172,7 +191,10 @@ impl Known {
             for (k, ev) in e.events.iter().enumerate() {
                 let seq = e.first_seq + k as u64;
                 if let Some(old) = known.insert(seq, ev.clone()) {
-                    assert_eq!(&old, ev, "log {log} seq {seq}: two different events ({what})");
+                    assert_eq!(
+                        &old, ev,
+                        "log {log} seq {seq}: two different events ({what})"
+                    );
                 }
             }
         }
@@ -242,8 +264,15 @@ fn run(seed: u64) -> (usize, u64) {
                             format!("{i}/{tag}").into_bytes()
                         })
                         .collect();
-                    let write = Entry { first_seq: next, ballot: Ballot::ZERO, timestamp_ms: net.now, events };
-                    *w = Writer::Appending { write: write.clone() };
+                    let write = Entry {
+                        first_seq: next,
+                        ballot: Ballot::ZERO,
+                        timestamp_ms: net.now,
+                        events,
+                    };
+                    *w = Writer::Appending {
+                        write: write.clone(),
+                    };
                     net.machines[*i].append(net.now, next_request, log_name(*l), write, false);
                     net.drain(*i);
                 }
@@ -253,22 +282,39 @@ fn run(seed: u64) -> (usize, u64) {
         net.run_until(net.now + 10);
         // Results.
         for (_, ev) in std::mem::take(&mut net.events) {
-            let Some((i, l)) = requests.remove(&ev.request) else { continue };
-            let Some(w) = writers.get_mut(&(i, l)) else { continue };
+            let Some((i, l)) = requests.remove(&ev.request) else {
+                continue;
+            };
+            let Some(w) = writers.get_mut(&(i, l)) else {
+                continue;
+            };
             match (w.clone(), ev.result) {
-                (Writer::Recovering { acked_before, .. }, Ok(JournalOutput::Recovered { page, highest })) => {
+                (
+                    Writer::Recovering { acked_before, .. },
+                    Ok(JournalOutput::Recovered { page, highest }),
+                ) => {
                     assert!(highest >= acked_before, "seed {seed} log {l}: recovered to {highest}, {acked_before} was acknowledged before");
                     known.learn(l, &page, "recovery");
                     let read_to = page.last().map_or(0, Entry::last_seq);
-                    assert!(read_to == highest || page.iter().map(|e| e.events.len()).sum::<usize>() >= 10_000, "seed {seed}: a recovery page ends at {read_to} of {highest}");
+                    assert!(
+                        read_to == highest
+                            || page.iter().map(|e| e.events.len()).sum::<usize>() >= 10_000,
+                        "seed {seed}: a recovery page ends at {read_to} of {highest}"
+                    );
                     *w = Writer::Ready { next: highest + 1 };
                 }
                 (Writer::Appending { write, .. }, Ok(JournalOutput::Appended)) => {
                     known.learn(l, std::slice::from_ref(&write), "append");
                     let a = known.acked.entry(l).or_default();
                     *a = (*a).max(write.last_seq());
-                    known.acked_seqs.entry(l).or_default().extend(write.first_seq..=write.last_seq());
-                    *w = Writer::Ready { next: write.last_seq() + 1 };
+                    known
+                        .acked_seqs
+                        .entry(l)
+                        .or_default()
+                        .extend(write.first_seq..=write.last_seq());
+                    *w = Writer::Ready {
+                        next: write.last_seq() + 1,
+                    };
                 }
                 (_, Err(_)) => {
                     // Conflict or unavailable: the writer stops; the log may get another.
@@ -285,15 +331,33 @@ fn run(seed: u64) -> (usize, u64) {
         net.machines[0].recover(net.now, r, log_name(l), 1, 100_000);
         net.drain(0);
         net.run_until(net.now + 3_000);
-        let ev = net.events.drain(..).find(|(_, e)| e.request == r).expect("an answer").1;
+        let ev = net
+            .events
+            .drain(..)
+            .find(|(_, e)| e.request == r)
+            .expect("an answer")
+            .1;
         let Ok(JournalOutput::Recovered { page, highest }) = ev.result else {
-            panic!("seed {seed} log {l}: the healed recovery failed: {:?}", ev.result)
+            panic!(
+                "seed {seed} log {l}: the healed recovery failed: {:?}",
+                ev.result
+            )
         };
         known.learn(l, &page, "final recovery");
-        let seqs: Vec<u64> = page.iter().flat_map(|e| e.first_seq..=e.last_seq()).collect();
-        assert_eq!(seqs, (1..=highest).collect::<Vec<_>>(), "seed {seed} log {l}: a gap-free history");
+        let seqs: Vec<u64> = page
+            .iter()
+            .flat_map(|e| e.first_seq..=e.last_seq())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=highest).collect::<Vec<_>>(),
+            "seed {seed} log {l}: a gap-free history"
+        );
         for s in known.acked_seqs.get(&l).into_iter().flatten() {
-            assert!(*s <= highest, "seed {seed} log {l}: acknowledged {s} lost (highest {highest})");
+            assert!(
+                *s <= highest,
+                "seed {seed} log {l}: acknowledged {s} lost (highest {highest})"
+            );
         }
     }
     let acked = known.acked_seqs.values().map(BTreeSet::len).sum();
@@ -303,7 +367,10 @@ fn run(seed: u64) -> (usize, u64) {
 
 #[test]
 fn no_two_events_at_one_sequence_number_under_faults_and_competing_writers() {
-    let seeds: u64 = std::env::var("CONCORD_JOURNAL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let seeds: u64 = std::env::var("CONCORD_JOURNAL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
     let (mut acked, mut conflicts) = (0, 0);
     for seed in 0..seeds {
         let (a, c) = run(seed);
@@ -320,7 +387,14 @@ fn no_two_events_at_one_sequence_number_under_faults_and_competing_writers() {
 fn a_second_writer_fences_the_first() {
     let mut net = Net::new(7, 0.0);
     net.run_until(2_000);
-    assert_eq!(net.machines.iter().map(|m| m.pending_segments() + m.outgoing_handoffs()).sum::<usize>(), 0, "handoffs done");
+    assert_eq!(
+        net.machines
+            .iter()
+            .map(|m| m.pending_segments() + m.outgoing_handoffs())
+            .sum::<usize>(),
+        0,
+        "handoffs done"
+    );
     let log = log_name(0);
     let write = |first: u64, tag: &str| Entry {
         first_seq: first,
@@ -334,20 +408,94 @@ fn a_second_writer_fences_the_first() {
         net.run_until(net.now + 500);
         net.events.pop().expect("answered").1.result
     };
-    assert!(matches!(result(&mut net, 0, &|m, now| m.recover(now, 1, log.clone(), 1, 10)), Ok(JournalOutput::Recovered { highest: 0, .. })));
-    assert_eq!(result(&mut net, 0, &|m, now| m.append(now, 2, log.clone(), write(1, "a"), false)), Ok(JournalOutput::Appended));
+    assert!(matches!(
+        result(&mut net, 0, &|m, now| m.recover(now, 1, log.clone(), 1, 10)),
+        Ok(JournalOutput::Recovered { highest: 0, .. })
+    ));
+    assert_eq!(
+        result(&mut net, 0, &|m, now| m.append(
+            now,
+            2,
+            log.clone(),
+            write(1, "a"),
+            false
+        )),
+        Ok(JournalOutput::Appended)
+    );
     // A second incarnation elsewhere recovers: the first is fenced.
-    assert!(matches!(result(&mut net, 3, &|m, now| m.recover(now, 3, log.clone(), 1, 10)), Ok(JournalOutput::Recovered { highest: 1, .. })));
-    assert!(matches!(result(&mut net, 0, &|m, now| m.append(now, 4, log.clone(), write(2, "stale"), false)), Err(JournalError::Conflict(_))));
-    assert_eq!(result(&mut net, 3, &|m, now| m.append(now, 5, log.clone(), write(2, "b"), false)), Ok(JournalOutput::Appended));
+    assert!(matches!(
+        result(&mut net, 3, &|m, now| m.recover(now, 3, log.clone(), 1, 10)),
+        Ok(JournalOutput::Recovered { highest: 1, .. })
+    ));
+    assert!(matches!(
+        result(&mut net, 0, &|m, now| m.append(
+            now,
+            4,
+            log.clone(),
+            write(2, "stale"),
+            false
+        )),
+        Err(JournalError::Conflict(_))
+    ));
+    assert_eq!(
+        result(&mut net, 3, &|m, now| m.append(
+            now,
+            5,
+            log.clone(),
+            write(2, "b"),
+            false
+        )),
+        Ok(JournalOutput::Appended)
+    );
     // The fenced writer, recovering again, sees the winner's history.
-    let Ok(JournalOutput::Recovered { page, highest }) = result(&mut net, 0, &|m, now| m.recover(now, 6, log.clone(), 1, 10)) else { panic!() };
+    let Ok(JournalOutput::Recovered { page, highest }) =
+        result(&mut net, 0, &|m, now| m.recover(now, 6, log.clone(), 1, 10))
+    else {
+        panic!()
+    };
     assert_eq!(highest, 2);
-    assert_eq!(page.iter().flat_map(|e| e.events.clone()).collect::<Vec<_>>(), vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(
+        page.iter()
+            .flat_map(|e| e.events.clone())
+            .collect::<Vec<_>>(),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
     // A write that does not follow is a conflict; snapshots come back newest first.
-    assert!(matches!(result(&mut net, 0, &|m, now| m.append(now, 7, log.clone(), write(5, "gap"), false)), Err(JournalError::Conflict(_))));
-    let snap = |seq| StoredSnapshot { seq_nr: seq, timestamp_ms: 1, payload: vec![seq as u8] };
-    assert_eq!(result(&mut net, 1, &|m, now| m.save_snapshot(now, 8, log.clone(), snap(2))), Ok(JournalOutput::Done));
-    assert_eq!(result(&mut net, 2, &|m, now| m.save_snapshot(now, 9, log.clone(), snap(1))), Ok(JournalOutput::Done));
-    assert_eq!(result(&mut net, 4, &|m, now| m.load_snapshot(now, 10, log.clone())), Ok(JournalOutput::Snapshot(Some(snap(2)))));
+    assert!(matches!(
+        result(&mut net, 0, &|m, now| m.append(
+            now,
+            7,
+            log.clone(),
+            write(5, "gap"),
+            false
+        )),
+        Err(JournalError::Conflict(_))
+    ));
+    let snap = |seq| StoredSnapshot {
+        seq_nr: seq,
+        timestamp_ms: 1,
+        payload: vec![seq as u8],
+    };
+    assert_eq!(
+        result(&mut net, 1, &|m, now| m.save_snapshot(
+            now,
+            8,
+            log.clone(),
+            snap(2)
+        )),
+        Ok(JournalOutput::Done)
+    );
+    assert_eq!(
+        result(&mut net, 2, &|m, now| m.save_snapshot(
+            now,
+            9,
+            log.clone(),
+            snap(1)
+        )),
+        Ok(JournalOutput::Done)
+    );
+    assert_eq!(
+        result(&mut net, 4, &|m, now| m.load_snapshot(now, 10, log.clone())),
+        Ok(JournalOutput::Snapshot(Some(snap(2))))
+    );
 }

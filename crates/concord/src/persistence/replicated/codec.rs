@@ -46,6 +46,8 @@ pub mod manifest {
     pub const HANDOFF_EMPTY: u32 = 16;
     /// `JournalSegments` (its acknowledgement).
     pub const HANDOFF_EMPTY_ACK: u32 = 17;
+    /// `JournalSegments` (segments wanted).
+    pub const HANDOFF_WANTED: u32 = 18;
 }
 
 /// The codec of [`concord_core::ProtocolId::JOURNAL`].
@@ -92,8 +94,10 @@ fn segment(s: u32) -> Result<u16, DecodeError> {
 }
 
 fn snapshot_from(b: Option<Bytes>) -> Result<Option<StoredSnapshot>, DecodeError> {
-    b.map(|b| StoredSnapshot::decode(&b).map_err(|m| DecodeError::Invalid(format!("snapshot: {m}"))))
-        .transpose()
+    b.map(|b| {
+        StoredSnapshot::decode(&b).map_err(|m| DecodeError::Invalid(format!("snapshot: {m}")))
+    })
+    .transpose()
 }
 
 fn invalid(e: prost::DecodeError) -> DecodeError {
@@ -107,7 +111,13 @@ impl Codec for JournalCodec {
         use JournalMessage as M;
         let id = |request: u64| wire::JournalRequestId { request }.encode_to_vec();
         let (m, bytes) = match msg {
-            M::Prepare { request, log, ballot, from, max_events } => (
+            M::Prepare {
+                request,
+                log,
+                ballot,
+                from,
+                max_events,
+            } => (
                 manifest::PREPARE,
                 wire::JournalPrepare {
                     request: *request,
@@ -118,7 +128,13 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Promise { request, committed, page, covered_to, tail } => (
+            M::Promise {
+                request,
+                committed,
+                page,
+                covered_to,
+                tail,
+            } => (
                 manifest::PROMISE,
                 wire::JournalPromise {
                     request: *request,
@@ -129,7 +145,14 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Accept { request, log, ballot, committed, compact, writes } => (
+            M::Accept {
+                request,
+                log,
+                ballot,
+                committed,
+                compact,
+                writes,
+            } => (
                 manifest::ACCEPT,
                 wire::JournalAccept {
                     request: *request,
@@ -152,7 +175,12 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Read { request, log, from, max_events } => (
+            M::Read {
+                request,
+                log,
+                from,
+                max_events,
+            } => (
                 manifest::READ,
                 wire::JournalRead {
                     request: *request,
@@ -162,7 +190,11 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::ReadReply { request, page, covered_to } => (
+            M::ReadReply {
+                request,
+                page,
+                covered_to,
+            } => (
                 manifest::READ_REPLY,
                 wire::JournalReadReply {
                     request: *request,
@@ -171,7 +203,11 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::SaveSnapshot { request, log, snapshot } => (
+            M::SaveSnapshot {
+                request,
+                log,
+                snapshot,
+            } => (
                 manifest::SAVE_SNAPSHOT,
                 wire::JournalSnapshot {
                     request: *request,
@@ -207,7 +243,12 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Handoff { segment, page, records, last } => (
+            M::Handoff {
+                segment,
+                page,
+                records,
+                last,
+            } => (
                 manifest::HANDOFF,
                 wire::JournalHandoff {
                     segment: u32::from(*segment),
@@ -238,6 +279,13 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
+            M::HandoffWanted { segments } => (
+                manifest::HANDOFF_WANTED,
+                wire::JournalSegments {
+                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
+                }
+                .encode_to_vec(),
+            ),
             M::HandoffEmptyAck { segments } => (
                 manifest::HANDOFF_EMPTY_ACK,
                 wire::JournalSegments {
@@ -251,7 +299,11 @@ impl Codec for JournalCodec {
 
     fn decode(&self, manifest: u32, payload: &[u8]) -> Result<JournalMessage, DecodeError> {
         use JournalMessage as M;
-        let id = |p: &[u8]| wire::JournalRequestId::decode(p).map(|m| m.request).map_err(invalid);
+        let id = |p: &[u8]| {
+            wire::JournalRequestId::decode(p)
+                .map(|m| m.request)
+                .map_err(invalid)
+        };
         let segments = |p: &[u8]| -> Result<Vec<u16>, DecodeError> {
             let m = wire::JournalSegments::decode(p).map_err(invalid)?;
             if m.segments.len() > usize::from(concord_core::kv::SEGMENTS) {
@@ -291,9 +343,15 @@ impl Codec for JournalCodec {
                     writes: entries_from(m.writes)?,
                 }
             }
-            manifest::ACCEPTED => M::Accepted { request: id(payload)? },
-            manifest::DONE => M::Done { request: id(payload)? },
-            manifest::UNABLE => M::Unable { request: id(payload)? },
+            manifest::ACCEPTED => M::Accepted {
+                request: id(payload)?,
+            },
+            manifest::DONE => M::Done {
+                request: id(payload)?,
+            },
+            manifest::UNABLE => M::Unable {
+                request: id(payload)?,
+            },
             manifest::NACK => {
                 let m = wire::JournalNack::decode(payload).map_err(invalid)?;
                 M::Nack {
@@ -372,6 +430,9 @@ impl Codec for JournalCodec {
             manifest::HANDOFF_EMPTY => M::HandoffEmpty {
                 segments: segments(payload)?,
             },
+            manifest::HANDOFF_WANTED => M::HandoffWanted {
+                segments: segments(payload)?,
+            },
             manifest::HANDOFF_EMPTY_ACK => M::HandoffEmptyAck {
                 segments: segments(payload)?,
             },
@@ -398,32 +459,111 @@ mod tests {
             payload: vec![7],
         };
         let all = vec![
-            JournalMessage::Prepare { request: 1, log: "ex|1".into(), ballot: e.ballot, from: 1, max_events: 9 },
-            JournalMessage::Promise { request: 1, committed: 2, page: vec![e.clone()], covered_to: u64::MAX, tail: vec![e.clone()] },
-            JournalMessage::Accept { request: 2, log: "ex|1".into(), ballot: e.ballot, committed: 2, compact: true, writes: vec![e.clone()] },
+            JournalMessage::Prepare {
+                request: 1,
+                log: "ex|1".into(),
+                ballot: e.ballot,
+                from: 1,
+                max_events: 9,
+            },
+            JournalMessage::Promise {
+                request: 1,
+                committed: 2,
+                page: vec![e.clone()],
+                covered_to: u64::MAX,
+                tail: vec![e.clone()],
+            },
+            JournalMessage::Accept {
+                request: 2,
+                log: "ex|1".into(),
+                ballot: e.ballot,
+                committed: 2,
+                compact: true,
+                writes: vec![e.clone()],
+            },
             JournalMessage::Accepted { request: 2 },
-            JournalMessage::Nack { request: 2, promised: e.ballot },
-            JournalMessage::Read { request: 3, log: "ex|1".into(), from: 1, max_events: 5 },
-            JournalMessage::ReadReply { request: 3, page: vec![e], covered_to: 7 },
-            JournalMessage::SaveSnapshot { request: 4, log: "ex|1".into(), snapshot: snap.clone() },
-            JournalMessage::LoadSnapshot { request: 5, log: "ex|1".into() },
-            JournalMessage::SnapshotReply { request: 5, snapshot: Some(snap) },
-            JournalMessage::SnapshotReply { request: 5, snapshot: None },
-            JournalMessage::Delete { request: 6, log: "ex|1".into(), to: 3 },
+            JournalMessage::Nack {
+                request: 2,
+                promised: e.ballot,
+            },
+            JournalMessage::Read {
+                request: 3,
+                log: "ex|1".into(),
+                from: 1,
+                max_events: 5,
+            },
+            JournalMessage::ReadReply {
+                request: 3,
+                page: vec![e],
+                covered_to: 7,
+            },
+            JournalMessage::SaveSnapshot {
+                request: 4,
+                log: "ex|1".into(),
+                snapshot: snap.clone(),
+            },
+            JournalMessage::LoadSnapshot {
+                request: 5,
+                log: "ex|1".into(),
+            },
+            JournalMessage::SnapshotReply {
+                request: 5,
+                snapshot: Some(snap),
+            },
+            JournalMessage::SnapshotReply {
+                request: 5,
+                snapshot: None,
+            },
+            JournalMessage::Delete {
+                request: 6,
+                log: "ex|1".into(),
+                to: 3,
+            },
             JournalMessage::Done { request: 6 },
             JournalMessage::Unable { request: 7 },
-            JournalMessage::Handoff { segment: 3, page: 1, records: vec![(vec![1], vec![2])], last: true },
-            JournalMessage::HandoffAck { segment: 3, page: 1 },
-            JournalMessage::HandoffEmpty { segments: vec![1, 2] },
-            JournalMessage::HandoffEmptyAck { segments: vec![1, 2] },
+            JournalMessage::Handoff {
+                segment: 3,
+                page: 1,
+                records: vec![(vec![1], vec![2])],
+                last: true,
+            },
+            JournalMessage::HandoffAck {
+                segment: 3,
+                page: 1,
+            },
+            JournalMessage::HandoffEmpty {
+                segments: vec![1, 2],
+            },
+            JournalMessage::HandoffEmptyAck {
+                segments: vec![1, 2],
+            },
+            JournalMessage::HandoffWanted { segments: vec![3] },
         ];
         for m in all {
             let (manifest, bytes) = JournalCodec.encode(&m);
             assert_eq!(JournalCodec.decode(manifest, &bytes).unwrap(), m);
         }
-        assert!(JournalCodec.decode(manifest::HANDOFF_ACK, &wire::JournalHandoffAck { segment: 5000, page: 0 }.encode_to_vec()).is_err());
+        assert!(JournalCodec
+            .decode(
+                manifest::HANDOFF_ACK,
+                &wire::JournalHandoffAck {
+                    segment: 5000,
+                    page: 0
+                }
+                .encode_to_vec()
+            )
+            .is_err());
         assert!(JournalCodec.decode(99, &[]).is_err());
-        let bad = wire::JournalReadReply { request: 1, page: vec![wire::JournalEntry { first_seq: 1, record: Bytes::from_static(b"xx") }], covered_to: 1 };
-        assert!(JournalCodec.decode(manifest::READ_REPLY, &bad.encode_to_vec()).is_err());
+        let bad = wire::JournalReadReply {
+            request: 1,
+            page: vec![wire::JournalEntry {
+                first_seq: 1,
+                record: Bytes::from_static(b"xx"),
+            }],
+            covered_to: 1,
+        };
+        assert!(JournalCodec
+            .decode(manifest::READ_REPLY, &bad.encode_to_vec())
+            .is_err());
     }
 }

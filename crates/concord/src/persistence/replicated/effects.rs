@@ -119,15 +119,27 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
         self.next_request += 1;
         let m = &mut *fx.machine;
         let op = match command.op {
-            JournalOp::Recover { log, from, max_events } => {
+            JournalOp::Recover {
+                log,
+                from,
+                max_events,
+            } => {
                 m.recover(now, id, log, from, max_events);
                 "recover"
             }
-            JournalOp::Append { log, write, compact } => {
+            JournalOp::Append {
+                log,
+                write,
+                compact,
+            } => {
                 m.append(now, id, log, write, compact);
                 "append"
             }
-            JournalOp::Read { log, from, max_events } => {
+            JournalOp::Read {
+                log,
+                from,
+                max_events,
+            } => {
                 m.read(now, id, log, from, u64::MAX, max_events);
                 "read"
             }
@@ -163,7 +175,10 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
         fx.machine.commit();
         if fx.machine.stats().storage_errors > errors_before {
             if let Some(suppressed) = self.warnings.allow("storage") {
-                warn!(suppressed, "replicated journal: storage failure; the requests of this turn failed");
+                warn!(
+                    suppressed,
+                    "replicated journal: storage failure; the requests of this turn failed"
+                );
             }
         }
     }

@@ -85,7 +85,12 @@ impl ReplicatedStore {
     }
 }
 
-fn events_of(pid: &PersistenceId, entries: Vec<Entry>, from: u64, max: usize) -> Vec<PersistentEvent> {
+fn events_of(
+    pid: &PersistenceId,
+    entries: Vec<Entry>,
+    from: u64,
+    max: usize,
+) -> Vec<PersistentEvent> {
     entries
         .into_iter()
         .flat_map(|e| {
@@ -331,14 +336,19 @@ pub(super) fn start(
     inbound: mpsc::Receiver<Inbound<concord_core::persistence::journal::JournalMessage>>,
     settings: JournalSettings,
 ) -> Result<ReplicatedStore, LayerError> {
-    let storage = RedbStorage::open_file(&ctx.config.data_dir_path(), JOURNAL_FILE, &[Table::Journal])
-        .map_err(|e| LayerError::Storage {
-            layer: "persistence",
-            message: e.to_string(),
-        })?;
+    let storage =
+        RedbStorage::open_file(&ctx.config.data_dir_path(), JOURNAL_FILE, &[Table::Journal])
+            .map_err(|e| LayerError::Storage {
+                layer: "persistence",
+                message: e.to_string(),
+            })?;
     let me = ctx.cluster.self_unique_address().clone();
     let machine = JournalMachine::new(settings, me.clone(), storage, ctx.clock.now_ms());
-    let sender = ProtocolSender::new(ctx.transport.clone(), ProtocolId::JOURNAL, Arc::new(JournalCodec));
+    let sender = ProtocolSender::new(
+        ctx.transport.clone(),
+        ProtocolId::JOURNAL,
+        Arc::new(JournalCodec),
+    );
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     ctx.start_host(
         machine,
@@ -349,4 +359,3 @@ pub(super) fn start(
     );
     Ok(ReplicatedStore { commands: tx })
 }
-
