@@ -16,7 +16,7 @@ use super::*;
 use crate::address::Address;
 use crate::gossip::Gossip;
 use crate::kv::storage::MemoryStorage;
-use crate::member::Member;
+use crate::member::{Member, MemberStatus};
 use crate::membership_state::MembershipState;
 
 const NODES: u16 = 5;

@@ -1,0 +1,410 @@
+//! The proposer side of [`JournalMachine`]: requests of this node's writers — ballots,
+//! rounds to a log's replicas, promises (recovery: the chain and its uncertain tail),
+//! accepts, refusals and deadlines.
+
+use super::chain::{self, Answer};
+use super::entry::{Ballot, Entry};
+use super::message::JournalMessage;
+use super::request::{Op, Phase, Request};
+use super::{JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES};
+use crate::address::UniqueAddress;
+use crate::kv::storage::KvStorage;
+use crate::protocol::{Lane, Transmit};
+
+impl<S: KvStorage> JournalMachine<S> {
+    fn next_ballot(&mut self, now_ms: u64, above: Ballot) -> Ballot {
+        let round = now_ms
+            .max(self.last_round.saturating_add(1))
+            .max(above.round.saturating_add(1));
+        self.last_round = round;
+        Ballot {
+            round,
+            node: self.self_node.uid,
+        }
+    }
+
+    pub(super) fn start(&mut self, now_ms: u64, caller: u64, log: String, op: Op) {
+        let replicas = self.replicas(&log);
+        if replicas.is_empty() {
+            self.finish(
+                caller,
+                Err(JournalError::Unavailable(
+                    "no member hosts the journal yet".into(),
+                )),
+            );
+            return;
+        }
+        let mut req = Request {
+            caller,
+            log,
+            op,
+            phase: Phase::Single,
+            replicas,
+            answers: Default::default(),
+            snapshots: Default::default(),
+            refused: Default::default(),
+            deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
+        };
+        match req.op.clone() {
+            Op::Append { write, compact } => match self.writers.get(&req.log).copied() {
+                Some(w) if w.next_seq == write.first_seq => {
+                    let highest = write.last_seq();
+                    req.phase = Phase::Accepting {
+                        ballot: w.ballot,
+                        highest,
+                        page: Vec::new(),
+                    };
+                    let msg = |request, log: &str| JournalMessage::Accept {
+                        request,
+                        log: log.to_owned(),
+                        ballot: w.ballot,
+                        committed: write.first_seq - 1,
+                        compact,
+                        writes: vec![write.clone()],
+                    };
+                    self.send_round(now_ms, req, msg);
+                }
+                Some(w) => {
+                    self.stats.conflicts += 1;
+                    self.finish(
+                        caller,
+                        Err(conflict_next(&req.log, w.next_seq, write.first_seq)),
+                    );
+                }
+                None => self.prepare(now_ms, req, Ballot::ZERO, 1),
+            },
+            Op::Recover { .. } => self.prepare(now_ms, req, Ballot::ZERO, 1),
+            Op::Read {
+                from, max_events, ..
+            } => self.send_round(now_ms, req, |request, log| JournalMessage::Read {
+                request,
+                log: log.to_owned(),
+                from,
+                max_events,
+            }),
+            Op::SaveSnapshot(snapshot) => {
+                self.send_round(now_ms, req, |request, log| JournalMessage::SaveSnapshot {
+                    request,
+                    log: log.to_owned(),
+                    snapshot: snapshot.clone(),
+                })
+            }
+            Op::LoadSnapshot => {
+                self.send_round(now_ms, req, |request, log| JournalMessage::LoadSnapshot {
+                    request,
+                    log: log.to_owned(),
+                })
+            }
+            Op::Delete(to) => self.send_round(now_ms, req, |request, log| JournalMessage::Delete {
+                request,
+                log: log.to_owned(),
+                to,
+            }),
+        }
+    }
+
+    fn prepare(&mut self, now_ms: u64, mut req: Request, above: Ballot, attempt: u32) {
+        let ballot = self.next_ballot(now_ms, above);
+        req.phase = Phase::Preparing { ballot, attempt };
+        let (from, max_events) = match &req.op {
+            Op::Recover { from, max_events } => (*from, *max_events),
+            Op::Append { write, .. } => (write.first_seq, 1),
+            _ => (1, 1),
+        };
+        self.send_round(now_ms, req, |request, log| JournalMessage::Prepare {
+            request,
+            log: log.to_owned(),
+            ballot,
+            from,
+            max_events,
+        });
+    }
+
+    /// Sends one round of `req` (a fresh wire id: late answers of an earlier round are
+    /// ignored) to every replica; this node's own answer is taken at once.
+    fn send_round(
+        &mut self,
+        now_ms: u64,
+        mut req: Request,
+        message: impl Fn(u64, &str) -> JournalMessage,
+    ) {
+        req.next_round();
+        let wire = self.next_wire;
+        self.next_wire += 1;
+        let replicas = req.replicas.clone();
+        let log = req.log.clone();
+        self.requests.insert(wire, req);
+        for r in replicas {
+            let msg = message(wire, &log);
+            if r == self.self_node {
+                if let Some(answer) = self.answer(&r, msg) {
+                    let me = self.self_node.clone();
+                    self.on_reply(now_ms, &me, answer);
+                }
+            } else {
+                let lane = if matches!(&msg, JournalMessage::Accept { writes, .. } if writes.iter().map(Entry::payload_bytes).sum::<usize>() > 256 * 1024)
+                {
+                    Lane::Large
+                } else {
+                    Lane::Ordinary
+                };
+                self.held_transmits.push(Transmit {
+                    to: r.address.clone(),
+                    to_uid: Some(r.uid),
+                    lane,
+                    message: msg,
+                });
+            }
+        }
+    }
+
+    // ---- answers to this node's requests ----
+
+    pub(super) fn on_reply(&mut self, now_ms: u64, from: &UniqueAddress, msg: JournalMessage) {
+        let Some(wire) = msg.reply_to() else { return };
+        let Some(mut req) = self.requests.remove(&wire) else {
+            return;
+        };
+        if !req.replicas.contains(from) {
+            self.requests.insert(wire, req);
+            return;
+        }
+        match msg {
+            JournalMessage::Promise {
+                committed,
+                page,
+                covered_to,
+                tail,
+                ..
+            } => {
+                req.answers.insert(
+                    from.clone(),
+                    Answer {
+                        page,
+                        covered_to,
+                        committed,
+                        tail,
+                        promise: true,
+                    },
+                );
+            }
+            JournalMessage::ReadReply {
+                page, covered_to, ..
+            } => {
+                req.answers.insert(
+                    from.clone(),
+                    Answer {
+                        page,
+                        covered_to,
+                        ..Answer::default()
+                    },
+                );
+            }
+            JournalMessage::Accepted { .. } | JournalMessage::Done { .. } => {
+                req.answers.insert(from.clone(), Answer::default());
+            }
+            JournalMessage::SnapshotReply { snapshot, .. } => {
+                req.snapshots.insert(from.clone(), snapshot);
+            }
+            JournalMessage::Nack { promised, .. } => {
+                req.refused.insert(from.clone(), Some(promised));
+            }
+            _ => {
+                req.refused.insert(from.clone(), None);
+            }
+        }
+        if req.answered() >= req.quorum() {
+            self.round_won(now_ms, req);
+        } else if req.lost() {
+            self.round_lost(now_ms, req);
+        } else {
+            self.requests.insert(wire, req);
+        }
+    }
+
+    fn round_won(&mut self, now_ms: u64, req: Request) {
+        match (&req.phase, &req.op) {
+            (Phase::Preparing { ballot, .. }, _) => {
+                let ballot = *ballot;
+                self.promised(now_ms, req, ballot);
+            }
+            (
+                Phase::Accepting {
+                    ballot,
+                    highest,
+                    page,
+                    ..
+                },
+                op,
+            ) => {
+                self.remember_writer(&req.log, *ballot, highest.saturating_add(1));
+                let out = match op {
+                    Op::Recover { .. } => {
+                        self.stats.recoveries += 1;
+                        JournalOutput::Recovered {
+                            page: page.clone(),
+                            highest: *highest,
+                        }
+                    }
+                    _ => {
+                        self.stats.appends += 1;
+                        JournalOutput::Appended
+                    }
+                };
+                self.finish(req.caller, Ok(out));
+            }
+            (
+                Phase::Single,
+                Op::Read {
+                    from,
+                    to,
+                    max_events,
+                },
+            ) => {
+                let answers: Vec<Answer> = req.answers.into_values().collect();
+                let until = to.saturating_add(1);
+                let (page, _) = chain::walk(&answers, *from, *from, until, *max_events as usize);
+                self.finish(req.caller, Ok(JournalOutput::Read(page)));
+            }
+            (Phase::Single, Op::LoadSnapshot) => {
+                let best = req
+                    .snapshots
+                    .into_values()
+                    .flatten()
+                    .max_by_key(|s| s.seq_nr);
+                self.finish(req.caller, Ok(JournalOutput::Snapshot(best)));
+            }
+            (Phase::Single, _) => self.finish(req.caller, Ok(JournalOutput::Done)),
+        }
+    }
+
+    /// A majority promised `ballot`: propose the uncertain tail again (and an append's
+    /// write after it).
+    fn promised(&mut self, now_ms: u64, mut req: Request, ballot: Ballot) {
+        let answers: Vec<Answer> = std::mem::take(&mut req.answers).into_values().collect();
+        let rec = chain::recovered(&answers);
+        let (writes, highest, page, compact) = match &req.op {
+            Op::Recover { from, max_events } => {
+                let page = chain::recovery_page(&answers, &rec, *from, *max_events as usize);
+                (rec.tail.clone(), rec.highest, page, false)
+            }
+            Op::Append { write, compact } => {
+                if rec.highest.checked_add(1) != Some(write.first_seq) {
+                    self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
+                    self.stats.conflicts += 1;
+                    self.finish(
+                        req.caller,
+                        Err(conflict_next(
+                            &req.log,
+                            rec.highest.saturating_add(1),
+                            write.first_seq,
+                        )),
+                    );
+                    return;
+                }
+                let mut w = rec.tail.clone();
+                w.push(write.clone());
+                (w, write.last_seq(), Vec::new(), *compact)
+            }
+            _ => return,
+        };
+        if writes.is_empty() {
+            self.remember_writer(&req.log, ballot, highest.saturating_add(1));
+            self.stats.recoveries += 1;
+            self.finish(req.caller, Ok(JournalOutput::Recovered { page, highest }));
+            return;
+        }
+        let committed = rec.committed;
+        req.phase = Phase::Accepting {
+            ballot,
+            highest,
+            page,
+        };
+        self.send_round(now_ms, req, |request, log| JournalMessage::Accept {
+            request,
+            log: log.to_owned(),
+            ballot,
+            committed,
+            compact,
+            writes: writes.clone(),
+        });
+    }
+
+    fn round_lost(&mut self, now_ms: u64, req: Request) {
+        let refusal = req.highest_refusal();
+        let nacked = req.refused.values().any(Option::is_some);
+        match req.phase {
+            Phase::Preparing { attempt, .. } if nacked && attempt < MAX_PREPARES => {
+                self.prepare(now_ms, req, refusal, attempt + 1);
+            }
+            Phase::Preparing { .. } | Phase::Accepting { .. } if nacked => {
+                self.writers.remove(&req.log);
+                self.stats.conflicts += 1;
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Conflict(format!(
+                        "{}: another writer holds it (a replica promised ballot {}.{})",
+                        req.log, refusal.round, refusal.node
+                    ))),
+                );
+            }
+            _ => {
+                if matches!(req.phase, Phase::Accepting { .. }) {
+                    self.writers.remove(&req.log);
+                }
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(format!(
+                        "{}: a majority of its replicas could not answer",
+                        req.log
+                    ))),
+                );
+            }
+        }
+    }
+
+    fn remember_writer(&mut self, log: &str, ballot: Ballot, next_seq: u64) {
+        if self.writers.len() >= self.settings.max_writers && !self.writers.contains_key(log) {
+            // Forget one: it prepares again on its next append.
+            if let Some(k) = self.writers.keys().next().cloned() {
+                self.writers.remove(&k);
+            }
+        }
+        self.writers
+            .insert(log.to_owned(), Writer { ballot, next_seq });
+    }
+
+    pub(super) fn expire(&mut self, now_ms: u64) {
+        let due: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.deadline_ms <= now_ms)
+            .map(|(w, _)| *w)
+            .collect();
+        for w in due {
+            if let Some(req) = self.requests.remove(&w) {
+                self.stats.timeouts += 1;
+                if matches!(req.phase, Phase::Accepting { .. }) {
+                    self.writers.remove(&req.log);
+                }
+                let names: Vec<String> =
+                    req.replicas.iter().map(|r| r.address.to_string()).collect();
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(format!(
+                        "{}: no majority of its replicas [{}] answered within {} ms",
+                        req.log,
+                        names.join(", "),
+                        self.settings.request_timeout_ms
+                    ))),
+                );
+            }
+        }
+    }
+}
+
+fn conflict_next(log: &str, next: u64, first: u64) -> JournalError {
+    JournalError::Conflict(format!(
+        "{log}: the next sequence number is {next}, the write starts at {first} (another writer wrote)"
+    ))
+}

@@ -1,0 +1,298 @@
+//! The acceptor side of [`JournalMachine`]: answers to other nodes' proposers (only as
+//! a replica of the log in this node's own view, and not before its handoff), handoff
+//! pages in and out, and the members that host logs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::message::JournalMessage;
+use super::{acceptor, handoff, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS};
+use crate::address::UniqueAddress;
+use crate::kv::storage::KvStorage;
+use crate::member::MemberStatus;
+use crate::membership_view::MembershipView;
+use crate::protocol::{Lane, Transmit};
+
+impl<S: KvStorage> JournalMachine<S> {
+    // ---- the acceptor ----
+
+    /// The acceptor's answer to a request (`None` for a message that is not one).
+    pub(super) fn answer(
+        &mut self,
+        from: &UniqueAddress,
+        msg: JournalMessage,
+    ) -> Option<JournalMessage> {
+        let gate = |m: &Self, request: u64, log: &str| -> Option<JournalMessage> {
+            if log.len() > MAX_LOG_BYTES || log.contains('\0') {
+                return Some(JournalMessage::Unable { request });
+            }
+            // Only a replica in this node's own view answers, and not before its handoff.
+            let segment = segment_of_log(log);
+            let replica = m
+                .ring
+                .preference_list(segment, m.settings.n)
+                .contains(&&m.self_node);
+            (!replica || m.handoffs.is_pending(segment))
+                .then_some(JournalMessage::Unable { request })
+        };
+        let result = match msg {
+            JournalMessage::Prepare {
+                request,
+                log,
+                ballot,
+                from: f,
+                max_events,
+            } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::prepare(st, request, &log, ballot, f, max_events as usize)
+                    .map_err(|e| (request, e))
+            }
+            JournalMessage::Accept {
+                request,
+                log,
+                ballot,
+                committed,
+                compact,
+                writes,
+            } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::accept(st, request, &log, ballot, committed, compact, &writes)
+                    .map_err(|e| (request, e))
+            }
+            JournalMessage::Read {
+                request,
+                log,
+                from: f,
+                max_events,
+            } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::read(st, request, &log, f, max_events as usize).map_err(|e| (request, e))
+            }
+            JournalMessage::SaveSnapshot {
+                request,
+                log,
+                snapshot,
+            } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::save_snapshot(st, &log, &snapshot)
+                    .map(|()| JournalMessage::Done { request })
+                    .map_err(|e| (request, e))
+            }
+            JournalMessage::LoadSnapshot { request, log } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::load_snapshot(st, &log)
+                    .map(|snapshot| JournalMessage::SnapshotReply { request, snapshot })
+                    .map_err(|e| (request, e))
+            }
+            JournalMessage::Delete { request, log, to } => {
+                if let Some(refuse) = gate(self, request, &log) {
+                    return Some(refuse);
+                }
+                let st = &mut self.storage;
+                acceptor::delete_to(st, &log, to)
+                    .map(|()| JournalMessage::Done { request })
+                    .map_err(|e| (request, e))
+            }
+            JournalMessage::Handoff {
+                segment,
+                page,
+                records,
+                last,
+            } => {
+                for (k, v) in &records {
+                    match acceptor::merge_record(&mut self.storage, k, v) {
+                        Ok(true) => {}
+                        Ok(false) => self.stats.rejected += 1,
+                        Err(_) => {
+                            self.stats.storage_errors += 1;
+                            return None;
+                        }
+                    }
+                }
+                self.stats.handoff_pages += 1;
+                if last {
+                    self.handoffs.received_last(segment, from);
+                }
+                return Some(JournalMessage::HandoffAck { segment, page });
+            }
+            JournalMessage::HandoffAck { segment, page } => {
+                self.handoffs.acknowledged(segment, from, page);
+                return None;
+            }
+            JournalMessage::HandoffWanted { segments } => {
+                for s in segments {
+                    self.handoffs.outgoing.entry((s, from.clone())).or_default();
+                }
+                return None;
+            }
+            JournalMessage::HandoffEmpty { segments } => {
+                for s in &segments {
+                    self.handoffs.received_last(*s, from);
+                }
+                return Some(JournalMessage::HandoffEmptyAck { segments });
+            }
+            JournalMessage::HandoffEmptyAck { segments } => {
+                for s in segments {
+                    self.handoffs.acknowledged(s, from, 0);
+                }
+                return None;
+            }
+            _ => return None,
+        };
+        Some(match result {
+            Ok(m) => m,
+            Err((request, _)) => {
+                self.stats.storage_errors += 1;
+                JournalMessage::Unable { request }
+            }
+        })
+    }
+
+    pub(super) fn handoff_tick(&mut self, now_ms: u64) {
+        if now_ms >= self.handoffs.next_misplaced_ms && !self.ring.is_empty() {
+            self.handoffs.next_misplaced_ms = now_ms + MISPLACED_MS;
+            match acceptor::held_segments(&mut self.storage) {
+                Ok(held) => self.handoffs.send_misplaced(
+                    &held,
+                    &self.ring,
+                    &self.self_node,
+                    self.settings.n,
+                ),
+                Err(_) => self.stats.storage_errors += 1,
+            }
+        }
+        // Ask every replica this node waits for, again and again until it delivered: its
+        // view of the ring may have changed differently.
+        if now_ms >= self.handoffs.next_ask_ms {
+            self.handoffs.next_ask_ms = now_ms + handoff::RESEND_MS;
+            let mut wanted: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+            for (s, p) in &self.handoffs.pending {
+                let missing = self.ring.members().iter().filter(|m| {
+                    p.previous.contains(&m.address) && !p.delivered.contains(&m.address)
+                });
+                let ask: BTreeSet<&UniqueAddress> = p.from.iter().chain(missing).collect();
+                for f in ask {
+                    if *f != self.self_node {
+                        wanted.entry(f.clone()).or_default().push(*s);
+                    }
+                }
+            }
+            for (to, segments) in wanted {
+                self.held_transmits.push(Transmit {
+                    to: to.address.clone(),
+                    to_uid: Some(to.uid),
+                    lane: Lane::Ordinary,
+                    message: JournalMessage::HandoffWanted { segments },
+                });
+            }
+        }
+        let mut in_flight = self
+            .handoffs
+            .outgoing
+            .values()
+            .filter(|o| {
+                o.in_flight
+                    .as_ref()
+                    .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            })
+            .count();
+        let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
+        // Segments with no record here close in one message per new replica.
+        let mut empty: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+        for (segment, to) in &keys {
+            let Some(o) = self.handoffs.outgoing.get_mut(&(*segment, to.clone())) else {
+                continue;
+            };
+            if o.page != 0
+                || o.in_flight
+                    .as_ref()
+                    .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            {
+                continue;
+            }
+            match acceptor::segment_records(&mut self.storage, *segment, None, 1) {
+                Ok(r) if r.is_empty() => {
+                    o.in_flight = Some((now_ms, None, true));
+                    empty.entry(to.clone()).or_default().push(*segment);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.stats.storage_errors += 1;
+                    return;
+                }
+            }
+        }
+        for (to, segments) in empty {
+            self.held_transmits.push(Transmit {
+                to: to.address.clone(),
+                to_uid: Some(to.uid),
+                lane: Lane::Ordinary,
+                message: JournalMessage::HandoffEmpty { segments },
+            });
+        }
+        for (segment, to) in keys {
+            if in_flight >= handoff::MAX_IN_FLIGHT {
+                return;
+            }
+            let Some(o) = self.handoffs.outgoing.get(&(segment, to.clone())) else {
+                continue;
+            };
+            if o.in_flight
+                .as_ref()
+                .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
+            {
+                continue;
+            }
+            let (page, after) = (o.page, o.after.clone());
+            let Ok(records) = acceptor::segment_records(
+                &mut self.storage,
+                segment,
+                after.as_deref(),
+                handoff::PAGE_RECORDS,
+            ) else {
+                self.stats.storage_errors += 1;
+                return;
+            };
+            let last = records.len() < handoff::PAGE_RECORDS;
+            let last_key = records.last().map(|(k, _)| k.clone()).or(after);
+            if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
+                o.in_flight = Some((now_ms, last_key, last));
+            }
+            in_flight += 1;
+            self.held_transmits.push(Transmit {
+                to: to.address.clone(),
+                to_uid: Some(to.uid),
+                lane: Lane::Large,
+                message: JournalMessage::Handoff {
+                    segment,
+                    page,
+                    records,
+                    last,
+                },
+            });
+        }
+    }
+
+    pub(super) fn hosting_members(&self, view: &MembershipView) -> Vec<UniqueAddress> {
+        view.members
+            .values()
+            .filter(|m| m.status == MemberStatus::Up)
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .map(|m| m.unique_address.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,537 @@
+//! The replicated journal in the simulator: a journal machine on every node of a simulated
+//! cluster (real membership, failure detection and split brain resolver), each with a
+//! simulated disk that survives its crashes and restarts; writers of a few logs on random
+//! nodes — now and then two writers of one log at once, as after a rebalance or in a split
+//! brain — recover and append under message loss, duplication and reordering, partitions,
+//! one-way links, crashes, restarts, pauses and graceful leaves (so the ring changes and
+//! segments are handed off). At every step no sequence number of a log is known with two
+//! different events (known: acknowledged to a writer or returned by a recovery), and a
+//! recovery reaches every write acknowledged before it began. After the faults heal and
+//! every node is back, a recovery of each log holds every acknowledged write, once, in
+//! order, without a gap.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use concord_core::kv::MemoryStorage;
+use concord_core::persistence::journal::{
+    Ballot, Entry, JournalMachine, JournalOutput, JournalSettings,
+};
+use concord_core::Address;
+use concord_sim::network::{NetworkConfig, Partitions};
+use concord_sim::schedule::{apply, pick_any_fault, sim_settings, Fault};
+use concord_sim::{Hosted, Simulation};
+use rand::Rng;
+
+type Journal = Hosted<JournalMachine<MemoryStorage>>;
+type Disks = Rc<RefCell<BTreeMap<Address, MemoryStorage>>>;
+
+const LOGS: usize = 6;
+
+fn sim(seed: u64, loss: f64, disks: &Disks) -> Simulation {
+    let net = NetworkConfig {
+        min_delay_ms: 1,
+        max_delay_ms: 20,
+        loss,
+        duplication: loss,
+        ordered: false,
+    };
+    let mut sim = Simulation::new(seed, sim_settings(), net);
+    let disks = disks.clone();
+    sim.add_protocol(move |me, _seed| {
+        let disk = disks
+            .borrow_mut()
+            .entry(me.address.clone())
+            .or_default()
+            .clone();
+        let settings = JournalSettings {
+            auto_commit: true,
+            request_timeout_ms: 2_000,
+            virtual_nodes: 16,
+            ..JournalSettings::default()
+        };
+        let machine = JournalMachine::new(settings, me.clone(), disk, 0);
+        // Like a leaving node: hand every segment over first (at most 10 s).
+        let mut since: Option<u64> = None;
+        Box::new(Hosted::new(machine).with_exiting(move |m, now| {
+            let start = *since.get_or_insert(now);
+            m.outgoing_handoffs() == 0 || now >= start + 10_000
+        }))
+    });
+    sim
+}
+
+fn log_name(l: usize) -> String {
+    format!("ecounter|{l}")
+}
+
+#[derive(Clone, Debug)]
+enum Writer {
+    Idle,
+    Recovering { acked_before: u64 },
+    Ready { next: u64 },
+    Appending { write: Entry },
+}
+
+#[derive(Default)]
+struct History {
+    next_request: u64,
+    tag: u64,
+    /// (node, its uid, log) → the writer there.
+    writers: BTreeMap<(Address, u64, usize), Writer>,
+    /// request → (node, uid, log).
+    requests: BTreeMap<u64, (Address, u64, usize)>,
+    /// log → seq → event: every event acknowledged or read.
+    known: BTreeMap<usize, BTreeMap<u64, Vec<u8>>>,
+    /// log → acknowledged seqs.
+    acked: BTreeMap<usize, BTreeSet<u64>>,
+    /// Events of each node already looked at: (uid, count).
+    consumed: BTreeMap<Address, (u64, usize)>,
+    recoveries: u64,
+    conflicts: u64,
+}
+
+impl History {
+    fn learn(&mut self, log: usize, entries: &[Entry], what: &str) -> Result<(), String> {
+        let known = self.known.entry(log).or_default();
+        for e in entries {
+            for (k, ev) in e.events.iter().enumerate() {
+                let seq = e.first_seq + k as u64;
+                if let Some(old) = known.insert(seq, ev.clone()) {
+                    if &old != ev {
+                        return Err(format!(
+                            "log {log} seq {seq}: two different events {:?} and {:?} ({what})",
+                            String::from_utf8_lossy(&old),
+                            String::from_utf8_lossy(ev)
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn acked_max(&self, log: usize) -> u64 {
+        self.acked
+            .get(&log)
+            .and_then(|s| s.iter().next_back().copied())
+            .unwrap_or(0)
+    }
+}
+
+fn uid_of(sim: &Simulation, a: &Address) -> Option<u64> {
+    sim.nodes
+        .get(a)
+        .filter(|n| n.is_running() && n.core().is_initialized())
+        .map(|n| n.core().self_unique_address().uid)
+}
+
+/// Starts writers where a log has none (sometimes a second one) and steps them.
+fn client_ops(sim: &mut Simulation, h: &mut History, faults: bool) {
+    let running: Vec<Address> = sim
+        .running()
+        .filter(|(_, n)| n.core().is_initialized())
+        .map(|(a, _)| a.clone())
+        .collect();
+    if running.is_empty() {
+        return;
+    }
+    // Writers on nodes that are gone (or restarted) are gone.
+    h.writers
+        .retain(|(a, uid, _), _| uid_of(sim, a) == Some(*uid));
+    for l in 0..LOGS {
+        let active = h.writers.keys().filter(|(_, _, wl)| *wl == l).count();
+        if active == 0 || (faults && active == 1 && sim.rng.random_bool(0.03)) {
+            let a = running[sim.rng.random_range(0..running.len())].clone();
+            if let Some(uid) = uid_of(sim, &a) {
+                h.writers.entry((a, uid, l)).or_insert(Writer::Idle);
+            }
+        }
+    }
+    let keys: Vec<(Address, u64, usize)> = h.writers.keys().cloned().collect();
+    for key in keys {
+        let (a, _, l) = key.clone();
+        let state = h.writers[&key].clone();
+        match state {
+            Writer::Idle => {
+                h.next_request += 1;
+                let r = h.next_request;
+                h.requests.insert(r, key.clone());
+                let acked_before = h.acked_max(l);
+                h.writers.insert(key, Writer::Recovering { acked_before });
+                sim.with_machine::<Journal, _>(&a, |j, now| {
+                    j.machine.recover(now, r, log_name(l), 1, 100_000)
+                });
+            }
+            Writer::Ready { next } if sim.rng.random_bool(0.5) => {
+                h.next_request += 1;
+                let r = h.next_request;
+                h.requests.insert(r, key.clone());
+                let n = sim.rng.random_range(1..=3);
+                let events: Vec<Vec<u8>> = (0..n)
+                    .map(|_| {
+                        h.tag += 1;
+                        format!("{}/{}", a.port, h.tag).into_bytes()
+                    })
+                    .collect();
+                let write = Entry {
+                    first_seq: next,
+                    ballot: Ballot::ZERO,
+                    timestamp_ms: sim.now,
+                    events,
+                };
+                h.writers.insert(
+                    key,
+                    Writer::Appending {
+                        write: write.clone(),
+                    },
+                );
+                sim.with_machine::<Journal, _>(&a, |j, now| {
+                    j.machine.append(now, r, log_name(l), write, false)
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads the answers the machines gave since the last call and checks them.
+fn collect(sim: &Simulation, h: &mut History) -> Result<(), String> {
+    for (a, node) in sim.running() {
+        let uid = node.core().self_unique_address().uid;
+        let Some(j) = sim.machine::<Journal>(a) else {
+            continue;
+        };
+        let (seen_uid, seen) = h.consumed.get(a).copied().unwrap_or((uid, 0));
+        let from = if seen_uid == uid { seen } else { 0 };
+        let events: Vec<_> = j.events[from.min(j.events.len())..].to_vec();
+        h.consumed.insert(a.clone(), (uid, j.events.len()));
+        for e in events {
+            let Some(key) = h.requests.remove(&e.request) else {
+                continue;
+            };
+            let l = key.2;
+            let Some(state) = h.writers.get(&key).cloned() else {
+                continue;
+            };
+            match (state, e.result) {
+                (
+                    Writer::Recovering { acked_before },
+                    Ok(JournalOutput::Recovered { page, highest }),
+                ) => {
+                    h.recoveries += 1;
+                    if highest < acked_before {
+                        let reps: Vec<String> = j
+                            .machine
+                            .replicas(&log_name(l))
+                            .iter()
+                            .map(|r| format!("{}:{}", r.address.host, r.uid % 1000))
+                            .collect();
+                        return Err(format!("log {l}: recovered to {highest}, {acked_before} was acknowledged before (at {} {}; replicas {reps:?})", a.host, uid % 1000));
+                    }
+                    h.learn(l, &page, "recovery")?;
+                    let end = page.last().map_or(0, Entry::last_seq);
+                    if end != highest {
+                        let reps: Vec<String> = j
+                            .machine
+                            .replicas(&log_name(l))
+                            .iter()
+                            .map(|r| format!("{}:{}", r.address.host, r.uid % 1000))
+                            .collect();
+                        return Err(format!("log {l}: a recovery page ends at {end} of {highest} (at {} {}; replicas {reps:?})", a.host, uid % 1000));
+                    }
+                    h.writers.insert(key, Writer::Ready { next: highest + 1 });
+                }
+                (Writer::Appending { write }, Ok(JournalOutput::Appended)) => {
+                    h.learn(l, std::slice::from_ref(&write), "append")?;
+                    h.acked
+                        .entry(l)
+                        .or_default()
+                        .extend(write.first_seq..=write.last_seq());
+                    h.writers.insert(
+                        key,
+                        Writer::Ready {
+                            next: write.last_seq() + 1,
+                        },
+                    );
+                }
+                (_, Err(_)) => {
+                    h.conflicts += 1;
+                    h.writers.remove(&key);
+                }
+                (state, result) => return Err(format!("{state:?} got {result:?}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Brings every crashed or shut-down node back.
+fn recover_everyone(sim: &mut Simulation, addrs: &[Address]) {
+    sim.partitions = Partitions::default();
+    sim.run_for(16_000);
+    for _ in 0..6 {
+        let stopped: Vec<Address> = addrs
+            .iter()
+            .filter(|a| sim.nodes.get(*a).is_none_or(|n| !n.is_running()))
+            .cloned()
+            .collect();
+        if stopped.is_empty() {
+            return;
+        }
+        for a in &stopped {
+            let seeds: Vec<Address> = sim
+                .running()
+                .filter(|(x, n)| *x != a && n.core().is_initialized())
+                .map(|(x, _)| x.clone())
+                .take(3)
+                .collect();
+            sim.start_node(a.clone());
+            let me = a.clone();
+            if seeds.is_empty() {
+                sim.with_node(a, |c, now| c.join(now, &me).ok());
+            } else {
+                sim.with_node(a, |c, now| c.join_seed_nodes(now, &seeds).ok());
+            }
+            sim.run_for(2_000);
+        }
+        sim.run_for(20_000);
+    }
+}
+
+/// One recovery of `l` through `at` after everything healed: every acknowledged event,
+/// gap-free and consistent with everything known.
+fn final_check(
+    sim: &mut Simulation,
+    h: &mut History,
+    at: &Address,
+    l: usize,
+) -> Result<(), String> {
+    let mut last = Err("no answer".to_string());
+    for attempt in 0..10 {
+        h.next_request += 1;
+        let r = h.next_request;
+        sim.with_machine::<Journal, _>(at, |j, now| {
+            j.machine.recover(now, r, log_name(l), 1, 1_000_000)
+        });
+        sim.run_for(3_000);
+        let j = sim.machine::<Journal>(at).ok_or("no machine")?;
+        let Some(e) = j.events.iter().rev().find(|e| e.request == r).cloned() else {
+            continue;
+        };
+        match e.result {
+            Ok(JournalOutput::Recovered { page, highest }) => {
+                h.learn(l, &page, "final recovery")?;
+                let seqs: Vec<u64> = page
+                    .iter()
+                    .flat_map(|e| e.first_seq..=e.last_seq())
+                    .collect();
+                if seqs != (1..=highest).collect::<Vec<_>>() {
+                    let firsts: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
+                    let reps: Vec<String> = sim
+                        .machine::<Journal>(at)
+                        .unwrap()
+                        .machine
+                        .replicas(&log_name(l))
+                        .iter()
+                        .map(|r| r.address.host.clone())
+                        .collect();
+                    eprintln!("replicas {reps:?}");
+                    return Err(format!(
+                        "log {l}: not gap-free up to {highest}: slots {firsts:?}"
+                    ));
+                }
+                if let Some(s) = h
+                    .acked
+                    .get(&l)
+                    .and_then(|s| s.iter().find(|s| **s > highest))
+                {
+                    return Err(format!(
+                        "log {l}: acknowledged {s} lost (highest {highest})"
+                    ));
+                }
+                return Ok(());
+            }
+            other => last = Err(format!("log {l}: attempt {attempt}: {other:?}")),
+        }
+    }
+    last
+}
+
+/// Every node's journal records (for `CONCORD_SIM_TRACE`).
+fn dump(sim: &Simulation, disks: &Disks) {
+    use concord_core::kv::Table;
+    for (a, d) in disks.borrow().iter() {
+        let running = sim.nodes.get(a).is_some_and(|n| n.is_running());
+        eprintln!(
+            "{} running={running} ring={:?}",
+            a.host,
+            sim.machine::<Journal>(a).map(|j| j
+                .machine
+                .ring()
+                .members()
+                .iter()
+                .map(|m| (m.address.host.clone(), m.uid))
+                .collect::<Vec<_>>())
+        );
+        for (k, v) in d.records(Table::Journal) {
+            let log = String::from_utf8_lossy(&k[2..k.len() - 10]).into_owned();
+            let kind = k[k.len() - 9];
+            let seq = u64::from_be_bytes(k[k.len() - 8..].try_into().unwrap());
+            let detail = if kind == 1 {
+                let e = Entry::decode(seq, &v).unwrap();
+                format!(
+                    "{}..={} b={}.{}",
+                    e.first_seq,
+                    e.last_seq(),
+                    e.ballot.round,
+                    e.ballot.node
+                )
+            } else {
+                format!("{v:?}")
+            };
+            eprintln!("   {log} kind={kind} seq={seq} {detail}");
+        }
+    }
+}
+
+fn seeds(default: u64) -> u64 {
+    std::env::var("CONCORD_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One seed: faults under load, then heal and check every log; (events acknowledged,
+/// recoveries, writers stopped).
+fn run_seed(seed: u64) -> (usize, u64, u64) {
+    let disks: Disks = Rc::default();
+    let mut sim = sim(3_000 + seed, 0.01, &disks);
+    let mut addrs = sim.form_cluster(5, 60_000).expect("forms");
+    addrs.extend((5..7).map(concord_sim::node_address));
+    sim.run_for(2_000);
+    let mut h = History::default();
+    let mut faults: Vec<Fault> = Vec::new();
+    let fail = |e: String, faults: &[Fault]| -> ! {
+        panic!("seed {seed}: {e}\nfaults: {faults:?}\nreplay: CONCORD_SIM_SEED_START={seed} CONCORD_SIM_SEEDS=1 cargo test -p concord-sim --test journal")
+    };
+    for _ in 0..6 {
+        let steps = sim.rng.random_range(10..40);
+        for _ in 0..steps {
+            client_ops(&mut sim, &mut h, true);
+            sim.run_for(100);
+            if let Err(e) = collect(&sim, &mut h) {
+                if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
+                    dump(&sim, &disks);
+                }
+                fail(e, &faults);
+            }
+        }
+        let f = pick_any_fault(&mut sim, &addrs);
+        apply(&mut sim, &f, &addrs);
+        faults.push(f);
+    }
+    sim.run_for(3_000);
+    if let Err(e) = collect(&sim, &mut h) {
+        fail(e, &faults);
+    }
+    recover_everyone(&mut sim, &addrs);
+    let settled = sim.run_until_cond(120_000, 500, |s| {
+        s.all_up_converged() && s.running().count() == addrs.len()
+    });
+    if settled.is_none() {
+        fail("membership does not settle".into(), &faults);
+    }
+    // Handoffs finish.
+    let quiet = sim.run_until_cond(60_000, 500, |s| {
+        s.running().all(|(a, _)| {
+            s.machine::<Journal>(a).is_some_and(|j| {
+                j.machine.pending_segments() == 0 && j.machine.outgoing_handoffs() == 0
+            })
+        })
+    });
+    if quiet.is_none() {
+        for (a, _) in sim.running() {
+            let j = &sim.machine::<Journal>(a).unwrap().machine;
+            for (seg, p) in j.pending().iter().take(2) {
+                eprintln!(
+                    "{} pending {seg}: from {:?} previous {:?} delivered {:?} first {}",
+                    a.host,
+                    p.from
+                        .iter()
+                        .map(|f| f.address.host.clone())
+                        .collect::<Vec<_>>(),
+                    p.previous
+                        .iter()
+                        .map(|f| f.host.clone())
+                        .collect::<Vec<_>>(),
+                    p.delivered
+                        .iter()
+                        .map(|f| f.host.clone())
+                        .collect::<Vec<_>>(),
+                    p.first_ring
+                );
+            }
+            eprintln!(
+                "{} pending {} outgoing {}",
+                a.host,
+                j.pending_segments(),
+                j.outgoing_handoffs()
+            );
+        }
+        fail("handoffs do not finish".into(), &faults);
+    }
+    if let Err(e) = collect(&sim, &mut h) {
+        fail(e, &faults);
+    }
+    let at = sim
+        .running()
+        .next()
+        .map(|(a, _)| a.clone())
+        .expect("a node");
+    for l in 0..LOGS {
+        if let Err(e) = final_check(&mut sim, &mut h, &at, l) {
+            if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
+                dump(&sim, &disks);
+            }
+            fail(e, &faults);
+        }
+    }
+    (
+        h.acked.values().map(BTreeSet::len).sum::<usize>(),
+        h.recoveries,
+        h.conflicts,
+    )
+}
+
+#[test]
+fn random_faults_never_give_a_log_two_histories_nor_lose_an_acknowledged_write() {
+    let first: u64 = std::env::var("CONCORD_SIM_SEED_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let count = seeds(40);
+    let (mut acked, mut recoveries, mut conflicts) = (0usize, 0u64, 0u64);
+    for seed in first..first + count {
+        let (a, r, c) = run_seed(seed);
+        acked += a;
+        recoveries += r;
+        conflicts += c;
+    }
+    assert!(
+        acked > 100 * count as usize,
+        "{acked} events acknowledged in {count} seeds"
+    );
+    eprintln!("{acked} events acknowledged, {recoveries} recoveries, {conflicts} writers stopped");
+}
+
+/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): a partition
+/// that the split brain resolver ends by downing the side holding a majority of a
+/// segment's replicas, one node at a time, loses writes acknowledged there. 6 of seeds
+/// 0–999 fail so (181, 301, 355, 388, 803, 845); this is 181. Run it with `--ignored`.
+#[test]
+#[ignore = "known limit of the replicated journal: see the doc comment"]
+fn known_limit_replicas_downed_one_at_a_time_behind_a_partition() {
+    run_seed(181);
+}
