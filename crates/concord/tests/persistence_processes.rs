@@ -1,8 +1,8 @@
-//! Persistent entities between real `concord node --sample` processes whose journal is a
-//! real PostgreSQL server (started by the test): event-sourced counters are incremented
-//! through three of five nodes while two nodes are SIGKILLed, one at a time, and restarted
-//! — every acknowledged increment is in the recovered value; a durable-state cart keeps
-//! its items across the crash of its node.
+//! Persistent entities between real `concord node --sample` processes, once on the
+//! built-in replicated journal and once on a real PostgreSQL server (started by the test):
+//! event-sourced counters are incremented through three of five nodes while two nodes are
+//! SIGKILLed, one at a time, and restarted — every acknowledged increment is in the
+//! recovered value; a durable-state cart keeps its items across the crash of its node.
 
 mod common;
 
@@ -81,29 +81,47 @@ fn get_json(rt: &tokio::runtime::Runtime, url: String) -> Option<serde_json::Val
 }
 
 #[test]
-fn sigkilled_nodes_lose_no_acknowledged_event_and_carts_keep_their_items() {
+fn on_the_replicated_journal_sigkilled_nodes_lose_no_acknowledged_event() {
     let _serial = serial();
-    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    run(dir.path(), vec![]);
+}
+
+#[test]
+fn on_postgresql_sigkilled_nodes_lose_no_acknowledged_event() {
+    let _serial = serial();
     let server = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
     let url_file = dir.path().join("pg-url");
     std::fs::write(&url_file, server.url()).unwrap();
-    let c = Cluster {
-        env: vec![
-            (
-                "CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER".into(),
-                "2s".into(),
-            ),
-            ("CONCORD__SHARDING__REBALANCE_INTERVAL".into(), "1s".into()),
-            ("CONCORD__SHARDING__NUMBER_OF_SHARDS".into(), "60".into()),
+    run(
+        dir.path(),
+        vec![
             ("CONCORD__PERSISTENCE__STORE".into(), "postgres".into()),
             (
                 "CONCORD__PERSISTENCE__POSTGRES__URL_FILE".into(),
                 url_file.display().to_string(),
             ),
-            ("CONCORD__PERSISTENCE__SNAPSHOT_EVERY".into(), "25".into()),
         ],
-        dir: dir.path().to_path_buf(),
+    );
+}
+
+/// Five `--sample` nodes with `store_env`; see the module docs.
+fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
+    let rt = runtime();
+    let mut env = vec![
+        (
+            "CONCORD__CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER".into(),
+            "2s".into(),
+        ),
+        ("CONCORD__SHARDING__REBALANCE_INTERVAL".into(), "1s".into()),
+        ("CONCORD__SHARDING__NUMBER_OF_SHARDS".into(), "60".into()),
+        ("CONCORD__PERSISTENCE__SNAPSHOT_EVERY".into(), "25".into()),
+    ];
+    env.extend(store_env);
+    let c = Cluster {
+        env,
+        dir: dir.to_path_buf(),
     };
     let n1 = c.start(1, &[]);
     let seeds = [n1.port];
