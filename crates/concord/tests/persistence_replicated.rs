@@ -49,13 +49,22 @@ impl EventSourced for Counter {
 type Region = concord::sharding::ShardRegion<concord::persistence::EventSourcedEntity<Counter>>;
 
 async fn node(seeds: &[u16]) -> (concord::Node, Region, Persistence) {
+    node_with(seeds, |_| {}).await
+}
+
+async fn node_with(
+    seeds: &[u16],
+    tune: impl FnOnce(&mut concord::Config),
+) -> (concord::Node, Region, Persistence) {
     let mut c = fast_config("journal", seeds);
     c.set_section(&PersistenceConfig {
         store: "replicated".into(),
         snapshot_every: 5,
+        write_timeout: Duration::from_secs(2),
         ..Default::default()
     })
     .unwrap();
+    tune(&mut c);
     let (layer, persistence) = Persistence::layer();
     let mut sharding = Sharding::new();
     let region = persistence.init_event_sourced(&mut sharding, "counter", |_| Counter, None);
@@ -146,4 +155,107 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     assert_eq!(payloads, vec![b"a1".to_vec(), b"b2".to_vec()]);
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// True once the nodes named `nodes` report no pending segment and no outgoing handoff
+/// (the gauges of `GET /metrics`, shared by the in-process nodes).
+async fn journal_settled(addr: std::net::SocketAddr, nodes: &[String]) -> bool {
+    let Ok(r) = reqwest::get(format!("http://{addr}/metrics")).await else {
+        return false;
+    };
+    let Ok(text) = r.text().await else {
+        return false;
+    };
+    let gauges: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            (l.starts_with("concord_journal_pending_segments")
+                || l.starts_with("concord_journal_outgoing_handoffs"))
+                && nodes.iter().any(|n| l.contains(&format!("node=\"{n}\"")))
+        })
+        .collect();
+    gauges.len() == 2 * nodes.len() && gauges.iter().all(|l| l.ends_with(" 0"))
+}
+
+/// A split brain forced with link faults while nothing downs anyone (`downing-provider =
+/// "none"`): the writer on the minority side cannot write, the majority side's new writer
+/// fences it, and after the heal the old writer is refused — the log holds one history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_split_brain_the_second_writer_is_refused() {
+    let no_downing = |c: &mut concord::Config| c.cluster.downing_provider = "none".into();
+    let (a, _ra, pa) = node_with(&[], no_downing).await;
+    let seed = port_of(&a);
+    let (b, _rb, pb) = node_with(&[seed], no_downing).await;
+    let (c, _rc, pc) = node_with(&[seed], no_downing).await;
+    for n in [&a, &b, &c] {
+        wait_for("three members Up", || {
+            n.cluster()
+                .view()
+                .members_with_status(MemberStatus::Up)
+                .count()
+                == 3
+        })
+        .await;
+    }
+    // The ring's first handoffs done on all three (a replica waits for them before it
+    // answers; during the partition a could not send its part).
+    let addr = a.management_addr().unwrap();
+    let names: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|n| n.self_address().to_string())
+        .collect();
+    common::wait_for_async("journal handoffs done", || {
+        let names = names.clone();
+        async move { journal_settled(addr, &names).await }
+    })
+    .await;
+    let stores = |p: &Persistence| p.stores().unwrap().journal;
+    let (ja, jb, jc) = (stores(&pa), stores(&pb), stores(&pc));
+    let pid = PersistenceId::new("raw", "split").unwrap();
+    let w = |first: u64, tag: &str| {
+        AtomicWrite::new(pid.clone(), first, vec![tag.as_bytes().to_vec()], 0).unwrap()
+    };
+    ja.replay_with_highest(&pid, 1, 10).await.unwrap();
+    ja.append(w(1, "a1")).await.unwrap();
+
+    // a | b c, both ways; nobody is downed.
+    let cut = |from: &concord::Node, to: &concord::Node, on: bool| {
+        let f = concord::remote::LinkFaults {
+            blackhole_outbound: on,
+            blackhole_inbound: on,
+            ..Default::default()
+        };
+        from.transport().set_faults(to.self_address().clone(), f);
+    };
+    for (x, y) in [(&a, &b), (&a, &c), (&b, &a), (&c, &a)] {
+        cut(x, y, true);
+    }
+    // The majority side's writer recovers (fencing a) and writes.
+    let (events, h) = jb.replay_with_highest(&pid, 1, 10).await.unwrap();
+    assert_eq!((events.len(), h), (1, 1));
+    jb.append(w(2, "b2")).await.unwrap();
+    // The minority side's writer cannot reach a majority: refused, nothing chosen.
+    let refused = ja.append(w(2, "a2")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(PersistenceError::Unavailable { .. } | PersistenceError::Conflict { .. })
+        ),
+        "{refused:?}"
+    );
+    for (x, y) in [(&a, &b), (&a, &c), (&b, &a), (&c, &a)] {
+        cut(x, y, false);
+    }
+    // Healed: the old writer is refused for good; the log is the winner's.
+    let again = ja.append(w(2, "a2")).await;
+    assert!(
+        matches!(again, Err(PersistenceError::Conflict { .. })),
+        "{again:?}"
+    );
+    let (events, h) = jc.replay_with_highest(&pid, 1, 10).await.unwrap();
+    let payloads: Vec<Vec<u8>> = events.into_iter().map(|e| e.payload).collect();
+    assert_eq!((payloads, h), (vec![b"a1".to_vec(), b"b2".to_vec()], 2));
+    for n in [a, b, c] {
+        n.shutdown().await;
+    }
 }

@@ -11,8 +11,11 @@
 //!    recovered from the journal under the node's 16 recovery permits), and how many asks
 //!    failed or timed out.
 //!
-//! Stores: PostgreSQL (a server started for the run in a temporary directory, or
-//! `--postgres-url`), and the in-memory store as the layer's own cost without I/O.
+//! Stores: the built-in replicated journal (each node's share in a temporary data
+//! directory, N = 3, fsync at every commit; its storm writes through one node and recovers
+//! through the cluster, every recovery fencing that writer), PostgreSQL (a server started
+//! for the run in a temporary directory, or `--postgres-url`), and the in-memory store as
+//! the layer's own cost without I/O.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,7 +53,7 @@ pub struct PersistenceBenchSettings {
 /// One store's figures.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct StoreResult {
-    /// `postgres` or `memory`.
+    /// `replicated`, `postgres` or `memory`.
     pub store: String,
     /// Persisted events/s per node (3 nodes).
     pub events_per_s_per_node: f64,
@@ -132,12 +135,85 @@ async fn stores_for(store: &str, url: &str, memory: &InMemoryStore) -> anyhow::R
     })
 }
 
+/// A fresh data directory for a benchmark node (removed by [`remove_data_dirs`]).
+fn data_dir(system: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir()
+        .join(format!("concord-bench-{}", std::process::id()))
+        .join(format!("{system}-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+        .display()
+        .to_string()
+}
+
+/// Removes every data directory [`data_dir`] made.
+fn remove_data_dirs() {
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("concord-bench-{}", std::process::id())),
+    );
+}
+
+/// `n` nodes running the replicated journal: each node's region and persistence handle.
+async fn replicated_cluster(
+    system: &str,
+    n: usize,
+) -> anyhow::Result<Vec<(concord::node::Node, (Region, Persistence))>> {
+    start_cluster(
+        system,
+        n,
+        |c| {
+            c.data_dir = data_dir(system);
+            let p = PersistenceConfig {
+                store: "replicated".into(),
+                snapshot_every: 100,
+                ..Default::default()
+            };
+            let _ = c.set_section(&p);
+        },
+        |_, builder| {
+            let (layer, persistence) = Persistence::layer();
+            let mut sharding = Sharding::new();
+            let region = persistence.init_event_sourced(&mut sharding, "bench", |_| Appender, None);
+            (builder.layer(layer).layer(sharding), (region, persistence))
+        },
+    )
+    .await
+}
+
+/// The recovery storm on the replicated journal: `entities` × 20 events written through
+/// node 0's journal, then every entity asked through node 1 (each recovers wherever its
+/// shard is, fencing node 0 as the writer).
+async fn replicated_storm(entities: usize) -> anyhow::Result<(f64, u64)> {
+    let nodes = replicated_cluster("bench-storm-replicated", 3).await?;
+    let journal = loop {
+        if let Some(s) = nodes[0].1 .1.stores() {
+            break s.journal;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let prefilled = prefill_as(journal, entities, "bench").await;
+    let started = Instant::now();
+    let failures = touch_all(&nodes[1].1 .0, "s", entities, Some(20)).await;
+    let took = started.elapsed().as_secs_f64();
+    for (n, _) in &nodes {
+        n.shutdown().await;
+    }
+    prefilled?;
+    Ok((took, failures))
+}
+
 async fn cluster(
     store: &str,
     url: &str,
     memory: &InMemoryStore,
     n: usize,
 ) -> anyhow::Result<Vec<(concord::node::Node, Region)>> {
+    if store == "replicated" {
+        let nodes = replicated_cluster("bench-persist-replicated", n).await?;
+        return Ok(nodes
+            .into_iter()
+            .map(|(node, (region, _))| (node, region))
+            .collect());
+    }
     let mut per_node = Vec::new();
     for _ in 0..n {
         per_node.push(stores_for(store, url, memory).await?);
@@ -267,6 +343,15 @@ async fn throughput(
 
 /// Writes `entities` × 20 events straight into the journal, 64 writers at once.
 async fn prefill(journal: Arc<dyn Journal>, entities: usize) -> anyhow::Result<()> {
+    prefill_as(journal, entities, "storm").await
+}
+
+/// [`prefill`] for the entity type `entity_type`.
+async fn prefill_as(
+    journal: Arc<dyn Journal>,
+    entities: usize,
+    entity_type: &'static str,
+) -> anyhow::Result<()> {
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..64 {
@@ -277,7 +362,7 @@ async fn prefill(journal: Arc<dyn Journal>, entities: usize) -> anyhow::Result<(
                 if i >= entities {
                     return Ok::<_, anyhow::Error>(());
                 }
-                let pid = PersistenceId::new("storm", &format!("s{i}"))?;
+                let pid = PersistenceId::new(entity_type, &format!("s{i}"))?;
                 let event = concord::sharding::entity::encode(&Appended(vec![7u8; 100]))
                     .map_err(|e| anyhow::anyhow!(e))?;
                 let w = AtomicWrite::new(pid, 1, vec![event; 20], 0)?;
@@ -338,7 +423,7 @@ pub async fn run_persistence(
         }
     };
     let mut stores = Vec::new();
-    for store in ["postgres", "memory"] {
+    for store in ["replicated", "postgres", "memory"] {
         let memory = InMemoryStore::new();
         let nodes = cluster(store, &url, &memory, 3).await?;
         let (per_node, p50, p99, errors) = throughput(&nodes, s).await;
@@ -346,8 +431,11 @@ pub async fn run_persistence(
             n.shutdown().await;
         }
         let (recovery_s, recovery_failures) = if s.recovery_entities > 0 {
-            let (t, f) =
-                recovery_storm(store, &url, &InMemoryStore::new(), s.recovery_entities).await?;
+            let (t, f) = if store == "replicated" {
+                replicated_storm(s.recovery_entities).await?
+            } else {
+                recovery_storm(store, &url, &InMemoryStore::new(), s.recovery_entities).await?
+            };
             (Some(t), f)
         } else {
             (None, 0)
@@ -363,6 +451,7 @@ pub async fn run_persistence(
             recovery_failures,
         });
     }
+    remove_data_dirs();
     Ok(PersistenceBenchResult {
         event_bytes: s.event_bytes,
         clients: s.clients,
