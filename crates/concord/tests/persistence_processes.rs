@@ -80,6 +80,18 @@ fn get_json(rt: &tokio::runtime::Runtime, url: String) -> Option<serde_json::Val
     })
 }
 
+fn get_text(rt: &tokio::runtime::Runtime, url: String) -> Option<String> {
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .get(url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        Some(format!("{}: {}", r.status(), r.text().await.ok()?))
+    })
+}
+
 #[test]
 fn on_the_replicated_journal_sigkilled_nodes_lose_no_acknowledged_event() {
     let _serial = serial();
@@ -137,8 +149,12 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
         });
     }
 
-    // A cart, written through node 1.
+    // A cart, written through node 1 once its store answers (the replicated journal's
+    // replicas answer once the new ring's segments were handed over to them).
     let cart_url = |n: &Node| format!("{}/sample/cart/alice", n.management_url());
+    wait_until("the store answers", Duration::from_secs(60), &[&nodes[0]], || {
+        get_json(&rt, cart_url(&nodes[0])).is_some()
+    });
     for item in ["book", "pen", "ink"] {
         let ok = rt.block_on(async {
             reqwest::Client::new()
@@ -210,11 +226,18 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
     let (acked, sent) = load.stop();
     assert!(acked.values().sum::<i64>() > 100, "{acked:?}");
     for c in 0..counters {
-        let v = get_json(
-            &rt,
-            format!("{}/sample/counter/c{c}", nodes[1].management_url()),
-        )
-        .expect("the counter answers");
+        // A restarted node's segments of the replicated journal are handed over before it
+        // answers for them: a read may be refused (503) for a few seconds.
+        let url = format!("{}/sample/counter/c{c}", nodes[1].management_url());
+        let mut v = None;
+        wait_until("the counter answers", Duration::from_secs(60), &[&nodes[1]], || {
+            v = get_json(&rt, url.clone());
+            if v.is_none() {
+                eprintln!("counter c{c}: {:?}", get_text(&rt, url.clone()));
+            }
+            v.is_some()
+        });
+        let v = v.expect("the counter answers");
         let value = v["value"].as_i64().unwrap();
         let (a, s) = (
             acked.get(&c).copied().unwrap_or(0),
