@@ -511,7 +511,7 @@ fn random_faults_never_give_a_log_two_histories_nor_lose_an_acknowledged_write()
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let count = seeds(40);
+    let count = seeds(100);
     let (mut acked, mut recoveries, mut conflicts) = (0usize, 0u64, 0u64);
     for seed in first..first + count {
         let (a, r, c) = run_seed(seed);
@@ -526,12 +526,14 @@ fn random_faults_never_give_a_log_two_histories_nor_lose_an_acknowledged_write()
     eprintln!("{acked} events acknowledged, {recoveries} recoveries, {conflicts} writers stopped");
 }
 
-/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): a partition
-/// that the split brain resolver ends by downing the side holding a majority of a
-/// segment's replicas, one node at a time, loses writes acknowledged there. 6 of seeds
-/// 0–999 fail so (181, 301, 355, 388, 803, 845); this is 181. Run it with `--ignored`.
+/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): the replica set
+/// of a segment follows the ring, and a ring change can count a node that was itself
+/// still incomplete (here: a brand-new node that had joined the list while its handoff was
+/// pending) as one of the previous replicas — after a split brain in which both sides
+/// downed the other, writes acknowledged on one side are lost. 1 of seeds 0–999 fails so
+/// (355). Run it with `--ignored`.
 #[test]
 #[ignore = "known limit of the replicated journal: see the doc comment"]
-fn known_limit_replicas_downed_one_at_a_time_behind_a_partition() {
-    run_seed(181);
+fn known_limit_an_incomplete_new_replica_counted_as_a_previous_one() {
+    run_seed(355);
 }

@@ -152,9 +152,12 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
     // A cart, written through node 1 once its store answers (the replicated journal's
     // replicas answer once the new ring's segments were handed over to them).
     let cart_url = |n: &Node| format!("{}/sample/cart/alice", n.management_url());
-    wait_until("the store answers", Duration::from_secs(60), &[&nodes[0]], || {
-        get_json(&rt, cart_url(&nodes[0])).is_some()
-    });
+    wait_until(
+        "the store answers",
+        Duration::from_secs(60),
+        &[&nodes[0]],
+        || get_json(&rt, cart_url(&nodes[0])).is_some(),
+    );
     for item in ["book", "pen", "ink"] {
         let ok = rt.block_on(async {
             reqwest::Client::new()
@@ -230,13 +233,18 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
         // answers for them: a read may be refused (503) for a few seconds.
         let url = format!("{}/sample/counter/c{c}", nodes[1].management_url());
         let mut v = None;
-        wait_until("the counter answers", Duration::from_secs(60), &[&nodes[1]], || {
-            v = get_json(&rt, url.clone());
-            if v.is_none() {
-                eprintln!("counter c{c}: {:?}", get_text(&rt, url.clone()));
-            }
-            v.is_some()
-        });
+        wait_until(
+            "the counter answers",
+            Duration::from_secs(60),
+            &[&nodes[1]],
+            || {
+                v = get_json(&rt, url.clone());
+                if v.is_none() {
+                    eprintln!("counter c{c}: {:?}", get_text(&rt, url.clone()));
+                }
+                v.is_some()
+            },
+        );
         let v = v.expect("the counter answers");
         let value = v["value"].as_i64().unwrap();
         let (a, s) = (

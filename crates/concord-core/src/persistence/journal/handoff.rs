@@ -70,6 +70,9 @@ pub struct Handoffs {
     pub next_misplaced_ms: u64,
     /// (segment, replica) pairs those were sent to since the last ring change.
     pub misplaced_sent: BTreeSet<(u16, UniqueAddress)>,
+    /// This incarnation has been in a ring (its pending segments since are not its
+    /// first ring's).
+    pub was_member: bool,
 }
 
 impl Handoffs {
@@ -100,6 +103,10 @@ impl Handoffs {
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.misplaced_sent.clear();
         self.next_misplaced_ms = 0;
+        let first_ring = !self.was_member;
+        if new.members().contains(me) {
+            self.was_member = true;
+        }
         let mut without: BTreeMap<UniqueAddress, Ring> = BTreeMap::new();
         for s in 0..SEGMENTS {
             let old_l = old.preference_list(s, n);
@@ -160,7 +167,7 @@ impl Handoffs {
                         },
                         previous,
                         delivered,
-                        first_ring: old.is_empty(),
+                        first_ring,
                     };
                     if !p.done() {
                         // An earlier wait (its previous replicas) still stands.

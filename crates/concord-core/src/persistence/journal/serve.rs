@@ -214,6 +214,11 @@ impl<S: KvStorage> JournalMachine<S> {
         // Segments with no record here close in one message per new replica.
         let mut empty: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
         for (segment, to) in &keys {
+            // A node still waiting for a segment after a ring change has nothing complete
+            // to give; a node in its first ring gives what its disk holds.
+            if self.handoffs.is_incomplete(*segment) {
+                continue;
+            }
             let Some(o) = self.handoffs.outgoing.get_mut(&(*segment, to.clone())) else {
                 continue;
             };
@@ -247,6 +252,9 @@ impl<S: KvStorage> JournalMachine<S> {
         for (segment, to) in keys {
             if in_flight >= handoff::MAX_IN_FLIGHT {
                 return;
+            }
+            if self.handoffs.is_incomplete(segment) {
+                continue;
             }
             let Some(o) = self.handoffs.outgoing.get(&(segment, to.clone())) else {
                 continue;
