@@ -29,7 +29,7 @@ use concord_core::kv::{
 };
 use concord_core::Address;
 use concord_sim::network::{NetworkConfig, Partitions};
-use concord_sim::schedule::{apply, pick_any_fault, sim_settings, Fault};
+use concord_sim::schedule::{apply, pick_any_fault, recover_everyone, sim_settings, Fault};
 use concord_sim::{Hosted, Simulation};
 use rand::Rng;
 
@@ -247,41 +247,6 @@ fn check_step(sim: &Simulation, disks: &Disks, h: &History) -> Result<(), String
         }
     }
     Ok(())
-}
-
-/// Brings every crashed or shut-down node back (again, for nodes that shut down meanwhile —
-/// a paused node that was downed stops only once it resumes).
-fn recover_everyone(sim: &mut Simulation, addrs: &[Address]) {
-    sim.partitions = Partitions::default();
-    // Pauses end within 15 s; a paused node that was downed stops when it resumes.
-    sim.run_for(16_000);
-    for _ in 0..6 {
-        let stopped: Vec<Address> = addrs
-            .iter()
-            .filter(|a| sim.nodes.get(*a).is_none_or(|n| !n.is_running()))
-            .cloned()
-            .collect();
-        if stopped.is_empty() {
-            return;
-        }
-        for a in &stopped {
-            let seeds: Vec<Address> = sim
-                .running()
-                .filter(|(x, n)| *x != a && n.core().is_initialized())
-                .map(|(x, _)| x.clone())
-                .take(3)
-                .collect();
-            sim.start_node(a.clone());
-            let me = a.clone();
-            if seeds.is_empty() {
-                sim.with_node(a, |c, now| c.join(now, &me).ok());
-            } else {
-                sim.with_node(a, |c, now| c.join_seed_nodes(now, &seeds).ok());
-            }
-            sim.run_for(2_000);
-        }
-        sim.run_for(20_000);
-    }
 }
 
 /// The end check: N replicas, nothing lost, siblings only for concurrent writes.

@@ -14,13 +14,12 @@ use std::time::Duration;
 
 use common::postgres::PgServer;
 use concord::persistence::{
-    DurableStateStore, Effect, EventSourced, EventsQuery, InMemoryStore, Journal, Offset,
-    Persistence, PersistenceConfig, PersistenceError, PostgresStore, Snapshot, SnapshotStore,
+    DurableStateStore, EventsQuery, InMemoryStore, Journal, Offset, Persistence, PersistenceConfig,
+    PersistenceError, PostgresStore, Snapshot, SnapshotStore,
 };
-use concord::sharding::{EntityContext, Sharding};
+use concord::sharding::Sharding;
 use concord::Node;
 use concord_core::persistence::{AtomicWrite, PersistenceId};
-use serde::{Deserialize, Serialize};
 
 fn pid(t: &str, id: &str) -> PersistenceId {
     PersistenceId::new(t, id).unwrap()
@@ -307,34 +306,7 @@ async fn stream_under_concurrent_commits(store: Arc<PostgresStore>) {
     assert_eq!(per_id, (1..=8).collect());
 }
 
-struct Counter;
-
-#[derive(Serialize, Deserialize)]
-enum Cmd {
-    Add(i64),
-    Get,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Added(i64);
-
-impl EventSourced for Counter {
-    type Command = Cmd;
-    type Event = Added;
-    type State = i64;
-    type Reply = i64;
-
-    async fn handle_command(&mut self, _: &mut EntityContext, state: &i64, c: Cmd) -> Effect<Self> {
-        match c {
-            Cmd::Add(n) => Effect::persist(Added(n)).then_reply(|v| *v),
-            Cmd::Get => Effect::reply(*state),
-        }
-    }
-
-    fn apply_event(state: &mut i64, e: &Added) {
-        *state += e.0;
-    }
-}
+use common::counter_entity::{Cmd, Counter};
 
 /// A one-node cluster with sharding and the persistence layer on `url` (from a file).
 async fn counter_node(url_file: &std::path::Path) -> (Node, CounterRegion) {

@@ -9,42 +9,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{fast_config, port_of, wait_for};
-use concord::persistence::{
-    Effect, EventSourced, Persistence, PersistenceConfig, PersistenceError,
-};
-use concord::sharding::{EntityContext, Sharding};
+use concord::persistence::{Persistence, PersistenceConfig, PersistenceError};
+use concord::sharding::Sharding;
 use concord_core::persistence::{AtomicWrite, PersistenceId};
 use concord_core::MemberStatus;
-use serde::{Deserialize, Serialize};
 
-struct Counter;
-
-#[derive(Serialize, Deserialize)]
-enum Cmd {
-    Add(i64),
-    Get,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Added(i64);
-
-impl EventSourced for Counter {
-    type Command = Cmd;
-    type Event = Added;
-    type State = i64;
-    type Reply = i64;
-
-    async fn handle_command(&mut self, _: &mut EntityContext, state: &i64, c: Cmd) -> Effect<Self> {
-        match c {
-            Cmd::Add(n) => Effect::persist(Added(n)).then_reply(|v| *v),
-            Cmd::Get => Effect::reply(*state),
-        }
-    }
-
-    fn apply_event(state: &mut i64, e: &Added) {
-        *state += e.0;
-    }
-}
+use common::counter_entity::{Cmd, Counter};
 
 type Region = concord::sharding::ShardRegion<concord::persistence::EventSourcedEntity<Counter>>;
 
@@ -133,6 +103,18 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
             "{id} after the leave"
         );
     }
+
+    // The leave's handoffs done (a replica answers once they are).
+    let addr = a.management_addr().unwrap();
+    let names: Vec<String> = [&a, &b]
+        .iter()
+        .map(|n| n.self_address().to_string())
+        .collect();
+    common::wait_for_async("journal handoffs done", || {
+        let names = names.clone();
+        async move { journal_settled(addr, &names).await }
+    })
+    .await;
 
     // Two writers of one persistence id: the one that recovered last wins.
     let (ja, jb) = (pa.stores().unwrap().journal, pb.stores().unwrap().journal);

@@ -10,6 +10,7 @@ pub mod bench_layer;
 /// its files here; they name the library as `concord::` only.
 #[path = "../../src/bin/concord/client/mod.rs"]
 pub mod client;
+pub mod counter_entity;
 pub mod counter_load;
 pub mod docker;
 pub mod postgres;

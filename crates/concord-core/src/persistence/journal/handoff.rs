@@ -31,6 +31,12 @@ pub struct Outgoing {
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
 }
 
+/// Of `n` replicas, how many a set must hold to share one with every majority of them:
+/// `n − (n / 2 + 1) + 1`, i.e. ⌈n / 2⌉ (0 of 0, 1 of 1 or 2, 2 of 3).
+pub fn meets_every_majority(n: usize) -> usize {
+    n - n / 2
+}
+
 /// A segment this node became a replica of and does not answer about yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -41,8 +47,9 @@ pub struct Pending {
     pub previous: BTreeSet<Address>,
     /// Those of them that delivered (this node's own disk counts).
     pub delivered: BTreeSet<Address>,
-    /// How many of them must have delivered: a majority, so that every write chosen
-    /// before is among what this node merged.
+    /// How many of them must have delivered: enough to meet every majority of them
+    /// ([`meets_every_majority`]), so that every write chosen before is among what this
+    /// node merged.
     pub required: usize,
     /// Pending since this node's first ring (it just started: what its disk holds is all
     /// it knows, and it hands that over while it waits); otherwise it hands nothing over
@@ -128,7 +135,7 @@ impl Handoffs {
                             .filter(|a| *a != &me && members.contains(*a))
                             .map(|a| (*a).clone())
                             .collect(),
-                        required: previous.len() / 2 + 1,
+                        required: meets_every_majority(previous.len()),
                         delivered: [me.address.clone()].into_iter().collect(),
                         previous,
                         first_ring: false,
@@ -160,11 +167,7 @@ impl Handoffs {
                     }
                     let p = Pending {
                         from,
-                        required: if previous.is_empty() {
-                            0
-                        } else {
-                            previous.len() / 2 + 1
-                        },
+                        required: meets_every_majority(previous.len()),
                         previous,
                         delivered,
                         first_ring,
