@@ -61,6 +61,9 @@ pub struct JournalSettings {
     /// Logs this node remembers being the writer of (a forgotten one prepares again on
     /// its next append), count (100,000).
     pub max_writers: usize,
+    /// Requests of this node in flight at once, at most (more fail at once as
+    /// unavailable), count (100,000).
+    pub max_in_flight: usize,
     /// Commit after every input (the simulator and tests; the runtime commits once per
     /// turn).
     pub auto_commit: bool,
@@ -74,6 +77,7 @@ impl Default for JournalSettings {
             request_timeout_ms: 5_000,
             role: None,
             max_writers: 100_000,
+            max_in_flight: 100_000,
             auto_commit: false,
         }
     }

@@ -24,6 +24,16 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     pub(super) fn start(&mut self, now_ms: u64, caller: u64, log: String, op: Op) {
+        if self.requests.len() >= self.settings.max_in_flight {
+            self.finish(
+                caller,
+                Err(JournalError::Unavailable(format!(
+                    "{} journal requests in flight on this node already",
+                    self.requests.len()
+                ))),
+            );
+            return;
+        }
         let replicas = self.replicas(&log);
         if replicas.is_empty() {
             self.finish(

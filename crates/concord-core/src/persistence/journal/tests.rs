@@ -499,3 +499,26 @@ fn a_second_writer_fences_the_first() {
         Ok(JournalOutput::Snapshot(Some(snap(2))))
     );
 }
+
+#[test]
+fn requests_in_flight_are_bounded() {
+    let mut net = Net::new(3, 0.0);
+    net.run_until(2_000);
+    // Node 0 cut off from everyone: its requests wait for answers that never come.
+    for j in 1..NODES as usize {
+        net.cut.insert((0, j));
+    }
+    net.machines[0].settings.max_in_flight = 2;
+    for r in 1..=3 {
+        net.machines[0].recover(net.now, r, log_name(r as usize), 1, 10);
+        net.drain(0);
+    }
+    let refused: Vec<u64> = net
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e.result, Err(JournalError::Unavailable(_))))
+        .map(|(_, e)| e.request)
+        .collect();
+    assert_eq!(refused, vec![3], "the third is refused at once");
+    assert_eq!(net.machines[0].in_flight(), 2);
+}
