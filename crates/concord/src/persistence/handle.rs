@@ -93,6 +93,14 @@ impl Persistence {
         self.running.borrow().as_ref().map(|r| r.stores.clone())
     }
 
+    /// [`Persistence::stores`], waiting up to `timeout` for the layer to start them.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] if they did not start in time.
+    pub async fn stores_within(&self, timeout: Duration) -> Result<Stores, PersistenceError> {
+        Ok(self.running(timeout).await?.stores)
+    }
+
     /// The running stores, waiting up to `timeout` for the layer to start them.
     pub(crate) async fn running(&self, timeout: Duration) -> Result<Running, PersistenceError> {
         if let Some(r) = self.running.borrow().as_ref() {

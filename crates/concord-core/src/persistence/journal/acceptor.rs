@@ -5,10 +5,12 @@
 //!
 //! **Records** (keys sort by segment, then log, then kind and slot):
 //! `[segment: u16 BE][log bytes][0][kind: u8][seq: u64 BE]` with kind
-//! - 0, seq 0: the log's state — the promised ballot and the committed prefix
-//!   (`round`, `node`, `committed`, u64 LE each);
+//! - 0, seq 0: the log's state ([`LogState`]: the promised ballot and the committed
+//!   prefix);
 //! - 1, seq = slot: an accepted [`Entry`];
 //! - 2, seq 0: the newest [`StoredSnapshot`].
+//!
+//! Values are stored forms: a format byte, then postcard.
 //!
 //! Log names never hold a NUL byte (persistence ids refuse it), so one log's records never
 //! interleave with another's.
@@ -17,7 +19,7 @@
 //! the committed prefix take the maximum, a slot the entry of the higher ballot, the
 //! snapshot the higher sequence number.
 
-use super::entry::{Ballot, Entry, Reader, StoredSnapshot};
+use super::entry::{from_bytes, to_bytes, Ballot, Entry, StoredSnapshot};
 use super::message::JournalMessage;
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::storage::{KvStorage, StorageError, Table};
@@ -82,7 +84,7 @@ fn corrupt(what: impl std::fmt::Display) -> StorageError {
 }
 
 /// A log's promise and committed prefix.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogState {
     /// The highest ballot promised.
     pub promised: Ballot,
@@ -92,22 +94,11 @@ pub struct LogState {
 
 impl LogState {
     fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(24);
-        v.extend_from_slice(&self.promised.round.to_le_bytes());
-        v.extend_from_slice(&self.promised.node.to_le_bytes());
-        v.extend_from_slice(&self.committed.to_le_bytes());
-        v
+        to_bytes(self)
     }
 
     fn decode(b: &[u8]) -> Result<LogState, StorageError> {
-        let mut r = Reader(b);
-        let round = r.u64().map_err(corrupt)?;
-        let node = r.u64().map_err(corrupt)?;
-        let committed = r.u64().map_err(corrupt)?;
-        Ok(LogState {
-            promised: Ballot { round, node },
-            committed,
-        })
+        from_bytes(b).map_err(corrupt)
     }
 }
 
@@ -435,29 +426,13 @@ pub fn held_segments<S: KvStorage>(st: &mut S) -> Result<Vec<u16>, StorageError>
         let Some((k, _)) = r.first() else {
             return Ok(out);
         };
-        let s = u16::from_be_bytes([k[0], k.get(1).copied().unwrap_or(0)]);
+        let Some((s, ..)) = parse_key(k) else {
+            return Err(corrupt("a bad key"));
+        };
         out.push(s);
         match s.checked_add(1) {
             Some(n) => from = n,
             None => return Ok(out),
-        }
-    }
-}
-
-/// Removes every record of `segment` (after it was handed to its owners).
-///
-/// # Errors
-/// The storage failed.
-pub fn drop_segment<S: KvStorage>(st: &mut S, segment: u16) -> Result<(), StorageError> {
-    let (start, end) = segment_bounds(segment);
-    loop {
-        let records = st.range(Table::Journal, &start, &end, SCAN)?;
-        let n = records.len();
-        for (k, _) in records {
-            st.remove(Table::Journal, &k)?;
-        }
-        if n < SCAN {
-            return Ok(());
         }
     }
 }
@@ -595,7 +570,5 @@ mod tests {
         assert_eq!(log_state(&mut b, "elog").unwrap().promised.round, 5);
         assert_eq!(load_snapshot(&mut b, "elog").unwrap().unwrap().seq_nr, 9);
         assert!(!merge_record(&mut b, b"garbage", b"x").unwrap());
-        drop_segment(&mut b, seg).unwrap();
-        assert!(held_segments(&mut b).unwrap().is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! What the replicated journal's acceptors store: [`Ballot`]s, accepted writes
 //! ([`Entry`]: one Paxos slot) and snapshots ([`StoredSnapshot`]), with their byte
-//! encodings (validated when decoded: a corrupt record is an error, never a panic).
+//! stored forms (a format byte, then postcard; validated when decoded: a corrupt record
+//! is an error, never a panic).
 
 use serde::{Deserialize, Serialize};
 
@@ -63,49 +64,18 @@ impl Entry {
         self.events.iter().map(Vec::len).sum()
     }
 
-    /// The stored form: ballot, timestamp, count, then each event's length and bytes
-    /// (integers little-endian).
+    /// The stored form ([`to_bytes`]).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.payload_bytes() + 4 * self.events.len());
-        out.extend_from_slice(&self.ballot.round.to_le_bytes());
-        out.extend_from_slice(&self.ballot.node.to_le_bytes());
-        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
-        out.extend_from_slice(&u32::try_from(self.events.len()).unwrap_or(0).to_le_bytes());
-        for e in &self.events {
-            out.extend_from_slice(&u32::try_from(e.len()).unwrap_or(u32::MAX).to_le_bytes());
-            out.extend_from_slice(e);
-        }
-        out
+        to_bytes(self)
     }
 
     /// The entry of slot `first_seq` from its stored form.
     ///
     /// # Errors
-    /// The bytes are not an encoded entry.
+    /// The bytes are not an encoded entry, or not a valid one of that slot.
     pub fn decode(first_seq: u64, bytes: &[u8]) -> Result<Entry, String> {
-        let mut r = Reader(bytes);
-        let round = r.u64()?;
-        let node = r.u64()?;
-        let timestamp_ms = r.u64()?;
-        let count = r.u32()? as usize;
-        if count == 0 || count > crate::persistence::AtomicWrite::MAX_EVENTS {
-            return Err(format!("an entry of {count} events"));
-        }
-        let mut events = Vec::with_capacity(count);
-        for _ in 0..count {
-            let len = r.u32()? as usize;
-            events.push(r.take(len)?.to_vec());
-        }
-        if !r.0.is_empty() {
-            return Err("bytes after the entry".into());
-        }
-        let entry = Entry {
-            first_seq,
-            ballot: Ballot { round, node },
-            timestamp_ms,
-            events,
-        };
-        if !entry.is_valid() {
+        let entry: Entry = from_bytes(bytes)?;
+        if entry.first_seq != first_seq || !entry.is_valid() {
             return Err(format!("an invalid entry at {first_seq}"));
         }
         Ok(entry)
@@ -125,54 +95,37 @@ pub struct StoredSnapshot {
 }
 
 impl StoredSnapshot {
-    /// The stored form: sequence number, timestamp (little-endian), payload.
+    /// The stored form ([`to_bytes`]).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.payload.len());
-        out.extend_from_slice(&self.seq_nr.to_le_bytes());
-        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
-        out.extend_from_slice(&self.payload);
-        out
+        to_bytes(self)
     }
 
     /// From the stored form.
     ///
     /// # Errors
-    /// Fewer than 16 bytes.
+    /// Not an encoded snapshot.
     pub fn decode(bytes: &[u8]) -> Result<StoredSnapshot, String> {
-        let mut r = Reader(bytes);
-        Ok(StoredSnapshot {
-            seq_nr: r.u64()?,
-            timestamp_ms: r.u64()?,
-            payload: r.0.to_vec(),
-        })
+        from_bytes(bytes)
     }
 }
 
-/// A cursor over stored bytes.
-pub(super) struct Reader<'a>(pub(super) &'a [u8]);
+/// The format byte of the journal's stored forms.
+const FORMAT: u8 = 1;
 
-impl<'a> Reader<'a> {
-    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err(format!("{n} bytes wanted, {} left", self.0.len()));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
+/// A stored form: a format byte, then postcard (as the key-value store's records).
+pub(super) fn to_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    // Serializing plain data into a Vec cannot fail.
+    out.extend(postcard::to_stdvec(value).unwrap_or_default());
+    out
+}
 
-    pub(super) fn u64(&mut self) -> Result<u64, String> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-
-    pub(super) fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        let mut a = [0u8; 4];
-        a.copy_from_slice(b);
-        Ok(u32::from_le_bytes(a))
+/// A value from [`to_bytes`]'s bytes.
+pub(super) fn from_bytes<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&FORMAT, body)) => postcard::from_bytes(body).map_err(|e| e.to_string()),
+        Some((f, _)) => Err(format!("unknown format {f}")),
+        None => Err("empty".into()),
     }
 }
 

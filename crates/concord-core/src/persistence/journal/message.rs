@@ -161,6 +161,20 @@ pub enum JournalMessage {
 }
 
 impl JournalMessage {
+    /// The request id and log of a request to an acceptor about one log (`None` for
+    /// replies and handoff).
+    pub fn request_log(&self) -> Option<(u64, &str)> {
+        match self {
+            JournalMessage::Prepare { request, log, .. }
+            | JournalMessage::Accept { request, log, .. }
+            | JournalMessage::Read { request, log, .. }
+            | JournalMessage::SaveSnapshot { request, log, .. }
+            | JournalMessage::LoadSnapshot { request, log }
+            | JournalMessage::Delete { request, log, .. } => Some((*request, log.as_str())),
+            _ => None,
+        }
+    }
+
     /// The request id of a reply (`None` for requests and handoff).
     pub fn reply_to(&self) -> Option<u64> {
         match self {

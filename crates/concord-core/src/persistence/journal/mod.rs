@@ -211,11 +211,6 @@ impl<S: KvStorage> JournalMachine<S> {
         &self.stats
     }
 
-    /// The storage (for tools and tests).
-    pub fn storage(&mut self) -> &mut S {
-        &mut self.storage
-    }
-
     /// The ring.
     pub fn ring(&self) -> &Ring {
         &self.ring

@@ -21,19 +21,21 @@ impl<S: KvStorage> JournalMachine<S> {
         from: &UniqueAddress,
         msg: JournalMessage,
     ) -> Option<JournalMessage> {
-        let gate = |m: &Self, request: u64, log: &str| -> Option<JournalMessage> {
-            if log.len() > MAX_LOG_BYTES || log.contains('\0') {
-                return Some(JournalMessage::Unable { request });
-            }
+        if let Some((request, log)) = msg.request_log() {
             // Only a replica in this node's own view answers, and not before its handoff.
             let segment = segment_of_log(log);
-            let replica = m
-                .ring
-                .preference_list(segment, m.settings.n)
-                .contains(&&m.self_node);
-            (!replica || m.handoffs.is_pending(segment))
-                .then_some(JournalMessage::Unable { request })
-        };
+            let answers = log.len() <= MAX_LOG_BYTES
+                && !log.contains('\0')
+                && self
+                    .ring
+                    .preference_list(segment, self.settings.n)
+                    .contains(&&self.self_node)
+                && !self.handoffs.is_pending(segment);
+            if !answers {
+                return Some(JournalMessage::Unable { request });
+            }
+        }
+        let st = &mut self.storage;
         let result = match msg {
             JournalMessage::Prepare {
                 request,
@@ -41,14 +43,8 @@ impl<S: KvStorage> JournalMachine<S> {
                 ballot,
                 from: f,
                 max_events,
-            } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
-                acceptor::prepare(st, request, &log, ballot, f, max_events as usize)
-                    .map_err(|e| (request, e))
-            }
+            } => acceptor::prepare(st, request, &log, ballot, f, max_events as usize)
+                .map_err(|e| (request, e)),
             JournalMessage::Accept {
                 request,
                 log,
@@ -56,57 +52,29 @@ impl<S: KvStorage> JournalMachine<S> {
                 committed,
                 compact,
                 writes,
-            } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
-                acceptor::accept(st, request, &log, ballot, committed, compact, &writes)
-                    .map_err(|e| (request, e))
-            }
+            } => acceptor::accept(st, request, &log, ballot, committed, compact, &writes)
+                .map_err(|e| (request, e)),
             JournalMessage::Read {
                 request,
                 log,
                 from: f,
                 max_events,
             } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
                 acceptor::read(st, request, &log, f, max_events as usize).map_err(|e| (request, e))
             }
             JournalMessage::SaveSnapshot {
                 request,
                 log,
                 snapshot,
-            } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
-                acceptor::save_snapshot(st, &log, &snapshot)
-                    .map(|()| JournalMessage::Done { request })
-                    .map_err(|e| (request, e))
-            }
-            JournalMessage::LoadSnapshot { request, log } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
-                acceptor::load_snapshot(st, &log)
-                    .map(|snapshot| JournalMessage::SnapshotReply { request, snapshot })
-                    .map_err(|e| (request, e))
-            }
-            JournalMessage::Delete { request, log, to } => {
-                if let Some(refuse) = gate(self, request, &log) {
-                    return Some(refuse);
-                }
-                let st = &mut self.storage;
-                acceptor::delete_to(st, &log, to)
-                    .map(|()| JournalMessage::Done { request })
-                    .map_err(|e| (request, e))
-            }
+            } => acceptor::save_snapshot(st, &log, &snapshot)
+                .map(|()| JournalMessage::Done { request })
+                .map_err(|e| (request, e)),
+            JournalMessage::LoadSnapshot { request, log } => acceptor::load_snapshot(st, &log)
+                .map(|snapshot| JournalMessage::SnapshotReply { request, snapshot })
+                .map_err(|e| (request, e)),
+            JournalMessage::Delete { request, log, to } => acceptor::delete_to(st, &log, to)
+                .map(|()| JournalMessage::Done { request })
+                .map_err(|e| (request, e)),
             JournalMessage::Handoff {
                 segment,
                 page,

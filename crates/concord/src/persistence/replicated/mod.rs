@@ -138,6 +138,8 @@ impl Journal for ReplicatedStore {
         })
     }
 
+    /// On this store reading the highest number is a recovery: it makes this node the
+    /// log's writer (Paxos phase 1), which fences any other writer of it.
     fn highest_seq_nr<'a>(&'a self, pid: &'a PersistenceId) -> StoreFuture<'a, u64> {
         Box::pin(async move { Ok(self.replay_with_highest(pid, u64::MAX, 1).await?.1) })
     }

@@ -184,12 +184,13 @@ async fn replicated_cluster(
 /// shard is, fencing node 0 as the writer).
 async fn replicated_storm(entities: usize) -> anyhow::Result<(f64, u64)> {
     let nodes = replicated_cluster("bench-storm-replicated", 3).await?;
-    let journal = loop {
-        if let Some(s) = nodes[0].1 .1.stores() {
-            break s.journal;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let journal = nodes[0]
+        .1
+         .1
+        .stores_within(Duration::from_secs(30))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .journal;
     let prefilled = prefill_as(journal, entities, "bench").await;
     let started = Instant::now();
     let failures = touch_all(&nodes[1].1 .0, "s", entities, Some(20)).await;
