@@ -449,22 +449,7 @@ async fn events_route_and_cli(node: &Node, totals: &BTreeMap<String, i64>) {
     assert_eq!(ids, expected);
 
     // The CLI prints one JSON object per line.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(["events", "counter", "--max", "5", "--management"])
-        .arg(format!("http://{addr}"))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = common::events_cli(&format!("http://{addr}"), "counter", 5).await;
     assert_eq!(lines, events[..5].to_vec());
 }
 

@@ -1,7 +1,9 @@
 //! Persistence on the built-in replicated journal (`store = "replicated"`): three
 //! in-process nodes, event-sourced counters spread over them, a node leaving — every
-//! acknowledged increment is recovered on the nodes that remain; and a second writer of
-//! one persistence id on another node fences the first, whose next append is refused.
+//! acknowledged increment is recovered on the nodes that remain, and the events-by-slices
+//! stream (`GET /persistence/events/counter`, `concord events`), read before and resumed
+//! after the leave, holds every increment; and a second writer of one persistence id on
+//! another node fences the first, whose next append is refused.
 
 mod common;
 
@@ -106,6 +108,12 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
         *total += i;
         assert_eq!(ask(&ra, &id, Cmd::Add(i)).await, Ok(*total), "{id}");
     }
+    let mut stream = StreamReader::new(&b);
+    stream.read_until_every_event(&totals, 60).await;
+    // The CLI reads the same stream from its start.
+    let url = format!("http://{}", b.management_addr().unwrap());
+    let lines = common::events_cli(&url, "counter", 5).await;
+    assert_eq!(lines, stream.events[..5].to_vec());
     // c leaves: its entities and its share of the journal move to a and b.
     c.shutdown().await;
     wait_for("two members", || a.cluster().view().members.len() == 2).await;
@@ -117,6 +125,14 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
             "{id} after the leave"
         );
     }
+    // More increments after the leave; the stream, resumed where it was, has them too.
+    for i in 61..=72i64 {
+        let id = format!("c{}", i % 12);
+        let total = totals.entry(id.clone()).or_insert(0i64);
+        *total += i;
+        assert_eq!(ask(&rb, &id, Cmd::Add(i)).await, Ok(*total), "{id}");
+    }
+    stream.read_until_every_event(&totals, 72).await;
 
     // Two writers of one persistence id: the one that recovered last wins.
     let journal = |p: &Persistence| p.stores().expect("started: its node answered").journal;
@@ -140,6 +156,74 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     assert_eq!(payloads, vec![b"a1".to_vec(), b"b2".to_vec()]);
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A reader of `GET /persistence/events/counter` on one node, page after page, resuming
+/// after the last offset it read.
+struct StreamReader {
+    client: common::client::ManagementClient,
+    from: String,
+    /// Every event read, in order (the replicated store's stream is at least once).
+    events: Vec<serde_json::Value>,
+}
+
+impl StreamReader {
+    fn new(node: &concord::Node) -> StreamReader {
+        let addr = node.management_addr().unwrap();
+        StreamReader {
+            client: common::client::ManagementClient::new(&format!("http://{addr}")),
+            from: "0".into(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads on (the stream shows events `events-delay` after they are written) until
+    /// `count` distinct events are read and their increments add up to `totals`; offsets
+    /// rise page after page.
+    async fn read_until_every_event(&mut self, totals: &BTreeMap<String, i64>, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            // A replica still taking over a segment answers unavailable: read again.
+            if let Ok(page) = self
+                .client
+                .events_page("counter", &self.from, "0-1023", 7)
+                .await
+            {
+                for e in &page.events {
+                    let offset: concord::persistence::Offset =
+                        e["offset"].as_str().unwrap().parse().unwrap();
+                    let last: concord::persistence::Offset = self.from.parse().unwrap();
+                    assert!(offset > last, "offsets rise: {offset} after {last}");
+                    self.from = offset.to_string();
+                    self.events.push(e.clone());
+                }
+            }
+            let mut seen = BTreeMap::new();
+            for e in &self.events {
+                let id = e["persistenceId"].as_str().unwrap();
+                seen.insert(
+                    (
+                        id.trim_start_matches("counter|").to_string(),
+                        e["seqNr"].as_u64(),
+                    ),
+                    e["event"].as_i64().unwrap(),
+                );
+            }
+            let mut sums: BTreeMap<String, i64> = BTreeMap::new();
+            for ((id, _), v) in &seen {
+                *sums.entry(id.clone()).or_default() += v;
+            }
+            if seen.len() == count && &sums == totals {
+                return;
+            }
+            assert!(
+                seen.len() <= count && std::time::Instant::now() < deadline,
+                "the stream holds {} events, {count} written",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// True once the nodes named `nodes` report no pending segment and no outgoing handoff

@@ -40,6 +40,11 @@ pub struct PersistenceConfig {
     pub write_timeout: Duration,
     /// Events read per replay query (1000).
     pub replay_batch_size: usize,
+    /// Events by slices on the replicated store are read only up to this long before now
+    /// ("2s"): longer than a write takes to reach its replicas once chosen, plus the clock
+    /// skew between nodes (docs/PERSISTENCE.md, "Events by slices").
+    #[serde(with = "crate::config::duration::required")]
+    pub events_delay: Duration,
     /// `[persistence.postgres]`.
     pub postgres: PostgresConfig,
 }
@@ -85,6 +90,7 @@ impl Default for PersistenceConfig {
             recovery_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
             replay_batch_size: 1000,
+            events_delay: Duration::from_secs(2),
             postgres: PostgresConfig::default(),
         }
     }
@@ -160,10 +166,17 @@ impl ConfigSection for PersistenceConfig {
             ("persistence.recovery-timeout", self.recovery_timeout),
             ("persistence.write-timeout", self.write_timeout),
             ("persistence.postgres.timeout", self.postgres.timeout),
+            ("persistence.events-delay", self.events_delay),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::new(key, "must be above 0"));
             }
+        }
+        if self.events_delay > Duration::from_secs(3600) {
+            return Err(ConfigError::new(
+                "persistence.events-delay",
+                "must be at most 1h",
+            ));
         }
         if !(1..=1000).contains(&self.postgres.pool_size) {
             return Err(ConfigError::new(
@@ -199,6 +212,8 @@ mod tests {
             ("recovery-permits = 0", "persistence.recovery-permits"),
             ("recovery-timeout = \"0s\"", "persistence.recovery-timeout"),
             ("replay-batch-size = 0", "persistence.replay-batch-size"),
+            ("events-delay = \"0s\"", "persistence.events-delay"),
+            ("events-delay = \"2h\"", "persistence.events-delay"),
         ] {
             let e = section(&format!("[persistence]\n{toml}")).unwrap_err();
             assert!(e.to_string().contains(key), "{toml}: {e}");

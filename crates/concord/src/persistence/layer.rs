@@ -191,6 +191,8 @@ impl Layer for PersistenceLayer {
                 let journal = concord_core::persistence::journal::JournalSettings {
                     request_timeout_ms: u64::try_from(settings.write_timeout.as_millis())
                         .unwrap_or(u64::MAX),
+                    stream_delay_ms: u64::try_from(config.events_delay.as_millis())
+                        .unwrap_or(u64::MAX),
                     ..Default::default()
                 };
                 let store = super::replicated::start(&ctx, inbound, journal)?;

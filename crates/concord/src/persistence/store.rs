@@ -2,8 +2,9 @@
 //! persistent entity writes through (Akka's `AsyncWriteJournal`, `SnapshotStore` and
 //! `DurableStateUpdateStore` plugin APIs as the model), and what they return.
 //!
-//! Implementations: [`crate::persistence::InMemoryStore`] (tests), and
-//! `crate::persistence::PostgresStore` (PostgreSQL). Every method is object-safe and
+//! Implementations: `crate::persistence::ReplicatedStore` (the built-in replicated
+//! store), `crate::persistence::PostgresStore` (PostgreSQL) and
+//! [`crate::persistence::InMemoryStore`] (tests). Every method is object-safe and
 //! returns a boxed future, so a node picks its store from configuration.
 
 use std::fmt;
@@ -142,11 +143,17 @@ pub trait Journal: Send + Sync + 'static {
     /// [`PersistenceError::Unavailable`].
     fn delete_to<'a>(&'a self, pid: &'a PersistenceId, to_seq_nr: u64) -> StoreFuture<'a, ()>;
 
-    /// Events of an entity type after an offset, in offset order: every event appears once
-    /// in the stream, and an event becomes readable only once every event with a smaller
-    /// offset is readable too (or will never be) — so resuming after the last offset read
-    /// misses nothing. (Offsets follow the store's own order, e.g. PostgreSQL's transaction
-    /// ids, which need not be commit order.) Events deleted meanwhile are skipped.
+    /// Events of an entity type after an offset, in offset order, such that resuming after
+    /// the last offset read misses nothing: an event becomes readable only once every event
+    /// with a smaller offset is readable too (or will never be). Events deleted meanwhile
+    /// are skipped. Offsets follow the store's own order:
+    ///
+    /// - PostgreSQL: (transaction id, ordering); every event appears **once**.
+    /// - The replicated store: (stream time ms, ordering), read up to `events-delay` before
+    ///   now; **at least once** — a write one replica learned late may appear a second
+    ///   time at a later offset (a projection that must not apply it twice keeps the
+    ///   highest sequence number it applied per persistence id).
+    /// - In memory: a counter; once.
     ///
     /// # Errors
     /// [`PersistenceError::Unavailable`].

@@ -518,3 +518,30 @@ pub fn count_status(n: &concord::Node, status: concord_core::MemberStatus) -> us
     n.cluster().view().members_with_status(status).count()
 }
 pub mod wire_peer;
+
+/// `concord events <entity_type> --max <max> --management <url>`: the JSON objects it
+/// prints, one per line.
+pub async fn events_cli(url: &str, entity_type: &str, max: usize) -> Vec<serde_json::Value> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args([
+            "events",
+            entity_type,
+            "--max",
+            &max.to_string(),
+            "--management",
+            url,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

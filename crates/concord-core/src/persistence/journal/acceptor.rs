@@ -8,7 +8,10 @@
 //! - 0, seq 0: the log's state ([`LogState`]: the promised ballot and the committed
 //!   prefix);
 //! - 1, seq = slot: an accepted [`Entry`];
-//! - 2, seq 0: the newest [`StoredSnapshot`].
+//! - 2, seq 0: the newest [`StoredSnapshot`];
+//! - 3, seq = slot: the write's mark in the events-by-type stream ([`super::stream`]:
+//!   its stream time and the ballot of the write indexed; the index records themselves
+//!   sort first in their segment: `[segment][0][1]…`).
 //!
 //! Values are stored forms: a format byte, then postcard.
 //!
@@ -25,8 +28,11 @@ use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
 const KIND_STATE: u8 = 0;
-const KIND_ENTRY: u8 = 1;
-const KIND_SNAPSHOT: u8 = 2;
+pub(super) const KIND_ENTRY: u8 = 1;
+pub(super) const KIND_SNAPSHOT: u8 = 2;
+/// Kind 3, seq = slot: the write is indexed in the events-by-type stream (value: its
+/// stream time and ballot; see [`super::stream`]).
+pub(super) const KIND_INDEXED: u8 = 3;
 
 /// Bytes of events one page carries, at most (at least one entry is always sent).
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -41,7 +47,7 @@ pub fn segment_of_log(log: &str) -> u16 {
     segment_of(key_hash(log))
 }
 
-fn key(log: &str, kind: u8, seq: u64) -> Vec<u8> {
+pub(super) fn key(log: &str, kind: u8, seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(log.len() + 12);
     k.extend_from_slice(&segment_of_log(log).to_be_bytes());
     k.extend_from_slice(log.as_bytes());
@@ -79,7 +85,7 @@ fn parse_key(k: &[u8]) -> Option<(u16, &str, u8, u64)> {
     Some((segment, log, tail[0], u64::from_be_bytes(seq)))
 }
 
-fn corrupt(what: impl std::fmt::Display) -> StorageError {
+pub(super) fn corrupt(what: impl std::fmt::Display) -> StorageError {
     StorageError(format!("journal record: {what}"))
 }
 
@@ -328,12 +334,14 @@ pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), Sto
             break;
         }
         st.remove(Table::Journal, &key(log, KIND_ENTRY, e.first_seq))?;
+        super::stream::unindex(st, log, e.first_seq)?;
     }
     Ok(())
 }
 
 /// Records of segment `segment` from `after` (exclusive; `None`: from the start), at most
-/// `limit` — a handoff page.
+/// `limit` — a handoff page. The segment's index records are not among them (each replica
+/// makes its own from the marks).
 ///
 /// # Errors
 /// The storage failed.
@@ -350,7 +358,11 @@ pub fn segment_records<S: KvStorage>(
             k.push(0);
             k
         }
-        None => start,
+        None => {
+            let mut k = start;
+            k.extend_from_slice(&[0, 2]);
+            k
+        }
     };
     st.range(Table::Journal, &start, &end, limit)
 }
@@ -365,6 +377,10 @@ pub fn merge_record<S: KvStorage>(
     key_bytes: &[u8],
     value: &[u8],
 ) -> Result<bool, StorageError> {
+    if super::stream::is_index_key(key_bytes) {
+        // Index records are not handed off: each replica makes its own from the marks.
+        return Ok(false);
+    }
     let Some((_, log, kind, seq)) = parse_key(key_bytes) else {
         return Ok(false);
     };
@@ -396,6 +412,18 @@ pub fn merge_record<S: KvStorage>(
                 None => true,
             }
         }
+        KIND_INDEXED => {
+            let Ok((at_ms, ballot)) = from_bytes::<(u64, Ballot)>(value) else {
+                return Ok(false);
+            };
+            if old.is_none() {
+                // Indexed where it came from: index it here at the same stream time if the
+                // same write is held here (it came in an earlier record: entries sort
+                // before marks).
+                super::stream::index_handed_off(st, log, seq, at_ms, ballot)?;
+            }
+            return Ok(true);
+        }
         KIND_SNAPSHOT => {
             let Ok(new) = StoredSnapshot::decode(value) else {
                 return Ok(false);
@@ -426,8 +454,9 @@ pub fn held_segments<S: KvStorage>(st: &mut S) -> Result<Vec<u16>, StorageError>
         let Some((k, _)) = r.first() else {
             return Ok(out);
         };
-        let Some((s, ..)) = parse_key(k) else {
-            return Err(corrupt("a bad key"));
+        let s = match k.as_slice() {
+            [a, b, ..] => u16::from_be_bytes([*a, *b]),
+            _ => return Err(corrupt("a bad key")),
         };
         out.push(s);
         match s.checked_add(1) {
@@ -438,137 +467,5 @@ pub fn held_segments<S: KvStorage>(st: &mut S) -> Result<Vec<u16>, StorageError>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kv::storage::MemoryStorage;
-
-    fn entry(first: u64, n: usize, round: u64) -> Entry {
-        Entry {
-            first_seq: first,
-            ballot: Ballot { round, node: 1 },
-            timestamp_ms: 5,
-            events: (0..n).map(|i| vec![i as u8; 3]).collect(),
-        }
-    }
-
-    #[test]
-    fn promises_only_rise_and_accepts_below_the_promise_are_refused() {
-        let mut st = MemoryStorage::new();
-        let b1 = Ballot { round: 1, node: 1 };
-        let b2 = Ballot { round: 2, node: 1 };
-        assert!(matches!(
-            prepare(&mut st, 1, "elog", b2, 1, 10).unwrap(),
-            JournalMessage::Promise { .. }
-        ));
-        assert!(
-            matches!(prepare(&mut st, 2, "elog", b1, 1, 10).unwrap(), JournalMessage::Nack { promised, .. } if promised == b2)
-        );
-        assert!(matches!(
-            accept(&mut st, 3, "elog", b1, 0, false, &[entry(1, 2, 0)]).unwrap(),
-            JournalMessage::Nack { .. }
-        ));
-        assert!(matches!(
-            accept(&mut st, 4, "elog", b2, 0, false, &[entry(1, 2, 0)]).unwrap(),
-            JournalMessage::Accepted { .. }
-        ));
-        let JournalMessage::ReadReply {
-            page, covered_to, ..
-        } = read(&mut st, 5, "elog", 1, 10).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(page.len(), 1);
-        assert_eq!(page[0].ballot, b2, "stored at the accept's ballot");
-        assert_eq!(covered_to, u64::MAX);
-        assert_eq!(log_state(&mut st, "elog").unwrap().promised, b2);
-    }
-
-    #[test]
-    fn pages_stop_at_the_event_limit_and_say_how_far_they_cover() {
-        let mut st = MemoryStorage::new();
-        let b = Ballot { round: 1, node: 1 };
-        let writes: Vec<Entry> = (0..10).map(|i| entry(1 + 3 * i, 3, 1)).collect();
-        accept(&mut st, 1, "elog", b, 27, false, &writes).unwrap();
-        let JournalMessage::ReadReply {
-            page, covered_to, ..
-        } = read(&mut st, 2, "elog", 4, 7).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(
-            page.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
-            vec![4, 7]
-        );
-        assert_eq!(covered_to, 7);
-        // The promise sends the tail (slots above committed 27) besides the page.
-        let JournalMessage::Promise {
-            tail, committed, ..
-        } = prepare(&mut st, 3, "elog", Ballot { round: 2, node: 1 }, 1, 3).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(committed, 27);
-        assert_eq!(
-            tail.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
-            vec![28]
-        );
-        // Deleting keeps the tail.
-        delete_to(&mut st, "elog", 100).unwrap();
-        let JournalMessage::ReadReply { page, .. } = read(&mut st, 4, "elog", 1, 100).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(
-            page.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
-            vec![28]
-        );
-    }
-
-    #[test]
-    fn merges_keep_the_higher_ballot_promise_and_snapshot() {
-        let mut a = MemoryStorage::new();
-        let mut b = MemoryStorage::new();
-        accept(
-            &mut a,
-            1,
-            "elog",
-            Ballot { round: 3, node: 1 },
-            0,
-            false,
-            &[entry(1, 1, 0)],
-        )
-        .unwrap();
-        accept(
-            &mut b,
-            1,
-            "elog",
-            Ballot { round: 5, node: 2 },
-            0,
-            false,
-            &[entry(1, 2, 0)],
-        )
-        .unwrap();
-        save_snapshot(
-            &mut a,
-            "elog",
-            &StoredSnapshot {
-                seq_nr: 9,
-                timestamp_ms: 1,
-                payload: vec![1],
-            },
-        )
-        .unwrap();
-        let seg = segment_of_log("elog");
-        for (k, v) in segment_records(&mut a, seg, None, 100).unwrap() {
-            assert!(merge_record(&mut b, &k, &v).unwrap());
-        }
-        assert_eq!(held_segments(&mut b).unwrap(), vec![seg]);
-        let JournalMessage::ReadReply { page, .. } = read(&mut b, 2, "elog", 1, 10).unwrap() else {
-            panic!()
-        };
-        assert_eq!(page[0].events.len(), 2, "the higher ballot's entry stays");
-        assert_eq!(log_state(&mut b, "elog").unwrap().promised.round, 5);
-        assert_eq!(load_snapshot(&mut b, "elog").unwrap().unwrap().seq_nr, 9);
-        assert!(!merge_record(&mut b, b"garbage", b"x").unwrap());
-    }
-}
+#[path = "acceptor_tests.rs"]
+mod tests;

@@ -2,6 +2,7 @@
 //! Every request carries the proposer's request id; replies echo it.
 
 use super::entry::{Ballot, Entry, StoredSnapshot};
+use super::stream::StreamEvent;
 
 /// A journal protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +159,54 @@ pub enum JournalMessage {
         /// The page's number.
         page: u32,
     },
+    /// The writer of `log` learned that these writes (slot, ballot) are chosen: index
+    /// them in the events-by-type stream at `at_ms` (one-way; see [`super::stream`]).
+    Learn {
+        /// The learn's id (acknowledged by [`JournalMessage::LearnAck`]).
+        id: u64,
+        /// The log.
+        log: String,
+        /// The stream time of the writes, ms since the Unix epoch.
+        at_ms: u64,
+        /// (first sequence number, ballot accepted at) of each chosen write.
+        writes: Vec<(u64, Ballot)>,
+    },
+    /// A learn applied (sent again until acknowledged).
+    LearnAck {
+        /// The learn's id.
+        id: u64,
+    },
+    /// Read the events-by-type stream of the segments this node replicates.
+    StreamRead {
+        /// Request id.
+        request: u64,
+        /// The entity type.
+        entity_type: String,
+        /// First slice.
+        slice_from: u16,
+        /// Last slice.
+        slice_to: u16,
+        /// Events after this offset: stream time, ms.
+        after_at_ms: u64,
+        /// Events after this offset: ordering within the stream time.
+        after_ordering: u64,
+        /// Events up to this stream time only, ms.
+        horizon_ms: u64,
+        /// Events, at most.
+        limit: u32,
+    },
+    /// The events read, and for which segments this node answered.
+    StreamReply {
+        /// Request id.
+        request: u64,
+        /// The segments answered for (this node replicates them and is not waiting for
+        /// their handoff).
+        segments: Vec<u16>,
+        /// Events in offset order.
+        events: Vec<StreamEvent>,
+        /// True if more events follow the last one (the page hit its limit).
+        full: bool,
+    },
 }
 
 impl JournalMessage {
@@ -184,6 +233,7 @@ impl JournalMessage {
             | JournalMessage::ReadReply { request, .. }
             | JournalMessage::SnapshotReply { request, .. }
             | JournalMessage::Done { request }
+            | JournalMessage::StreamReply { request, .. }
             | JournalMessage::Unable { request } => Some(*request),
             _ => None,
         }

@@ -17,7 +17,9 @@
 //! - an **acceptor** ([`acceptor`]) for the logs whose ring segment it replicates, its
 //!   records in storage made durable ([`JournalMachine::commit`]) before any answer
 //!   leaves — many logs' accepts share one commit;
-//! - a party to **handoff** after ring changes ([`handoff`]).
+//! - a party to **handoff** after ring changes ([`handoff`]);
+//! - an index of the chosen writes of event logs by entity type, read by
+//!   [`JournalMachine::events_by_type`] ([`stream`]).
 //!
 //! Snapshots are kept per log by each replica (the newest wins) and read from a majority.
 //! A durable-state log is the same log with one slot per revision and only the newest
@@ -31,6 +33,8 @@ pub mod message;
 mod proposer;
 mod request;
 mod serve;
+pub mod stream;
+mod stream_query;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -67,6 +71,10 @@ pub struct JournalSettings {
     /// Commit after every input (the simulator and tests; the runtime commits once per
     /// turn).
     pub auto_commit: bool,
+    /// Events by type are read only up to this long before now, ms (2000): the time a
+    /// learn takes to reach the replicas plus the clock skew between nodes
+    /// ([`stream`]).
+    pub stream_delay_ms: u64,
 }
 
 impl Default for JournalSettings {
@@ -79,6 +87,7 @@ impl Default for JournalSettings {
             max_writers: 100_000,
             max_in_flight: 100_000,
             auto_commit: false,
+            stream_delay_ms: 2_000,
         }
     }
 }
@@ -112,6 +121,8 @@ pub enum JournalOutput {
     Snapshot(Option<StoredSnapshot>),
     /// Saved or deleted on a majority.
     Done,
+    /// Events of an entity type, in offset order.
+    Events(Vec<stream::StreamEvent>),
 }
 
 /// The answer to a caller's request.
@@ -140,6 +151,10 @@ pub struct JournalStats {
     pub rejected: u64,
     /// Handoff pages merged.
     pub handoff_pages: u64,
+    /// Learns sent again (not acknowledged in time).
+    pub learn_resends: u64,
+    /// Learns given up (too many waiting).
+    pub learns_dropped: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -169,6 +184,8 @@ pub struct JournalMachine<S: KvStorage> {
     ring: Ring,
     storage: S,
     requests: HashMap<u64, Request>,
+    streams: HashMap<u64, stream_query::StreamRequest>,
+    learns: std::collections::BTreeMap<u64, stream_query::PendingLearn>,
     next_wire: u64,
     writers: HashMap<String, Writer>,
     last_round: u64,
@@ -195,6 +212,8 @@ impl<S: KvStorage> JournalMachine<S> {
             self_node,
             storage,
             requests: HashMap::new(),
+            streams: HashMap::new(),
+            learns: std::collections::BTreeMap::new(),
             next_wire: 1,
             writers: HashMap::new(),
             last_round: 0,
@@ -218,7 +237,7 @@ impl<S: KvStorage> JournalMachine<S> {
 
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.requests.len()
+        self.requests.len() + self.streams.len()
     }
 
     /// Segments this node does not answer about until their handoff arrives.
@@ -229,6 +248,11 @@ impl<S: KvStorage> JournalMachine<S> {
     /// What this node waits for, per segment (for tools and tests).
     pub fn pending(&self) -> &std::collections::BTreeMap<u16, handoff::Pending> {
         &self.handoffs.pending
+    }
+
+    /// Learns waiting for acknowledgements.
+    pub fn pending_learns(&self) -> usize {
+        self.learns.len()
     }
 
     /// Segment handoffs this node still sends.
@@ -340,6 +364,7 @@ impl<S: KvStorage> JournalMachine<S> {
                     .drain(..)
                     .map(|e| e.request)
                     .chain(self.requests.drain().map(|(_, r)| r.caller))
+                    .chain(self.streams.drain().map(|(_, r)| r.caller()))
                     .collect();
                 for request in failed {
                     self.out.events.push_back(JournalEvent {
@@ -371,9 +396,13 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
     }
 
     fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, message: JournalMessage) {
-        if message.reply_to().is_some() {
-            self.on_reply(now_ms, from, message);
-        } else if let Some(answer) = self.answer(from, message) {
+        if let Some(wire) = message.reply_to() {
+            if self.is_stream(wire) {
+                self.on_stream_reply(from, message);
+            } else {
+                self.on_reply(now_ms, from, message);
+            }
+        } else if let Some(answer) = self.answer(now_ms, from, message) {
             self.held_transmits.push(Transmit {
                 to: from.address.clone(),
                 to_uid: Some(from.uid),
@@ -411,6 +440,8 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
             match t {
                 Timer::Tick => {
                     self.expire(now_ms);
+                    self.expire_streams(now_ms);
+                    self.learn_tick(now_ms);
                     self.handoff_tick(now_ms);
                     self.out.timers.set(Timer::Tick, now_ms + TICK_MS);
                 }

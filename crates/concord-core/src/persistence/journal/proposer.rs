@@ -63,6 +63,7 @@ impl<S: KvStorage> JournalMachine<S> {
                         ballot: w.ballot,
                         highest,
                         page: Vec::new(),
+                        learn: vec![(write.first_seq, w.ballot)],
                     };
                     let msg = |request, log: &str| JournalMessage::Accept {
                         request,
@@ -147,7 +148,7 @@ impl<S: KvStorage> JournalMachine<S> {
         for r in replicas {
             let msg = message(wire, &log);
             if r == self.self_node {
-                if let Some(answer) = self.answer(&r, msg) {
+                if let Some(answer) = self.answer(now_ms, &r, msg) {
                     let me = self.self_node.clone();
                     self.on_reply(now_ms, &me, answer);
                 }
@@ -243,11 +244,12 @@ impl<S: KvStorage> JournalMachine<S> {
                     ballot,
                     highest,
                     page,
-                    ..
+                    learn,
                 },
                 op,
             ) => {
                 self.remember_writer(&req.log, *ballot, highest.saturating_add(1));
+                self.send_learn(now_ms, &req.log, &req.replicas, learn.clone());
                 let out = match op {
                     Op::Recover { .. } => {
                         self.stats.recoveries += 1;
@@ -318,17 +320,29 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             _ => return,
         };
+        // The page's committed prefix is chosen: its replicas index it (again: a writer
+        // that crashed may have learned it to none of them), each write named by the
+        // ballot of the copy found. The tail is chosen at this ballot once accepted, and
+        // only that ballot names it (the copy found may not be chosen).
+        let mut learn: Vec<(u64, Ballot)> = page
+            .iter()
+            .filter(|e| e.last_seq() <= rec.committed)
+            .map(|e| (e.first_seq, e.ballot))
+            .collect();
         if writes.is_empty() {
             self.remember_writer(&req.log, ballot, highest.saturating_add(1));
+            self.send_learn(now_ms, &req.log, &req.replicas, learn);
             self.stats.recoveries += 1;
             self.finish(req.caller, Ok(JournalOutput::Recovered { page, highest }));
             return;
         }
+        learn.extend(writes.iter().map(|w| (w.first_seq, ballot)));
         let committed = rec.committed;
         req.phase = Phase::Accepting {
             ballot,
             highest,
             page,
+            learn,
         };
         self.send_round(now_ms, req, |request, log| JournalMessage::Accept {
             request,

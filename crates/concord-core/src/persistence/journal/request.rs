@@ -59,6 +59,8 @@ pub enum Phase {
         highest: u64,
         /// A recovery's page.
         page: Vec<Entry>,
+        /// (slot, ballot) of the writes chosen once accepted (told to the replicas).
+        learn: Vec<(u64, Ballot)>,
     },
     /// Reads, snapshot loads and saves, deletes: one round.
     Single,

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::message::JournalMessage;
-use super::{acceptor, handoff, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS};
+use super::{
+    acceptor, handoff, segment_of_log, stream, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS,
+};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::member::MemberStatus;
@@ -18,9 +20,27 @@ impl<S: KvStorage> JournalMachine<S> {
     /// The acceptor's answer to a request (`None` for a message that is not one).
     pub(super) fn answer(
         &mut self,
+        now_ms: u64,
         from: &UniqueAddress,
         msg: JournalMessage,
     ) -> Option<JournalMessage> {
+        match msg {
+            JournalMessage::Learn {
+                id,
+                log,
+                at_ms,
+                writes,
+            } => {
+                self.learn(now_ms, &log, at_ms, &writes);
+                return Some(JournalMessage::LearnAck { id });
+            }
+            JournalMessage::LearnAck { id } => {
+                self.learn_acknowledged(id, from);
+                return None;
+            }
+            JournalMessage::StreamRead { .. } => return Some(self.answer_stream_read(msg)),
+            _ => {}
+        }
         if let Some((request, log)) = msg.request_log() {
             // Only a replica in this node's own view answers, and not before its handoff.
             let segment = segment_of_log(log);
@@ -52,8 +72,20 @@ impl<S: KvStorage> JournalMachine<S> {
                 committed,
                 compact,
                 writes,
-            } => acceptor::accept(st, request, &log, ballot, committed, compact, &writes)
-                .map_err(|e| (request, e)),
+            } => {
+                let before = acceptor::log_state(st, &log).map(|s| s.committed);
+                let reply =
+                    acceptor::accept(st, request, &log, ballot, committed, compact, &writes);
+                if let (Ok(JournalMessage::Accepted { .. }), Ok(before)) = (&reply, before) {
+                    // The accept says every slot up to `committed` is chosen: index the
+                    // writes of this writer it names, if their learn was lost.
+                    if stream::learn_committed(st, &log, ballot, before, committed, now_ms).is_err()
+                    {
+                        self.stats.storage_errors += 1;
+                    }
+                }
+                reply.map_err(|e| (request, e))
+            }
             JournalMessage::Read {
                 request,
                 log,

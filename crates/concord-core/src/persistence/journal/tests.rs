@@ -13,6 +13,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use stream_check::{check_stream, Reader};
+
+#[path = "tests_stream.rs"]
+mod stream_check;
 use crate::address::Address;
 use crate::gossip::Gossip;
 use crate::kv::storage::MemoryStorage;
@@ -205,19 +209,22 @@ fn log_name(l: usize) -> String {
     format!("ecounter|{l}")
 }
 
-fn run(seed: u64) -> (usize, u64) {
+/// One run: `restarts` is the chance of a node restart per 10 ms step while faults last.
+fn run(seed: u64, restarts: f64) -> (usize, u64, usize) {
     let mut net = Net::new(seed, 0.05);
     let mut known = Known::default();
     // (node, log) → writer; at times two nodes write one log.
     let mut writers: BTreeMap<(usize, usize), Writer> = BTreeMap::new();
     let mut requests: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+    let mut appends: BTreeMap<u64, Entry> = BTreeMap::new();
+    let mut reader = Reader::default();
     let mut next_request = 0u64;
     let mut tag = 0u32;
     let end_faults = 20_000;
     while net.now < end_faults + 10_000 {
         let faults = net.now < end_faults;
         // Faults.
-        if faults && net.rng.random_bool(0.02) {
+        if faults && net.rng.random_bool(restarts) {
             let i = net.rng.random_range(0..NODES as usize);
             net.restart(i);
             writers.retain(|(n, _), _| *n != i);
@@ -273,21 +280,60 @@ fn run(seed: u64) -> (usize, u64) {
                     *w = Writer::Appending {
                         write: write.clone(),
                     };
+                    appends.insert(next_request, write.clone());
                     net.machines[*i].append(net.now, next_request, log_name(*l), write, false);
                     net.drain(*i);
                 }
                 _ => {}
             }
         }
+        // A reader follows the events-by-type stream all along, from one node or another.
+        if reader.pending.is_none() {
+            next_request += 1;
+            reader.pending = Some(next_request);
+            let i = net.rng.random_range(0..NODES as usize);
+            net.machines[i].events_by_type(
+                net.now,
+                next_request,
+                "counter".into(),
+                0..=1023,
+                reader.after,
+                200,
+            );
+            net.drain(i);
+        }
         net.run_until(net.now + 10);
         // Results.
         for (_, ev) in std::mem::take(&mut net.events) {
+            if reader.pending == Some(ev.request) {
+                reader.pending = None;
+                // Unavailable (a replica did not answer): it reads again.
+                if let Ok(JournalOutput::Events(page)) = ev.result {
+                    reader.take(page, seed);
+                }
+                continue;
+            }
             let Some((i, l)) = requests.remove(&ev.request) else {
                 continue;
             };
             let Some(w) = writers.get_mut(&(i, l)) else {
+                // The writer is gone (its node restarted): what it was told still counts.
+                if let (Some(write), Ok(JournalOutput::Appended)) =
+                    (appends.remove(&ev.request), &ev.result)
+                {
+                    known.learn(l, std::slice::from_ref(&write), "append");
+                    known
+                        .acked_seqs
+                        .entry(l)
+                        .or_default()
+                        .extend(write.first_seq..=write.last_seq());
+                }
+                if let Ok(JournalOutput::Recovered { page, .. }) = &ev.result {
+                    known.learn(l, page, "recovery of a gone writer");
+                }
                 continue;
             };
+            appends.remove(&ev.request);
             match (w.clone(), ev.result) {
                 (
                     Writer::Recovering { acked_before, .. },
@@ -360,20 +406,26 @@ fn run(seed: u64) -> (usize, u64) {
             );
         }
     }
+    let live = check_stream(&mut net, &known, seed, reader);
     let acked = known.acked_seqs.values().map(BTreeSet::len).sum();
     let conflicts = net.machines.iter().map(|m| m.stats().conflicts).sum();
-    (acked, conflicts)
+    (acked, conflicts, live)
+}
+
+/// Runs per test: `CONCORD_JOURNAL_SEEDS` (40).
+fn seeds() -> u64 {
+    std::env::var("CONCORD_JOURNAL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
 }
 
 #[test]
 fn no_two_events_at_one_sequence_number_under_faults_and_competing_writers() {
-    let seeds: u64 = std::env::var("CONCORD_JOURNAL_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+    let seeds = seeds();
     let (mut acked, mut conflicts) = (0, 0);
     for seed in 0..seeds {
-        let (a, c) = run(seed);
+        let (a, c, _) = run(seed, 0.02);
         assert!(a > 100, "seed {seed}: only {a} events acknowledged");
         acked += a;
         conflicts += c;
@@ -381,6 +433,25 @@ fn no_two_events_at_one_sequence_number_under_faults_and_competing_writers() {
     // The run is not vacuous: writers raced and lost.
     assert!(conflicts > seeds, "{conflicts} conflicts in {seeds} seeds");
     eprintln!("{acked} events acknowledged, {conflicts} conflicts in {seeds} seeds");
+}
+
+/// The events-by-type stream read while replicas fail now and then (a restart every
+/// 5 s or so, loss, partitions, two writers): a reader that moves from node to node and
+/// resumes after its last offset misses no acknowledged event and reads only chosen ones.
+#[test]
+fn the_stream_is_read_at_least_once_while_replicas_fail() {
+    let seeds = seeds();
+    let (mut acked, mut live) = (0, 0);
+    for seed in 0..seeds / 2 {
+        let (a, _, l) = run(1_000_000 + seed, 0.002);
+        acked += a;
+        live += l;
+    }
+    eprintln!("{live} events read while faults went on, {acked} acknowledged in all");
+    assert!(
+        live * 4 > acked,
+        "the reader read too little while faults went on: {live} of {acked}"
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! node.
 
 use bytes::Bytes;
+use concord_core::persistence::journal::stream::{StreamEvent, MAX_STREAM_LIMIT};
 use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
+use concord_core::persistence::PersistenceId;
 use prost::Message;
 
 use crate::remote::wire;
@@ -48,6 +50,14 @@ pub mod manifest {
     pub const HANDOFF_EMPTY_ACK: u32 = 17;
     /// `JournalSegments` (segments wanted).
     pub const HANDOFF_WANTED: u32 = 18;
+    /// `JournalLearn`.
+    pub const LEARN: u32 = 19;
+    /// `JournalRequestId` (a learn's acknowledgement).
+    pub const LEARN_ACK: u32 = 20;
+    /// `JournalStreamRead`.
+    pub const STREAM_READ: u32 = 21;
+    /// `JournalStreamReply`.
+    pub const STREAM_REPLY: u32 = 22;
 }
 
 /// The codec of [`concord_core::ProtocolId::JOURNAL`].
@@ -91,6 +101,13 @@ fn segment(s: u32) -> Result<u16, DecodeError> {
         .ok()
         .filter(|s| *s < concord_core::kv::SEGMENTS)
         .ok_or_else(|| DecodeError::Invalid(format!("segment {s}")))
+}
+
+fn slice(s: u32) -> Result<u16, DecodeError> {
+    u16::try_from(s)
+        .ok()
+        .filter(|s| *s < concord_core::persistence::NUMBER_OF_SLICES)
+        .ok_or_else(|| DecodeError::Invalid(format!("slice {s}")))
 }
 
 fn snapshot_from(b: Option<Bytes>) -> Result<Option<StoredSnapshot>, DecodeError> {
@@ -293,6 +310,76 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
+            M::Learn {
+                id,
+                log,
+                at_ms,
+                writes,
+            } => (
+                manifest::LEARN,
+                wire::JournalLearn {
+                    id: *id,
+                    log: log.clone(),
+                    at_ms: *at_ms,
+                    writes: writes
+                        .iter()
+                        .map(|(first_seq, b)| wire::JournalLearned {
+                            first_seq: *first_seq,
+                            ballot: ballot_to(*b),
+                        })
+                        .collect(),
+                }
+                .encode_to_vec(),
+            ),
+            M::LearnAck { id: learn } => (manifest::LEARN_ACK, id(*learn)),
+            M::StreamRead {
+                request,
+                entity_type,
+                slice_from,
+                slice_to,
+                after_at_ms,
+                after_ordering,
+                horizon_ms,
+                limit,
+            } => (
+                manifest::STREAM_READ,
+                wire::JournalStreamRead {
+                    request: *request,
+                    entity_type: entity_type.clone(),
+                    slice_from: u32::from(*slice_from),
+                    slice_to: u32::from(*slice_to),
+                    after_at_ms: *after_at_ms,
+                    after_ordering: *after_ordering,
+                    horizon_ms: *horizon_ms,
+                    limit: *limit,
+                }
+                .encode_to_vec(),
+            ),
+            M::StreamReply {
+                request,
+                segments,
+                events,
+                full,
+            } => (
+                manifest::STREAM_REPLY,
+                wire::JournalStreamReply {
+                    request: *request,
+                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
+                    events: events
+                        .iter()
+                        .map(|e| wire::JournalStreamEvent {
+                            at_ms: e.at_ms,
+                            ordering: e.ordering,
+                            persistence_id: e.persistence_id.clone(),
+                            seq_nr: e.seq_nr,
+                            timestamp_ms: e.timestamp_ms,
+                            payload: e.payload.clone().into(),
+                        })
+                        .collect(),
+                    full: *full,
+                }
+                .encode_to_vec(),
+            ),
         };
         (m, Bytes::from(bytes))
     }
@@ -436,134 +523,78 @@ impl Codec for JournalCodec {
             manifest::HANDOFF_EMPTY_ACK => M::HandoffEmptyAck {
                 segments: segments(payload)?,
             },
+            manifest::LEARN => {
+                let m = wire::JournalLearn::decode(payload).map_err(invalid)?;
+                M::Learn {
+                    id: m.id,
+                    log: m.log,
+                    at_ms: m.at_ms,
+                    writes: m
+                        .writes
+                        .into_iter()
+                        .map(|w| (w.first_seq, ballot_from(w.ballot)))
+                        .collect(),
+                }
+            }
+            manifest::LEARN_ACK => M::LearnAck { id: id(payload)? },
+            manifest::STREAM_READ => {
+                let m = wire::JournalStreamRead::decode(payload).map_err(invalid)?;
+                let (slice_from, slice_to) = (slice(m.slice_from)?, slice(m.slice_to)?);
+                if slice_from > slice_to || m.limit > MAX_STREAM_LIMIT {
+                    return Err(DecodeError::Invalid(format!(
+                        "a stream read of slices {slice_from}..={slice_to}, limit {}",
+                        m.limit
+                    )));
+                }
+                M::StreamRead {
+                    request: m.request,
+                    entity_type: m.entity_type,
+                    slice_from,
+                    slice_to,
+                    after_at_ms: m.after_at_ms,
+                    after_ordering: m.after_ordering,
+                    horizon_ms: m.horizon_ms,
+                    limit: m.limit,
+                }
+            }
+            manifest::STREAM_REPLY => {
+                let m = wire::JournalStreamReply::decode(payload).map_err(invalid)?;
+                if m.segments.len() > usize::from(concord_core::kv::SEGMENTS) {
+                    return Err(DecodeError::Invalid("too many segments".into()));
+                }
+                let events = m
+                    .events
+                    .into_iter()
+                    .map(|e| {
+                        PersistenceId::parse(&e.persistence_id).map_err(|err| {
+                            DecodeError::Invalid(format!("a stream event's persistence id: {err}"))
+                        })?;
+                        Ok(StreamEvent {
+                            at_ms: e.at_ms,
+                            ordering: e.ordering,
+                            persistence_id: e.persistence_id,
+                            seq_nr: e.seq_nr,
+                            timestamp_ms: e.timestamp_ms,
+                            payload: e.payload.to_vec(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, DecodeError>>()?;
+                M::StreamReply {
+                    request: m.request,
+                    segments: m
+                        .segments
+                        .into_iter()
+                        .map(segment)
+                        .collect::<Result<_, _>>()?,
+                    events,
+                    full: m.full,
+                }
+            }
             other => return Err(DecodeError::UnknownManifest(other)),
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_round_trip_and_garbage_is_an_error() {
-        let e = Entry {
-            first_seq: 3,
-            ballot: Ballot { round: 9, node: 2 },
-            timestamp_ms: 4,
-            events: vec![b"a".to_vec(), b"bc".to_vec()],
-        };
-        let snap = StoredSnapshot {
-            seq_nr: 4,
-            timestamp_ms: 1,
-            payload: vec![7],
-        };
-        let all = vec![
-            JournalMessage::Prepare {
-                request: 1,
-                log: "ex|1".into(),
-                ballot: e.ballot,
-                from: 1,
-                max_events: 9,
-            },
-            JournalMessage::Promise {
-                request: 1,
-                committed: 2,
-                page: vec![e.clone()],
-                covered_to: u64::MAX,
-                tail: vec![e.clone()],
-            },
-            JournalMessage::Accept {
-                request: 2,
-                log: "ex|1".into(),
-                ballot: e.ballot,
-                committed: 2,
-                compact: true,
-                writes: vec![e.clone()],
-            },
-            JournalMessage::Accepted { request: 2 },
-            JournalMessage::Nack {
-                request: 2,
-                promised: e.ballot,
-            },
-            JournalMessage::Read {
-                request: 3,
-                log: "ex|1".into(),
-                from: 1,
-                max_events: 5,
-            },
-            JournalMessage::ReadReply {
-                request: 3,
-                page: vec![e],
-                covered_to: 7,
-            },
-            JournalMessage::SaveSnapshot {
-                request: 4,
-                log: "ex|1".into(),
-                snapshot: snap.clone(),
-            },
-            JournalMessage::LoadSnapshot {
-                request: 5,
-                log: "ex|1".into(),
-            },
-            JournalMessage::SnapshotReply {
-                request: 5,
-                snapshot: Some(snap),
-            },
-            JournalMessage::SnapshotReply {
-                request: 5,
-                snapshot: None,
-            },
-            JournalMessage::Delete {
-                request: 6,
-                log: "ex|1".into(),
-                to: 3,
-            },
-            JournalMessage::Done { request: 6 },
-            JournalMessage::Unable { request: 7 },
-            JournalMessage::Handoff {
-                segment: 3,
-                page: 1,
-                records: vec![(vec![1], vec![2])],
-                last: true,
-            },
-            JournalMessage::HandoffAck {
-                segment: 3,
-                page: 1,
-            },
-            JournalMessage::HandoffEmpty {
-                segments: vec![1, 2],
-            },
-            JournalMessage::HandoffEmptyAck {
-                segments: vec![1, 2],
-            },
-            JournalMessage::HandoffWanted { segments: vec![3] },
-        ];
-        for m in all {
-            let (manifest, bytes) = JournalCodec.encode(&m);
-            assert_eq!(JournalCodec.decode(manifest, &bytes).unwrap(), m);
-        }
-        assert!(JournalCodec
-            .decode(
-                manifest::HANDOFF_ACK,
-                &wire::JournalHandoffAck {
-                    segment: 5000,
-                    page: 0
-                }
-                .encode_to_vec()
-            )
-            .is_err());
-        assert!(JournalCodec.decode(99, &[]).is_err());
-        let bad = wire::JournalReadReply {
-            request: 1,
-            page: vec![wire::JournalEntry {
-                first_seq: 1,
-                record: Bytes::from_static(b"xx"),
-            }],
-            covered_to: 1,
-        };
-        assert!(JournalCodec
-            .decode(manifest::READ_REPLY, &bad.encode_to_vec())
-            .is_err());
-    }
-}
+#[path = "codec_tests.rs"]
+mod tests;

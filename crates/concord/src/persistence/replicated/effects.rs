@@ -71,6 +71,17 @@ pub enum JournalOp {
         /// Up to this sequence number.
         to: u64,
     },
+    /// `JournalMachine::events_by_type`.
+    Events {
+        /// The entity type.
+        entity_type: String,
+        /// The slices.
+        slices: std::ops::RangeInclusive<u16>,
+        /// After this offset (stream time ms, ordering).
+        after: (u64, u64),
+        /// Events, at most.
+        limit: u32,
+    },
 }
 
 /// A request with its answer channel.
@@ -154,6 +165,15 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
             JournalOp::Delete { log, to } => {
                 m.delete_to(now, id, log, to);
                 "delete"
+            }
+            JournalOp::Events {
+                entity_type,
+                slices,
+                after,
+                limit,
+            } => {
+                m.events_by_type(now, id, entity_type, slices, after, limit);
+                "events"
             }
         };
         self.pending.insert(id, (command.reply, Instant::now(), op));

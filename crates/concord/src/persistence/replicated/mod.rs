@@ -16,6 +16,7 @@ mod metrics;
 use std::sync::Arc;
 
 use concord_core::kv::Table;
+use concord_core::persistence::journal::stream::MAX_STREAM_LIMIT;
 use concord_core::persistence::journal::{
     Ballot, Entry, JournalError, JournalMachine, JournalOutput, JournalSettings, StoredSnapshot,
 };
@@ -28,8 +29,8 @@ pub use codec::JournalCodec;
 pub use effects::{JournalCommand, JournalEffects, JournalOp};
 
 use super::store::{
-    DurableStateStore, EventEnvelope, EventsQuery, Journal, Snapshot, SnapshotStore, StoreFuture,
-    StoredState,
+    DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, Snapshot, SnapshotStore,
+    StoreFuture, StoredState,
 };
 use super::PersistenceError;
 use crate::kv::storage::RedbStorage;
@@ -199,14 +200,48 @@ impl Journal for ReplicatedStore {
         })
     }
 
+    /// The stream of the journal's index (`concord_core::persistence::journal::stream`):
+    /// offsets are (stream time ms, ordering); **at least once** — a write learned late by
+    /// one replica can appear twice, at two offsets; read only up to `events-delay` before
+    /// now, and only while every replica of every ring segment answers.
     fn events_by_slices<'a>(
         &'a self,
-        _query: &'a EventsQuery,
+        query: &'a EventsQuery,
     ) -> StoreFuture<'a, Vec<EventEnvelope>> {
         Box::pin(async move {
-            Err(unavailable(
-                "the built-in replicated journal does not serve events by slices yet; projections need persistence.store = \"postgres\"",
-            ))
+            let op = JournalOp::Events {
+                entity_type: query.entity_type.clone(),
+                slices: query.slices.clone(),
+                after: (query.after.transaction, query.after.ordering),
+                limit: u32::try_from(query.limit.clamp(1, MAX_STREAM_LIMIT as usize))
+                    .unwrap_or(MAX_STREAM_LIMIT),
+            };
+            match self.ask(op).await {
+                Ok(JournalOutput::Events(events)) => events
+                    .into_iter()
+                    .map(|e| {
+                        let pid = PersistenceId::parse(&e.persistence_id).map_err(|err| {
+                            unavailable(format!("a stream event's persistence id: {err}"))
+                        })?;
+                        Ok(EventEnvelope {
+                            offset: Offset {
+                                transaction: e.at_ms,
+                                ordering: e.ordering,
+                            },
+                            event: PersistentEvent {
+                                persistence_id: pid,
+                                seq_nr: e.seq_nr,
+                                payload: e.payload,
+                                timestamp_ms: e.timestamp_ms,
+                            },
+                        })
+                    })
+                    .collect(),
+                Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
+                Err(JournalError::Unavailable(reason) | JournalError::Conflict(reason)) => {
+                    Err(unavailable(reason))
+                }
+            }
         })
     }
 }

@@ -1,0 +1,131 @@
+use super::*;
+use crate::kv::storage::MemoryStorage;
+
+fn entry(first: u64, n: usize, round: u64) -> Entry {
+    Entry {
+        first_seq: first,
+        ballot: Ballot { round, node: 1 },
+        timestamp_ms: 5,
+        events: (0..n).map(|i| vec![i as u8; 3]).collect(),
+    }
+}
+
+#[test]
+fn promises_only_rise_and_accepts_below_the_promise_are_refused() {
+    let mut st = MemoryStorage::new();
+    let b1 = Ballot { round: 1, node: 1 };
+    let b2 = Ballot { round: 2, node: 1 };
+    assert!(matches!(
+        prepare(&mut st, 1, "elog", b2, 1, 10).unwrap(),
+        JournalMessage::Promise { .. }
+    ));
+    assert!(
+        matches!(prepare(&mut st, 2, "elog", b1, 1, 10).unwrap(), JournalMessage::Nack { promised, .. } if promised == b2)
+    );
+    assert!(matches!(
+        accept(&mut st, 3, "elog", b1, 0, false, &[entry(1, 2, 0)]).unwrap(),
+        JournalMessage::Nack { .. }
+    ));
+    assert!(matches!(
+        accept(&mut st, 4, "elog", b2, 0, false, &[entry(1, 2, 0)]).unwrap(),
+        JournalMessage::Accepted { .. }
+    ));
+    let JournalMessage::ReadReply {
+        page, covered_to, ..
+    } = read(&mut st, 5, "elog", 1, 10).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].ballot, b2, "stored at the accept's ballot");
+    assert_eq!(covered_to, u64::MAX);
+    assert_eq!(log_state(&mut st, "elog").unwrap().promised, b2);
+}
+
+#[test]
+fn pages_stop_at_the_event_limit_and_say_how_far_they_cover() {
+    let mut st = MemoryStorage::new();
+    let b = Ballot { round: 1, node: 1 };
+    let writes: Vec<Entry> = (0..10).map(|i| entry(1 + 3 * i, 3, 1)).collect();
+    accept(&mut st, 1, "elog", b, 27, false, &writes).unwrap();
+    let JournalMessage::ReadReply {
+        page, covered_to, ..
+    } = read(&mut st, 2, "elog", 4, 7).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        page.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
+        vec![4, 7]
+    );
+    assert_eq!(covered_to, 7);
+    // The promise sends the tail (slots above committed 27) besides the page.
+    let JournalMessage::Promise {
+        tail, committed, ..
+    } = prepare(&mut st, 3, "elog", Ballot { round: 2, node: 1 }, 1, 3).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(committed, 27);
+    assert_eq!(
+        tail.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
+        vec![28]
+    );
+    // Deleting keeps the tail.
+    delete_to(&mut st, "elog", 100).unwrap();
+    let JournalMessage::ReadReply { page, .. } = read(&mut st, 4, "elog", 1, 100).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        page.iter().map(|e| e.first_seq).collect::<Vec<_>>(),
+        vec![28]
+    );
+}
+
+#[test]
+fn merges_keep_the_higher_ballot_promise_and_snapshot() {
+    let mut a = MemoryStorage::new();
+    let mut b = MemoryStorage::new();
+    accept(
+        &mut a,
+        1,
+        "elog",
+        Ballot { round: 3, node: 1 },
+        0,
+        false,
+        &[entry(1, 1, 0)],
+    )
+    .unwrap();
+    accept(
+        &mut b,
+        1,
+        "elog",
+        Ballot { round: 5, node: 2 },
+        0,
+        false,
+        &[entry(1, 2, 0)],
+    )
+    .unwrap();
+    save_snapshot(
+        &mut a,
+        "elog",
+        &StoredSnapshot {
+            seq_nr: 9,
+            timestamp_ms: 1,
+            payload: vec![1],
+        },
+    )
+    .unwrap();
+    let seg = segment_of_log("elog");
+    for (k, v) in segment_records(&mut a, seg, None, 100).unwrap() {
+        assert!(merge_record(&mut b, &k, &v).unwrap());
+    }
+    assert_eq!(held_segments(&mut b).unwrap(), vec![seg]);
+    let JournalMessage::ReadReply { page, .. } = read(&mut b, 2, "elog", 1, 10).unwrap() else {
+        panic!()
+    };
+    assert_eq!(page[0].events.len(), 2, "the higher ballot's entry stays");
+    assert_eq!(log_state(&mut b, "elog").unwrap().promised.round, 5);
+    assert_eq!(load_snapshot(&mut b, "elog").unwrap().unwrap().seq_nr, 9);
+    assert!(!merge_record(&mut b, b"garbage", b"x").unwrap());
+}

@@ -1,0 +1,414 @@
+//! Events by entity type on the replicated journal: the stream a projection reads
+//! (Akka's `EventsBySliceQuery` as the model; docs/PERSISTENCE.md, "Events by slices").
+//!
+//! **Index.** A replica indexes a write of an event log (`e<persistence id>`) once it
+//! learns the write is *chosen*, never before:
+//!
+//! - from the writer's [`JournalMessage::Learn`](super::JournalMessage::Learn), sent to
+//!   every replica once a majority accepted the write (or once a recovery re-proposed or
+//!   read it), and sent again until each replica acknowledged it, naming each write by
+//!   (slot, ballot) — the replica indexes the write it holds at that slot only if it was
+//!   accepted at exactly that ballot, since a proposer proposes one value per slot and
+//!   ballot (a higher ballot is not enough: across ring changes a stale writer's copy of
+//!   a higher ballot may hold a value never chosen);
+//! - or from an accept of the same writer that says the slot is chosen (its `committed`),
+//!   if the learn was lost.
+//!
+//! The index record is `[segment][0][1][entity type][0][stream time: u64 BE][tie: u64
+//! BE]` → (log, slot, slice), in the log's segment. A mark per write (kind 3 in
+//! [`super::acceptor`], holding the stream time and the ballot of the write indexed) keeps one replica from indexing a write
+//! twice; a handoff carries the marks, not the index records, and the new replica indexes
+//! each marked write at the mark's stream time (so the offset stays the same). The **stream time** is the writer's clock when it learned the
+//! write was chosen (or the replica's clock, for a write learned from an accept); the
+//! **tie** is XXH3-64 of the log and slot with the low 16 bits zero, and an event's
+//! **ordering** is the tie plus its index in the write (at most 1000 events per write).
+//! So an event's offset is (stream time, ordering), the same on every replica that
+//! learned the write from one message.
+//!
+//! **Reading** (`read_stream`): the segments a node replicates, merged in offset order,
+//! after an offset and up to a horizon (the querying node's clock minus the stream
+//! delay): an event learned later than the delay after its stream time could be passed
+//! over by a reader — the delay must cover a learn's delivery and the clock skew between
+//! nodes. A write learned twice from different messages (a lost learn, a recovery) can
+//! appear twice with two offsets: the stream is **at least once**.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::acceptor::{corrupt, key, segment_of_log, KIND_ENTRY, KIND_INDEXED, MAX_PAGE_BYTES};
+use super::entry::{from_bytes, to_bytes, Ballot, Entry};
+use crate::kv::storage::{KvStorage, Record, StorageError, Table};
+use crate::persistence::PersistenceId;
+
+/// The byte after the segment that marks an index record (a log name never starts with
+/// NUL).
+const INDEX_MARK: [u8; 2] = [0, 1];
+/// Index records read from one segment at once, after the first read.
+const BATCH: usize = 64;
+/// Writes an accept's `committed` can make this replica index at once, at most.
+const MAX_LEARN_SCAN: usize = 1000;
+/// Events one stream read returns, at most.
+pub const MAX_STREAM_LIMIT: u32 = 10_000;
+
+/// An event of the stream, with its offset (`at_ms`, `ordering`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEvent {
+    /// Stream time, ms since the Unix epoch (the offset's first part).
+    pub at_ms: u64,
+    /// Order within the stream time (the offset's second part).
+    pub ordering: u64,
+    /// The persistence id.
+    pub persistence_id: String,
+    /// The event's sequence number.
+    pub seq_nr: u64,
+    /// When the writer wrote it, ms since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+}
+
+impl StreamEvent {
+    /// The offset: (stream time, ordering).
+    pub fn offset(&self) -> (u64, u64) {
+        (self.at_ms, self.ordering)
+    }
+}
+
+/// What an index record points at.
+#[derive(Serialize, Deserialize)]
+struct Indexed {
+    log: String,
+    first_seq: u64,
+    slice: u16,
+}
+
+/// The entity type and slice of an event log's name (`None` for other logs).
+fn event_log(log: &str) -> Option<(String, u16)> {
+    let pid = PersistenceId::parse(log.strip_prefix('e')?).ok()?;
+    Some((pid.entity_type().to_owned(), pid.slice()))
+}
+
+/// The tie of a write: XXH3-64 of its log and slot, low 16 bits zero.
+pub fn tie(log: &str, first_seq: u64) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(log.as_bytes());
+    h.update(&first_seq.to_be_bytes());
+    h.digest() & !0xFFFF
+}
+
+fn type_prefix(segment: u16, entity_type: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(entity_type.len() + 21);
+    k.extend_from_slice(&segment.to_be_bytes());
+    k.extend_from_slice(&INDEX_MARK);
+    k.extend_from_slice(entity_type.as_bytes());
+    k.push(0);
+    k
+}
+
+fn index_key(segment: u16, entity_type: &str, at_ms: u64, tie: u64) -> Vec<u8> {
+    let mut k = type_prefix(segment, entity_type);
+    k.extend_from_slice(&at_ms.to_be_bytes());
+    k.extend_from_slice(&tie.to_be_bytes());
+    k
+}
+
+/// True if `k` is an index record's key.
+pub fn is_index_key(k: &[u8]) -> bool {
+    k.get(2..4) == Some(&INDEX_MARK[..])
+}
+
+/// (stream time, tie) of an index key.
+fn index_key_offset(k: &[u8]) -> Option<(u64, u64)> {
+    let n = k.len().checked_sub(16)?;
+    let at = u64::from_be_bytes(k[n..n + 8].try_into().ok()?);
+    let tie = u64::from_be_bytes(k[n + 8..].try_into().ok()?);
+    Some((at, tie))
+}
+
+/// Indexes the writes of `log` named by (slot, ballot) at stream time `at_ms`: each one
+/// this replica holds at that ballot and has not indexed yet. Returns how many it
+/// indexed.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn learn<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    at_ms: u64,
+    writes: &[(u64, Ballot)],
+) -> Result<usize, StorageError> {
+    let Some((entity_type, slice)) = event_log(log) else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    for (slot, ballot) in writes {
+        let mark = key(log, KIND_INDEXED, *slot);
+        if st.get(Table::Journal, &mark)?.is_some() {
+            continue;
+        }
+        let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, *slot))? else {
+            continue;
+        };
+        if Entry::decode(*slot, &b).map_err(corrupt)?.ballot != *ballot {
+            continue;
+        }
+        let record = Indexed {
+            log: log.to_owned(),
+            first_seq: *slot,
+            slice,
+        };
+        let k = index_key(segment_of_log(log), &entity_type, at_ms, tie(log, *slot));
+        st.put(Table::Journal, &k, &to_bytes(&record))?;
+        st.put(Table::Journal, &mark, &to_bytes(&(at_ms, *ballot)))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Indexes the writes of `log` in slots `after + 1 ..= through` that this replica holds
+/// at `ballot` (an accept at `ballot` said they are chosen), at stream time `at_ms`; at
+/// most [`MAX_LEARN_SCAN`] writes are looked at.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn learn_committed<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    ballot: Ballot,
+    after: u64,
+    through: u64,
+    at_ms: u64,
+) -> Result<usize, StorageError> {
+    if through <= after || event_log(log).is_none() {
+        return Ok(0);
+    }
+    let end = match through.checked_add(1) {
+        Some(t) => key(log, KIND_ENTRY, t),
+        None => key(log, super::acceptor::KIND_SNAPSHOT, 0),
+    };
+    let records = st.range(
+        Table::Journal,
+        &key(log, KIND_ENTRY, after + 1),
+        &end,
+        MAX_LEARN_SCAN,
+    )?;
+    let mut writes = Vec::new();
+    for (k, v) in records {
+        let slot = k
+            .get(k.len().saturating_sub(8)..)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| corrupt("a bad key"))?;
+        if Entry::decode(slot, &v).map_err(corrupt)?.ballot == ballot {
+            writes.push((slot, ballot));
+        }
+    }
+    learn(st, log, at_ms, &writes)
+}
+
+/// Removes the index record and mark of the write of `log` at `first_seq` (deleted).
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn unindex<S: KvStorage>(st: &mut S, log: &str, first_seq: u64) -> Result<(), StorageError> {
+    let mark = key(log, KIND_INDEXED, first_seq);
+    let Some(b) = st.get(Table::Journal, &mark)? else {
+        return Ok(());
+    };
+    let (at_ms, _): (u64, Ballot) = from_bytes(&b).map_err(corrupt)?;
+    if let Some((entity_type, _)) = event_log(log) {
+        let k = index_key(
+            segment_of_log(log),
+            &entity_type,
+            at_ms,
+            tie(log, first_seq),
+        );
+        st.remove(Table::Journal, &k)?;
+    }
+    st.remove(Table::Journal, &mark)
+}
+
+/// Indexes the write of `log` at `slot` at stream time `at_ms` because another replica
+/// indexed it, held at `ballot` (its mark came in a handoff) — if the write held here
+/// after the merge is at that same ballot, so the same value. Otherwise nothing changes
+/// (and a later learn may index it here).
+///
+/// # Errors
+/// The storage failed.
+pub fn index_handed_off<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    slot: u64,
+    at_ms: u64,
+    ballot: Ballot,
+) -> Result<(), StorageError> {
+    let Some((entity_type, slice)) = event_log(log) else {
+        return Ok(());
+    };
+    let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, slot))? else {
+        return Ok(());
+    };
+    if Entry::decode(slot, &b).map_err(corrupt)?.ballot != ballot {
+        return Ok(());
+    }
+    let record = Indexed {
+        log: log.to_owned(),
+        first_seq: slot,
+        slice,
+    };
+    let k = index_key(segment_of_log(log), &entity_type, at_ms, tie(log, slot));
+    st.put(Table::Journal, &k, &to_bytes(&record))?;
+    st.put(
+        Table::Journal,
+        &key(log, KIND_INDEXED, slot),
+        &to_bytes(&(at_ms, ballot)),
+    )
+}
+
+/// What a stream read asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamQuery {
+    /// The entity type.
+    pub entity_type: String,
+    /// The slices of persistence ids.
+    pub slices: RangeInclusive<u16>,
+    /// Events after this offset (stream time ms, ordering); (0, 0) for all.
+    pub after: (u64, u64),
+    /// Events with stream times up to this only, ms.
+    pub horizon_ms: u64,
+    /// Events, at most (capped at [`MAX_STREAM_LIMIT`]).
+    pub limit: u32,
+}
+
+/// One segment's index records, read a batch at a time.
+struct Cursor {
+    next: Vec<u8>,
+    end: Vec<u8>,
+    buffered: VecDeque<Record>,
+    exhausted: bool,
+}
+
+impl Cursor {
+    fn fill<S: KvStorage>(&mut self, st: &mut S, batch: usize) -> Result<(), StorageError> {
+        if self.buffered.is_empty() && !self.exhausted {
+            let records = st.range(Table::Journal, &self.next, &self.end, batch)?;
+            self.exhausted = records.len() < batch;
+            if let Some((k, _)) = records.last() {
+                self.next = k.clone();
+                self.next.push(0);
+            }
+            self.buffered.extend(records);
+        }
+        Ok(())
+    }
+
+    fn head(&self) -> Option<(u64, u64)> {
+        self.buffered.front().and_then(|(k, _)| index_key_offset(k))
+    }
+}
+
+/// The stream's events in `segments` for `q`, in offset order, and whether more follow
+/// (the limit or [`MAX_PAGE_BYTES`] cut the page). Index records whose write was deleted
+/// are skipped.
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+pub fn read_stream<S: KvStorage>(
+    st: &mut S,
+    segments: &[u16],
+    q: &StreamQuery,
+) -> Result<(Vec<StreamEvent>, bool), StorageError> {
+    let limit = q.limit.clamp(1, MAX_STREAM_LIMIT) as usize;
+    let first_batch = limit.clamp(1, 16);
+    let mut cursors: Vec<Cursor> = Vec::with_capacity(segments.len());
+    for &s in segments {
+        let mut c = Cursor {
+            next: index_key(s, &q.entity_type, q.after.0, q.after.1 & !0xFFFF),
+            end: index_key(s, &q.entity_type, q.horizon_ms, u64::MAX),
+            buffered: VecDeque::new(),
+            exhausted: false,
+        };
+        c.end.push(0);
+        c.fill(st, first_batch)?;
+        cursors.push(c);
+    }
+    // Heads in offset order: (offset, cursor index).
+    let mut heads: BTreeMap<((u64, u64), usize), ()> = BTreeMap::new();
+    for (i, c) in cursors.iter().enumerate() {
+        if let Some(o) = c.head() {
+            heads.insert((o, i), ());
+        }
+    }
+    let (mut out, mut bytes) = (Vec::new(), 0usize);
+    while let Some(((offset, i), ())) = heads.pop_first() {
+        let c = &mut cursors[i];
+        let Some((_, v)) = c.buffered.pop_front() else {
+            continue;
+        };
+        c.fill(st, BATCH)?;
+        if let Some(o) = c.head() {
+            heads.insert((o, i), ());
+        }
+        let record: Indexed = from_bytes(&v).map_err(corrupt)?;
+        if !q.slices.contains(&record.slice) {
+            continue;
+        }
+        let Some(b) = st.get(
+            Table::Journal,
+            &key(&record.log, KIND_ENTRY, record.first_seq),
+        )?
+        else {
+            continue;
+        };
+        let entry = Entry::decode(record.first_seq, &b).map_err(corrupt)?;
+        let Some(pid) = record.log.strip_prefix('e') else {
+            continue;
+        };
+        for (k, payload) in entry.events.into_iter().enumerate() {
+            let ordering = offset.1 | k as u64;
+            if (offset.0, ordering) <= q.after {
+                continue;
+            }
+            if out.len() >= limit || (!out.is_empty() && bytes + payload.len() > MAX_PAGE_BYTES) {
+                return Ok((out, true));
+            }
+            bytes += payload.len();
+            out.push(StreamEvent {
+                at_ms: offset.0,
+                ordering,
+                persistence_id: pid.to_owned(),
+                seq_nr: entry.first_seq + k as u64,
+                timestamp_ms: entry.timestamp_ms,
+                payload,
+            });
+        }
+    }
+    Ok((out, false))
+}
+
+/// Merges stream pages from several nodes: offset order, each offset once, and only up
+/// to the smallest last offset of a page that was cut (beyond it that node's events are
+/// unknown); at most `limit` events.
+pub fn merge_pages(pages: Vec<(Vec<StreamEvent>, bool)>, limit: usize) -> Vec<StreamEvent> {
+    let cut = pages
+        .iter()
+        .filter(|(_, full)| *full)
+        .filter_map(|(events, _)| events.last().map(StreamEvent::offset))
+        .min();
+    let mut all: BTreeMap<(u64, u64), StreamEvent> = BTreeMap::new();
+    for (events, _) in pages {
+        for e in events {
+            if cut.is_none_or(|c| e.offset() <= c) {
+                all.entry(e.offset()).or_insert(e);
+            }
+        }
+    }
+    all.into_values().take(limit).collect()
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

@@ -1,0 +1,171 @@
+use super::*;
+
+#[test]
+fn messages_round_trip_and_garbage_is_an_error() {
+    let e = Entry {
+        first_seq: 3,
+        ballot: Ballot { round: 9, node: 2 },
+        timestamp_ms: 4,
+        events: vec![b"a".to_vec(), b"bc".to_vec()],
+    };
+    let snap = StoredSnapshot {
+        seq_nr: 4,
+        timestamp_ms: 1,
+        payload: vec![7],
+    };
+    let all = vec![
+        JournalMessage::Prepare {
+            request: 1,
+            log: "ex|1".into(),
+            ballot: e.ballot,
+            from: 1,
+            max_events: 9,
+        },
+        JournalMessage::Promise {
+            request: 1,
+            committed: 2,
+            page: vec![e.clone()],
+            covered_to: u64::MAX,
+            tail: vec![e.clone()],
+        },
+        JournalMessage::Accept {
+            request: 2,
+            log: "ex|1".into(),
+            ballot: e.ballot,
+            committed: 2,
+            compact: true,
+            writes: vec![e.clone()],
+        },
+        JournalMessage::Accepted { request: 2 },
+        JournalMessage::Nack {
+            request: 2,
+            promised: e.ballot,
+        },
+        JournalMessage::Read {
+            request: 3,
+            log: "ex|1".into(),
+            from: 1,
+            max_events: 5,
+        },
+        JournalMessage::ReadReply {
+            request: 3,
+            page: vec![e],
+            covered_to: 7,
+        },
+        JournalMessage::SaveSnapshot {
+            request: 4,
+            log: "ex|1".into(),
+            snapshot: snap.clone(),
+        },
+        JournalMessage::LoadSnapshot {
+            request: 5,
+            log: "ex|1".into(),
+        },
+        JournalMessage::SnapshotReply {
+            request: 5,
+            snapshot: Some(snap),
+        },
+        JournalMessage::SnapshotReply {
+            request: 5,
+            snapshot: None,
+        },
+        JournalMessage::Delete {
+            request: 6,
+            log: "ex|1".into(),
+            to: 3,
+        },
+        JournalMessage::Done { request: 6 },
+        JournalMessage::Unable { request: 7 },
+        JournalMessage::Handoff {
+            segment: 3,
+            page: 1,
+            records: vec![(vec![1], vec![2])],
+            last: true,
+        },
+        JournalMessage::HandoffAck {
+            segment: 3,
+            page: 1,
+        },
+        JournalMessage::HandoffEmpty {
+            segments: vec![1, 2],
+        },
+        JournalMessage::HandoffEmptyAck {
+            segments: vec![1, 2],
+        },
+        JournalMessage::HandoffWanted { segments: vec![3] },
+        JournalMessage::Learn {
+            id: 8,
+            log: "ex|1".into(),
+            at_ms: 12,
+            writes: vec![(3, Ballot { round: 9, node: 2 })],
+        },
+        JournalMessage::LearnAck { id: 8 },
+        JournalMessage::StreamRead {
+            request: 9,
+            entity_type: "x".into(),
+            slice_from: 0,
+            slice_to: 1023,
+            after_at_ms: 5,
+            after_ordering: 6,
+            horizon_ms: 7,
+            limit: 100,
+        },
+        JournalMessage::StreamReply {
+            request: 9,
+            segments: vec![0, 1023],
+            events: vec![StreamEvent {
+                at_ms: 5,
+                ordering: 7,
+                persistence_id: "x|1".into(),
+                seq_nr: 3,
+                timestamp_ms: 4,
+                payload: b"p".to_vec(),
+            }],
+            full: true,
+        },
+    ];
+    for m in all {
+        let (manifest, bytes) = JournalCodec.encode(&m);
+        assert_eq!(JournalCodec.decode(manifest, &bytes).unwrap(), m);
+    }
+    assert!(JournalCodec
+        .decode(
+            manifest::HANDOFF_ACK,
+            &wire::JournalHandoffAck {
+                segment: 5000,
+                page: 0
+            }
+            .encode_to_vec()
+        )
+        .is_err());
+    assert!(JournalCodec.decode(99, &[]).is_err());
+    let bad_slices = wire::JournalStreamRead {
+        slice_from: 9,
+        slice_to: 2,
+        ..Default::default()
+    };
+    assert!(JournalCodec
+        .decode(manifest::STREAM_READ, &bad_slices.encode_to_vec())
+        .is_err());
+    let bad_pid = wire::JournalStreamReply {
+        events: vec![wire::JournalStreamEvent {
+            persistence_id: "no-bar".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert!(JournalCodec
+        .decode(manifest::STREAM_REPLY, &bad_pid.encode_to_vec())
+        .is_err());
+    let bad = wire::JournalReadReply {
+        request: 1,
+        page: vec![wire::JournalEntry {
+            first_seq: 1,
+            record: Bytes::from_static(b"xx"),
+        }],
+        covered_to: 1,
+    };
+    assert!(JournalCodec
+        .decode(manifest::READ_REPLY, &bad.encode_to_vec())
+        .is_err());
+}
