@@ -23,6 +23,9 @@ pub enum Table {
     /// The replicated journal's acceptor records
     /// (`crate::persistence::journal`, in a file of its own).
     Journal,
+    /// The replicated journal's events-by-type index
+    /// (`crate::persistence::journal::stream`, in the journal's file).
+    JournalIndex,
 }
 
 impl Table {
@@ -36,6 +39,7 @@ impl Table {
             Table::Buckets => "kv-buckets",
             Table::Meta => "kv-meta",
             Table::Journal => "journal",
+            Table::JournalIndex => "journal-index",
         }
     }
 }

@@ -64,6 +64,14 @@ pub trait LayerEffects: Send + 'static {
     /// nothing it sends or answers afterwards can claim a write that is not on disk.
     fn before_outputs(&mut self, _fx: &mut Effects<'_, Self>) {}
 
+    /// True if the transmits the machine has queued when a flush begins may leave before
+    /// [`LayerEffects::before_outputs`] (false): a machine that holds back everything that
+    /// claims durability until its commit (the replicated journal: its requests go to the
+    /// other replicas while its own disk syncs).
+    fn sends_before_commit(&self) -> bool {
+        false
+    }
+
     /// Called once at the end of each flush, after the turn's transmits were handed to the
     /// outbound sender: the membership layer publishes the turn's view and event batch
     /// here, and carries out the machine's outputs that are not transmits or events

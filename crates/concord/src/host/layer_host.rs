@@ -226,6 +226,16 @@ impl<E: LayerEffects> LayerHost<E> {
     pub fn flush(&mut self) {
         self.stats.turns += 1;
         let now = self.now();
+        if self.effects.sends_before_commit() {
+            while let Some(t) = self.machine.poll_transmit() {
+                self.transmits.push(t);
+            }
+            if !self.transmits.is_empty() {
+                self.stats.transmits += self.transmits.len() as u64;
+                self.outbound.send(&mut self.transmits);
+                self.transmits.clear();
+            }
+        }
         loop {
             let mut fx = effects_at!(self, now);
             self.effects.before_outputs(&mut fx);

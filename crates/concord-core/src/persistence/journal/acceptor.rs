@@ -10,8 +10,8 @@
 //! - 1, seq = slot: an accepted [`Entry`];
 //! - 2, seq 0: the newest [`StoredSnapshot`];
 //! - 3, seq = slot: the write's mark in the events-by-type stream ([`super::stream`]:
-//!   its stream time and the ballot of the write indexed; the index records themselves
-//!   sort first in their segment: `[segment][0][1]…`).
+//!   its stream time, and the ballot and last sequence number of the write indexed; the
+//!   index itself is in [`Table::JournalIndex`]).
 //!
 //! Values are stored forms: a format byte, then postcard.
 //!
@@ -31,7 +31,7 @@ const KIND_STATE: u8 = 0;
 pub(super) const KIND_ENTRY: u8 = 1;
 pub(super) const KIND_SNAPSHOT: u8 = 2;
 /// Kind 3, seq = slot: the write is indexed in the events-by-type stream (value: its
-/// stream time and ballot; see [`super::stream`]).
+/// stream time, ballot and last sequence number; see [`super::stream`]).
 pub(super) const KIND_INDEXED: u8 = 3;
 
 /// Bytes of events one page carries, at most (at least one entry is always sent).
@@ -340,7 +340,7 @@ pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), Sto
 }
 
 /// Records of segment `segment` from `after` (exclusive; `None`: from the start), at most
-/// `limit` — a handoff page. The segment's index records are not among them (each replica
+/// `limit` — a handoff page (the events-by-type index is not among them: each replica
 /// makes its own from the marks).
 ///
 /// # Errors
@@ -358,11 +358,7 @@ pub fn segment_records<S: KvStorage>(
             k.push(0);
             k
         }
-        None => {
-            let mut k = start;
-            k.extend_from_slice(&[0, 2]);
-            k
-        }
+        None => start,
     };
     st.range(Table::Journal, &start, &end, limit)
 }
@@ -377,10 +373,6 @@ pub fn merge_record<S: KvStorage>(
     key_bytes: &[u8],
     value: &[u8],
 ) -> Result<bool, StorageError> {
-    if super::stream::is_index_key(key_bytes) {
-        // Index records are not handed off: each replica makes its own from the marks.
-        return Ok(false);
-    }
     let Some((_, log, kind, seq)) = parse_key(key_bytes) else {
         return Ok(false);
     };
@@ -412,18 +404,7 @@ pub fn merge_record<S: KvStorage>(
                 None => true,
             }
         }
-        KIND_INDEXED => {
-            let Ok((at_ms, ballot)) = from_bytes::<(u64, Ballot)>(value) else {
-                return Ok(false);
-            };
-            if old.is_none() {
-                // Indexed where it came from: index it here at the same stream time if the
-                // same write is held here (it came in an earlier record: entries sort
-                // before marks).
-                super::stream::index_handed_off(st, log, seq, at_ms, ballot)?;
-            }
-            return Ok(true);
-        }
+        KIND_INDEXED => return super::stream::merge_mark(st, log, seq, value),
         KIND_SNAPSHOT => {
             let Ok(new) = StoredSnapshot::decode(value) else {
                 return Ok(false);

@@ -69,6 +69,28 @@ impl Entry {
         to_bytes(self)
     }
 
+    /// The ballot and last sequence number of an entry's stored form, read without its
+    /// events.
+    ///
+    /// # Errors
+    /// The bytes are not an encoded entry.
+    pub fn head_of(bytes: &[u8]) -> Result<(Ballot, u64), String> {
+        let body = match bytes.split_first() {
+            Some((&FORMAT, body)) => body,
+            Some((f, _)) => return Err(format!("unknown format {f}")),
+            None => return Err("empty".into()),
+        };
+        let ((first, ballot, _ts), rest) =
+            postcard::take_from_bytes::<(u64, Ballot, u64)>(body).map_err(|e| e.to_string())?;
+        // The events' count, as postcard writes a sequence's length.
+        let (n, _) = postcard::take_from_bytes::<u64>(rest).map_err(|e| e.to_string())?;
+        let last = n
+            .checked_sub(1)
+            .and_then(|k| first.checked_add(k))
+            .ok_or_else(|| format!("an entry of {n} events at {first}"))?;
+        Ok((ballot, last))
+    }
+
     /// The entry of slot `first_seq` from its stored form.
     ///
     /// # Errors
@@ -139,6 +161,7 @@ mod tests {
         fn entries_round_trip(first in 1u64..1_000_000, round: u64, node: u64, ts: u64,
                               events in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..20)) {
             let e = Entry { first_seq: first, ballot: Ballot { round, node }, timestamp_ms: ts, events };
+            prop_assert_eq!(Entry::head_of(&e.encode()).unwrap(), (e.ballot, e.last_seq()));
             prop_assert_eq!(Entry::decode(first, &e.encode()).unwrap(), e);
         }
 

@@ -2,6 +2,7 @@
 //! Every request carries the proposer's request id; replies echo it.
 
 use super::entry::{Ballot, Entry, StoredSnapshot};
+use super::learn::LearnedLog;
 use super::stream::StreamEvent;
 
 /// A journal protocol message.
@@ -159,17 +160,13 @@ pub enum JournalMessage {
         /// The page's number.
         page: u32,
     },
-    /// The writer of `log` learned that these writes (slot, ballot) are chosen: index
-    /// them in the events-by-type stream at `at_ms` (one-way; see [`super::stream`]).
+    /// The writer learned that these writes are chosen: index them in the events-by-type
+    /// stream (one-way but acknowledged; see [`super::stream`]).
     Learn {
-        /// The learn's id (acknowledged by [`JournalMessage::LearnAck`]).
+        /// The message's id (acknowledged by [`JournalMessage::LearnAck`]).
         id: u64,
-        /// The log.
-        log: String,
-        /// The stream time of the writes, ms since the Unix epoch.
-        at_ms: u64,
-        /// (first sequence number, ballot accepted at) of each chosen write.
-        writes: Vec<(u64, Ballot)>,
+        /// The logs' chosen writes.
+        logs: Vec<LearnedLog>,
     },
     /// A learn applied (sent again until acknowledged).
     LearnAck {

@@ -29,6 +29,7 @@ pub mod acceptor;
 pub mod chain;
 pub mod entry;
 pub mod handoff;
+pub mod learn;
 pub mod message;
 mod proposer;
 mod request;
@@ -185,7 +186,7 @@ pub struct JournalMachine<S: KvStorage> {
     storage: S,
     requests: HashMap<u64, Request>,
     streams: HashMap<u64, stream_query::StreamRequest>,
-    learns: std::collections::BTreeMap<u64, stream_query::PendingLearn>,
+    learns: learn::Learns,
     next_wire: u64,
     writers: HashMap<String, Writer>,
     last_round: u64,
@@ -213,7 +214,7 @@ impl<S: KvStorage> JournalMachine<S> {
             storage,
             requests: HashMap::new(),
             streams: HashMap::new(),
-            learns: std::collections::BTreeMap::new(),
+            learns: learn::Learns::default(),
             next_wire: 1,
             writers: HashMap::new(),
             last_round: 0,
@@ -250,9 +251,9 @@ impl<S: KvStorage> JournalMachine<S> {
         &self.handoffs.pending
     }
 
-    /// Learns waiting for acknowledgements.
+    /// Learn messages waiting for acknowledgements.
     pub fn pending_learns(&self) -> usize {
-        self.learns.len()
+        self.learns.pending()
     }
 
     /// Segment handoffs this node still sends.
@@ -346,10 +347,15 @@ impl<S: KvStorage> JournalMachine<S> {
         self.after_input();
     }
 
-    /// Makes the storage's changes durable and releases the answers held until then; if
+    /// Makes the storage's changes durable and releases the answers held until then (an
+    /// acceptor's replies, handoff pages and acknowledgements: what says "on disk"; a
+    /// proposer's requests and learns leave at once, so the remote replicas' disks work
+    /// while this one's does); if
     /// the commit fails, every answer of the turn is withdrawn and every request in flight
     /// fails (their state here is not on disk).
     pub fn commit(&mut self) {
+        // The turn's learns leave (they state what is chosen, whatever this commit does).
+        self.flush_learns();
         match self.storage.commit() {
             Ok(()) => {
                 self.out.transmits.extend(self.held_transmits.drain(..));

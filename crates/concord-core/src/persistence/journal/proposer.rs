@@ -159,7 +159,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 } else {
                     Lane::Ordinary
                 };
-                self.held_transmits.push(Transmit {
+                self.out.transmits.push_back(Transmit {
                     to: r.address.clone(),
                     to_uid: Some(r.uid),
                     lane,

@@ -25,13 +25,9 @@ impl<S: KvStorage> JournalMachine<S> {
         msg: JournalMessage,
     ) -> Option<JournalMessage> {
         match msg {
-            JournalMessage::Learn {
-                id,
-                log,
-                at_ms,
-                writes,
-            } => {
-                self.learn(now_ms, &log, at_ms, &writes);
+            JournalMessage::Learn { id, logs } => {
+                // A malformed learn is acknowledged too: sending it again changes nothing.
+                self.apply_learns(now_ms, &logs);
                 return Some(JournalMessage::LearnAck { id });
             }
             JournalMessage::LearnAck { id } => {
@@ -192,7 +188,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
             }
             for (to, segments) in wanted {
-                self.held_transmits.push(Transmit {
+                self.out.transmits.push_back(Transmit {
                     to: to.address.clone(),
                     to_uid: Some(to.uid),
                     lane: Lane::Ordinary,

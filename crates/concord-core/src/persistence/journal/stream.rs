@@ -14,25 +14,27 @@
 //! - or from an accept of the same writer that says the slot is chosen (its `committed`),
 //!   if the learn was lost.
 //!
-//! The index record is `[segment][0][1][entity type][0][stream time: u64 BE][tie: u64
-//! BE]` → (log, slot, slice), in the log's segment. A mark per write (kind 3 in
-//! [`super::acceptor`], holding the stream time and the ballot of the write indexed) keeps one replica from indexing a write
-//! twice; a handoff carries the marks, not the index records, and the new replica indexes
-//! each marked write at the mark's stream time (so the offset stays the same). The **stream time** is the writer's clock when it learned the
+//! The index record is `[entity type][0][stream time: u64 BE][tie: u64 BE]` → (log, slot,
+//! slice) in [`Table::JournalIndex`]: time first, so a turn's new records land together at
+//! the end of the type's range. A mark per write (kind 3 in [`super::acceptor`], holding
+//! the stream time, the ballot of the write indexed and its last sequence number) keeps one
+//! replica from indexing a write twice; a handoff carries the marks, not the index records,
+//! and the new replica indexes each marked write at the mark's stream time (so the offset
+//! stays the same). The **stream time** is the writer's clock when it learned the
 //! write was chosen (or the replica's clock, for a write learned from an accept); the
 //! **tie** is XXH3-64 of the log and slot with the low 16 bits zero, and an event's
 //! **ordering** is the tie plus its index in the write (at most 1000 events per write).
 //! So an event's offset is (stream time, ordering), the same on every replica that
 //! learned the write from one message.
 //!
-//! **Reading** (`read_stream`): the segments a node replicates, merged in offset order,
-//! after an offset and up to a horizon (the querying node's clock minus the stream
+//! **Reading** (`read_stream`): the type's records in offset order, of the segments a node
+//! answers for, after an offset and up to a horizon (the querying node's clock minus the stream
 //! delay): an event learned later than the delay after its stream time could be passed
 //! over by a reader — the delay must cover a learn's delivery and the clock skew between
 //! nodes. A write learned twice from different messages (a lost learn, a recovery) can
 //! appear twice with two offsets: the stream is **at least once**.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
@@ -40,14 +42,12 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::acceptor::{corrupt, key, segment_of_log, KIND_ENTRY, KIND_INDEXED, MAX_PAGE_BYTES};
 use super::entry::{from_bytes, to_bytes, Ballot, Entry};
-use crate::kv::storage::{KvStorage, Record, StorageError, Table};
+use crate::kv::ring::SEGMENTS;
+use crate::kv::storage::{KvStorage, StorageError, Table};
 use crate::persistence::PersistenceId;
 
-/// The byte after the segment that marks an index record (a log name never starts with
-/// NUL).
-const INDEX_MARK: [u8; 2] = [0, 1];
-/// Index records read from one segment at once, after the first read.
-const BATCH: usize = 64;
+/// Index records read at once.
+const BATCH: usize = 256;
 /// Writes an accept's `committed` can make this replica index at once, at most.
 const MAX_LEARN_SCAN: usize = 1000;
 /// Events one stream read returns, at most.
@@ -85,6 +85,14 @@ struct Indexed {
     slice: u16,
 }
 
+/// A write's mark: it is indexed at `at_ms`, as the write of `ballot` ending at `last_seq`.
+#[derive(Serialize, Deserialize)]
+struct Mark {
+    at_ms: u64,
+    ballot: Ballot,
+    last_seq: u64,
+}
+
 /// The entity type and slice of an event log's name (`None` for other logs).
 fn event_log(log: &str) -> Option<(String, u16)> {
     let pid = PersistenceId::parse(log.strip_prefix('e')?).ok()?;
@@ -99,25 +107,13 @@ pub fn tie(log: &str, first_seq: u64) -> u64 {
     h.digest() & !0xFFFF
 }
 
-fn type_prefix(segment: u16, entity_type: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(entity_type.len() + 21);
-    k.extend_from_slice(&segment.to_be_bytes());
-    k.extend_from_slice(&INDEX_MARK);
+fn index_key(entity_type: &str, at_ms: u64, tie: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(entity_type.len() + 17);
     k.extend_from_slice(entity_type.as_bytes());
     k.push(0);
-    k
-}
-
-fn index_key(segment: u16, entity_type: &str, at_ms: u64, tie: u64) -> Vec<u8> {
-    let mut k = type_prefix(segment, entity_type);
     k.extend_from_slice(&at_ms.to_be_bytes());
     k.extend_from_slice(&tie.to_be_bytes());
     k
-}
-
-/// True if `k` is an index record's key.
-pub fn is_index_key(k: &[u8]) -> bool {
-    k.get(2..4) == Some(&INDEX_MARK[..])
 }
 
 /// (stream time, tie) of an index key.
@@ -126,6 +122,28 @@ fn index_key_offset(k: &[u8]) -> Option<(u64, u64)> {
     let at = u64::from_be_bytes(k[n..n + 8].try_into().ok()?);
     let tie = u64::from_be_bytes(k[n + 8..].try_into().ok()?);
     Some((at, tie))
+}
+
+/// Indexes `entry` (held at `slot` of `log`) at `at_ms` and marks it.
+fn index<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    (entity_type, slice): (&str, u16),
+    slot: u64,
+    mark: &Mark,
+) -> Result<(), StorageError> {
+    let record = Indexed {
+        log: log.to_owned(),
+        first_seq: slot,
+        slice,
+    };
+    let k = index_key(entity_type, mark.at_ms, tie(log, slot));
+    st.put(Table::JournalIndex, &k, &to_bytes(&record))?;
+    st.put(
+        Table::Journal,
+        &key(log, KIND_INDEXED, slot),
+        &to_bytes(mark),
+    )
 }
 
 /// Indexes the writes of `log` named by (slot, ballot) at stream time `at_ms`: each one
@@ -145,24 +163,25 @@ pub fn learn<S: KvStorage>(
     };
     let mut n = 0;
     for (slot, ballot) in writes {
-        let mark = key(log, KIND_INDEXED, *slot);
-        if st.get(Table::Journal, &mark)?.is_some() {
+        if st
+            .get(Table::Journal, &key(log, KIND_INDEXED, *slot))?
+            .is_some()
+        {
             continue;
         }
         let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, *slot))? else {
             continue;
         };
-        if Entry::decode(*slot, &b).map_err(corrupt)?.ballot != *ballot {
+        let (held, last_seq) = Entry::head_of(&b).map_err(corrupt)?;
+        if held != *ballot {
             continue;
         }
-        let record = Indexed {
-            log: log.to_owned(),
-            first_seq: *slot,
-            slice,
+        let mark = Mark {
+            at_ms,
+            ballot: *ballot,
+            last_seq,
         };
-        let k = index_key(segment_of_log(log), &entity_type, at_ms, tie(log, *slot));
-        st.put(Table::Journal, &k, &to_bytes(&record))?;
-        st.put(Table::Journal, &mark, &to_bytes(&(at_ms, *ballot)))?;
+        index(st, log, (&entity_type, slice), *slot, &mark)?;
         n += 1;
     }
     Ok(n)
@@ -170,7 +189,8 @@ pub fn learn<S: KvStorage>(
 
 /// Indexes the writes of `log` in slots `after + 1 ..= through` that this replica holds
 /// at `ballot` (an accept at `ballot` said they are chosen), at stream time `at_ms`; at
-/// most [`MAX_LEARN_SCAN`] writes are looked at.
+/// most [`MAX_LEARN_SCAN`] writes are looked at. Marks are read first: when they cover
+/// the slots (the learns came), no write is read.
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
@@ -185,28 +205,48 @@ pub fn learn_committed<S: KvStorage>(
     if through <= after || event_log(log).is_none() {
         return Ok(0);
     }
-    let end = match through.checked_add(1) {
-        Some(t) => key(log, KIND_ENTRY, t),
-        None => key(log, super::acceptor::KIND_SNAPSHOT, 0),
+    let end = |kind: u8| match through.checked_add(1) {
+        Some(t) => key(log, kind, t),
+        None => key(log, kind + 1, 0),
     };
+    let marks = st.range(
+        Table::Journal,
+        &key(log, KIND_INDEXED, after + 1),
+        &end(KIND_INDEXED),
+        MAX_LEARN_SCAN,
+    )?;
+    let mut covered = after;
+    for (k, v) in &marks {
+        let mark: Mark = from_bytes(v).map_err(corrupt)?;
+        if slot_of(k)? != covered.saturating_add(1) {
+            break;
+        }
+        covered = mark.last_seq;
+    }
+    if covered >= through {
+        return Ok(0);
+    }
     let records = st.range(
         Table::Journal,
-        &key(log, KIND_ENTRY, after + 1),
-        &end,
+        &key(log, KIND_ENTRY, covered + 1),
+        &end(KIND_ENTRY),
         MAX_LEARN_SCAN,
     )?;
     let mut writes = Vec::new();
     for (k, v) in records {
-        let slot = k
-            .get(k.len().saturating_sub(8)..)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes)
-            .ok_or_else(|| corrupt("a bad key"))?;
-        if Entry::decode(slot, &v).map_err(corrupt)?.ballot == ballot {
-            writes.push((slot, ballot));
+        if Entry::head_of(&v).map_err(corrupt)?.0 == ballot {
+            writes.push((slot_of(&k)?, ballot));
         }
     }
     learn(st, log, at_ms, &writes)
+}
+
+/// The slot of a record key (its last 8 bytes).
+fn slot_of(k: &[u8]) -> Result<u64, StorageError> {
+    k.get(k.len().saturating_sub(8)..)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| corrupt("a bad key"))
 }
 
 /// Removes the index record and mark of the write of `log` at `first_seq` (deleted).
@@ -214,58 +254,50 @@ pub fn learn_committed<S: KvStorage>(
 /// # Errors
 /// The storage failed or holds a corrupt record.
 pub fn unindex<S: KvStorage>(st: &mut S, log: &str, first_seq: u64) -> Result<(), StorageError> {
-    let mark = key(log, KIND_INDEXED, first_seq);
-    let Some(b) = st.get(Table::Journal, &mark)? else {
+    let mark_key = key(log, KIND_INDEXED, first_seq);
+    let Some(b) = st.get(Table::Journal, &mark_key)? else {
         return Ok(());
     };
-    let (at_ms, _): (u64, Ballot) = from_bytes(&b).map_err(corrupt)?;
+    let mark: Mark = from_bytes(&b).map_err(corrupt)?;
     if let Some((entity_type, _)) = event_log(log) {
-        let k = index_key(
-            segment_of_log(log),
-            &entity_type,
-            at_ms,
-            tie(log, first_seq),
-        );
-        st.remove(Table::Journal, &k)?;
+        let k = index_key(&entity_type, mark.at_ms, tie(log, first_seq));
+        st.remove(Table::JournalIndex, &k)?;
     }
-    st.remove(Table::Journal, &mark)
+    st.remove(Table::Journal, &mark_key)
 }
 
-/// Indexes the write of `log` at `slot` at stream time `at_ms` because another replica
-/// indexed it, held at `ballot` (its mark came in a handoff) — if the write held here
-/// after the merge is at that same ballot, so the same value. Otherwise nothing changes
-/// (and a later learn may index it here).
+/// Merges a mark handed off by another replica (`false`: it does not parse): if this
+/// replica has no mark of that write and holds the same write (same ballot; it came in an
+/// earlier record: entries sort before marks), it indexes it at the mark's stream time.
+/// Otherwise nothing changes (and a later learn may index it here).
 ///
 /// # Errors
-/// The storage failed.
-pub fn index_handed_off<S: KvStorage>(
+/// The storage failed or holds a corrupt record.
+pub fn merge_mark<S: KvStorage>(
     st: &mut S,
     log: &str,
     slot: u64,
-    at_ms: u64,
-    ballot: Ballot,
-) -> Result<(), StorageError> {
+    value: &[u8],
+) -> Result<bool, StorageError> {
+    let Ok(mark) = from_bytes::<Mark>(value) else {
+        return Ok(false);
+    };
     let Some((entity_type, slice)) = event_log(log) else {
-        return Ok(());
+        return Ok(false);
     };
-    let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, slot))? else {
-        return Ok(());
-    };
-    if Entry::decode(slot, &b).map_err(corrupt)?.ballot != ballot {
-        return Ok(());
+    if st
+        .get(Table::Journal, &key(log, KIND_INDEXED, slot))?
+        .is_some()
+    {
+        return Ok(true);
     }
-    let record = Indexed {
-        log: log.to_owned(),
-        first_seq: slot,
-        slice,
+    let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, slot))? else {
+        return Ok(true);
     };
-    let k = index_key(segment_of_log(log), &entity_type, at_ms, tie(log, slot));
-    st.put(Table::Journal, &k, &to_bytes(&record))?;
-    st.put(
-        Table::Journal,
-        &key(log, KIND_INDEXED, slot),
-        &to_bytes(&(at_ms, ballot)),
-    )
+    if Entry::head_of(&b).map_err(corrupt)? == (mark.ballot, mark.last_seq) {
+        index(st, log, (&entity_type, slice), slot, &mark)?;
+    }
+    Ok(true)
 }
 
 /// What a stream read asks.
@@ -283,110 +315,82 @@ pub struct StreamQuery {
     pub limit: u32,
 }
 
-/// One segment's index records, read a batch at a time.
-struct Cursor {
-    next: Vec<u8>,
-    end: Vec<u8>,
-    buffered: VecDeque<Record>,
-    exhausted: bool,
-}
-
-impl Cursor {
-    fn fill<S: KvStorage>(&mut self, st: &mut S, batch: usize) -> Result<(), StorageError> {
-        if self.buffered.is_empty() && !self.exhausted {
-            let records = st.range(Table::Journal, &self.next, &self.end, batch)?;
-            self.exhausted = records.len() < batch;
-            if let Some((k, _)) = records.last() {
-                self.next = k.clone();
-                self.next.push(0);
-            }
-            self.buffered.extend(records);
-        }
-        Ok(())
-    }
-
-    fn head(&self) -> Option<(u64, u64)> {
-        self.buffered.front().and_then(|(k, _)| index_key_offset(k))
-    }
-}
-
-/// The stream's events in `segments` for `q`, in offset order, and whether more follow
-/// (the limit or [`MAX_PAGE_BYTES`] cut the page). Index records whose write was deleted
-/// are skipped.
+/// The stream's events of the ring segments `answers` marks (indexed by segment), for
+/// `q`, in offset order, and whether more follow (the limit or [`MAX_PAGE_BYTES`] cut the
+/// page). Index records whose write was deleted are skipped.
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
 pub fn read_stream<S: KvStorage>(
     st: &mut S,
-    segments: &[u16],
+    answers: &[bool],
     q: &StreamQuery,
 ) -> Result<(Vec<StreamEvent>, bool), StorageError> {
     let limit = q.limit.clamp(1, MAX_STREAM_LIMIT) as usize;
-    let first_batch = limit.clamp(1, 16);
-    let mut cursors: Vec<Cursor> = Vec::with_capacity(segments.len());
-    for &s in segments {
-        let mut c = Cursor {
-            next: index_key(s, &q.entity_type, q.after.0, q.after.1 & !0xFFFF),
-            end: index_key(s, &q.entity_type, q.horizon_ms, u64::MAX),
-            buffered: VecDeque::new(),
-            exhausted: false,
-        };
-        c.end.push(0);
-        c.fill(st, first_batch)?;
-        cursors.push(c);
-    }
-    // Heads in offset order: (offset, cursor index).
-    let mut heads: BTreeMap<((u64, u64), usize), ()> = BTreeMap::new();
-    for (i, c) in cursors.iter().enumerate() {
-        if let Some(o) = c.head() {
-            heads.insert((o, i), ());
-        }
-    }
+    let mut next = index_key(&q.entity_type, q.after.0, q.after.1 & !0xFFFF);
+    let mut end = index_key(&q.entity_type, q.horizon_ms, u64::MAX);
+    end.push(0);
     let (mut out, mut bytes) = (Vec::new(), 0usize);
-    while let Some(((offset, i), ())) = heads.pop_first() {
-        let c = &mut cursors[i];
-        let Some((_, v)) = c.buffered.pop_front() else {
-            continue;
-        };
-        c.fill(st, BATCH)?;
-        if let Some(o) = c.head() {
-            heads.insert((o, i), ());
-        }
-        let record: Indexed = from_bytes(&v).map_err(corrupt)?;
-        if !q.slices.contains(&record.slice) {
-            continue;
-        }
-        let Some(b) = st.get(
-            Table::Journal,
-            &key(&record.log, KIND_ENTRY, record.first_seq),
-        )?
-        else {
-            continue;
-        };
-        let entry = Entry::decode(record.first_seq, &b).map_err(corrupt)?;
-        let Some(pid) = record.log.strip_prefix('e') else {
-            continue;
-        };
-        for (k, payload) in entry.events.into_iter().enumerate() {
-            let ordering = offset.1 | k as u64;
-            if (offset.0, ordering) <= q.after {
+    loop {
+        let records = st.range(Table::JournalIndex, &next, &end, BATCH)?;
+        let exhausted = records.len() < BATCH;
+        for (k, v) in records {
+            next = k.clone();
+            next.push(0);
+            let offset = index_key_offset(&k).ok_or_else(|| corrupt("a bad index key"))?;
+            let record: Indexed = from_bytes(&v).map_err(corrupt)?;
+            let segment = segment_of_log(&record.log);
+            if !answers.get(usize::from(segment)).copied().unwrap_or(false)
+                || !q.slices.contains(&record.slice)
+            {
                 continue;
             }
-            if out.len() >= limit || (!out.is_empty() && bytes + payload.len() > MAX_PAGE_BYTES) {
-                return Ok((out, true));
+            let Some(b) = st.get(
+                Table::Journal,
+                &key(&record.log, KIND_ENTRY, record.first_seq),
+            )?
+            else {
+                continue;
+            };
+            let entry = Entry::decode(record.first_seq, &b).map_err(corrupt)?;
+            let Some(pid) = record.log.strip_prefix('e') else {
+                continue;
+            };
+            for (i, payload) in entry.events.into_iter().enumerate() {
+                let ordering = offset.1 | i as u64;
+                if (offset.0, ordering) <= q.after {
+                    continue;
+                }
+                if out.len() >= limit || (!out.is_empty() && bytes + payload.len() > MAX_PAGE_BYTES)
+                {
+                    return Ok((out, true));
+                }
+                bytes += payload.len();
+                out.push(StreamEvent {
+                    at_ms: offset.0,
+                    ordering,
+                    persistence_id: pid.to_owned(),
+                    seq_nr: entry.first_seq + i as u64,
+                    timestamp_ms: entry.timestamp_ms,
+                    payload,
+                });
             }
-            bytes += payload.len();
-            out.push(StreamEvent {
-                at_ms: offset.0,
-                ordering,
-                persistence_id: pid.to_owned(),
-                seq_nr: entry.first_seq + k as u64,
-                timestamp_ms: entry.timestamp_ms,
-                payload,
-            });
+        }
+        if exhausted {
+            return Ok((out, false));
         }
     }
-    Ok((out, false))
+}
+
+/// Which segments of [`SEGMENTS`] a list names, indexed by segment.
+pub fn segment_set(segments: &[u16]) -> Vec<bool> {
+    let mut set = vec![false; usize::from(SEGMENTS)];
+    for s in segments {
+        if let Some(b) = set.get_mut(usize::from(*s)) {
+            *b = true;
+        }
+    }
+    set
 }
 
 /// Merges stream pages from several nodes: offset order, each offset once, and only up

@@ -102,7 +102,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 let me = self.self_node.clone();
                 self.on_stream_reply(&me, answer);
             } else {
-                self.held_transmits.push(Transmit {
+                self.out.transmits.push_back(Transmit {
                     to: m.address.clone(),
                     to_uid: Some(m.uid),
                     lane: Lane::Ordinary,
@@ -148,7 +148,8 @@ impl<S: KvStorage> JournalMachine<S> {
             horizon_ms,
             limit,
         };
-        match stream::read_stream(&mut self.storage, &segments, &query) {
+        let answers = stream::segment_set(&segments);
+        match stream::read_stream(&mut self.storage, &answers, &query) {
             Ok((events, full)) => JournalMessage::StreamReply {
                 request,
                 segments,
@@ -245,128 +246,7 @@ impl<S: KvStorage> JournalMachine<S> {
             }
         }
     }
-
-    /// Tells every replica of `log` that `writes` are chosen, at stream time `now_ms`,
-    /// again every [`LEARN_RESEND_MS`] until each replica still in the ring acknowledged.
-    pub(super) fn send_learn(
-        &mut self,
-        now_ms: u64,
-        log: &str,
-        replicas: &[UniqueAddress],
-        writes: Vec<(u64, super::Ballot)>,
-    ) {
-        if writes.is_empty() || !log.starts_with('e') {
-            return;
-        }
-        for chunk in writes.chunks(MAX_LEARN_WRITES) {
-            let id = self.next_wire;
-            self.next_wire += 1;
-            let mut pending = PendingLearn {
-                log: log.to_owned(),
-                at_ms: now_ms,
-                writes: chunk.to_vec(),
-                waiting: replicas.iter().cloned().collect(),
-                next_send_ms: now_ms.saturating_add(LEARN_RESEND_MS),
-            };
-            if pending.waiting.remove(&self.self_node) {
-                let (log, writes) = (pending.log.clone(), pending.writes.clone());
-                self.learn(now_ms, &log, now_ms, &writes);
-            }
-            for r in &pending.waiting {
-                self.held_transmits.push(pending.transmit(id, r));
-            }
-            if !pending.waiting.is_empty() {
-                if self.learns.len() >= MAX_PENDING_LEARNS {
-                    // The oldest learn is given up (the next recovery learns its writes).
-                    self.learns.pop_first();
-                    self.stats.learns_dropped += 1;
-                }
-                self.learns.insert(id, pending);
-            }
-        }
-    }
-
-    /// Sends the learns not acknowledged in time again (to replicas still in the ring).
-    pub(super) fn learn_tick(&mut self, now_ms: u64) {
-        let members: BTreeSet<&UniqueAddress> = self.ring.members().iter().collect();
-        let mut resend = Vec::new();
-        self.learns.retain(|id, p| {
-            p.waiting.retain(|r| members.contains(r));
-            if p.next_send_ms <= now_ms {
-                p.next_send_ms = now_ms.saturating_add(LEARN_RESEND_MS);
-                for r in &p.waiting {
-                    resend.push(p.transmit(*id, r));
-                }
-            }
-            !p.waiting.is_empty()
-        });
-        self.stats.learn_resends += resend.len() as u64;
-        self.held_transmits.extend(resend);
-    }
-
-    /// A replica applied learn `id`.
-    pub(super) fn learn_acknowledged(&mut self, id: u64, from: &UniqueAddress) {
-        if let Some(p) = self.learns.get_mut(&id) {
-            p.waiting.remove(from);
-            if p.waiting.is_empty() {
-                self.learns.remove(&id);
-            }
-        }
-    }
-
-    /// Applies a learn from a writer (see [`stream::learn`]) at stream time `at_ms`, but
-    /// not earlier than half the stream delay before `now_ms` (a learn that arrives late
-    /// is indexed where readers have not passed yet).
-    pub(super) fn learn(
-        &mut self,
-        now_ms: u64,
-        log: &str,
-        at_ms: u64,
-        writes: &[(u64, super::Ballot)],
-    ) {
-        let at_ms = at_ms.max(now_ms.saturating_sub(self.settings.stream_delay_ms / 2));
-        if log.len() > MAX_LOG_BYTES || log.contains('\0') || writes.len() > MAX_LEARN_WRITES {
-            self.stats.rejected += 1;
-            return;
-        }
-        if stream::learn(&mut self.storage, log, at_ms, writes).is_err() {
-            self.stats.storage_errors += 1;
-        }
-    }
 }
-
-/// A learn not yet acknowledged by every replica.
-#[derive(Debug, Clone)]
-pub(super) struct PendingLearn {
-    log: String,
-    at_ms: u64,
-    writes: Vec<(u64, super::Ballot)>,
-    waiting: BTreeSet<UniqueAddress>,
-    next_send_ms: u64,
-}
-
-impl PendingLearn {
-    fn transmit(&self, id: u64, to: &UniqueAddress) -> Transmit<JournalMessage> {
-        Transmit {
-            to: to.address.clone(),
-            to_uid: Some(to.uid),
-            lane: Lane::Ordinary,
-            message: JournalMessage::Learn {
-                id,
-                log: self.log.clone(),
-                at_ms: self.at_ms,
-                writes: self.writes.clone(),
-            },
-        }
-    }
-}
-
-/// A learn is sent again after this long without an acknowledgement, ms.
-pub(super) const LEARN_RESEND_MS: u64 = 1_000;
-/// Learns waiting for acknowledgements, at most (more: the oldest is given up).
-pub(super) const MAX_PENDING_LEARNS: usize = 100_000;
-/// Writes one learn names, at most.
-pub(super) const MAX_LEARN_WRITES: usize = 1000;
 
 fn uncovered_error(missing: &[u16]) -> JournalError {
     let shown: Vec<String> = missing.iter().take(8).map(u16::to_string).collect();

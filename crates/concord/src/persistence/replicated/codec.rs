@@ -4,6 +4,7 @@
 //! node.
 
 use bytes::Bytes;
+use concord_core::persistence::journal::learn::LearnedLog;
 use concord_core::persistence::journal::stream::{StreamEvent, MAX_STREAM_LIMIT};
 use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
 use concord_core::persistence::PersistenceId;
@@ -310,22 +311,23 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Learn {
-                id,
-                log,
-                at_ms,
-                writes,
-            } => (
+            M::Learn { id, logs } => (
                 manifest::LEARN,
                 wire::JournalLearn {
                     id: *id,
-                    log: log.clone(),
-                    at_ms: *at_ms,
-                    writes: writes
+                    logs: logs
                         .iter()
-                        .map(|(first_seq, b)| wire::JournalLearned {
-                            first_seq: *first_seq,
-                            ballot: ballot_to(*b),
+                        .map(|l| wire::JournalLearnedLog {
+                            log: l.log.clone(),
+                            at_ms: l.at_ms,
+                            writes: l
+                                .writes
+                                .iter()
+                                .map(|(first_seq, b)| wire::JournalLearned {
+                                    first_seq: *first_seq,
+                                    ballot: ballot_to(*b),
+                                })
+                                .collect(),
                         })
                         .collect(),
                 }
@@ -527,12 +529,18 @@ impl Codec for JournalCodec {
                 let m = wire::JournalLearn::decode(payload).map_err(invalid)?;
                 M::Learn {
                     id: m.id,
-                    log: m.log,
-                    at_ms: m.at_ms,
-                    writes: m
-                        .writes
+                    logs: m
+                        .logs
                         .into_iter()
-                        .map(|w| (w.first_seq, ballot_from(w.ballot)))
+                        .map(|l| LearnedLog {
+                            log: l.log,
+                            at_ms: l.at_ms,
+                            writes: l
+                                .writes
+                                .into_iter()
+                                .map(|w| (w.first_seq, ballot_from(w.ballot)))
+                                .collect(),
+                        })
                         .collect(),
                 }
             }

@@ -95,9 +95,11 @@ fn messages_round_trip_and_garbage_is_an_error() {
         JournalMessage::HandoffWanted { segments: vec![3] },
         JournalMessage::Learn {
             id: 8,
-            log: "ex|1".into(),
-            at_ms: 12,
-            writes: vec![(3, Ballot { round: 9, node: 2 })],
+            logs: vec![LearnedLog {
+                log: "ex|1".into(),
+                at_ms: 12,
+                writes: vec![(3, Ballot { round: 9, node: 2 })],
+            }],
         },
         JournalMessage::LearnAck { id: 8 },
         JournalMessage::StreamRead {

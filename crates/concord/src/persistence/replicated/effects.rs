@@ -190,6 +190,12 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
         }
     }
 
+    /// The machine holds its replies until [`JournalMachine::commit`]; its requests (to
+    /// the other replicas) leave before it.
+    fn sends_before_commit(&self) -> bool {
+        true
+    }
+
     fn before_outputs(&mut self, fx: &mut Effects<'_, Self>) {
         let errors_before = fx.machine.stats().storage_errors;
         fx.machine.commit();

@@ -373,12 +373,15 @@ pub(super) fn start(
     inbound: mpsc::Receiver<Inbound<concord_core::persistence::journal::JournalMessage>>,
     settings: JournalSettings,
 ) -> Result<ReplicatedStore, LayerError> {
-    let storage =
-        RedbStorage::open_file(&ctx.config.data_dir_path(), JOURNAL_FILE, &[Table::Journal])
-            .map_err(|e| LayerError::Storage {
-                layer: "persistence",
-                message: e.to_string(),
-            })?;
+    let storage = RedbStorage::open_file(
+        &ctx.config.data_dir_path(),
+        JOURNAL_FILE,
+        &[Table::Journal, Table::JournalIndex],
+    )
+    .map_err(|e| LayerError::Storage {
+        layer: "persistence",
+        message: e.to_string(),
+    })?;
     let me = ctx.cluster.self_unique_address().clone();
     let machine = JournalMachine::new(settings, me.clone(), storage, ctx.clock.now_ms());
     let sender = ProtocolSender::new(
