@@ -52,13 +52,18 @@ impl<S: KvStorage> JournalMachine<S> {
         limit: u32,
     ) {
         let asked: Vec<UniqueAddress> = self.ring.members().to_vec();
-        if asked.is_empty() || entity_type.len() > MAX_LOG_BYTES {
-            self.finish(
-                request,
-                Err(JournalError::Unavailable(
-                    "no member hosts the journal yet".into(),
-                )),
-            );
+        let refused = if entity_type.len() > MAX_LOG_BYTES || entity_type.contains('\0') {
+            Some(format!(
+                "an entity type of {} bytes (or with a NUL) has no events",
+                entity_type.len()
+            ))
+        } else if asked.is_empty() {
+            Some("no member hosts the journal yet".to_owned())
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            self.finish(request, Err(JournalError::Unavailable(reason)));
             self.after_input();
             return;
         }

@@ -129,6 +129,17 @@ impl Net {
         }
     }
 
+    /// Runs `ms` more after node `i` was asked request `r`, and takes its answer.
+    fn answer(&mut self, i: usize, r: u64, ms: u64) -> JournalEvent {
+        self.drain(i);
+        self.run_until(self.now + ms);
+        self.events
+            .drain(..)
+            .find(|(_, e)| e.request == r)
+            .expect("an answer")
+            .1
+    }
+
     /// Runs until `until`, ms.
     fn run_until(&mut self, until: u64) {
         loop {
@@ -375,14 +386,7 @@ fn run(seed: u64, restarts: f64) -> (usize, u64, usize) {
         next_request += 1;
         let r = next_request;
         net.machines[0].recover(net.now, r, log_name(l), 1, 100_000);
-        net.drain(0);
-        net.run_until(net.now + 3_000);
-        let ev = net
-            .events
-            .drain(..)
-            .find(|(_, e)| e.request == r)
-            .expect("an answer")
-            .1;
+        let ev = net.answer(0, r, 3_000);
         let Ok(JournalOutput::Recovered { page, highest }) = ev.result else {
             panic!(
                 "seed {seed} log {l}: the healed recovery failed: {:?}",

@@ -40,14 +40,7 @@ pub(super) fn check_stream(net: &mut Net, known: &Known, seed: u64, mut reader: 
         request += 1;
         let r = request;
         net.machines[node].events_by_type(net.now, r, "counter".into(), 0..=1023, reader.after, 7);
-        net.drain(node);
-        net.run_until(net.now + 200);
-        let ev = net
-            .events
-            .drain(..)
-            .find(|(_, e)| e.request == r)
-            .expect("an answer")
-            .1;
+        let ev = net.answer(node, r, 200);
         let Ok(JournalOutput::Events(page)) = ev.result else {
             panic!("seed {seed}: the stream read failed: {:?}", ev.result)
         };

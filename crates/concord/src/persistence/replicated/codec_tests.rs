@@ -1,4 +1,6 @@
 use super::*;
+use concord_core::persistence::journal::learn::LearnedLog;
+use concord_core::persistence::journal::stream::StreamEvent;
 
 #[test]
 fn messages_round_trip_and_garbage_is_an_error() {
