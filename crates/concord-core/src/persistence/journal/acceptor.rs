@@ -221,7 +221,29 @@ pub fn accept<S: KvStorage>(
     compact: bool,
     writes: &[Entry],
 ) -> Result<JournalMessage, StorageError> {
+    accept_and_learn(st, request, log, ballot, committed, compact, writes, None)
+}
+
+/// [`accept`], and with `learn_at_ms`, the writes of this writer that the accept says are
+/// chosen (slots above the committed prefix held before, up to `committed`) are indexed in
+/// the events-by-type stream at that stream time ([`super::stream::learn_committed`]: their
+/// learn may have been lost).
+///
+/// # Errors
+/// The storage failed or holds a corrupt record.
+#[allow(clippy::too_many_arguments)]
+pub fn accept_and_learn<S: KvStorage>(
+    st: &mut S,
+    request: u64,
+    log: &str,
+    ballot: Ballot,
+    committed: u64,
+    compact: bool,
+    writes: &[Entry],
+    learn_at_ms: Option<u64>,
+) -> Result<JournalMessage, StorageError> {
     let mut state = log_state(st, log)?;
+    let committed_before = state.committed;
     if ballot < state.promised {
         return Ok(JournalMessage::Nack {
             request,
@@ -249,6 +271,9 @@ pub fn accept<S: KvStorage>(
         // Durable state: every slot before the newest is history nobody reads.
         let newest = writes.iter().map(|w| w.first_seq).max().unwrap_or(0);
         remove_entries(st, log, newest.min(state.committed.saturating_add(1)))?;
+    }
+    if let Some(at_ms) = learn_at_ms {
+        super::stream::learn_committed(st, log, ballot, committed_before, committed, at_ms)?;
     }
     Ok(JournalMessage::Accepted { request })
 }

@@ -5,9 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::message::JournalMessage;
-use super::{
-    acceptor, handoff, segment_of_log, stream, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS,
-};
+use super::{acceptor, handoff, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::member::MemberStatus;
@@ -68,20 +66,17 @@ impl<S: KvStorage> JournalMachine<S> {
                 committed,
                 compact,
                 writes,
-            } => {
-                let before = acceptor::log_state(st, &log).map(|s| s.committed);
-                let reply =
-                    acceptor::accept(st, request, &log, ballot, committed, compact, &writes);
-                if let (Ok(JournalMessage::Accepted { .. }), Ok(before)) = (&reply, before) {
-                    // The accept says every slot up to `committed` is chosen: index the
-                    // writes of this writer it names, if their learn was lost.
-                    if stream::learn_committed(st, &log, ballot, before, committed, now_ms).is_err()
-                    {
-                        self.stats.storage_errors += 1;
-                    }
-                }
-                reply.map_err(|e| (request, e))
-            }
+            } => acceptor::accept_and_learn(
+                st,
+                request,
+                &log,
+                ballot,
+                committed,
+                compact,
+                &writes,
+                Some(now_ms),
+            )
+            .map_err(|e| (request, e)),
             JournalMessage::Read {
                 request,
                 log,
