@@ -421,6 +421,17 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
     if quiet.is_none() {
         for (a, _) in sim.running() {
             let j = &sim.machine::<Journal>(a).unwrap().machine;
+            let standings: Vec<_> = (0..4).map(|s| j.standing(s)).collect();
+            let lists: Vec<Vec<String>> = (0..2)
+                .map(|s| {
+                    j.ring()
+                        .preference_list(s, 3)
+                        .iter()
+                        .map(|m| m.address.host.clone())
+                        .collect()
+                })
+                .collect();
+            eprintln!("{} standing {standings:?} lists {lists:?}", a.host);
             for (seg, p) in j.pending().iter().take(2) {
                 eprintln!(
                     "{} pending {seg}: from {:?} previous {:?} delivered {:?} first {}",
@@ -493,14 +504,26 @@ fn random_faults_never_give_a_log_two_histories_nor_lose_an_acknowledged_write()
     eprintln!("{acked} events acknowledged, {recoveries} recoveries, {conflicts} writers stopped");
 }
 
-/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): the replica set
-/// of a segment follows the ring, and a ring change can count a node that was itself
-/// still incomplete (here: a brand-new node that had joined the list while its handoff was
-/// pending) as one of the previous replicas — after a split brain in which both sides
-/// downed the other, writes acknowledged on one side are lost. 1 of seeds 0–999 fails so
-/// (355). Run it with `--ignored`.
+/// Seed 355 lost acknowledged writes before handoffs stated whether the sender's copy is
+/// complete (`concord_core::persistence::journal::standing`): after a split brain in which
+/// both sides downed the other, a new replica counted a brand-new node that was still
+/// waiting for its own handoff as one of the segment's previous replicas. (The fix
+/// changes the run's timing, so the seed no longer replays those exact steps; the unit
+/// test `handoff::tests::incomplete_copies_count_only_when_every_previous_replica_delivered`
+/// pins the rule.)
+#[test]
+fn seed_355_a_new_replica_still_waiting_is_not_counted_as_a_previous_one() {
+    run_seed(355);
+}
+
+/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): the split brain
+/// resolver downs every node, the cluster re-forms from restarted nodes, and a node's
+/// first ring does not say which nodes replicated a segment before, so the first nodes
+/// back guess their previous replicas from the new ring and answer without the nodes that
+/// hold the writes. 2 of seeds 0–1999 fail (1014, this one, and 1436). Run it with
+/// `--ignored`.
 #[test]
 #[ignore = "known limit of the replicated journal: see the doc comment"]
-fn known_limit_an_incomplete_new_replica_counted_as_a_previous_one() {
-    run_seed(355);
+fn known_limit_a_cluster_re_formed_after_every_node_was_downed() {
+    run_seed(1014);
 }

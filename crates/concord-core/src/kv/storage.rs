@@ -26,6 +26,9 @@ pub enum Table {
     /// The replicated journal's events-by-type index
     /// (`crate::persistence::journal::stream`, in the journal's file).
     JournalIndex,
+    /// The replicated journal's own records about this node (its standing per segment,
+    /// `crate::persistence::journal::standing`, in the journal's file).
+    JournalMeta,
 }
 
 impl Table {
@@ -40,6 +43,7 @@ impl Table {
             Table::Meta => "kv-meta",
             Table::Journal => "journal",
             Table::JournalIndex => "journal-index",
+            Table::JournalMeta => "journal-meta",
         }
     }
 }

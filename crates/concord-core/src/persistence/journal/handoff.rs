@@ -7,9 +7,14 @@
 //!
 //! A node compares replicas by incarnation: a node that restarted is a new replica and is
 //! brought up to date the same way.
+//!
+//! A previous replica's copy counts towards a majority only if it is complete
+//! ([`super::standing`], which its last page states); incomplete copies count only once
+//! every previous replica delivered.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::standing::{Marks, Standing};
 use crate::address::{Address, UniqueAddress};
 use crate::kv::ring::{Ring, SEGMENTS};
 
@@ -45,8 +50,11 @@ pub struct Pending {
     /// The addresses of the segment's previous replicas (by address: a restarted node
     /// brings its disk back).
     pub previous: BTreeSet<Address>,
-    /// Those of them that delivered (this node's own disk counts).
+    /// Those of them that delivered a complete copy (this node's own disk counts if it is
+    /// one).
     pub delivered: BTreeSet<Address>,
+    /// Those of them that delivered a copy that may be incomplete.
+    pub partial: BTreeSet<Address>,
     /// How many of them must have delivered: enough to meet every majority of them
     /// ([`meets_every_majority`]), so that every write chosen before is among what this
     /// node merged.
@@ -58,9 +66,27 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Everything awaited arrived.
+    /// Everything awaited arrived: enough complete copies to meet every majority of the
+    /// previous replicas, or every previous replica's copy (then this node holds all any
+    /// of them holds; a fresh one holds only what it was handed).
     pub fn done(&self) -> bool {
-        self.from.is_empty() && self.delivered.len() >= self.required
+        self.from.is_empty()
+            && (self.delivered.len() >= self.required
+                || self
+                    .previous
+                    .iter()
+                    .all(|a| self.delivered.contains(a) || self.partial.contains(a)))
+    }
+
+    /// Counts `from`'s copy by where it stands.
+    fn count(&mut self, from: &Address, standing: Standing) {
+        if !self.previous.contains(from) {
+            return;
+        }
+        match standing {
+            Standing::Complete => self.delivered.insert(from.clone()),
+            Standing::Incomplete => self.partial.insert(from.clone()),
+        };
     }
 }
 
@@ -80,6 +106,10 @@ pub struct Handoffs {
     /// This incarnation has been in a ring (its pending segments since are not its
     /// first ring's).
     pub was_member: bool,
+    /// This node's marks per segment, as on disk ([`super::standing`]).
+    pub marks: Marks,
+    /// The marks changed since they were last stored.
+    pub marks_dirty: bool,
 }
 
 impl Handoffs {
@@ -92,6 +122,19 @@ impl Handoffs {
     /// change, so what it holds may lack writes that others must not miss.
     pub fn is_incomplete(&self, segment: u16) -> bool {
         self.pending.get(&segment).is_some_and(|p| !p.first_ring)
+    }
+
+    /// Where this node stands for `segment`, as its handoff pages say.
+    pub fn standing(&self, segment: u16) -> Standing {
+        if self.is_incomplete(segment) {
+            Standing::Incomplete
+        } else {
+            self.marks.standing(segment)
+        }
+    }
+
+    fn completed(&mut self, segment: u16) {
+        self.marks_dirty |= self.marks.completed(segment);
     }
 
     /// Recomputes pending segments and handoffs after the ring went from `old` to `new`.
@@ -127,20 +170,22 @@ impl Handoffs {
                 && !self.pending.contains_key(&s)
             {
                 let previous: BTreeSet<Address> = old_l.iter().map(|a| a.address.clone()).collect();
-                self.pending.insert(
-                    s,
-                    Pending {
-                        from: old_l
-                            .iter()
-                            .filter(|a| *a != &me && members.contains(*a))
-                            .map(|a| (*a).clone())
-                            .collect(),
-                        required: meets_every_majority(previous.len()),
-                        delivered: [me.address.clone()].into_iter().collect(),
-                        previous,
-                        first_ring: false,
-                    },
-                );
+                let mut p = Pending {
+                    from: old_l
+                        .iter()
+                        .filter(|a| *a != &me && members.contains(*a))
+                        .map(|a| (*a).clone())
+                        .collect(),
+                    required: meets_every_majority(previous.len()),
+                    previous,
+                    first_ring: false,
+                    ..Pending::default()
+                };
+                // Its copy stands for the old list, but lacks what only the departed held:
+                // incomplete for anyone who counts it after this change, until it is done.
+                p.count(&me.address, self.standing(s));
+                self.pending.insert(s, p);
+                self.marks_dirty |= self.marks.joined(s);
             }
             for x in new_l.iter().filter(|x| !old_l.contains(x)) {
                 let x: &UniqueAddress = x;
@@ -161,18 +206,21 @@ impl Handoffs {
                     let reference = if old_l.is_empty() { &rest_l } else { &old_l };
                     let previous: BTreeSet<Address> =
                         reference.iter().map(|a| a.address.clone()).collect();
-                    let mut delivered = BTreeSet::new();
-                    if previous.contains(&me.address) {
-                        delivered.insert(me.address.clone());
-                    }
-                    let p = Pending {
+                    let mut p = Pending {
                         from,
                         required: meets_every_majority(previous.len()),
                         previous,
-                        delivered,
                         first_ring,
+                        ..Pending::default()
                     };
+                    // A restarted node's own disk, by address.
+                    p.count(&me.address, self.marks.standing(s));
                     if !p.done() {
+                        // A new replica lacks what was chosen before it came (a
+                        // restarted one's disk says what it held).
+                        if !first_ring {
+                            self.marks_dirty |= self.marks.joined(s);
+                        }
                         // An earlier wait (its previous replicas) still stands.
                         match self.pending.get_mut(&s) {
                             Some(q) => q.from.extend(p.from),
@@ -184,6 +232,9 @@ impl Handoffs {
                 } else if involved(me) {
                     self.outgoing.insert((s, x.clone()), Outgoing::default());
                 }
+            }
+            if new_l.contains(&me) && !self.pending.contains_key(&s) {
+                self.completed(s);
             }
         }
     }
@@ -206,15 +257,14 @@ impl Handoffs {
         }
     }
 
-    /// `from` sent the last page of `segment`.
-    pub fn received_last(&mut self, segment: u16, from: &UniqueAddress) {
+    /// `from` sent the last page of `segment`, standing so.
+    pub fn received_last(&mut self, segment: u16, from: &UniqueAddress, standing: Standing) {
         if let Some(p) = self.pending.get_mut(&segment) {
             p.from.remove(from);
-            if p.previous.contains(&from.address) {
-                p.delivered.insert(from.address.clone());
-            }
+            p.count(&from.address, standing);
             if p.done() {
                 self.pending.remove(&segment);
+                self.completed(segment);
             }
         }
     }
@@ -271,7 +321,7 @@ mod tests {
         // The last page from each sender clears it.
         let s = gained[0];
         for from in at_d.pending[&s].from.clone() {
-            at_d.received_last(s, &from);
+            at_d.received_last(s, &from, Standing::Complete);
         }
         assert!(!at_d.is_pending(s));
         // Two of a segment's three replicas gone at once: its new replicas wait for them.
@@ -291,13 +341,13 @@ mod tests {
                 assert!(h.is_pending(seg), "{me:?} must not answer for {seg}");
                 let from = h.pending[&seg].from.clone();
                 for f in &from {
-                    h.received_last(seg, f);
+                    h.received_last(seg, f, Standing::Complete);
                 }
                 assert!(
                     h.is_pending(seg),
                     "still short of a majority of the old replicas"
                 );
-                h.received_last(seg, &node(4, 44));
+                h.received_last(seg, &node(4, 44), Standing::Complete);
                 assert!(!h.is_pending(seg), "d came back with its disk");
             }
         }
@@ -307,5 +357,94 @@ mod tests {
         let mut at_b = Handoffs::default();
         at_b.ring_changed(&new, &back, &b, 3, 16);
         assert!(at_b.outgoing.keys().any(|(_, to)| *to == a2));
+    }
+
+    fn pending(previous: &[&UniqueAddress]) -> Pending {
+        let previous: BTreeSet<Address> = previous.iter().map(|a| a.address.clone()).collect();
+        Pending {
+            required: meets_every_majority(previous.len()),
+            previous,
+            ..Pending::default()
+        }
+    }
+
+    #[test]
+    fn incomplete_copies_count_only_when_every_previous_replica_delivered() {
+        let (a, b, n) = (node(1, 1), node(2, 2), node(3, 3));
+        // A new replica that still waits for its own handoff is not one of the previous
+        // replicas that meet every majority (simulator seed 355): b complete, n not, a
+        // gone with writes only it and a departed node held.
+        let mut p = pending(&[&a, &b, &n]);
+        p.count(&b.address, Standing::Complete);
+        p.count(&n.address, Standing::Incomplete);
+        assert!(!p.done(), "n's copy does not stand for a's");
+        p.count(&a.address, Standing::Complete);
+        assert!(p.done());
+        // Every previous replica's copy, complete or not: all that any of them holds.
+        let mut p = pending(&[&a, &b, &n]);
+        p.count(&a.address, Standing::Incomplete);
+        p.count(&b.address, Standing::Incomplete);
+        assert!(!p.done(), "n has not answered");
+        p.count(&n.address, Standing::Incomplete);
+        assert!(p.done());
+        // A node outside the previous replicas counts for nothing.
+        let mut p = pending(&[&a, &b]);
+        p.count(&n.address, Standing::Complete);
+        assert!(!p.done());
+    }
+
+    #[test]
+    fn marks_follow_the_ring_and_the_handoffs() {
+        let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+        let empty = Ring::new(std::iter::empty(), 16);
+        let alone = Ring::new([a.clone()], 16);
+        let mut h = Handoffs::default();
+        // The first node of a new cluster waits for nobody: complete everywhere.
+        h.ring_changed(&empty, &alone, &a, 3, 16);
+        assert!(h.pending.is_empty());
+        assert!(h.marks_dirty);
+        assert!((0..SEGMENTS).all(|s| h.standing(s) == Standing::Complete));
+        // A brand-new node is incomplete until it completes, there and where it holds
+        // nothing.
+        let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+        let four = Ring::new([a.clone(), b.clone(), c.clone(), d.clone()], 16);
+        let mut at_d = Handoffs::default();
+        at_d.ring_changed(&three, &four, &d, 3, 16);
+        let s = *at_d.pending.keys().next().expect("d waits");
+        assert_eq!(at_d.standing(s), Standing::Incomplete);
+        let other = (0..SEGMENTS)
+            .find(|s| !four.preference_list(*s, 3).contains(&&d))
+            .expect("a segment d does not replicate");
+        assert_eq!(at_d.standing(other), Standing::Incomplete);
+        for f in [&a, &b, &c] {
+            at_d.received_last(s, f, Standing::Complete);
+        }
+        assert!(!at_d.is_pending(s));
+        assert_eq!(at_d.standing(s), Standing::Complete);
+        // Restarted (its marks from disk), it is not mistaken for a new node there.
+        let d2 = node(4, 44);
+        let back = Ring::new([a.clone(), b.clone(), c.clone(), d2.clone()], 16);
+        let mut again = Handoffs {
+            marks: at_d.marks.clone(),
+            ..Handoffs::default()
+        };
+        again.ring_changed(&three, &back, &d2, 3, 16);
+        assert!(again.is_pending(s), "a new incarnation waits");
+        assert_eq!(again.standing(s), Standing::Complete);
+        // A complete replica that becomes a new replica again (after it left the list)
+        // holds a stale copy until that handoff ends, also after it leaves the list.
+        let mut h = Handoffs::default();
+        h.ring_changed(&empty, &alone, &a, 3, 16);
+        h.ring_changed(&alone, &four, &a, 3, 16);
+        let left = (0..SEGMENTS)
+            .find(|s| !four.preference_list(*s, 3).contains(&&a))
+            .expect("a segment a left");
+        assert_eq!(h.standing(left), Standing::Complete, "as it left it");
+        h.ring_changed(&four, &three, &a, 3, 16);
+        assert!(h.is_pending(left));
+        assert_eq!(h.standing(left), Standing::Incomplete);
+        h.ring_changed(&three, &four, &a, 3, 16);
+        assert!(!h.is_pending(left));
+        assert_eq!(h.standing(left), Standing::Incomplete, "it never caught up");
     }
 }

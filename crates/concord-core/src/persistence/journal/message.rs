@@ -3,6 +3,7 @@
 
 use super::entry::{Ballot, Entry, StoredSnapshot};
 use super::learn::LearnedLog;
+use super::standing::Standing;
 use super::stream::StreamEvent;
 
 /// A journal protocol message.
@@ -136,11 +137,14 @@ pub enum JournalMessage {
         records: Vec<(Vec<u8>, Vec<u8>)>,
         /// The last page of the segment.
         last: bool,
+        /// Where the sender stands for the segment (read with the last page).
+        standing: Standing,
     },
-    /// The sender holds no record of these segments (each closed at once).
+    /// The sender holds no record of these segments (each closed at once), standing so
+    /// for each.
     HandoffEmpty {
-        /// The segments.
-        segments: Vec<u16>,
+        /// The segments and the sender's standing for each.
+        segments: Vec<(u16, Standing)>,
     },
     /// Empty handoffs received.
     HandoffEmptyAck {

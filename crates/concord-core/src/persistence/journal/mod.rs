@@ -34,6 +34,7 @@ pub mod message;
 mod proposer;
 mod request;
 mod serve;
+pub mod standing;
 pub mod stream;
 mod stream_query;
 
@@ -202,11 +203,18 @@ impl<S: KvStorage> JournalMachine<S> {
     pub fn new(
         settings: JournalSettings,
         self_node: UniqueAddress,
-        storage: S,
+        mut storage: S,
         now_ms: u64,
     ) -> Self {
         let mut out = Outputs::new();
         out.timers.set(Timer::Tick, now_ms + TICK_MS);
+        let mut stats = JournalStats::default();
+        // Unreadable marks claim nothing: this node then counts for no handoff until it
+        // completes one.
+        let marks = standing::Marks::load(&mut storage).unwrap_or_else(|_| {
+            stats.storage_errors += 1;
+            standing::Marks::default()
+        });
         JournalMachine {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             settings,
@@ -218,11 +226,14 @@ impl<S: KvStorage> JournalMachine<S> {
             next_wire: 1,
             writers: HashMap::new(),
             last_round: 0,
-            handoffs: handoff::Handoffs::default(),
+            handoffs: handoff::Handoffs {
+                marks,
+                ..handoff::Handoffs::default()
+            },
             held_transmits: Vec::new(),
             held_events: Vec::new(),
             out,
-            stats: JournalStats::default(),
+            stats,
         }
     }
 
@@ -249,6 +260,11 @@ impl<S: KvStorage> JournalMachine<S> {
     /// What this node waits for, per segment (for tools and tests).
     pub fn pending(&self) -> &std::collections::BTreeMap<u16, handoff::Pending> {
         &self.handoffs.pending
+    }
+
+    /// Where this node stands for `segment` ([`standing`]), as its handoff pages say.
+    pub fn standing(&self, segment: u16) -> standing::Standing {
+        self.handoffs.standing(segment)
     }
 
     /// Learn messages waiting for acknowledgements.
@@ -356,6 +372,12 @@ impl<S: KvStorage> JournalMachine<S> {
     pub fn commit(&mut self) {
         // The turn's learns leave (they state what is chosen, whatever this commit does).
         self.flush_learns();
+        if self.handoffs.marks_dirty {
+            match self.handoffs.marks.store(&mut self.storage) {
+                Ok(()) => self.handoffs.marks_dirty = false,
+                Err(_) => self.stats.storage_errors += 1,
+            }
+        }
         match self.storage.commit() {
             Ok(()) => {
                 self.out.transmits.extend(self.held_transmits.drain(..));
@@ -363,6 +385,8 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             Err(StorageError(e)) => {
                 self.stats.storage_errors += 1;
+                // The marks written in the failed transaction are written again.
+                self.handoffs.marks_dirty = true;
                 self.held_transmits.clear();
                 self.writers.clear();
                 let failed: Vec<u64> = self

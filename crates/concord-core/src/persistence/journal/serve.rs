@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::message::JournalMessage;
+use super::standing::Standing;
 use super::{acceptor, handoff, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
@@ -103,6 +104,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 page,
                 records,
                 last,
+                standing,
             } => {
                 for (k, v) in &records {
                     match acceptor::merge_record(&mut self.storage, k, v) {
@@ -116,7 +118,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 self.stats.handoff_pages += 1;
                 if last {
-                    self.handoffs.received_last(segment, from);
+                    self.handoffs.received_last(segment, from, standing);
                 }
                 return Some(JournalMessage::HandoffAck { segment, page });
             }
@@ -131,9 +133,10 @@ impl<S: KvStorage> JournalMachine<S> {
                 return None;
             }
             JournalMessage::HandoffEmpty { segments } => {
-                for s in &segments {
-                    self.handoffs.received_last(*s, from);
+                for (s, standing) in &segments {
+                    self.handoffs.received_last(*s, from, *standing);
                 }
+                let segments = segments.into_iter().map(|(s, _)| s).collect();
                 return Some(JournalMessage::HandoffEmptyAck { segments });
             }
             JournalMessage::HandoffEmptyAck { segments } => {
@@ -203,7 +206,7 @@ impl<S: KvStorage> JournalMachine<S> {
             .count();
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
-        let mut empty: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+        let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing)>> = BTreeMap::new();
         for (segment, to) in &keys {
             // A node still waiting for a segment after a ring change has nothing complete
             // to give; a node in its first ring gives what its disk holds.
@@ -223,7 +226,11 @@ impl<S: KvStorage> JournalMachine<S> {
             match acceptor::segment_records(&mut self.storage, *segment, None, 1) {
                 Ok(r) if r.is_empty() => {
                     o.in_flight = Some((now_ms, None, true));
-                    empty.entry(to.clone()).or_default().push(*segment);
+                    let standing = self.handoffs.standing(*segment);
+                    empty
+                        .entry(to.clone())
+                        .or_default()
+                        .push((*segment, standing));
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -281,6 +288,7 @@ impl<S: KvStorage> JournalMachine<S> {
                     page,
                     records,
                     last,
+                    standing: self.handoffs.standing(segment),
                 },
             });
         }

@@ -4,6 +4,7 @@
 //! node.
 
 use bytes::Bytes;
+use concord_core::persistence::journal::standing::Standing;
 use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
 use prost::Message;
 
@@ -42,7 +43,7 @@ pub mod manifest {
     pub const HANDOFF: u32 = 14;
     /// `JournalHandoffAck`.
     pub const HANDOFF_ACK: u32 = 15;
-    /// `JournalSegments` (empty handoff).
+    /// `JournalHandoffEmpty` (empty handoff).
     pub const HANDOFF_EMPTY: u32 = 16;
     /// `JournalSegments` (its acknowledgement).
     pub const HANDOFF_EMPTY_ACK: u32 = 17;
@@ -99,6 +100,21 @@ fn segment(s: u32) -> Result<u16, DecodeError> {
         .ok()
         .filter(|s| *s < concord_core::kv::SEGMENTS)
         .ok_or_else(|| DecodeError::Invalid(format!("segment {s}")))
+}
+
+fn standing_to(s: Standing) -> i32 {
+    (match s {
+        Standing::Incomplete => wire::JournalStanding::Incomplete,
+        Standing::Complete => wire::JournalStanding::Complete,
+    }) as i32
+}
+
+fn standing_from(s: i32) -> Result<Standing, DecodeError> {
+    match wire::JournalStanding::try_from(s) {
+        Ok(wire::JournalStanding::Incomplete) => Ok(Standing::Incomplete),
+        Ok(wire::JournalStanding::Complete) => Ok(Standing::Complete),
+        Err(_) => Err(DecodeError::Invalid(format!("standing {s}"))),
+    }
 }
 
 fn slice(s: u32) -> Result<u16, DecodeError> {
@@ -263,6 +279,7 @@ impl Codec for JournalCodec {
                 page,
                 records,
                 last,
+                standing,
             } => (
                 manifest::HANDOFF,
                 wire::JournalHandoff {
@@ -276,6 +293,7 @@ impl Codec for JournalCodec {
                         })
                         .collect(),
                     last: *last,
+                    standing: standing_to(*standing),
                 }
                 .encode_to_vec(),
             ),
@@ -289,8 +307,9 @@ impl Codec for JournalCodec {
             ),
             M::HandoffEmpty { segments } => (
                 manifest::HANDOFF_EMPTY,
-                wire::JournalSegments {
-                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
+                wire::JournalHandoffEmpty {
+                    segments: segments.iter().map(|(s, _)| u32::from(*s)).collect(),
+                    standings: segments.iter().map(|(_, t)| standing_to(*t)).collect(),
                 }
                 .encode_to_vec(),
             ),
@@ -437,6 +456,7 @@ impl Codec for JournalCodec {
                         .map(|r| (r.key.to_vec(), r.value.to_vec()))
                         .collect(),
                     last: m.last,
+                    standing: standing_from(m.standing)?,
                 }
             }
             manifest::HANDOFF_ACK => {
@@ -446,9 +466,26 @@ impl Codec for JournalCodec {
                     page: m.page,
                 }
             }
-            manifest::HANDOFF_EMPTY => M::HandoffEmpty {
-                segments: segments(payload)?,
-            },
+            manifest::HANDOFF_EMPTY => {
+                let m = wire::JournalHandoffEmpty::decode(payload).map_err(invalid)?;
+                if m.segments.len() > usize::from(concord_core::kv::SEGMENTS)
+                    || m.standings.len() != m.segments.len()
+                {
+                    return Err(DecodeError::Invalid(format!(
+                        "{} segments, {} standings",
+                        m.segments.len(),
+                        m.standings.len()
+                    )));
+                }
+                M::HandoffEmpty {
+                    segments: m
+                        .segments
+                        .into_iter()
+                        .zip(m.standings)
+                        .map(|(s, t)| Ok((segment(s)?, standing_from(t)?)))
+                        .collect::<Result<_, DecodeError>>()?,
+                }
+            }
             manifest::HANDOFF_WANTED => M::HandoffWanted {
                 segments: segments(payload)?,
             },

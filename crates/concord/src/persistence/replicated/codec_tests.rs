@@ -83,13 +83,14 @@ fn messages_round_trip_and_garbage_is_an_error() {
             page: 1,
             records: vec![(vec![1], vec![2])],
             last: true,
+            standing: Standing::Incomplete,
         },
         JournalMessage::HandoffAck {
             segment: 3,
             page: 1,
         },
         JournalMessage::HandoffEmpty {
-            segments: vec![1, 2],
+            segments: vec![(1, Standing::Complete), (2, Standing::Incomplete)],
         },
         JournalMessage::HandoffEmptyAck {
             segments: vec![1, 2],
@@ -143,6 +144,16 @@ fn messages_round_trip_and_garbage_is_an_error() {
         )
         .is_err());
     assert!(JournalCodec.decode(99, &[]).is_err());
+    // A standing per segment, each one known.
+    for (segments, standings) in [(vec![1, 2], vec![1]), (vec![1], vec![7])] {
+        let m = wire::JournalHandoffEmpty {
+            segments,
+            standings,
+        };
+        assert!(JournalCodec
+            .decode(manifest::HANDOFF_EMPTY, &m.encode_to_vec())
+            .is_err());
+    }
     let bad_slices = wire::JournalStreamRead {
         slice_from: 9,
         slice_to: 2,

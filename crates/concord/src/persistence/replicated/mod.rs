@@ -376,7 +376,7 @@ pub(super) fn start(
     let storage = RedbStorage::open_file(
         &ctx.config.data_dir_path(),
         JOURNAL_FILE,
-        &[Table::Journal, Table::JournalIndex],
+        &[Table::Journal, Table::JournalIndex, Table::JournalMeta],
     )
     .map_err(|e| LayerError::Storage {
         layer: "persistence",
