@@ -520,7 +520,8 @@ fn seed_355_a_new_replica_still_waiting_is_not_counted_as_a_previous_one() {
 /// resolver downs every node, the cluster re-forms from restarted nodes, and a node's
 /// first ring does not say which nodes replicated a segment before, so the first nodes
 /// back guess their previous replicas from the new ring and answer without the nodes that
-/// hold the writes. 2 of seeds 0–1999 fail (1014, this one, and 1436). Run it with
+/// hold the writes. 2 of seeds 0–1999 fail: this one, and 1436 (the copies of replicas
+/// that left a segment's list before they caught up, counted together). Run it with
 /// `--ignored`.
 #[test]
 #[ignore = "known limit of the replicated journal: see the doc comment"]
