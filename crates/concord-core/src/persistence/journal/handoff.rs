@@ -67,8 +67,8 @@ pub struct Pending {
 
 impl Pending {
     /// Everything awaited arrived: enough complete copies to meet every majority of the
-    /// previous replicas, or every previous replica's copy (then this node holds all any
-    /// of them holds; a fresh one holds only what it was handed).
+    /// previous replicas, or every previous replica's copy, complete or not (then this
+    /// node holds everything any of them holds).
     pub fn done(&self) -> bool {
         self.from.is_empty()
             && (self.delivered.len() >= self.required
