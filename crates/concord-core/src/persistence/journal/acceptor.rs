@@ -207,12 +207,12 @@ pub fn prepare<S: KvStorage>(
     })
 }
 
-/// Phase 2: accept `writes` at `ballot` unless a higher ballot was promised.
+/// Phase 2 without the implied learn (the tests' shorthand for [`accept_and_learn`]).
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
-#[allow(clippy::too_many_arguments)]
-pub fn accept<S: KvStorage>(
+#[cfg(test)]
+pub(super) fn accept<S: KvStorage>(
     st: &mut S,
     request: u64,
     log: &str,
@@ -224,7 +224,8 @@ pub fn accept<S: KvStorage>(
     accept_and_learn(st, request, log, ballot, committed, compact, writes, None)
 }
 
-/// [`accept`], and with `learn_at_ms`, the writes of this writer that the accept says are
+/// Phase 2: accept `writes` at `ballot` unless a higher ballot was promised; with
+/// `learn_at_ms`, also the writes of this writer that the accept says are
 /// chosen (slots above the committed prefix held before, up to `committed`) are indexed in
 /// the events-by-type stream at that stream time ([`super::stream::learn_committed`]: their
 /// learn may have been lost).
