@@ -37,6 +37,7 @@ mod handle;
 pub mod http;
 #[cfg(feature = "runtime")]
 mod layer;
+pub mod lsm_storage;
 mod metrics;
 pub mod storage;
 

@@ -189,8 +189,8 @@ pub fn learn<S: KvStorage>(
 
 /// Indexes the writes of `log` in slots `after + 1 ..= through` that this replica holds
 /// at `ballot` (an accept at `ballot` said they are chosen), at stream time `at_ms`; at
-/// most [`MAX_LEARN_SCAN`] writes are looked at. Marks are read first: when they cover
-/// the slots (the learns came), no write is read.
+/// most [`MAX_LEARN_SCAN`] writes are looked at. Marks are read first, one point read
+/// each: when they cover the slots (the learns came), no write is read.
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
@@ -209,17 +209,19 @@ pub fn learn_committed<S: KvStorage>(
         Some(t) => key(log, kind, t),
         None => key(log, kind + 1, 0),
     };
-    let marks = st.range(
-        Table::Journal,
-        &key(log, KIND_INDEXED, after + 1),
-        &end(KIND_INDEXED),
-        MAX_LEARN_SCAN,
-    )?;
+    // Marks by point reads (a write's mark is at its first slot and names its last): in
+    // the usual case one read finds that the learn came and covers the slots.
     let mut covered = after;
-    for (k, v) in &marks {
-        let mark: Mark = from_bytes(v).map_err(corrupt)?;
-        if slot_of(k)? != covered.saturating_add(1) {
+    for _ in 0..MAX_LEARN_SCAN {
+        if covered >= through {
             break;
+        }
+        let Some(v) = st.get(Table::Journal, &key(log, KIND_INDEXED, covered + 1))? else {
+            break;
+        };
+        let mark: Mark = from_bytes(&v).map_err(corrupt)?;
+        if mark.last_seq <= covered {
+            break; // Not a mark this replica wrote: the writes are read below.
         }
         covered = mark.last_seq;
     }

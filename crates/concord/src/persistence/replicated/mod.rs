@@ -3,7 +3,7 @@
 //! with Multi-Paxos per log so that two writers can never interleave one history
 //! (`concord_core::persistence::journal`; docs/PERSISTENCE.md). No external database:
 //! every node that runs persistence with `store = "replicated"` hosts its share in
-//! `<data-dir>/journal.redb`.
+//! `<data-dir>/journal/` ([`storage`]).
 //!
 //! Events of a persistence id `p` live in the log `e<p>`, a durable state in `s<p>` (one
 //! slot per revision, only the newest kept). A write is acknowledged once a majority of
@@ -12,10 +12,10 @@
 mod codec;
 mod effects;
 mod metrics;
+pub mod storage;
 
 use std::sync::Arc;
 
-use concord_core::kv::Table;
 use concord_core::persistence::journal::stream::MAX_STREAM_LIMIT;
 use concord_core::persistence::journal::{
     Ballot, Entry, JournalError, JournalMachine, JournalOutput, JournalSettings, StoredSnapshot,
@@ -33,13 +33,10 @@ use super::store::{
     StoreFuture, StoredState,
 };
 use super::PersistenceError;
-use crate::kv::storage::RedbStorage;
+use crate::kv::lsm_storage::LsmStorage;
 use crate::layer::{HostPorts, LayerContext, LayerError};
 use crate::remote::{Inbound, ProtocolSender};
 use crate::runtime::{HostThread, LaneOutbound};
-
-/// The file inside the data directory.
-pub const JOURNAL_FILE: &str = "journal.redb";
 
 /// Requests queued from the handles before the host takes them (callers wait when full).
 const COMMAND_QUEUE: usize = 16_384;
@@ -363,7 +360,8 @@ impl DurableStateStore for ReplicatedStore {
     }
 }
 
-/// Opens `<data-dir>/journal.redb` and starts the journal's host on `ctx`; `inbound` is
+/// Opens `<data-dir>/journal/` (copying an earlier version's `journal.redb` into it) and
+/// starts the journal's host on `ctx`; `inbound` is
 /// the registered protocol's queue.
 ///
 /// # Errors
@@ -373,15 +371,11 @@ pub(super) fn start(
     inbound: mpsc::Receiver<Inbound<concord_core::persistence::journal::JournalMessage>>,
     settings: JournalSettings,
 ) -> Result<ReplicatedStore, LayerError> {
-    let storage = RedbStorage::open_file(
-        &ctx.config.data_dir_path(),
-        JOURNAL_FILE,
-        &[Table::Journal, Table::JournalIndex, Table::JournalMeta],
-    )
-    .map_err(|e| LayerError::Storage {
-        layer: "persistence",
-        message: e.to_string(),
-    })?;
+    let (storage, _) =
+        storage::open(&ctx.config.data_dir_path()).map_err(|e| LayerError::Storage {
+            layer: "persistence",
+            message: e.to_string(),
+        })?;
     let me = ctx.cluster.self_unique_address().clone();
     let machine = JournalMachine::new(settings, me.clone(), storage, ctx.clock.now_ms());
     let sender = ProtocolSender::new(
@@ -392,7 +386,7 @@ pub(super) fn start(
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     ctx.start_host(
         machine,
-        JournalEffects::<RedbStorage>::new(me.address.to_string()),
+        JournalEffects::<LsmStorage>::new(me.address.to_string()),
         HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound)
             .commands(rx)
             .thread(HostThread::Dedicated),

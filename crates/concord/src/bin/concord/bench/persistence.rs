@@ -367,10 +367,7 @@ async fn prefill_as(
                 let event = concord::sharding::entity::encode(&Appended(vec![7u8; 100]))
                     .map_err(|e| anyhow::anyhow!(e))?;
                 let w = AtomicWrite::new(pid, 1, vec![event; 20], 0)?;
-                journal
-                    .append(w)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                append_retrying(&*journal, w).await?;
             }
         }));
     }
@@ -379,6 +376,28 @@ async fn prefill_as(
     }
     Ok(())
 }
+
+/// Appends `w`, trying again for up to [`PREFILL_RETRY`] while the store answers that it
+/// is unavailable (a cluster that has just formed refuses writes until its replicas'
+/// handoffs ended: docs/PERSISTENCE.md, "Ring changes"), as an entity restarted by its
+/// caller would.
+async fn append_retrying(journal: &dyn Journal, w: AtomicWrite) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PREFILL_RETRY;
+    loop {
+        match journal.append(w.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(concord::persistence::PersistenceError::Unavailable { .. })
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(anyhow::anyhow!("{e}")),
+        }
+    }
+}
+
+/// How long a prefill write is tried again while the store is unavailable.
+const PREFILL_RETRY: Duration = Duration::from_secs(30);
 
 async fn recovery_storm(
     store: &str,

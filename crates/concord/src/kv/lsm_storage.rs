@@ -1,0 +1,299 @@
+//! [`LsmStorage`]: tables in a log-structured merge tree (`fjall`, one directory per
+//! store), implementing the core's [`KvStorage`] — the replicated journal's storage
+//! (`<data-dir>/journal/`).
+//!
+//! A journal's acceptors write small records at random keys of many logs and make each
+//! turn's writes durable at once. On a copy-on-write B-tree (redb, [`super::storage`])
+//! every commit rewrites each touched page and the path above it; in an LSM tree a commit
+//! appends one batch to the write-ahead journal and fsyncs it (the memtables are flushed
+//! and compacted in the background), which is what journals of databases built for writes
+//! do (Cassandra, RocksDB). Measured in docs/BENCHMARKS.md ("Persistence").
+//!
+//! Changes since the last [`KvStorage::commit`] are kept in memory (reads see them) and
+//! written at the commit as **one atomic batch**, then fsynced (`PersistMode::SyncData`)
+//! before the commit returns; changes not committed are gone after a crash or a reopen,
+//! as with [`super::storage::RedbStorage`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use concord_core::kv::storage::Record;
+use concord_core::kv::{KvStorage, StorageError, Table};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+/// Background threads (flushes, compactions) per store.
+const WORKER_THREADS: usize = 1;
+/// Block cache per store, bytes.
+const CACHE_BYTES: u64 = 32 << 20;
+/// The longest key the tree takes, bytes (longer ones are refused with an error).
+pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
+
+type PendingKey = (Table, Vec<u8>);
+
+fn error(e: impl std::fmt::Display) -> StorageError {
+    StorageError(e.to_string())
+}
+
+/// Tables in one LSM tree directory; see the module docs.
+pub struct LsmStorage {
+    db: Database,
+    dir: PathBuf,
+    tables: BTreeMap<Table, Keyspace>,
+    /// Changes since the last commit (`None`: removed).
+    pending: BTreeMap<PendingKey, Option<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for LsmStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LsmStorage")
+            .field("dir", &self.dir)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl LsmStorage {
+    /// Opens (or creates) the store in directory `dir` with `tables`.
+    ///
+    /// # Errors
+    /// The directory cannot be created or is not a store (corrupt, or held by another
+    /// process); the message names the directory.
+    pub fn open(dir: &Path, tables: &[Table]) -> Result<LsmStorage, StorageError> {
+        let named = |e: String| StorageError(format!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(dir)
+            .map_err(|e| named(format!("cannot create the directory: {e}")))?;
+        let db = Database::builder(dir)
+            .manual_journal_persist(true)
+            .worker_threads(WORKER_THREADS)
+            .cache_size(CACHE_BYTES)
+            .open()
+            .map_err(|e| named(format!("cannot open: {e}")))?;
+        let mut opened = BTreeMap::new();
+        for &t in tables {
+            let ks = db
+                .keyspace(t.name(), KeyspaceCreateOptions::default)
+                .map_err(|e| named(e.to_string()))?;
+            opened.insert(t, ks);
+        }
+        Ok(LsmStorage {
+            db,
+            dir: dir.to_path_buf(),
+            tables: opened,
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes the store takes on disk (0 if they cannot be counted).
+    pub fn disk_bytes(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+
+    fn table(&self, t: Table) -> Result<&Keyspace, StorageError> {
+        self.tables
+            .get(&t)
+            .ok_or_else(|| StorageError(format!("table {} is not open", t.name())))
+    }
+}
+
+impl KvStorage for LsmStorage {
+    fn get(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(v) = self.pending.get(&(table, key.to_vec())) {
+            return Ok(v.clone());
+        }
+        Ok(self
+            .table(table)?
+            .get(key)
+            .map_err(error)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(StorageError(format!(
+                "a key of {} bytes (1 to {MAX_KEY_BYTES})",
+                key.len()
+            )));
+        }
+        if u32::try_from(value.len()).is_err() {
+            return Err(StorageError(format!("a value of {} bytes", value.len())));
+        }
+        self.table(table)?;
+        self.pending
+            .insert((table, key.to_vec()), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            // No such record can exist.
+            return Ok(());
+        }
+        self.table(table)?;
+        self.pending.insert((table, key.to_vec()), None);
+        Ok(())
+    }
+
+    fn range(
+        &mut self,
+        table: Table,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Record>, StorageError> {
+        if start >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut disk = self.table(table)?.range(start..end);
+        let mut next_disk = || -> Result<Option<Record>, StorageError> {
+            match disk.next() {
+                Some(g) => {
+                    let (k, v) = g.into_inner().map_err(error)?;
+                    Ok(Some((k.to_vec(), v.to_vec())))
+                }
+                None => Ok(None),
+            }
+        };
+        let mut changes = self
+            .pending
+            .range((table, start.to_vec())..(table, end.to_vec()))
+            .peekable();
+        let mut out = Vec::new();
+        let mut on_disk = next_disk()?;
+        while out.len() < limit {
+            let changed_first = match (&on_disk, changes.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((dk, _)), Some(((_, ck), _))) => ck <= dk,
+            };
+            if changed_first {
+                let Some(((_, ck), cv)) = changes.next() else {
+                    break;
+                };
+                if on_disk.as_ref().is_some_and(|(dk, _)| dk == ck) {
+                    // The change replaces the record on disk.
+                    on_disk = next_disk()?;
+                }
+                if let Some(v) = cv {
+                    out.push((ck.clone(), v.clone()));
+                }
+            } else if let Some(r) = on_disk.take() {
+                out.push(r);
+                on_disk = next_disk()?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn commit(&mut self) -> Result<(), StorageError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.db.batch();
+        for ((t, k), v) in std::mem::take(&mut self.pending) {
+            let ks = self.table(t)?;
+            match v {
+                Some(v) => batch.insert(ks, k, v),
+                None => batch.remove(ks, k),
+            }
+        }
+        batch.commit().map_err(error)?;
+        self.db.persist(PersistMode::SyncData).map_err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLES: [Table; 2] = [Table::Journal, Table::JournalMeta];
+
+    #[test]
+    fn committed_records_survive_a_reopen_and_uncommitted_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut st = LsmStorage::open(dir.path(), &TABLES).unwrap();
+            st.put(Table::Journal, b"a", b"1").unwrap();
+            st.put(Table::JournalMeta, b"a", b"meta").unwrap();
+            st.commit().unwrap();
+            st.put(Table::Journal, b"b", b"2").unwrap();
+            assert_eq!(st.get(Table::Journal, b"b").unwrap(), Some(b"2".to_vec()));
+            // Dropped without a commit.
+        }
+        let mut st = LsmStorage::open(dir.path(), &TABLES).unwrap();
+        assert_eq!(st.get(Table::Journal, b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(st.get(Table::Journal, b"b").unwrap(), None);
+        assert_eq!(
+            st.get(Table::JournalMeta, b"a").unwrap(),
+            Some(b"meta".to_vec())
+        );
+        assert_eq!(st.range(Table::Journal, b"", b"\xff", 10).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_range_merges_uncommitted_changes_over_the_records_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = LsmStorage::open(dir.path(), &TABLES).unwrap();
+        for k in [b"a", b"c", b"e", b"g"] {
+            st.put(Table::Journal, k, b"disk").unwrap();
+        }
+        st.put(Table::JournalMeta, b"d", b"other table").unwrap();
+        st.commit().unwrap();
+        st.put(Table::Journal, b"b", b"new").unwrap();
+        st.put(Table::Journal, b"c", b"changed").unwrap();
+        st.remove(Table::Journal, b"e").unwrap();
+        st.put(Table::Journal, b"h", b"new").unwrap();
+        let all = st.range(Table::Journal, b"a", b"z", 100).unwrap();
+        let want: Vec<Record> = [
+            ("a", "disk"),
+            ("b", "new"),
+            ("c", "changed"),
+            ("g", "disk"),
+            ("h", "new"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(all, want);
+        assert_eq!(
+            st.range(Table::Journal, b"b", b"g", 100).unwrap(),
+            want[1..3]
+        );
+        assert_eq!(st.range(Table::Journal, b"a", b"z", 2).unwrap(), want[..2]);
+        assert_eq!(st.get(Table::Journal, b"e").unwrap(), None);
+        st.commit().unwrap();
+        assert_eq!(st.range(Table::Journal, b"a", b"z", 100).unwrap(), want);
+    }
+
+    #[test]
+    fn a_key_the_tree_cannot_hold_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = LsmStorage::open(dir.path(), &TABLES).unwrap();
+        assert!(st.put(Table::Journal, b"", b"v").is_err());
+        assert!(st
+            .put(Table::Journal, &vec![1; MAX_KEY_BYTES + 1], b"v")
+            .is_err());
+        assert!(
+            st.put(Table::Meta, b"k", b"v").is_err(),
+            "a table not opened"
+        );
+        st.remove(Table::Journal, b"").unwrap();
+        st.commit().unwrap();
+        assert_eq!(st.range(Table::Journal, b"", b"\xff", 10).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_directory_held_by_another_store_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = LsmStorage::open(dir.path(), &TABLES).unwrap();
+        match LsmStorage::open(dir.path(), &TABLES) {
+            Err(e) => assert!(e.0.contains(&dir.path().display().to_string()), "{e}"),
+            Ok(_) => panic!("a second store opened a held directory"),
+        }
+    }
+}
