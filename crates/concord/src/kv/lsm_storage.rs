@@ -30,6 +30,23 @@ pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
 
 type PendingKey = (Table, Vec<u8>);
 
+/// Reads the bytes an [`LsmStorage`] takes on disk (its write-ahead journal and tables).
+#[derive(Clone)]
+pub struct DiskUsage(Database);
+
+impl DiskUsage {
+    /// Bytes on disk (0 if they cannot be counted).
+    pub fn bytes(&self) -> u64 {
+        self.0.disk_space().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Debug for DiskUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DiskUsage").field(&self.bytes()).finish()
+    }
+}
+
 fn error(e: impl std::fmt::Display) -> StorageError {
     StorageError(e.to_string())
 }
@@ -88,9 +105,9 @@ impl LsmStorage {
         &self.dir
     }
 
-    /// Bytes the store takes on disk (0 if they cannot be counted).
-    pub fn disk_bytes(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+    /// A handle that reads the bytes this store takes on disk, for a gauge.
+    pub fn disk_usage(&self) -> DiskUsage {
+        DiskUsage(self.db.clone())
     }
 
     fn table(&self, t: Table) -> Result<&Keyspace, StorageError> {
@@ -233,6 +250,7 @@ mod tests {
             Some(b"meta".to_vec())
         );
         assert_eq!(st.range(Table::Journal, b"", b"\xff", 10).unwrap().len(), 1);
+        assert!(st.disk_usage().bytes() > 0);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tracing::warn;
 
 use super::metrics;
 use crate::host::{Effects, LayerEffects};
+use crate::kv::lsm_storage::DiskUsage;
 use crate::remote::log_limit::LogLimiter;
 
 /// An answer channel.
@@ -99,6 +100,7 @@ pub struct JournalEffects<S> {
     next_request: u64,
     node: String,
     warnings: LogLimiter,
+    disk: Option<DiskUsage>,
     _storage: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -110,8 +112,17 @@ impl<S> JournalEffects<S> {
             next_request: 1,
             node,
             warnings: LogLimiter::new(Duration::from_secs(10)),
+            disk: None,
             _storage: std::marker::PhantomData,
         }
+    }
+}
+
+impl<S> JournalEffects<S> {
+    /// Reports the storage's bytes on disk (`concord_journal_disk_bytes`) with each tick.
+    pub fn with_disk_usage(mut self, disk: DiskUsage) -> Self {
+        self.disk = Some(disk);
+        self
     }
 }
 
@@ -215,6 +226,9 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
 
     fn tick(&mut self, fx: &mut Effects<'_, Self>) {
         metrics::record(&self.node, fx.machine);
+        if let Some(d) = &self.disk {
+            metrics::disk(&self.node, d.bytes());
+        }
         self.pending.retain(|_, (tx, ..)| !tx.is_canceled());
     }
 

@@ -46,3 +46,9 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_learn_resends_total", &l).absolute(s.learn_resends);
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);
 }
+
+/// The bytes the node's share of the journal takes on disk.
+pub(super) fn disk(node: &str, bytes: u64) {
+    crate::metrics::ensure_recorder();
+    metrics::gauge!("concord_journal_disk_bytes", "node" => node.to_string()).set(bytes as f64);
+}

@@ -377,6 +377,7 @@ pub(super) fn start(
             message: e.to_string(),
         })?;
     let me = ctx.cluster.self_unique_address().clone();
+    let disk = storage.disk_usage();
     let machine = JournalMachine::new(settings, me.clone(), storage, ctx.clock.now_ms());
     let sender = ProtocolSender::new(
         ctx.transport.clone(),
@@ -386,7 +387,7 @@ pub(super) fn start(
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     ctx.start_host(
         machine,
-        JournalEffects::<LsmStorage>::new(me.address.to_string()),
+        JournalEffects::<LsmStorage>::new(me.address.to_string()).with_disk_usage(disk),
         HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound)
             .commands(rx)
             .thread(HostThread::Dedicated),
