@@ -21,13 +21,13 @@ pub enum Table {
     /// The store's own records (its replica id, the dots reserved).
     Meta,
     /// The replicated journal's acceptor records
-    /// (`crate::persistence::journal`, in a file of its own).
+    /// (`crate::persistence::journal`, in a store of its own).
     Journal,
     /// The replicated journal's events-by-type index
-    /// (`crate::persistence::journal::stream`, in the journal's file).
+    /// (`crate::persistence::journal::stream`, in the journal's store).
     JournalIndex,
     /// The replicated journal's own records about this node (its standing per segment,
-    /// `crate::persistence::journal::standing`, in the journal's file).
+    /// `crate::persistence::journal::standing`, in the journal's store).
     JournalMeta,
 }
 

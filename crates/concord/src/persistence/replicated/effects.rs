@@ -1,6 +1,6 @@
 //! [`JournalEffects`]: the replicated journal's part of its host. Commands from the
 //! [`super::ReplicatedStore`] handle become requests of the sans-IO
-//! [`JournalMachine`] over its redb storage (`<data-dir>/journal.redb`); before the
+//! [`JournalMachine`] over its storage (`<data-dir>/journal/`, an LSM tree); before the
 //! outputs of each turn leave, the turn's writes are committed at once (one fsync for
 //! every accept of the turn, of any number of entities), so a promise or an acceptance
 //! sent after it always means "on disk". The host runs on a thread of its own.

@@ -361,8 +361,7 @@ impl DurableStateStore for ReplicatedStore {
 }
 
 /// Opens `<data-dir>/journal/` (copying an earlier version's `journal.redb` into it) and
-/// starts the journal's host on `ctx`; `inbound` is
-/// the registered protocol's queue.
+/// starts the journal's host on `ctx`; `inbound` is the registered protocol's queue.
 ///
 /// # Errors
 /// The file cannot be opened.
