@@ -245,8 +245,8 @@ impl StreamReader {
     }
 }
 
-/// True once the nodes named `nodes` report no pending segment and no outgoing handoff
-/// (the gauges of `GET /metrics`, shared by the in-process nodes).
+/// True once the nodes named `nodes` report no pending segment, no outgoing handoff and
+/// no incomplete copy (the gauges of `GET /metrics`, shared by the in-process nodes).
 async fn journal_settled(addr: std::net::SocketAddr, nodes: &[String]) -> bool {
     let Ok(r) = reqwest::get(format!("http://{addr}/metrics")).await else {
         return false;
@@ -258,11 +258,12 @@ async fn journal_settled(addr: std::net::SocketAddr, nodes: &[String]) -> bool {
         .lines()
         .filter(|l| {
             (l.starts_with("concord_journal_pending_segments")
-                || l.starts_with("concord_journal_outgoing_handoffs"))
+                || l.starts_with("concord_journal_outgoing_handoffs")
+                || l.starts_with("concord_journal_incomplete_segments"))
                 && nodes.iter().any(|n| l.contains(&format!("node=\"{n}\"")))
         })
         .collect();
-    gauges.len() == 2 * nodes.len() && gauges.iter().all(|l| l.ends_with(" 0"))
+    gauges.len() == 3 * nodes.len() && gauges.iter().all(|l| l.ends_with(" 0"))
 }
 
 /// A split brain forced with link faults while nothing downs anyone (`downing-provider =

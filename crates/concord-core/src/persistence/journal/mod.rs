@@ -267,6 +267,22 @@ impl<S: KvStorage> JournalMachine<S> {
         self.handoffs.standing(segment)
     }
 
+    /// Segments this node replicates in its view of the ring whose copy here is not
+    /// complete (see [`standing`]: a new replica still waiting for its handoff, or one that
+    /// has not caught up); 0 once every handoff into this node ended. Counts the
+    /// [`crate::kv::ring::SEGMENTS`] segments (1,024).
+    pub fn incomplete_segments(&self) -> usize {
+        (0..crate::kv::ring::SEGMENTS)
+            .filter(|&s| {
+                self.handoffs.standing(s) == standing::Standing::Incomplete
+                    && self
+                        .ring
+                        .preference_list(s, self.settings.n)
+                        .contains(&&self.self_node)
+            })
+            .count()
+    }
+
     /// Learn messages waiting for acknowledgements.
     pub fn pending_learns(&self) -> usize {
         self.learns.pending()

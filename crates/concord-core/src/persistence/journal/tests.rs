@@ -461,6 +461,8 @@ fn the_stream_is_read_at_least_once_while_replicas_fail() {
 #[test]
 fn a_second_writer_fences_the_first() {
     let mut net = Net::new(7, 0.0);
+    let waiting: usize = net.machines.iter().map(|m| m.incomplete_segments()).sum();
+    assert!(waiting > 0, "new nodes' copies are incomplete at first");
     net.run_until(2_000);
     assert_eq!(
         net.machines
@@ -469,6 +471,16 @@ fn a_second_writer_fences_the_first() {
             .sum::<usize>(),
         0,
         "handoffs done"
+    );
+    let incomplete: Vec<usize> = net
+        .machines
+        .iter()
+        .map(JournalMachine::incomplete_segments)
+        .collect();
+    assert_eq!(
+        incomplete,
+        vec![0; net.machines.len()],
+        "every copy complete"
     );
     let log = log_name(0);
     let write = |first: u64, tag: &str| Entry {

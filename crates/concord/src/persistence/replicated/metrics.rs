@@ -35,6 +35,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::gauge!("concord_journal_in_flight", &l).set(m.in_flight() as f64);
     metrics::gauge!("concord_journal_pending_segments", &l).set(m.pending_segments() as f64);
     metrics::gauge!("concord_journal_outgoing_handoffs", &l).set(m.outgoing_handoffs() as f64);
+    metrics::gauge!("concord_journal_incomplete_segments", &l).set(m.incomplete_segments() as f64);
     metrics::counter!("concord_journal_appends_total", &l).absolute(s.appends);
     metrics::counter!("concord_journal_recoveries_total", &l).absolute(s.recoveries);
     metrics::counter!("concord_journal_conflicts_total", &l).absolute(s.conflicts);
