@@ -15,6 +15,7 @@
 //! as with [`super::storage::RedbStorage`].
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use concord_core::kv::storage::Record;
@@ -27,8 +28,6 @@ const WORKER_THREADS: usize = 1;
 const CACHE_BYTES: u64 = 32 << 20;
 /// The longest key the tree takes, bytes (longer ones are refused with an error).
 pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
-
-type PendingKey = (Table, Vec<u8>);
 
 /// Reads the bytes an [`LsmStorage`] takes on disk (its write-ahead journal and tables).
 #[derive(Clone)]
@@ -56,15 +55,18 @@ pub struct LsmStorage {
     db: Database,
     dir: PathBuf,
     tables: BTreeMap<Table, Keyspace>,
-    /// Changes since the last commit (`None`: removed).
-    pending: BTreeMap<PendingKey, Option<Vec<u8>>>,
+    /// Changes since the last commit, per table (`None`: removed).
+    pending: BTreeMap<Table, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
 }
 
 impl std::fmt::Debug for LsmStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LsmStorage")
             .field("dir", &self.dir)
-            .field("pending", &self.pending.len())
+            .field(
+                "pending",
+                &self.pending.values().map(BTreeMap::len).sum::<usize>(),
+            )
             .finish()
     }
 }
@@ -119,7 +121,7 @@ impl LsmStorage {
 
 impl KvStorage for LsmStorage {
     fn get(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(v) = self.pending.get(&(table, key.to_vec())) {
+        if let Some(v) = self.pending.get(&table).and_then(|t| t.get(key)) {
             return Ok(v.clone());
         }
         Ok(self
@@ -141,7 +143,9 @@ impl KvStorage for LsmStorage {
         }
         self.table(table)?;
         self.pending
-            .insert((table, key.to_vec()), Some(value.to_vec()));
+            .entry(table)
+            .or_default()
+            .insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
     }
 
@@ -151,7 +155,10 @@ impl KvStorage for LsmStorage {
             return Ok(());
         }
         self.table(table)?;
-        self.pending.insert((table, key.to_vec()), None);
+        self.pending
+            .entry(table)
+            .or_default()
+            .insert(key.to_vec(), None);
         Ok(())
     }
 
@@ -177,7 +184,9 @@ impl KvStorage for LsmStorage {
         };
         let mut changes = self
             .pending
-            .range((table, start.to_vec())..(table, end.to_vec()))
+            .get(&table)
+            .into_iter()
+            .flat_map(|t| t.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end))))
             .peekable();
         let mut out = Vec::new();
         let mut on_disk = next_disk()?;
@@ -186,10 +195,10 @@ impl KvStorage for LsmStorage {
                 (None, None) => break,
                 (Some(_), None) => false,
                 (None, Some(_)) => true,
-                (Some((dk, _)), Some(((_, ck), _))) => ck <= dk,
+                (Some((dk, _)), Some((ck, _))) => *ck <= dk,
             };
             if changed_first {
-                let Some(((_, ck), cv)) = changes.next() else {
+                let Some((ck, cv)) = changes.next() else {
                     break;
                 };
                 if on_disk.as_ref().is_some_and(|(dk, _)| dk == ck) {
@@ -212,11 +221,13 @@ impl KvStorage for LsmStorage {
             return Ok(());
         }
         let mut batch = self.db.batch();
-        for ((t, k), v) in std::mem::take(&mut self.pending) {
+        for (t, changes) in std::mem::take(&mut self.pending) {
             let ks = self.table(t)?;
-            match v {
-                Some(v) => batch.insert(ks, k, v),
-                None => batch.remove(ks, k),
+            for (k, v) in changes {
+                match v {
+                    Some(v) => batch.insert(ks, k, v),
+                    None => batch.remove(ks, k),
+                }
             }
         }
         batch.commit().map_err(error)?;

@@ -269,8 +269,9 @@ impl<S: KvStorage> JournalMachine<S> {
 
     /// Segments this node replicates in its view of the ring whose copy here is not
     /// complete (see [`standing`]: a new replica still waiting for its handoff, or one that
-    /// has not caught up); 0 once every handoff into this node ended. Counts the
-    /// [`crate::kv::ring::SEGMENTS`] segments (1,024).
+    /// has not caught up); 0 once every handoff into this node ended, and possibly before
+    /// ([`Self::pending_segments`] counts the waits: a restarted node's disk may stand
+    /// complete while it waits). Looks at all [`crate::kv::ring::SEGMENTS`] (1,024).
     pub fn incomplete_segments(&self) -> usize {
         (0..crate::kv::ring::SEGMENTS)
             .filter(|&s| {
