@@ -157,6 +157,9 @@ pub struct JournalStats {
     pub learn_resends: u64,
     /// Learns given up (too many waiting).
     pub learns_dropped: u64,
+    /// Rounds held to be sent again: a majority of the log's replicas could not answer
+    /// yet (new replicas waiting for their handoff), none refused.
+    pub held: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -167,6 +170,9 @@ enum Timer {
 const TICK_MS: u64 = 100;
 /// Period of the look for segments held here that this node does not replicate, ms.
 const MISPLACED_MS: u64 = 5_000;
+/// A round lost to replicas that could not answer yet is sent again after this long, ms
+/// (within the request's deadline).
+const RETRY_MS: u64 = 100;
 /// Phase-1 attempts before a recovery gives up (each above the highest refusal).
 const MAX_PREPARES: u32 = 5;
 /// Longest log name accepted from the network, bytes.
@@ -186,6 +192,8 @@ pub struct JournalMachine<S: KvStorage> {
     ring: Ring,
     storage: S,
     requests: HashMap<u64, Request>,
+    /// Requests waiting to be sent again, with the time they are due, ms.
+    held_requests: Vec<(u64, Request)>,
     streams: HashMap<u64, stream_query::StreamRequest>,
     learns: learn::Learns,
     next_wire: u64,
@@ -221,6 +229,7 @@ impl<S: KvStorage> JournalMachine<S> {
             self_node,
             storage,
             requests: HashMap::new(),
+            held_requests: Vec::new(),
             streams: HashMap::new(),
             learns: learn::Learns::default(),
             next_wire: 1,
@@ -247,9 +256,9 @@ impl<S: KvStorage> JournalMachine<S> {
         &self.ring
     }
 
-    /// Requests in flight.
+    /// Requests in flight (held ones included).
     pub fn in_flight(&self) -> usize {
-        self.requests.len() + self.streams.len()
+        self.requests.len() + self.held_requests.len() + self.streams.len()
     }
 
     /// Segments this node does not answer about until their handoff arrives.
@@ -411,6 +420,7 @@ impl<S: KvStorage> JournalMachine<S> {
                     .drain(..)
                     .map(|e| e.request)
                     .chain(self.requests.drain().map(|(_, r)| r.caller))
+                    .chain(self.held_requests.drain(..).map(|(_, r)| r.caller))
                     .chain(self.streams.drain().map(|(_, r)| r.caller()))
                     .collect();
                 for request in failed {
@@ -487,6 +497,7 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
             match t {
                 Timer::Tick => {
                     self.expire(now_ms);
+                    self.retry_held(now_ms);
                     self.expire_streams(now_ms);
                     self.learn_tick(now_ms);
                     self.handoff_tick(now_ms);

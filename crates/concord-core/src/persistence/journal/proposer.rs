@@ -6,7 +6,7 @@ use super::chain::{self, Answer};
 use super::entry::{Ballot, Entry};
 use super::message::JournalMessage;
 use super::request::{Op, Phase, Request};
-use super::{JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES};
+use super::{JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES, RETRY_MS};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::protocol::{Lane, Transmit};
@@ -24,12 +24,12 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     pub(super) fn start(&mut self, now_ms: u64, caller: u64, log: String, op: Op) {
-        if self.requests.len() >= self.settings.max_in_flight {
+        let in_flight = self.requests.len() + self.held_requests.len();
+        if in_flight >= self.settings.max_in_flight {
             self.finish(
                 caller,
                 Err(JournalError::Unavailable(format!(
-                    "{} journal requests in flight on this node already",
-                    self.requests.len()
+                    "{in_flight} journal requests in flight on this node already",
                 ))),
             );
             return;
@@ -85,6 +85,13 @@ impl<S: KvStorage> JournalMachine<S> {
                 None => self.prepare(now_ms, req, Ballot::ZERO, 1),
             },
             Op::Recover { .. } => self.prepare(now_ms, req, Ballot::ZERO, 1),
+            _ => self.send_single(now_ms, req),
+        }
+    }
+
+    /// Sends the one round of a read, snapshot save or load, or delete.
+    fn send_single(&mut self, now_ms: u64, req: Request) {
+        match req.op.clone() {
             Op::Read {
                 from, max_events, ..
             } => self.send_round(now_ms, req, |request, log| JournalMessage::Read {
@@ -111,6 +118,52 @@ impl<S: KvStorage> JournalMachine<S> {
                 log: log.to_owned(),
                 to,
             }),
+            Op::Recover { .. } | Op::Append { .. } => {}
+        }
+    }
+
+    /// Holds `req` (its round was lost to replicas that could not answer yet, none
+    /// refusing: e.g. new replicas still waiting for their handoff) to be sent again
+    /// after [`RETRY_MS`], if it is a phase 1 or a single round and its deadline leaves
+    /// time; gives it back otherwise.
+    fn hold(&mut self, now_ms: u64, req: Request) -> Result<(), Request> {
+        let again = now_ms.saturating_add(RETRY_MS);
+        let retriable = matches!(req.phase, Phase::Preparing { .. } | Phase::Single);
+        if !retriable || again >= req.deadline_ms {
+            return Err(req);
+        }
+        self.stats.held += 1;
+        self.held_requests.push((again, req));
+        Ok(())
+    }
+
+    /// Sends the held requests that are due again, each to the log's replicas in this
+    /// node's current view of the ring.
+    pub(super) fn retry_held(&mut self, now_ms: u64) {
+        if self.held_requests.is_empty() {
+            return;
+        }
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_requests)
+            .into_iter()
+            .partition(|(at, _)| *at <= now_ms);
+        self.held_requests = wait;
+        for (_, mut req) in due {
+            req.replicas = self.replicas(&req.log);
+            if req.replicas.is_empty() {
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(
+                        "no member hosts the journal now".into(),
+                    )),
+                );
+                continue;
+            }
+            match req.phase {
+                Phase::Preparing { attempt, .. } => {
+                    self.prepare(now_ms, req, Ballot::ZERO, attempt)
+                }
+                _ => self.send_single(now_ms, req),
+            }
         }
     }
 
@@ -373,6 +426,9 @@ impl<S: KvStorage> JournalMachine<S> {
                 );
             }
             _ => {
+                let Err(req) = self.hold(now_ms, req) else {
+                    return;
+                };
                 if matches!(req.phase, Phase::Accepting { .. }) {
                     self.writers.remove(&req.log);
                 }

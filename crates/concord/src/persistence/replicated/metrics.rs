@@ -46,6 +46,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::gauge!("concord_journal_pending_learns", &l).set(m.pending_learns() as f64);
     metrics::counter!("concord_journal_learn_resends_total", &l).absolute(s.learn_resends);
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);
+    metrics::counter!("concord_journal_held_total", &l).absolute(s.held);
 }
 
 /// The bytes the node's share of the journal takes on disk.
