@@ -149,7 +149,11 @@ pub fn log_state<S: KvStorage>(st: &mut S, log: &str) -> Result<LogState, Storag
     }
 }
 
-pub(super) fn put_state<S: KvStorage>(st: &mut S, log: &str, s: &LogState) -> Result<(), StorageError> {
+pub(super) fn put_state<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    s: &LogState,
+) -> Result<(), StorageError> {
     st.put(Table::Journal, &key(log, KIND_STATE, 0), &s.encode())
 }
 

@@ -126,15 +126,15 @@ impl<S: KvStorage> JournalMachine<S> {
     /// refusing: e.g. new replicas still waiting for their handoff) to be sent again
     /// after [`RETRY_MS`], if it is a phase 1 or a single round and its deadline leaves
     /// time; gives it back otherwise.
-    fn hold(&mut self, now_ms: u64, req: Request) -> Result<(), Request> {
+    fn hold(&mut self, now_ms: u64, req: Request) -> Option<Request> {
         let again = now_ms.saturating_add(RETRY_MS);
         let retriable = matches!(req.phase, Phase::Preparing { .. } | Phase::Single);
         if !retriable || again >= req.deadline_ms {
-            return Err(req);
+            return Some(req);
         }
         self.stats.held += 1;
         self.held_requests.push((again, req));
-        Ok(())
+        None
     }
 
     /// Sends the held requests that are due again, each to the log's replicas in this
@@ -426,7 +426,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 );
             }
             _ => {
-                let Err(req) = self.hold(now_ms, req) else {
+                let Some(req) = self.hold(now_ms, req) else {
                     return;
                 };
                 if matches!(req.phase, Phase::Accepting { .. }) {

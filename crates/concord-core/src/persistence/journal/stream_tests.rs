@@ -249,11 +249,22 @@ fn learns_out_of_order_index_each_write_once_and_extend_the_committed_prefix() {
     assert_eq!(state(&mut st), (6, 2, 5));
     // Slot 3 follows the indexed prefix but lies below an out-of-order mark: looked up.
     assert_eq!(learn(&mut st, log, 13, &[(3, B1), (5, B1)]).unwrap(), 1);
-    assert_eq!(state(&mut st), (6, 6, 5), "slot 5's mark extends the prefix");
-    assert_eq!(learn(&mut st, log, 14, &[(1, B1), (3, B1), (5, B1)]).unwrap(), 0);
+    assert_eq!(
+        state(&mut st),
+        (6, 6, 5),
+        "slot 5's mark extends the prefix"
+    );
+    assert_eq!(
+        learn(&mut st, log, 14, &[(1, B1), (3, B1), (5, B1)]).unwrap(),
+        0
+    );
     let (events, _) = read(&mut st, &query("cart", (0, 0), 100));
     let seqs: Vec<u64> = events.iter().map(|e| e.seq_nr).collect();
-    assert_eq!(seqs, vec![5, 6, 1, 2, 3, 4], "each write once, at its learn's time");
+    assert_eq!(
+        seqs,
+        vec![5, 6, 1, 2, 3, 4],
+        "each write once, at its learn's time"
+    );
 }
 
 #[test]
@@ -267,7 +278,10 @@ fn an_earlier_versions_log_state_looks_for_every_mark() {
     old.extend(postcard::to_stdvec(&(B1, 0u64)).unwrap());
     st.put(Table::Journal, &key(log, 0, 0), &old).unwrap();
     let s = log_state(&mut st, log).unwrap();
-    assert_eq!((s.promised, s.committed, s.indexed, s.marked_to), (B1, 0, 0, u64::MAX));
+    assert_eq!(
+        (s.promised, s.committed, s.indexed, s.marked_to),
+        (B1, 0, 0, u64::MAX)
+    );
     assert_eq!(
         learn(&mut st, log, 20, &[(1, B1)]).unwrap(),
         0,
