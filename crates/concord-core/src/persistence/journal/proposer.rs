@@ -118,7 +118,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 log: log.to_owned(),
                 to,
             }),
-            Op::Recover { .. } | Op::Append { .. } => {}
+            // Not a single round (never sent here): answered, never dropped.
+            Op::Recover { .. } | Op::Append { .. } => self.finish(
+                req.caller,
+                Err(JournalError::Unavailable(format!(
+                    "{}: a write or recovery cannot be sent as one round",
+                    req.log
+                ))),
+            ),
         }
     }
 
