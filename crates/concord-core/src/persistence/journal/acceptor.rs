@@ -22,7 +22,7 @@
 //! the committed prefix take the maximum, a slot the entry of the higher ballot, the
 //! snapshot the higher sequence number.
 
-use super::entry::{from_bytes, to_bytes, Ballot, Entry, StoredSnapshot};
+use super::entry::{from_bytes, to_bytes, Ballot, Entry, StoredSnapshot, FORMAT};
 use super::message::JournalMessage;
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::storage::{KvStorage, StorageError, Table};
@@ -89,22 +89,52 @@ pub(super) fn corrupt(what: impl std::fmt::Display) -> StorageError {
     StorageError(format!("journal record: {what}"))
 }
 
-/// A log's promise and committed prefix.
+/// A log's promise and committed prefix, and how far this replica indexed its writes.
+///
+/// Stored as postcard of (`promised`, `committed`, `indexed`, `marked_to`). A record of an
+/// earlier version ends after `committed`: it reads as `indexed` 0 and `marked_to`
+/// `u64::MAX` (every learn then looks for a mark, as that version did); an earlier version
+/// reading this one ignores the trailing fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogState {
     /// The highest ballot promised.
     pub promised: Ballot,
-    /// Every slot up to this is chosen.
+    /// Every slot up to this is chosen: advanced by an accept's `committed`, and by a learn
+    /// of a write held here at its chosen ballot ([`super::stream::learn`]), so a log whose
+    /// last write was learned has no uncertain tail for its next recovery.
     pub committed: u64,
+    /// Every write of the log starting at or below this is indexed here
+    /// ([`super::stream`]): a learn of such a slot has nothing to do.
+    pub indexed: u64,
+    /// The highest slot above `indexed` this replica indexed out of order (a learn that
+    /// overtook an earlier one, a handoff's mark); 0 if none. A learn of the slot right after
+    /// `indexed` and above this needs no look for a mark.
+    pub marked_to: u64,
 }
 
 impl LogState {
-    fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         to_bytes(self)
     }
 
-    fn decode(b: &[u8]) -> Result<LogState, StorageError> {
-        from_bytes(b).map_err(corrupt)
+    pub(super) fn decode(b: &[u8]) -> Result<LogState, StorageError> {
+        let body = match b.split_first() {
+            Some((&FORMAT, body)) => body,
+            _ => return from_bytes(b).map_err(corrupt),
+        };
+        let ((promised, committed), rest) =
+            postcard::take_from_bytes::<(Ballot, u64)>(body).map_err(corrupt)?;
+        let (indexed, marked_to) = if rest.is_empty() {
+            (0, u64::MAX)
+        } else {
+            postcard::from_bytes::<(u64, u64)>(rest).map_err(corrupt)?
+        };
+        Ok(LogState {
+            promised,
+            committed,
+            indexed,
+            marked_to,
+        })
     }
 }
 
@@ -119,7 +149,11 @@ pub fn log_state<S: KvStorage>(st: &mut S, log: &str) -> Result<LogState, Storag
     }
 }
 
-fn put_state<S: KvStorage>(st: &mut S, log: &str, s: &LogState) -> Result<(), StorageError> {
+pub(super) fn put_state<S: KvStorage>(
+    st: &mut S,
+    log: &str,
+    s: &LogState,
+) -> Result<(), StorageError> {
     st.put(Table::Journal, &key(log, KIND_STATE, 0), &s.encode())
 }
 
@@ -412,11 +446,18 @@ pub fn merge_record<S: KvStorage>(
                 return Ok(false);
             };
             let merged = match old.as_deref().map(LogState::decode).transpose()? {
+                // How far the writes are indexed is this replica's own (the handed-off
+                // marks that follow index them here).
                 Some(o) => LogState {
                     promised: o.promised.max(new.promised),
                     committed: o.committed.max(new.committed),
+                    ..o
                 },
-                None => new,
+                None => LogState {
+                    indexed: 0,
+                    marked_to: 0,
+                    ..new
+                },
             };
             st.put(Table::Journal, key_bytes, &merged.encode())?;
             return Ok(true);

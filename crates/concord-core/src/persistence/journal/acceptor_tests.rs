@@ -129,3 +129,26 @@ fn merges_keep_the_higher_ballot_promise_and_snapshot() {
     assert_eq!(load_snapshot(&mut b, "elog").unwrap().unwrap().seq_nr, 9);
     assert!(!merge_record(&mut b, b"garbage", b"x").unwrap());
 }
+
+#[test]
+fn a_learned_last_write_leaves_no_uncertain_tail() {
+    let mut st = MemoryStorage::new();
+    let b1 = Ballot { round: 1, node: 1 };
+    let b2 = Ballot { round: 2, node: 2 };
+    accept(&mut st, 1, "ecart|t", b1, 0, false, &[entry(1, 2, 0)]).unwrap();
+    accept(&mut st, 2, "ecart|t", b1, 2, false, &[entry(3, 1, 0)]).unwrap();
+    let tail_of = |st: &mut MemoryStorage, ballot| match prepare(st, 3, "ecart|t", ballot, 4, 10) {
+        Ok(JournalMessage::Promise {
+            committed, tail, ..
+        }) => (committed, tail.len()),
+        other => panic!("{other:?}"),
+    };
+    // Not learned yet: the last write is the uncertain tail a recovery proposes again.
+    assert_eq!(tail_of(&mut st, b2), (2, 1));
+    super::super::stream::learn(&mut st, "ecart|t", 10, &[(3, b1)]).unwrap();
+    assert_eq!(
+        tail_of(&mut st, Ballot { round: 3, node: 2 }),
+        (3, 0),
+        "learned: committed"
+    );
+}

@@ -113,22 +113,41 @@ pub fn recovered(answers: &[Answer]) -> Recovered {
     }
 }
 
+/// A recovery's page: see [`recovery_page`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryPage {
+    /// The writes from `from`, in chain order.
+    pub page: Vec<Entry>,
+    /// The slot inside the committed prefix that none of the answers holds, after the page
+    /// found a write before it: the chain is broken there (`None`: it is not).
+    pub gap: Option<u64>,
+}
+
 /// The page from `from` (at most `max_events`) of a recovery: the chain through the
 /// committed prefix, then the tail.
 ///
 /// `from` 0 asks for the newest write only (a durable state's current value).
+///
+/// A slot of the committed prefix is chosen, so some replica of every majority holds it
+/// while majorities intersect. When none of the answers holds one that follows a write the
+/// page found, they do not meet the majority that chose it — a replica set changing, or a
+/// handoff whose state record arrived before its writes — and the page would end short of
+/// the highest sequence number: [`RecoveryPage::gap`] says so, and the caller must not
+/// answer with it. (A page that finds nothing at `from` is not a gap: the writes before a
+/// snapshot may be deleted.)
 pub fn recovery_page(
     answers: &[Answer],
     r: &Recovered,
     from: u64,
     max_events: usize,
-) -> Vec<Entry> {
+) -> RecoveryPage {
     if from == 0 {
-        return r.tail.last().cloned().into_iter().collect();
+        let page = r.tail.last().cloned().into_iter().collect();
+        return RecoveryPage { page, gap: None };
     }
     if from > r.committed {
         let mut events = 0usize;
-        return r
+        let page = r
             .tail
             .iter()
             .skip_while(|e| e.first_seq < from)
@@ -139,6 +158,7 @@ pub fn recovery_page(
             })
             .cloned()
             .collect();
+        return RecoveryPage { page, gap: None };
     }
     let (mut page, short) = walk(
         answers,
@@ -149,7 +169,14 @@ pub fn recovery_page(
     );
     let reached = page.last().map_or(from, |e| e.last_seq().saturating_add(1));
     let events: usize = page.iter().map(|e| e.events.len()).sum();
-    if !short && reached == r.committed.saturating_add(1) && events < max_events {
+    if short || events >= max_events {
+        return RecoveryPage { page, gap: None };
+    }
+    if reached <= r.committed {
+        let gap = (!page.is_empty()).then_some(reached);
+        return RecoveryPage { page, gap };
+    }
+    if reached == r.committed.saturating_add(1) {
         let mut n = events;
         for e in &r.tail {
             if n >= max_events {
@@ -159,7 +186,7 @@ pub fn recovery_page(
             page.push(e.clone());
         }
     }
-    page
+    RecoveryPage { page, gap: None }
 }
 
 #[cfg(test)]
@@ -209,7 +236,7 @@ mod tests {
             vec![3, 4]
         );
         assert_eq!(r.highest, 4);
-        let page = recovery_page(&[a, b], &r, 1, 100);
+        let page = recovery_page(&[a, b], &r, 1, 100).page;
         assert_eq!(
             page.iter().map(|x| x.first_seq).collect::<Vec<_>>(),
             vec![1, 3, 4]
@@ -228,7 +255,8 @@ mod tests {
         let r = recovered(&[a.clone(), b.clone()]);
         assert_eq!(r.highest, 10);
         let page = recovery_page(&[a, b], &r, 1, 100);
-        assert_eq!(page.len(), 2, "only what both answers cover");
+        assert_eq!(page.page.len(), 2, "only what both answers cover");
+        assert_eq!(page.gap, None, "the caller reads on: not a gap");
     }
 
     #[test]
@@ -240,7 +268,37 @@ mod tests {
         let a = promise(4, vec![], u64::MAX, vec![e(5, 1, 1, 0)]);
         let r = recovered(std::slice::from_ref(&a));
         assert_eq!(r.highest, 5);
-        assert_eq!(recovery_page(std::slice::from_ref(&a), &r, 5, 10).len(), 1);
-        assert!(recovery_page(&[a], &r, 6, 10).is_empty());
+        assert_eq!(
+            recovery_page(std::slice::from_ref(&a), &r, 5, 10)
+                .page
+                .len(),
+            1
+        );
+        assert!(recovery_page(&[a], &r, 6, 10).page.is_empty());
+    }
+
+    #[test]
+    fn a_committed_slot_no_answer_holds_is_a_gap_unless_the_page_found_nothing() {
+        // Both answers say 1 ..= 10 is chosen, but neither holds slot 6 (a handoff's state
+        // record arrived before its writes).
+        let holes = |first: u64| -> Vec<Entry> {
+            (first..=10)
+                .filter(|s| *s != 6)
+                .map(|s| e(s, 1, 1, 0))
+                .collect()
+        };
+        let a = promise(10, holes(1), u64::MAX, vec![]);
+        let b = promise(4, holes(1), u64::MAX, holes(5));
+        let r = recovered(&[a.clone(), b.clone()]);
+        let page = recovery_page(&[a.clone(), b.clone()], &r, 1, 100);
+        assert_eq!(page.page.len(), 5);
+        assert_eq!(page.gap, Some(6));
+        // A page cut by its size is read on, not a gap.
+        assert_eq!(recovery_page(&[a.clone(), b.clone()], &r, 1, 3).gap, None);
+        // Nothing at `from` (deleted before a snapshot): not a gap.
+        let c = promise(10, holes(7), u64::MAX, vec![]);
+        let page = recovery_page(&[c.clone(), c], &r, 1, 100);
+        assert!(page.page.is_empty());
+        assert_eq!(page.gap, None);
     }
 }

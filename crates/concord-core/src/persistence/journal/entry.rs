@@ -132,7 +132,7 @@ impl StoredSnapshot {
 }
 
 /// The format byte of the journal's stored forms.
-const FORMAT: u8 = 1;
+pub(super) const FORMAT: u8 = 1;
 
 /// A stored form: a format byte, then postcard (as the key-value store's records).
 pub(super) fn to_bytes<T: Serialize>(value: &T) -> Vec<u8> {

@@ -357,8 +357,13 @@ impl<S: KvStorage> JournalMachine<S> {
         let rec = chain::recovered(&answers);
         let (writes, highest, page, compact) = match &req.op {
             Op::Recover { from, max_events } => {
-                let page = chain::recovery_page(&answers, &rec, *from, *max_events as usize);
-                (rec.tail.clone(), rec.highest, page, false)
+                let found = chain::recovery_page(&answers, &rec, *from, *max_events as usize);
+                if let Some(slot) = found.gap {
+                    self.stats.gaps += 1;
+                    self.gapped(now_ms, req, slot);
+                    return;
+                }
+                (rec.tail.clone(), rec.highest, found.page, false)
             }
             Op::Append { write, compact } => {
                 if rec.highest.checked_add(1) != Some(write.first_seq) {
@@ -412,6 +417,23 @@ impl<S: KvStorage> JournalMachine<S> {
             compact,
             writes: writes.clone(),
         });
+    }
+
+    /// A majority promised, but none of them holds the committed slot `slot` (see
+    /// [`chain::RecoveryPage::gap`]): answering would give a recovery a page that ends short
+    /// of its highest sequence number. The round is held and prepared again (a new ballot)
+    /// until the replicas hold the slot, or it fails as unavailable at its deadline.
+    fn gapped(&mut self, now_ms: u64, req: Request, slot: u64) {
+        let Some(req) = self.hold(now_ms, req) else {
+            return;
+        };
+        self.finish(
+            req.caller,
+            Err(JournalError::Unavailable(format!(
+                "{}: the answering replicas do not hold its chosen write at {slot}",
+                req.log
+            ))),
+        );
     }
 
     fn round_lost(&mut self, now_ms: u64, req: Request) {

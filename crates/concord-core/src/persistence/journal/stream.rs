@@ -40,7 +40,10 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::acceptor::{corrupt, key, segment_of_log, KIND_ENTRY, KIND_INDEXED, MAX_PAGE_BYTES};
+use super::acceptor::{
+    corrupt, key, log_state, put_state, segment_of_log, LogState, KIND_ENTRY, KIND_INDEXED,
+    MAX_PAGE_BYTES,
+};
 use super::entry::{from_bytes, to_bytes, Ballot, Entry};
 use crate::kv::ring::SEGMENTS;
 use crate::kv::storage::{KvStorage, StorageError, Table};
@@ -124,13 +127,15 @@ fn index_key_offset(k: &[u8]) -> Option<(u64, u64)> {
     Some((at, tie))
 }
 
-/// Indexes `entry` (held at `slot` of `log`) at `at_ms` and marks it.
+/// Indexes `entry` (held at `slot` of `log`) at `at_ms`, marks it, and notes it in
+/// `state` (the caller stores it).
 fn index<S: KvStorage>(
     st: &mut S,
     log: &str,
     (entity_type, slice): (&str, u16),
     slot: u64,
     mark: &Mark,
+    state: &mut LogState,
 ) -> Result<(), StorageError> {
     let record = Indexed {
         log: log.to_owned(),
@@ -139,6 +144,11 @@ fn index<S: KvStorage>(
     };
     let k = index_key(entity_type, mark.at_ms, tie(log, slot));
     st.put(Table::JournalIndex, &k, &to_bytes(&record))?;
+    if Some(slot) == state.indexed.checked_add(1) {
+        state.indexed = mark.last_seq;
+    } else {
+        state.marked_to = state.marked_to.max(slot);
+    }
     st.put(
         Table::Journal,
         &key(log, KIND_INDEXED, slot),
@@ -149,6 +159,13 @@ fn index<S: KvStorage>(
 /// Indexes the writes of `log` named by (slot, ballot) at stream time `at_ms`: each one
 /// this replica holds at that ballot and has not indexed yet. Returns how many it
 /// indexed.
+///
+/// A learn says its writes are chosen (and, as a writer proposes a slot only once the one
+/// before it is chosen, every write before them), so a learned write held here at its
+/// ballot extends the committed prefix ([`LogState::committed`]): the next accept then has
+/// nothing to index, and a recovery no uncertain tail to propose again. A slot within
+/// [`LogState::indexed`] is skipped; the slot right after it is indexed without a look for
+/// its mark unless a write was marked out of order up there ([`LogState::marked_to`]).
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
@@ -161,13 +178,22 @@ pub fn learn<S: KvStorage>(
     let Some((entity_type, slice)) = event_log(log) else {
         return Ok(0);
     };
+    let mut state = log_state(st, log)?;
+    let before = state;
     let mut n = 0;
     for (slot, ballot) in writes {
-        if st
-            .get(Table::Journal, &key(log, KIND_INDEXED, *slot))?
-            .is_some()
-        {
+        if *slot <= state.indexed {
             continue;
+        }
+        let next = Some(*slot) == state.indexed.checked_add(1);
+        if !next || *slot <= state.marked_to {
+            if let Some(v) = st.get(Table::Journal, &key(log, KIND_INDEXED, *slot))? {
+                if next {
+                    let mark: Mark = from_bytes(&v).map_err(corrupt)?;
+                    state.indexed = mark.last_seq.max(state.indexed);
+                }
+                continue;
+            }
         }
         let Some(b) = st.get(Table::Journal, &key(log, KIND_ENTRY, *slot))? else {
             continue;
@@ -181,8 +207,12 @@ pub fn learn<S: KvStorage>(
             ballot: *ballot,
             last_seq,
         };
-        index(st, log, (&entity_type, slice), *slot, &mark)?;
+        index(st, log, (&entity_type, slice), *slot, &mark, &mut state)?;
+        state.committed = state.committed.max(last_seq);
         n += 1;
+    }
+    if state != before {
+        put_state(st, log, &state)?;
     }
     Ok(n)
 }
@@ -297,7 +327,9 @@ pub fn merge_mark<S: KvStorage>(
         return Ok(true);
     };
     if Entry::head_of(&b).map_err(corrupt)? == (mark.ballot, mark.last_seq) {
-        index(st, log, (&entity_type, slice), slot, &mark)?;
+        let mut state = log_state(st, log)?;
+        index(st, log, (&entity_type, slice), slot, &mark, &mut state)?;
+        put_state(st, log, &state)?;
     }
     Ok(true)
 }

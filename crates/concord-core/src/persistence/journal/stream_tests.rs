@@ -1,4 +1,6 @@
-use super::super::acceptor::{accept, delete_to, held_segments, merge_record, segment_records};
+use super::super::acceptor::{
+    accept, delete_to, held_segments, log_state, merge_record, segment_records,
+};
 use super::*;
 use crate::kv::ring::SEGMENTS;
 use crate::kv::storage::MemoryStorage;
@@ -226,4 +228,64 @@ proptest::proptest! {
         let _ = merge_record(&mut st, &k, &v);
         let _ = read_stream(&mut st, &all_segments(), &query("t", (0, 0), 10));
     }
+}
+
+#[test]
+fn learns_out_of_order_index_each_write_once_and_extend_the_committed_prefix() {
+    let mut st = MemoryStorage::new();
+    let log = "ecart|o";
+    for (slot, tag) in [(1, "a"), (3, "b"), (5, "c")] {
+        accept(&mut st, 1, log, B1, 0, false, &[write(slot, 2, tag)]).unwrap();
+    }
+    let state = |st: &mut MemoryStorage| {
+        let s = log_state(st, log).unwrap();
+        (s.committed, s.indexed, s.marked_to)
+    };
+    // The third write's learn overtakes the others: indexed out of order, and marked.
+    assert_eq!(learn(&mut st, log, 10, &[(5, B1)]).unwrap(), 1);
+    assert_eq!(state(&mut st), (6, 0, 5));
+    assert_eq!(learn(&mut st, log, 11, &[(5, B1)]).unwrap(), 0, "once");
+    assert_eq!(learn(&mut st, log, 12, &[(1, B1)]).unwrap(), 1);
+    assert_eq!(state(&mut st), (6, 2, 5));
+    // Slot 3 follows the indexed prefix but lies below an out-of-order mark: looked up.
+    assert_eq!(learn(&mut st, log, 13, &[(3, B1), (5, B1)]).unwrap(), 1);
+    assert_eq!(
+        state(&mut st),
+        (6, 6, 5),
+        "slot 5's mark extends the prefix"
+    );
+    assert_eq!(
+        learn(&mut st, log, 14, &[(1, B1), (3, B1), (5, B1)]).unwrap(),
+        0
+    );
+    let (events, _) = read(&mut st, &query("cart", (0, 0), 100));
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq_nr).collect();
+    assert_eq!(
+        seqs,
+        vec![5, 6, 1, 2, 3, 4],
+        "each write once, at its learn's time"
+    );
+}
+
+#[test]
+fn an_earlier_versions_log_state_looks_for_every_mark() {
+    let mut st = MemoryStorage::new();
+    let log = "ecart|v";
+    accept(&mut st, 1, log, B1, 0, false, &[write(1, 1, "a")]).unwrap();
+    assert_eq!(learn(&mut st, log, 10, &[(1, B1)]).unwrap(), 1);
+    // The state as the earlier version stored it: (promised, committed) only.
+    let mut old = vec![super::super::entry::FORMAT];
+    old.extend(postcard::to_stdvec(&(B1, 0u64)).unwrap());
+    st.put(Table::Journal, &key(log, 0, 0), &old).unwrap();
+    let s = log_state(&mut st, log).unwrap();
+    assert_eq!(
+        (s.promised, s.committed, s.indexed, s.marked_to),
+        (B1, 0, 0, u64::MAX)
+    );
+    assert_eq!(
+        learn(&mut st, log, 20, &[(1, B1)]).unwrap(),
+        0,
+        "its mark is found: not indexed twice"
+    );
+    assert_eq!(read(&mut st, &query("cart", (0, 0), 100)).0.len(), 1);
 }
