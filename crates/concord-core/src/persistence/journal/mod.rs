@@ -160,8 +160,8 @@ pub struct JournalStats {
     /// Rounds held to be sent again: a majority of the log's replicas could not answer
     /// yet (new replicas waiting for their handoff), none refused.
     pub held: u64,
-    /// Recoveries whose majority of promises lacked a write of the committed prefix (a
-    /// replica set changing, a handoff half done): not answered, held.
+    /// Recovery rounds whose majority of promises lacked a write of the committed prefix
+    /// (a replica set changing, a handoff half done): not answered, held.
     pub gaps: u64,
 }
 
