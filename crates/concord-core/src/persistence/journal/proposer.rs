@@ -359,8 +359,13 @@ impl<S: KvStorage> JournalMachine<S> {
             Op::Recover { from, max_events } => {
                 let found = chain::recovery_page(&answers, &rec, *from, *max_events as usize);
                 if let Some(slot) = found.gap {
+                    // None of the promises holds a chosen write (see
+                    // `chain::RecoveryPage::gap`): answering would give a page that ends
+                    // short of the highest number. Prepared again until they hold it.
                     self.stats.gaps += 1;
-                    self.gapped(now_ms, req, slot);
+                    let why =
+                        format!("the answering replicas do not hold its chosen write at {slot}");
+                    self.hold_or_fail(now_ms, req, &why);
                     return;
                 }
                 (rec.tail.clone(), rec.highest, found.page, false)
@@ -419,23 +424,6 @@ impl<S: KvStorage> JournalMachine<S> {
         });
     }
 
-    /// A majority promised, but none of them holds the committed slot `slot` (see
-    /// [`chain::RecoveryPage::gap`]): answering would give a recovery a page that ends short
-    /// of its highest sequence number. The round is held and prepared again (a new ballot)
-    /// until the replicas hold the slot, or it fails as unavailable at its deadline.
-    fn gapped(&mut self, now_ms: u64, req: Request, slot: u64) {
-        let Some(req) = self.hold(now_ms, req) else {
-            return;
-        };
-        self.finish(
-            req.caller,
-            Err(JournalError::Unavailable(format!(
-                "{}: the answering replicas do not hold its chosen write at {slot}",
-                req.log
-            ))),
-        );
-    }
-
     fn round_lost(&mut self, now_ms: u64, req: Request) {
         let refusal = req.highest_refusal();
         let nacked = req.refused.values().any(Option::is_some);
@@ -454,22 +442,23 @@ impl<S: KvStorage> JournalMachine<S> {
                     ))),
                 );
             }
-            _ => {
-                let Some(req) = self.hold(now_ms, req) else {
-                    return;
-                };
-                if matches!(req.phase, Phase::Accepting { .. }) {
-                    self.writers.remove(&req.log);
-                }
-                self.finish(
-                    req.caller,
-                    Err(JournalError::Unavailable(format!(
-                        "{}: a majority of its replicas could not answer",
-                        req.log
-                    ))),
-                );
-            }
+            _ => self.hold_or_fail(now_ms, req, "a majority of its replicas could not answer"),
         }
+    }
+
+    /// Holds `req` to be sent again ([`Self::hold`]); if it cannot be held, fails it as
+    /// unavailable for `why` (an established writer is forgotten).
+    fn hold_or_fail(&mut self, now_ms: u64, req: Request, why: &str) {
+        let Some(req) = self.hold(now_ms, req) else {
+            return;
+        };
+        if matches!(req.phase, Phase::Accepting { .. }) {
+            self.writers.remove(&req.log);
+        }
+        self.finish(
+            req.caller,
+            Err(JournalError::Unavailable(format!("{}: {why}", req.log))),
+        );
     }
 
     fn remember_writer(&mut self, log: &str, ballot: Ballot, next_seq: u64) {

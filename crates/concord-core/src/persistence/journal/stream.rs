@@ -327,9 +327,12 @@ pub fn merge_mark<S: KvStorage>(
         return Ok(true);
     };
     if Entry::head_of(&b).map_err(corrupt)? == (mark.ballot, mark.last_seq) {
-        let mut state = log_state(st, log)?;
+        let before = log_state(st, log)?;
+        let mut state = before;
         index(st, log, (&entity_type, slice), slot, &mark, &mut state)?;
-        put_state(st, log, &state)?;
+        if state != before {
+            put_state(st, log, &state)?;
+        }
     }
     Ok(true)
 }
