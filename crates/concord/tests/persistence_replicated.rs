@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{fast_config, port_of, wait_for};
-use concord::persistence::{Persistence, PersistenceConfig, PersistenceError};
+use concord::persistence::{Persistence, PersistenceConfig, PersistenceError, Snapshot};
 use concord::sharding::Sharding;
 use concord_core::persistence::{AtomicWrite, PersistenceId};
 use concord_core::MemberStatus;
@@ -173,6 +173,23 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     let events = ja.replay(&pid, 1, 10).await.unwrap();
     let payloads: Vec<Vec<u8>> = events.into_iter().map(|e| e.payload).collect();
     assert_eq!(payloads, vec![b"a1".to_vec(), b"b2".to_vec()]);
+    // A recovery from the newest snapshot is one query: the snapshot and the events after it.
+    let snapshots = pb.stores().expect("started").snapshots;
+    let snapshot = Snapshot {
+        seq_nr: 1,
+        timestamp_ms: 1,
+        payload: b"state at 1".to_vec(),
+    };
+    snapshots.save(&pid, snapshot.clone()).await.unwrap();
+    let start = ja.replay_from_snapshot(&pid, 10).await.unwrap();
+    let start = start.expect("the replicated journal keeps the snapshots");
+    assert_eq!(start.snapshot, Some(snapshot));
+    let after: Vec<(u64, Vec<u8>)> = start
+        .events
+        .into_iter()
+        .map(|e| (e.seq_nr, e.payload))
+        .collect();
+    assert_eq!((after, start.highest), (vec![(2, b"b2".to_vec())], 2));
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -89,7 +89,19 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             // passed over: the events from 1 are replayed instead, if they all still exist;
             // if not, recovery fails naming the snapshot.
             let mut bad_snapshot = None;
-            let (mut state, from) = match running.stores.snapshots.load_latest(pid).await? {
+            let journal = &running.stores.journal;
+            let page = running.settings.replay_batch_size;
+            // One query for both where the journal keeps the snapshots.
+            let start = if running.stores.snapshots_in_journal {
+                journal.replay_from_snapshot(pid, page).await?
+            } else {
+                None
+            };
+            let (snapshot, first) = match start {
+                Some(s) => (s.snapshot, Some((s.events, s.highest))),
+                None => (running.stores.snapshots.load_latest(pid).await?, None),
+            };
+            let (mut state, from) = match snapshot {
                 Some(s) => match decode::<B::State>(&s.payload) {
                     Ok(state) => (state, s.seq_nr.saturating_add(1)),
                     Err(e) => {
@@ -106,9 +118,14 @@ impl<B: EventSourced> EventSourcedEntity<B> {
                     .clone()
                     .unwrap_or_else(|| failed(e.expected, format!("events are missing: {e}")))
             };
-            let journal = &running.stores.journal;
-            let page = running.settings.replay_batch_size;
-            let (mut batch, highest) = journal.replay_with_highest(pid, from, page).await?;
+            let (mut batch, highest) = match first {
+                Some(first) => first,
+                None => journal.replay_with_highest(pid, from, page).await?,
+            };
+            // The first page starts after the snapshot, and may not reach it yet.
+            if batch.first().is_none_or(|e| e.seq_nr != from) && from <= highest {
+                batch = journal.replay(pid, from, page).await?;
+            }
             let mut check = ReplayCheck::new(pid.clone(), from);
             let mut next = from;
             let mut replayed = 0u64;

@@ -46,8 +46,8 @@ pub use memory::InMemoryStore;
 pub use postgres::{PostgresStore, SCHEMA};
 pub use replicated::ReplicatedStore;
 pub use store::{
-    DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, Snapshot, SnapshotStore,
-    StoreFuture, StoredState, Stores,
+    DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, RecoveryStart, Snapshot,
+    SnapshotStore, StoreFuture, StoredState, Stores,
 };
 
 #[cfg(test)]

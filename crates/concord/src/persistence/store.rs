@@ -136,6 +136,26 @@ pub trait Journal: Send + Sync + 'static {
         })
     }
 
+    /// A recovery's start in one query: the newest snapshot of `pid`, up to `max` events
+    /// after it, and the highest sequence number. Offered by a journal that keeps the
+    /// snapshots too, used only where it is also the snapshot store
+    /// ([`Stores::snapshots_in_journal`]). `Ok(None)`, the default: not offered — the caller
+    /// loads the snapshot from its snapshot store, then calls
+    /// [`Journal::replay_with_highest`].
+    ///
+    /// The events may start later than the snapshot's next number, or be empty while the
+    /// highest is above it: the caller reads on with [`Journal::replay`].
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`].
+    fn replay_from_snapshot<'a>(
+        &'a self,
+        _pid: &'a PersistenceId,
+        _max: usize,
+    ) -> StoreFuture<'a, Option<RecoveryStart>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Deletes the events of `pid` up to `to_seq_nr` inclusive; the highest sequence
     /// number stays what it was.
     ///
@@ -161,6 +181,17 @@ pub trait Journal: Send + Sync + 'static {
         &'a self,
         query: &'a EventsQuery,
     ) -> StoreFuture<'a, Vec<EventEnvelope>>;
+}
+
+/// What [`Journal::replay_from_snapshot`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryStart {
+    /// The newest snapshot, if any.
+    pub snapshot: Option<Snapshot>,
+    /// Events after it (or from 1), ascending; at most the `max` asked for.
+    pub events: Vec<PersistentEvent>,
+    /// The highest sequence number (0: none).
+    pub highest: u64,
 }
 
 /// A saved snapshot of an event-sourced entity's state.
@@ -237,6 +268,9 @@ pub struct Stores {
     pub snapshots: Arc<dyn SnapshotStore>,
     /// Durable state.
     pub state: Arc<dyn DurableStateStore>,
+    /// True if `journal` and `snapshots` are one store (as [`Stores::of`] makes them): a
+    /// recovery then asks [`Journal::replay_from_snapshot`] for both at once.
+    pub snapshots_in_journal: bool,
 }
 
 impl Stores {
@@ -247,6 +281,7 @@ impl Stores {
             journal: s.clone(),
             snapshots: s.clone(),
             state: s,
+            snapshots_in_journal: true,
         }
     }
 }

@@ -254,6 +254,7 @@ async fn recoveries_wait_for_permits_and_time_out() {
         journal: held,
         snapshots: Arc::new(inner.clone()),
         state: Arc::new(inner.clone()),
+        snapshots_in_journal: false,
     };
     let mut s = settings(0);
     s.recovery_permits = 1;
@@ -421,4 +422,122 @@ async fn a_snapshot_that_does_not_decode_is_passed_over_while_every_event_exists
         matches!(&r, Err(PersistenceError::RecoveryFailed { seq_nr: 3, reason, .. }) if reason.contains("snapshot")),
         "{r:?}"
     );
+}
+
+/// A journal that keeps the snapshots too and answers a recovery's start in one query
+/// ([`Journal::replay_from_snapshot`]) — with no events at all when `empty_start` (as the
+/// replicated store may, when a replica's page ends before the newest snapshot).
+#[derive(Clone)]
+struct OneQuery {
+    inner: InMemoryStore,
+    empty_start: bool,
+    starts: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Journal for OneQuery {
+    fn append(&self, write: AtomicWrite) -> StoreFuture<'_, ()> {
+        self.inner.append(write)
+    }
+    fn highest_seq_nr<'a>(&'a self, pid: &'a PersistenceId) -> StoreFuture<'a, u64> {
+        self.inner.highest_seq_nr(pid)
+    }
+    fn replay<'a>(
+        &'a self,
+        pid: &'a PersistenceId,
+        from: u64,
+        max: usize,
+    ) -> StoreFuture<'a, Vec<PersistentEvent>> {
+        self.inner.replay(pid, from, max)
+    }
+    fn replay_from_snapshot<'a>(
+        &'a self,
+        pid: &'a PersistenceId,
+        max: usize,
+    ) -> StoreFuture<'a, Option<RecoveryStart>> {
+        async move {
+            self.starts
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let snapshot = self.inner.load_latest(pid).await?;
+            let from = snapshot.as_ref().map_or(1, |s| s.seq_nr + 1);
+            let (events, highest) = self.inner.replay_with_highest(pid, from, max).await?;
+            let events = if self.empty_start { Vec::new() } else { events };
+            Ok(Some(RecoveryStart {
+                snapshot,
+                events,
+                highest,
+            }))
+        }
+        .boxed()
+    }
+    fn delete_to<'a>(&'a self, pid: &'a PersistenceId, to: u64) -> StoreFuture<'a, ()> {
+        Journal::delete_to(&self.inner, pid, to)
+    }
+    fn events_by_slices<'a>(&'a self, q: &'a EventsQuery) -> StoreFuture<'a, Vec<EventEnvelope>> {
+        self.inner.events_by_slices(q)
+    }
+}
+
+#[tokio::test]
+async fn a_journal_that_keeps_the_snapshots_starts_recovery_in_one_query() {
+    for empty_start in [false, true] {
+        let inner = InMemoryStore::new();
+        let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let journal = OneQuery {
+            inner: inner.clone(),
+            empty_start,
+            starts: starts.clone(),
+        };
+        let stores = |in_journal: bool| Stores {
+            journal: Arc::new(journal.clone()),
+            snapshots: Arc::new(inner.clone()),
+            state: Arc::new(inner.clone()),
+            snapshots_in_journal: in_journal,
+        };
+        let mut s = settings(4);
+        s.retention.delete_events = false;
+        let p = Persistence::ready(stores(true), s);
+        let mut a = counter(&p);
+        let mut c = ctx("c1");
+        for i in 1..=10 {
+            send(&mut a, &mut c, Cmd::Add(i)).await.unwrap();
+        }
+        assert_eq!(
+            inner.load_latest(&pid("c1")).await.unwrap().unwrap().seq_nr,
+            8
+        );
+        // From the snapshot at 8 and events 9, 10 — read on with replay when the first
+        // query brought none.
+        let before = starts.load(std::sync::atomic::Ordering::SeqCst);
+        let mut b = counter(&p);
+        assert_eq!(
+            send(&mut b, &mut c, Cmd::Get).await,
+            Ok(55),
+            "{empty_start}"
+        );
+        assert_eq!(b.seq_nr(), 10);
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), before + 1);
+        // A snapshot that does not decode: every event replayed from 1 instead.
+        let bad = Snapshot {
+            seq_nr: 10,
+            timestamp_ms: 0,
+            payload: vec![0xc1],
+        };
+        inner.save(&pid("c1"), bad).await.unwrap();
+        let mut d = counter(&p);
+        assert_eq!(
+            send(&mut d, &mut c, Cmd::Get).await,
+            Ok(55),
+            "{empty_start}"
+        );
+        // Journal and snapshot store apart: never asked for the one query.
+        let before = starts.load(std::sync::atomic::Ordering::SeqCst);
+        let q = Persistence::ready(stores(false), s);
+        let mut e = counter(&q);
+        assert_eq!(
+            send(&mut e, &mut c, Cmd::Get).await,
+            Ok(55),
+            "{empty_start}"
+        );
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), before);
+    }
 }

@@ -199,7 +199,9 @@ fn slot_after(k: &[u8]) -> bool {
 }
 
 /// Phase 1: promise `ballot` if it is above every ballot promised, with the page from
-/// `from` and the uncertain tail; a [`JournalMessage::Nack`] otherwise.
+/// `from` and the uncertain tail; a [`JournalMessage::Nack`] otherwise. With `snapshot`, the
+/// snapshot kept goes with the promise, and the page starts after it if that is later than
+/// `from` (its events need not be read again).
 ///
 /// # Errors
 /// The storage failed or holds a corrupt record.
@@ -210,6 +212,7 @@ pub fn prepare<S: KvStorage>(
     ballot: Ballot,
     from: u64,
     max_events: usize,
+    snapshot: bool,
 ) -> Result<JournalMessage, StorageError> {
     let mut state = log_state(st, log)?;
     if ballot <= state.promised {
@@ -220,9 +223,17 @@ pub fn prepare<S: KvStorage>(
     }
     state.promised = ballot;
     put_state(st, log, &state)?;
-    let (entries, covered_to) = page(st, log, from, max_events)?;
+    let snapshot = if snapshot {
+        load_snapshot(st, log)?
+    } else {
+        None
+    };
+    let page_from = snapshot
+        .as_ref()
+        .map_or(from, |s| from.max(s.seq_nr.saturating_add(1)));
+    let (entries, covered_to) = page(st, log, page_from, max_events)?;
     let tail_from = state.committed.saturating_add(1);
-    let tail = if covered_to == u64::MAX && from <= tail_from {
+    let tail = if covered_to == u64::MAX && page_from <= tail_from {
         // The page holds the tail already.
         Vec::new()
     } else {
@@ -236,8 +247,11 @@ pub fn prepare<S: KvStorage>(
         request,
         committed: state.committed,
         page: entries,
+        page_from,
         covered_to,
         tail,
+        snapshot,
+        replicas: 0,
     })
 }
 

@@ -16,11 +16,11 @@ fn promises_only_rise_and_accepts_below_the_promise_are_refused() {
     let b1 = Ballot { round: 1, node: 1 };
     let b2 = Ballot { round: 2, node: 1 };
     assert!(matches!(
-        prepare(&mut st, 1, "elog", b2, 1, 10).unwrap(),
+        prepare(&mut st, 1, "elog", b2, 1, 10, false).unwrap(),
         JournalMessage::Promise { .. }
     ));
     assert!(
-        matches!(prepare(&mut st, 2, "elog", b1, 1, 10).unwrap(), JournalMessage::Nack { promised, .. } if promised == b2)
+        matches!(prepare(&mut st, 2, "elog", b1, 1, 10, false).unwrap(), JournalMessage::Nack { promised, .. } if promised == b2)
     );
     assert!(matches!(
         accept(&mut st, 3, "elog", b1, 0, false, &[entry(1, 2, 0)]).unwrap(),
@@ -62,7 +62,16 @@ fn pages_stop_at_the_event_limit_and_say_how_far_they_cover() {
     // The promise sends the tail (slots above committed 27) besides the page.
     let JournalMessage::Promise {
         tail, committed, ..
-    } = prepare(&mut st, 3, "elog", Ballot { round: 2, node: 1 }, 1, 3).unwrap()
+    } = prepare(
+        &mut st,
+        3,
+        "elog",
+        Ballot { round: 2, node: 1 },
+        1,
+        3,
+        false,
+    )
+    .unwrap()
     else {
         panic!()
     };
@@ -137,12 +146,13 @@ fn a_learned_last_write_leaves_no_uncertain_tail() {
     let b2 = Ballot { round: 2, node: 2 };
     accept(&mut st, 1, "ecart|t", b1, 0, false, &[entry(1, 2, 0)]).unwrap();
     accept(&mut st, 2, "ecart|t", b1, 2, false, &[entry(3, 1, 0)]).unwrap();
-    let tail_of = |st: &mut MemoryStorage, ballot| match prepare(st, 3, "ecart|t", ballot, 4, 10) {
-        Ok(JournalMessage::Promise {
-            committed, tail, ..
-        }) => (committed, tail.len()),
-        other => panic!("{other:?}"),
-    };
+    let tail_of =
+        |st: &mut MemoryStorage, ballot| match prepare(st, 3, "ecart|t", ballot, 4, 10, false) {
+            Ok(JournalMessage::Promise {
+                committed, tail, ..
+            }) => (committed, tail.len()),
+            other => panic!("{other:?}"),
+        };
     // Not learned yet: the last write is the uncertain tail a recovery proposes again.
     assert_eq!(tail_of(&mut st, b2), (2, 1));
     super::super::stream::learn(&mut st, "ecart|t", 10, &[(3, b1)]).unwrap();

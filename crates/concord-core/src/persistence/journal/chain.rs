@@ -12,8 +12,12 @@ use super::entry::Entry;
 /// committed prefix and, beyond it, every entry it holds (the tail).
 #[derive(Debug, Clone, Default)]
 pub struct Answer {
-    /// Entries from the request's `from`, ascending, complete up to `covered_to`.
+    /// Entries from the request's `from` (or from `page_from` if later), ascending,
+    /// complete up to `covered_to`.
     pub page: Vec<Entry>,
+    /// The page's own first slot, when later than the request's `from` (a promise whose
+    /// page starts after the acceptor's snapshot); 0 otherwise.
+    pub page_from: u64,
     /// See `page`.
     pub covered_to: u64,
     /// The acceptor's committed prefix (reads: 0).
@@ -26,7 +30,8 @@ pub struct Answer {
 
 impl Answer {
     fn covers(&self, from: u64, slot: u64) -> bool {
-        (slot >= from && slot <= self.covered_to) || (self.promise && slot > self.committed)
+        (slot >= from.max(self.page_from) && slot <= self.covered_to)
+            || (self.promise && slot > self.committed)
     }
 
     fn at(&self, slot: u64) -> Option<&Entry> {
@@ -206,11 +211,40 @@ mod tests {
     fn promise(committed: u64, page: Vec<Entry>, covered_to: u64, tail: Vec<Entry>) -> Answer {
         Answer {
             page,
+            page_from: 0,
             covered_to,
             committed,
             tail,
             promise: true,
         }
+    }
+
+    #[test]
+    fn a_page_that_starts_after_a_snapshot_covers_only_from_its_start() {
+        // Slots 1, 3, 5 (two events each) chosen; one replica's snapshot is at 4 (its page
+        // starts at 5), another's at 2 (page from 3, cut after one write).
+        let (w3, w5) = (e(3, 2, 1, 3), e(5, 2, 1, 5));
+        let mut after_4 = promise(6, vec![w5.clone()], u64::MAX, vec![]);
+        after_4.page_from = 5;
+        let mut after_2 = promise(6, vec![w3.clone()], 3, vec![]);
+        after_2.page_from = 3;
+        let answers = vec![after_4.clone(), after_2.clone()];
+        let r = recovered(&answers);
+        assert_eq!(r.committed, 6);
+        // From the newest snapshot (4): slot 5 is in the first page but not covered by the
+        // second (cut at 3): the page stops short, no gap claimed — the caller reads on.
+        let p = recovery_page(&answers, &r, 5, 100);
+        assert_eq!(p, RecoveryPage::default());
+        // A second page that reaches slot 5: the chain from 5.
+        let mut after_2_full = promise(6, vec![w3.clone(), w5.clone()], u64::MAX, vec![]);
+        after_2_full.page_from = 3;
+        let answers = vec![after_4.clone(), after_2_full];
+        let p = recovery_page(&answers, &recovered(&answers), 5, 100);
+        assert_eq!(p.page, vec![w5.clone()]);
+        assert_eq!(p.gap, None);
+        // Slot 1 is before both pages: not covered, even though asked from 1.
+        let (page, short) = walk(&[after_4], 1, 1, 7, 100);
+        assert!(page.is_empty() && short);
     }
 
     #[test]

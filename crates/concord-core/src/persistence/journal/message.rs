@@ -10,7 +10,8 @@ use super::stream::StreamEvent;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalMessage {
     /// Phase 1a: promise `ballot` for `log`, and send its entries from `from` (at most
-    /// `max_events` events' worth) and every entry after its committed prefix.
+    /// `max_events` events' worth) and every entry after its committed prefix; with
+    /// `snapshot`, also the snapshot kept, the page then starting after it if that is later.
     Prepare {
         /// Request id.
         request: u64,
@@ -22,6 +23,8 @@ pub enum JournalMessage {
         from: u64,
         /// Events of the page, at most.
         max_events: u32,
+        /// Send the snapshot kept too (a recovery that starts from the newest snapshot).
+        snapshot: bool,
     },
     /// Phase 1b: the promise, with what the acceptor holds.
     Promise {
@@ -29,12 +32,21 @@ pub enum JournalMessage {
         request: u64,
         /// The highest sequence number known chosen with every one before it (0: none).
         committed: u64,
-        /// Entries with slots from the prepare's `from`, ascending.
+        /// Entries with slots from `page_from`, ascending.
         page: Vec<Entry>,
-        /// Every entry with a slot in `from ..= covered_to` is in `page`.
+        /// The page's first slot: the prepare's `from`, or the slot after the snapshot sent
+        /// if that is later (0: the prepare's `from`).
+        page_from: u64,
+        /// Every entry with a slot in `page_from ..= covered_to` is in `page`.
         covered_to: u64,
         /// Every entry with a slot above `committed` (its uncertain tail).
         tail: Vec<Entry>,
+        /// The snapshot kept, if the prepare asked for it and there is one.
+        snapshot: Option<StoredSnapshot>,
+        /// The log's replica list in the acceptor's view of the ring, as a digest
+        /// ([`super::replicas_digest`]; 0: not sent). A proposer counts the promise only
+        /// if its own list has the same digest.
+        replicas: u64,
     },
     /// Phase 2a: accept `writes` at `ballot`; every slot up to `committed` is chosen.
     Accept {

@@ -114,6 +114,9 @@ pub enum JournalOutput {
         page: Vec<Entry>,
         /// The log's highest sequence number (0: empty).
         highest: u64,
+        /// The newest snapshot a majority holds, for a recovery that asked for it
+        /// ([`JournalMachine::recover_from_snapshot`]); the page then starts after it.
+        snapshot: Option<StoredSnapshot>,
     },
     /// Writes read, in order.
     Read(Vec<Entry>),
@@ -163,6 +166,19 @@ pub struct JournalStats {
     /// Recovery rounds whose majority of promises lacked a write of the committed prefix
     /// (a replica set changing, a handoff half done): not answered, held.
     pub gaps: u64,
+    /// Promises not counted: the replier's view of the log's replicas differed from the
+    /// proposer's (one of the two views lags a ring change).
+    pub view_mismatches: u64,
+}
+
+/// A digest of a log's replica list (in preference-list order): 64-bit FNV-1a over each
+/// member's identity, never 0 (0 on the wire means "not sent").
+pub fn replicas_digest<'a>(replicas: impl IntoIterator<Item = &'a UniqueAddress>) -> u64 {
+    let mut h = crate::address::Fnv1a::new();
+    for r in replicas {
+        h.write_unique_address(r);
+    }
+    h.finish().max(1)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -320,7 +336,31 @@ impl<S: KvStorage> JournalMachine<S> {
     /// Makes this node the writer of `log` and reads its writes from `from` (at most
     /// `max_events` events): answered [`JournalOutput::Recovered`].
     pub fn recover(&mut self, now_ms: u64, request: u64, log: String, from: u64, max_events: u32) {
-        self.start(now_ms, request, log, Op::Recover { from, max_events });
+        let op = Op::Recover {
+            from,
+            max_events,
+            snapshot: false,
+        };
+        self.start(now_ms, request, log, op);
+        self.after_input();
+    }
+
+    /// [`Self::recover`] from the newest snapshot, in one round: the promises carry each
+    /// replica's snapshot, and the page starts after the newest of them (or at 1 if there
+    /// is none); answered [`JournalOutput::Recovered`] with that snapshot.
+    pub fn recover_from_snapshot(
+        &mut self,
+        now_ms: u64,
+        request: u64,
+        log: String,
+        max_events: u32,
+    ) {
+        let op = Op::Recover {
+            from: 1,
+            max_events,
+            snapshot: true,
+        };
+        self.start(now_ms, request, log, op);
         self.after_input();
     }
 

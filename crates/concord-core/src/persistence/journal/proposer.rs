@@ -6,7 +6,9 @@ use super::chain::{self, Answer};
 use super::entry::{Ballot, Entry};
 use super::message::JournalMessage;
 use super::request::{Op, Phase, Request};
-use super::{JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES, RETRY_MS};
+use super::{
+    replicas_digest, JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES, RETRY_MS,
+};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::protocol::{Lane, Transmit};
@@ -52,6 +54,7 @@ impl<S: KvStorage> JournalMachine<S> {
             replicas,
             answers: Default::default(),
             snapshots: Default::default(),
+            newest_snapshot: None,
             refused: Default::default(),
             deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
         };
@@ -177,10 +180,15 @@ impl<S: KvStorage> JournalMachine<S> {
     fn prepare(&mut self, now_ms: u64, mut req: Request, above: Ballot, attempt: u32) {
         let ballot = self.next_ballot(now_ms, above);
         req.phase = Phase::Preparing { ballot, attempt };
-        let (from, max_events) = match &req.op {
-            Op::Recover { from, max_events } => (*from, *max_events),
-            Op::Append { write, .. } => (write.first_seq, 1),
-            _ => (1, 1),
+        req.newest_snapshot = None;
+        let (from, max_events, snapshot) = match &req.op {
+            Op::Recover {
+                from,
+                max_events,
+                snapshot,
+            } => (*from, *max_events, *snapshot),
+            Op::Append { write, .. } => (write.first_seq, 1, false),
+            _ => (1, 1, false),
         };
         self.send_round(now_ms, req, |request, log| JournalMessage::Prepare {
             request,
@@ -188,6 +196,7 @@ impl<S: KvStorage> JournalMachine<S> {
             ballot,
             from,
             max_events,
+            snapshot,
         });
     }
 
@@ -244,14 +253,37 @@ impl<S: KvStorage> JournalMachine<S> {
             JournalMessage::Promise {
                 committed,
                 page,
+                page_from,
                 covered_to,
                 tail,
+                snapshot,
+                replicas,
                 ..
             } => {
+                if replicas != 0 && replicas != replicas_digest(&req.replicas) {
+                    // The replier sees another replica list for the log: one of the two
+                    // views lags a ring change. Its promise does not count towards this
+                    // list's majority (it may not intersect the majority that chose the
+                    // last writes); the round, if lost, is held and sent again with this
+                    // node's view then.
+                    self.stats.view_mismatches += 1;
+                    req.refused.insert(from.clone(), None);
+                    return self.after_answer(now_ms, wire, req);
+                }
+                if let Some(s) = snapshot {
+                    if req
+                        .newest_snapshot
+                        .as_ref()
+                        .is_none_or(|n| s.seq_nr > n.seq_nr)
+                    {
+                        req.newest_snapshot = Some(s);
+                    }
+                }
                 req.answers.insert(
                     from.clone(),
                     Answer {
                         page,
+                        page_from,
                         covered_to,
                         committed,
                         tail,
@@ -284,6 +316,11 @@ impl<S: KvStorage> JournalMachine<S> {
                 req.refused.insert(from.clone(), None);
             }
         }
+        self.after_answer(now_ms, wire, req);
+    }
+
+    /// The round of `req` (wire id `wire`) after an answer: won, lost, or waiting on.
+    fn after_answer(&mut self, now_ms: u64, wire: u64, req: Request) {
         if req.answered() >= req.quorum() {
             self.round_won(now_ms, req);
         } else if req.lost() {
@@ -316,6 +353,7 @@ impl<S: KvStorage> JournalMachine<S> {
                         JournalOutput::Recovered {
                             page: page.clone(),
                             highest: *highest,
+                            snapshot: req.newest_snapshot.clone(),
                         }
                     }
                     _ => {
@@ -356,8 +394,18 @@ impl<S: KvStorage> JournalMachine<S> {
         let answers: Vec<Answer> = std::mem::take(&mut req.answers).into_values().collect();
         let rec = chain::recovered(&answers);
         let (writes, highest, page, compact) = match &req.op {
-            Op::Recover { from, max_events } => {
-                let found = chain::recovery_page(&answers, &rec, *from, *max_events as usize);
+            Op::Recover {
+                from,
+                max_events,
+                snapshot,
+            } => {
+                // From the newest snapshot a promise sent: snapshots are saved on a
+                // majority, so one of the promises holds the newest saved.
+                let from = match (&req.newest_snapshot, snapshot) {
+                    (Some(s), true) => (*from).max(s.seq_nr.saturating_add(1)),
+                    _ => *from,
+                };
+                let found = chain::recovery_page(&answers, &rec, from, *max_events as usize);
                 if let Some(slot) = found.gap {
                     // None of the promises holds a chosen write (see
                     // `chain::RecoveryPage::gap`): answering would give a page that ends
@@ -403,7 +451,13 @@ impl<S: KvStorage> JournalMachine<S> {
             self.remember_writer(&req.log, ballot, highest.saturating_add(1));
             self.send_learn(now_ms, &req.log, &req.replicas, learn);
             self.stats.recoveries += 1;
-            self.finish(req.caller, Ok(JournalOutput::Recovered { page, highest }));
+            let snapshot = req.newest_snapshot.take();
+            let out = JournalOutput::Recovered {
+                page,
+                highest,
+                snapshot,
+            };
+            self.finish(req.caller, Ok(out));
             return;
         }
         learn.extend(writes.iter().map(|w| (w.first_seq, ballot)));

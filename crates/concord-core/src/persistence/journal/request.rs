@@ -9,12 +9,15 @@ use crate::address::UniqueAddress;
 /// What a caller asked.
 #[derive(Debug, Clone)]
 pub enum Op {
-    /// Become the log's writer and read from `from`.
+    /// Become the log's writer and read from `from` (with `snapshot`: from the newest
+    /// snapshot's next number if that is later, the snapshot answered too).
     Recover {
         /// First sequence number of the page.
         from: u64,
         /// Events of the page, at most.
         max_events: u32,
+        /// Load the newest snapshot in the same round.
+        snapshot: bool,
     },
     /// Append `write` (its ballot is the writer's).
     Append {
@@ -83,6 +86,8 @@ pub struct Request {
     pub answers: BTreeMap<UniqueAddress, Answer>,
     /// Snapshots answered this round.
     pub snapshots: BTreeMap<UniqueAddress, Option<StoredSnapshot>>,
+    /// The newest snapshot the promises of this phase 1 sent (a recovery with `snapshot`).
+    pub newest_snapshot: Option<StoredSnapshot>,
     /// Replicas that refused or could not answer this round.
     pub refused: BTreeMap<UniqueAddress, Option<Ballot>>,
     /// Fails as unavailable at this time, ms.

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::message::JournalMessage;
 use super::standing::Standing;
-use super::{acceptor, handoff, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS};
+use super::{
+    acceptor, handoff, replicas_digest, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS,
+};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::member::MemberStatus;
@@ -36,19 +38,19 @@ impl<S: KvStorage> JournalMachine<S> {
             JournalMessage::StreamRead { .. } => return Some(self.answer_stream_read(msg)),
             _ => {}
         }
+        let mut view = 0;
         if let Some((request, log)) = msg.request_log() {
             // Only a replica in this node's own view answers, and not before its handoff.
             let segment = segment_of_log(log);
+            let replicas = self.ring.preference_list(segment, self.settings.n);
             let answers = log.len() <= MAX_LOG_BYTES
                 && !log.contains('\0')
-                && self
-                    .ring
-                    .preference_list(segment, self.settings.n)
-                    .contains(&&self.self_node)
+                && replicas.contains(&&self.self_node)
                 && !self.handoffs.is_pending(segment);
             if !answers {
                 return Some(JournalMessage::Unable { request });
             }
+            view = replicas_digest(replicas);
         }
         let st = &mut self.storage;
         let result = match msg {
@@ -58,7 +60,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 ballot,
                 from: f,
                 max_events,
-            } => acceptor::prepare(st, request, &log, ballot, f, max_events as usize)
+                snapshot,
+            } => acceptor::prepare(st, request, &log, ballot, f, max_events as usize, snapshot)
+                .map(|mut m| {
+                    if let JournalMessage::Promise { replicas, .. } = &mut m {
+                        *replicas = view;
+                    }
+                    m
+                })
                 .map_err(|e| (request, e)),
             JournalMessage::Accept {
                 request,

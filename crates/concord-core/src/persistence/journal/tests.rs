@@ -17,6 +17,8 @@ use stream_check::{check_stream, Reader};
 
 #[path = "tests_held.rs"]
 mod held;
+#[path = "tests_snapshot.rs"]
+mod snapshot;
 #[path = "tests_stream.rs"]
 mod stream_check;
 use crate::address::Address;
@@ -350,7 +352,7 @@ fn run(seed: u64, restarts: f64) -> (usize, u64, usize) {
             match (w.clone(), ev.result) {
                 (
                     Writer::Recovering { acked_before, .. },
-                    Ok(JournalOutput::Recovered { page, highest }),
+                    Ok(JournalOutput::Recovered { page, highest, .. }),
                 ) => {
                     assert!(highest >= acked_before, "seed {seed} log {l}: recovered to {highest}, {acked_before} was acknowledged before");
                     known.learn(l, &page, "recovery");
@@ -389,7 +391,7 @@ fn run(seed: u64, restarts: f64) -> (usize, u64, usize) {
         let r = next_request;
         net.machines[0].recover(net.now, r, log_name(l), 1, 100_000);
         let ev = net.answer(0, r, 3_000);
-        let Ok(JournalOutput::Recovered { page, highest }) = ev.result else {
+        let Ok(JournalOutput::Recovered { page, highest, .. }) = ev.result else {
             panic!(
                 "seed {seed} log {l}: the healed recovery failed: {:?}",
                 ev.result
@@ -537,7 +539,7 @@ fn a_second_writer_fences_the_first() {
         Ok(JournalOutput::Appended)
     );
     // The fenced writer, recovering again, sees the winner's history.
-    let Ok(JournalOutput::Recovered { page, highest }) =
+    let Ok(JournalOutput::Recovered { page, highest, .. }) =
         result(&mut net, 0, &|m, now| m.recover(now, 6, log.clone(), 1, 10))
     else {
         panic!()

@@ -100,6 +100,18 @@ fn three_writes(net: &mut Net) -> String {
     log
 }
 
+/// Node `at` recovers `log` (request `r`), and `ms` later it has not answered.
+fn recovery_held(net: &mut Net, at: usize, r: u64, log: &str, ms: u64) {
+    net.machines[at].recover(net.now, r, log.to_owned(), 1, 10);
+    net.drain(at);
+    net.run_until(net.now + ms);
+    assert!(
+        net.events.iter().all(|(_, e)| e.request != r),
+        "answered while it should be held: {:?}",
+        net.events
+    );
+}
+
 /// Removes the write at `slot` of `log` from every disk but those in `keep`.
 fn lose_write(net: &mut Net, log: &str, slot: u64, keep: &[usize]) {
     let k = acceptor::key(log, acceptor::KIND_ENTRY, slot);
@@ -118,14 +130,8 @@ fn a_recovery_whose_promises_lack_a_chosen_write_is_held_not_answered_short() {
     // No replica holds slot 2 any more, though every one says it is chosen (a handoff's
     // log state that arrived before its writes looks the same).
     lose_write(&mut net, &log, 2, &[]);
-    net.machines[1].recover(net.now, 10, log.clone(), 1, 10);
-    net.drain(1);
-    net.run_until(net.now + 900);
-    assert!(
-        net.events.iter().all(|(_, e)| e.request != 10),
-        "no page that stops at 1 of 3: {:?}",
-        net.events
-    );
+    // No page that stops at 1 of 3.
+    recovery_held(&mut net, 1, 10, &log, 900);
     assert!(net.machines[1].stats().gaps > 0);
     let answer = net.answer(1, 10, 600);
     assert!(
@@ -150,16 +156,62 @@ fn a_held_recovery_answers_once_a_replica_holds_the_write_again() {
         .expect("read")
         .expect("held");
     lose_write(&mut net, &log, 2, &[]);
-    net.machines[1].recover(net.now, 10, log.clone(), 1, 10);
-    net.drain(1);
-    net.run_until(net.now + 500);
-    assert!(net.events.iter().all(|(_, e)| e.request != 10), "held");
+    recovery_held(&mut net, 1, 10, &log, 500);
     // The write arrives (the rest of a handoff).
     net.disks[holder]
         .put(Table::Journal, &k, &kept)
         .expect("written");
     match net.answer(1, 10, 2_000).result {
-        Ok(JournalOutput::Recovered { page, highest }) => {
+        Ok(JournalOutput::Recovered { page, highest, .. }) => {
+            assert_eq!(highest, 3);
+            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
+            assert_eq!(seqs, vec![1, 2, 3]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Gives the machines `to` a view of the cluster without node `removed` (their ring changes;
+/// the others keep theirs).
+fn view_without(net: &mut Net, removed: usize, to: &[usize]) {
+    let mut g = Gossip::empty();
+    for i in (0..NODES as usize).filter(|i| *i != removed) {
+        let m = Member::joining(ua(i, net.uids[i]), BTreeSet::new(), "1")
+            .with_up(i as u32 + 1)
+            .with_status(MemberStatus::Up);
+        g.members.insert(ua(i, net.uids[i]), m);
+    }
+    for &i in to {
+        let me = ua(i, net.uids[i]);
+        let view = MembershipView::of(&MembershipState::new(g.clone(), me), 1);
+        net.machines[i].handle_membership(net.now, &view, MembershipChange::CurrentClusterState);
+        net.drain(i);
+    }
+}
+
+#[test]
+fn a_promise_from_another_view_of_the_replicas_counts_only_once_the_views_agree() {
+    let mut net = Net::new(15, 0.0);
+    with_timeout(&mut net, 5_000);
+    let log = three_writes(&mut net);
+    // Node 1 sees a replica of the log removed (its view leads); the others do not yet.
+    let replicas = net.machines[1].replicas(&log);
+    let removed = (0..NODES as usize)
+        .find(|i| *i != 1 && replicas.contains(&ua(*i, net.uids[*i])))
+        .expect("another replica");
+    view_without(&mut net, removed, &[1]);
+    assert_ne!(
+        net.machines[1].replicas(&log),
+        replicas,
+        "node 1's list changed"
+    );
+    recovery_held(&mut net, 1, 10, &log, 1_000);
+    assert!(net.machines[1].stats().view_mismatches > 0);
+    // The others' views catch up: the held recovery answers, with every write.
+    let others: Vec<usize> = (0..NODES as usize).filter(|i| *i != 1).collect();
+    view_without(&mut net, removed, &others);
+    match net.answer(1, 10, 3_500).result {
+        Ok(JournalOutput::Recovered { page, highest, .. }) => {
             assert_eq!(highest, 3);
             let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
             assert_eq!(seqs, vec![1, 2, 3]);

@@ -148,6 +148,7 @@ impl Codec for JournalCodec {
                 ballot,
                 from,
                 max_events,
+                snapshot,
             } => (
                 manifest::PREPARE,
                 wire::JournalPrepare {
@@ -156,6 +157,7 @@ impl Codec for JournalCodec {
                     ballot: ballot_to(*ballot),
                     from: *from,
                     max_events: *max_events,
+                    snapshot: *snapshot,
                 }
                 .encode_to_vec(),
             ),
@@ -163,8 +165,11 @@ impl Codec for JournalCodec {
                 request,
                 committed,
                 page,
+                page_from,
                 covered_to,
                 tail,
+                snapshot,
+                replicas,
             } => (
                 manifest::PROMISE,
                 wire::JournalPromise {
@@ -173,6 +178,9 @@ impl Codec for JournalCodec {
                     page: entries_to(page),
                     covered_to: *covered_to,
                     tail: entries_to(tail),
+                    page_from: *page_from,
+                    snapshot: snapshot.as_ref().map(|s| s.encode().into()),
+                    replicas: *replicas,
                 }
                 .encode_to_vec(),
             ),
@@ -358,6 +366,7 @@ impl Codec for JournalCodec {
                     ballot: ballot_from(m.ballot),
                     from: m.from,
                     max_events: m.max_events,
+                    snapshot: m.snapshot,
                 }
             }
             manifest::PROMISE => {
@@ -366,8 +375,11 @@ impl Codec for JournalCodec {
                     request: m.request,
                     committed: m.committed,
                     page: entries_from(m.page)?,
+                    page_from: m.page_from,
                     covered_to: m.covered_to,
                     tail: entries_from(m.tail)?,
+                    snapshot: snapshot_from(m.snapshot)?,
+                    replicas: m.replicas,
                 }
             }
             manifest::ACCEPT => {

@@ -35,6 +35,13 @@ pub enum JournalOp {
         /// Events, at most.
         max_events: u32,
     },
+    /// `JournalMachine::recover_from_snapshot`.
+    RecoverFromSnapshot {
+        /// The log.
+        log: String,
+        /// Events, at most.
+        max_events: u32,
+    },
     /// `JournalMachine::append`.
     Append {
         /// The log.
@@ -147,6 +154,10 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
                 max_events,
             } => {
                 m.recover(now, id, log, from, max_events);
+                "recover"
+            }
+            JournalOp::RecoverFromSnapshot { log, max_events } => {
+                m.recover_from_snapshot(now, id, log, max_events);
                 "recover"
             }
             JournalOp::Append {

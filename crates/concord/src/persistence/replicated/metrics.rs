@@ -48,6 +48,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);
     metrics::counter!("concord_journal_held_total", &l).absolute(s.held);
     metrics::counter!("concord_journal_gaps_total", &l).absolute(s.gaps);
+    metrics::counter!("concord_journal_view_mismatches_total", &l).absolute(s.view_mismatches);
 }
 
 /// The bytes the node's share of the journal takes on disk.

@@ -29,8 +29,8 @@ pub use codec::JournalCodec;
 pub use effects::{JournalCommand, JournalEffects, JournalOp};
 
 use super::store::{
-    DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, Snapshot, SnapshotStore,
-    StoreFuture, StoredState,
+    DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, RecoveryStart, Snapshot,
+    SnapshotStore, StoreFuture, StoredState,
 };
 use super::PersistenceError;
 use crate::kv::lsm_storage::LsmStorage;
@@ -175,11 +175,46 @@ impl Journal for ReplicatedStore {
                 max_events: page_size(max),
             };
             match self.ask(op).await {
-                Ok(JournalOutput::Recovered { page, highest }) => {
+                Ok(JournalOutput::Recovered { page, highest, .. }) => {
                     Ok((events_of(pid, page, from_seq_nr, max), highest))
                 }
                 Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
                 Err(e) => Err(Self::error(pid, from_seq_nr, e)),
+            }
+        })
+    }
+
+    /// One round: the promises of the recovery carry each replica's snapshot, and their
+    /// pages start after it (`JournalMachine::recover_from_snapshot`).
+    fn replay_from_snapshot<'a>(
+        &'a self,
+        pid: &'a PersistenceId,
+        max: usize,
+    ) -> StoreFuture<'a, Option<RecoveryStart>> {
+        Box::pin(async move {
+            let op = JournalOp::RecoverFromSnapshot {
+                log: events_log(pid),
+                max_events: page_size(max),
+            };
+            match self.ask(op).await {
+                Ok(JournalOutput::Recovered {
+                    page,
+                    highest,
+                    snapshot,
+                }) => {
+                    let from = snapshot.as_ref().map_or(1, |s| s.seq_nr.saturating_add(1));
+                    Ok(Some(RecoveryStart {
+                        events: events_of(pid, page, from, max),
+                        highest,
+                        snapshot: snapshot.map(|s| Snapshot {
+                            seq_nr: s.seq_nr,
+                            timestamp_ms: s.timestamp_ms,
+                            payload: s.payload,
+                        }),
+                    }))
+                }
+                Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
+                Err(e) => Err(Self::error(pid, 1, e)),
             }
         })
     }
@@ -307,7 +342,7 @@ impl DurableStateStore for ReplicatedStore {
                 max_events: 1,
             };
             match self.ask(op).await {
-                Ok(JournalOutput::Recovered { page, highest }) => {
+                Ok(JournalOutput::Recovered { page, highest, .. }) => {
                     let payload = match page.last().and_then(|e| e.events.last()) {
                         Some(b) if b.first() == Some(&1) => Some(b[1..].to_vec()),
                         Some(_) => None,
