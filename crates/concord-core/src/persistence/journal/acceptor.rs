@@ -324,7 +324,10 @@ pub fn accept_and_learn<S: KvStorage>(
     if let Some(at_ms) = learn_at_ms {
         super::stream::learn_committed(st, log, ballot, committed_before, committed, at_ms)?;
     }
-    Ok(JournalMessage::Accepted { request })
+    Ok(JournalMessage::Accepted {
+        request,
+        replicas: 0,
+    })
 }
 
 /// Removes the entries of `log` with slots below `below`.

@@ -67,6 +67,9 @@ pub enum JournalMessage {
     Accepted {
         /// Request id.
         request: u64,
+        /// The log's replica list in the acceptor's view, as a digest (see
+        /// [`JournalMessage::Promise`]; 0: not sent).
+        replicas: u64,
     },
     /// Refused: the acceptor promised a higher ballot.
     Nack {
@@ -241,7 +244,7 @@ impl JournalMessage {
     pub fn reply_to(&self) -> Option<u64> {
         match self {
             JournalMessage::Promise { request, .. }
-            | JournalMessage::Accepted { request }
+            | JournalMessage::Accepted { request, .. }
             | JournalMessage::Nack { request, .. }
             | JournalMessage::ReadReply { request, .. }
             | JournalMessage::SnapshotReply { request, .. }

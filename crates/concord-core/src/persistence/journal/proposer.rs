@@ -249,6 +249,20 @@ impl<S: KvStorage> JournalMachine<S> {
             self.requests.insert(wire, req);
             return;
         }
+        if let JournalMessage::Promise { replicas, .. }
+        | JournalMessage::Accepted { replicas, .. } = &msg
+        {
+            if *replicas != 0 && *replicas != replicas_digest(&req.replicas) {
+                // The replier sees another replica list for the log: one of the two views
+                // lags a ring change. Its answer does not count towards this list's
+                // majority (that may not intersect the majority that chose the last
+                // writes, or that a newer writer prepared); a lost phase 1 is held and
+                // sent again with this node's view then, a lost accept fails.
+                self.stats.view_mismatches += 1;
+                req.refused.insert(from.clone(), None);
+                return self.after_answer(now_ms, wire, req);
+            }
+        }
         match msg {
             JournalMessage::Promise {
                 committed,
@@ -257,19 +271,8 @@ impl<S: KvStorage> JournalMachine<S> {
                 covered_to,
                 tail,
                 snapshot,
-                replicas,
                 ..
             } => {
-                if replicas != 0 && replicas != replicas_digest(&req.replicas) {
-                    // The replier sees another replica list for the log: one of the two
-                    // views lags a ring change. Its promise does not count towards this
-                    // list's majority (it may not intersect the majority that chose the
-                    // last writes); the round, if lost, is held and sent again with this
-                    // node's view then.
-                    self.stats.view_mismatches += 1;
-                    req.refused.insert(from.clone(), None);
-                    return self.after_answer(now_ms, wire, req);
-                }
                 if let Some(s) = snapshot {
                     if req
                         .newest_snapshot

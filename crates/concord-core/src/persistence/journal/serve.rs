@@ -15,6 +15,17 @@ use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, Transmit};
 
+/// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
+/// a promise or an accepted.
+fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
+    if let JournalMessage::Promise { replicas, .. } | JournalMessage::Accepted { replicas, .. } =
+        &mut m
+    {
+        *replicas = view;
+    }
+    m
+}
+
 impl<S: KvStorage> JournalMachine<S> {
     // ---- the acceptor ----
 
@@ -62,12 +73,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 max_events,
                 snapshot,
             } => acceptor::prepare(st, request, &log, ballot, f, max_events as usize, snapshot)
-                .map(|mut m| {
-                    if let JournalMessage::Promise { replicas, .. } = &mut m {
-                        *replicas = view;
-                    }
-                    m
-                })
+                .map(|m| with_view(m, view))
                 .map_err(|e| (request, e)),
             JournalMessage::Accept {
                 request,
@@ -86,6 +92,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 &writes,
                 Some(now_ms),
             )
+            .map(|m| with_view(m, view))
             .map_err(|e| (request, e)),
             JournalMessage::Read {
                 request,

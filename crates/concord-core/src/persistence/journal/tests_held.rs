@@ -219,3 +219,39 @@ fn a_promise_from_another_view_of_the_replicas_counts_only_once_the_views_agree(
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_accept_answered_from_another_view_of_the_replicas_fails_and_the_writer_recovers_again() {
+    let mut net = Net::new(16, 0.0);
+    with_timeout(&mut net, 5_000);
+    let log = three_writes(&mut net);
+    // Node 0, the log's writer, sees a replica removed; the others do not yet.
+    let replicas = net.machines[0].replicas(&log);
+    let removed = (1..NODES as usize)
+        .find(|i| replicas.contains(&ua(*i, net.uids[*i])))
+        .expect("another replica");
+    view_without(&mut net, removed, &[0]);
+    net.machines[0].append(net.now, 20, log.clone(), write(4, "w"), false);
+    let answer = net.answer(0, 20, 1_000);
+    assert!(
+        matches!(answer.result, Err(JournalError::Unavailable(_))),
+        "not counted while the views differ: {answer:?}"
+    );
+    assert!(net.machines[0].stats().view_mismatches > 0);
+    // Views agree: the writer recovers (it was forgotten) — write 4's outcome was unknown,
+    // so the recovery completes it if a replica kept it — and writes on.
+    let others: Vec<usize> = (1..NODES as usize).collect();
+    view_without(&mut net, removed, &others);
+    net.machines[0].recover(net.now, 21, log.clone(), 1, 10);
+    let highest = match net.answer(0, 21, 3_000).result {
+        Ok(JournalOutput::Recovered { page, highest, .. }) => {
+            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
+            assert_eq!(seqs, (1..=highest).collect::<Vec<_>>());
+            highest
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(highest == 3 || highest == 4, "{highest}");
+    net.machines[0].append(net.now, 22, log, write(highest + 1, "w"), false);
+    assert_eq!(net.answer(0, 22, 1_000).result, Ok(JournalOutput::Appended));
+}

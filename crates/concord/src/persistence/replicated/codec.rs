@@ -140,7 +140,13 @@ impl Codec for JournalCodec {
 
     fn encode(&self, msg: &JournalMessage) -> (u32, Bytes) {
         use JournalMessage as M;
-        let id = |request: u64| wire::JournalRequestId { request }.encode_to_vec();
+        let id = |request: u64| {
+            wire::JournalRequestId {
+                request,
+                replicas: 0,
+            }
+            .encode_to_vec()
+        };
         let (m, bytes) = match msg {
             M::Prepare {
                 request,
@@ -203,7 +209,14 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Accepted { request } => (manifest::ACCEPTED, id(*request)),
+            M::Accepted { request, replicas } => (
+                manifest::ACCEPTED,
+                wire::JournalRequestId {
+                    request: *request,
+                    replicas: *replicas,
+                }
+                .encode_to_vec(),
+            ),
             M::Done { request } => (manifest::DONE, id(*request)),
             M::Unable { request } => (manifest::UNABLE, id(*request)),
             M::Nack { request, promised } => (
@@ -393,9 +406,13 @@ impl Codec for JournalCodec {
                     writes: entries_from(m.writes)?,
                 }
             }
-            manifest::ACCEPTED => M::Accepted {
-                request: id(payload)?,
-            },
+            manifest::ACCEPTED => {
+                let m = wire::JournalRequestId::decode(payload).map_err(invalid)?;
+                M::Accepted {
+                    request: m.request,
+                    replicas: m.replicas,
+                }
+            }
             manifest::DONE => M::Done {
                 request: id(payload)?,
             },

@@ -17,7 +17,13 @@ use crate::remote::DecodeError;
 /// every peer).
 pub(super) fn encode(msg: &JournalMessage) -> (u32, Vec<u8>) {
     use JournalMessage as M;
-    let id = |request: u64| wire::JournalRequestId { request }.encode_to_vec();
+    let id = |request: u64| {
+        wire::JournalRequestId {
+            request,
+            replicas: 0,
+        }
+        .encode_to_vec()
+    };
     match msg {
         M::Learn { id, logs } => (
             manifest::LEARN,

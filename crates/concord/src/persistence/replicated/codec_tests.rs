@@ -52,7 +52,10 @@ fn messages_round_trip_and_garbage_is_an_error() {
             compact: true,
             writes: vec![e.clone()],
         },
-        JournalMessage::Accepted { request: 2 },
+        JournalMessage::Accepted {
+            request: 2,
+            replicas: 5,
+        },
         JournalMessage::Nack {
             request: 2,
             promised: e.ballot,
