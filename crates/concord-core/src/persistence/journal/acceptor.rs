@@ -36,6 +36,11 @@ pub(super) const KIND_INDEXED: u8 = 3;
 
 /// Bytes of events one page carries, at most (at least one entry is always sent).
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
+/// Bytes of snapshot and page events one promise that carries a snapshot holds, at most:
+/// its page is cut by the snapshot's size (at least one entry is still sent; the recovery's
+/// caller reads on), so that the promise fits in one frame whenever the snapshot and one
+/// write do.
+pub const MAX_SNAPSHOT_PROMISE_BYTES: usize = 1 << 20;
 /// Entries in a log's uncertain tail an acceptor sends, at most (more: it answers
 /// `Unable`; a writer that never completes a write leaves at most one).
 pub const MAX_TAIL_ENTRIES: usize = 1000;
@@ -157,14 +162,14 @@ pub(super) fn put_state<S: KvStorage>(
     st.put(Table::Journal, &key(log, KIND_STATE, 0), &s.encode())
 }
 
-/// Entries of `log` with slots from `from`, at most `max_events` events and
-/// [`MAX_PAGE_BYTES`] (but at least one entry), and the slot up to which the page is
-/// complete.
+/// Entries of `log` with slots from `from`, at most `max_events` events and `max_bytes` of
+/// them (but at least one entry), and the slot up to which the page is complete.
 fn page<S: KvStorage>(
     st: &mut S,
     log: &str,
     from: u64,
     max_events: usize,
+    max_bytes: usize,
 ) -> Result<(Vec<Entry>, u64), StorageError> {
     let end = key(log, KIND_SNAPSHOT, 0);
     let mut start = key(log, KIND_ENTRY, from.max(1));
@@ -176,8 +181,7 @@ fn page<S: KvStorage>(
             let (_, _, _, slot) = parse_key(&k).ok_or_else(|| corrupt("a bad key"))?;
             let e = Entry::decode(slot, &v).map_err(corrupt)?;
             if !out.is_empty()
-                && (events + e.events.len() > max_events
-                    || bytes + e.payload_bytes() > MAX_PAGE_BYTES)
+                && (events + e.events.len() > max_events || bytes + e.payload_bytes() > max_bytes)
             {
                 let covered = out.last().map_or(from, |l: &Entry| l.first_seq);
                 return Ok((out, covered));
@@ -231,13 +235,16 @@ pub fn prepare<S: KvStorage>(
     let page_from = snapshot
         .as_ref()
         .map_or(from, |s| from.max(s.seq_nr.saturating_add(1)));
-    let (entries, covered_to) = page(st, log, page_from, max_events)?;
+    let max_bytes = snapshot.as_ref().map_or(MAX_PAGE_BYTES, |s| {
+        MAX_SNAPSHOT_PROMISE_BYTES.saturating_sub(s.payload.len())
+    });
+    let (entries, covered_to) = page(st, log, page_from, max_events, max_bytes)?;
     let tail_from = state.committed.saturating_add(1);
     let tail = if covered_to == u64::MAX && page_from <= tail_from {
         // The page holds the tail already.
         Vec::new()
     } else {
-        let (tail, complete) = page(st, log, tail_from, MAX_TAIL_ENTRIES * 1000)?;
+        let (tail, complete) = page(st, log, tail_from, MAX_TAIL_ENTRIES * 1000, MAX_PAGE_BYTES)?;
         if complete != u64::MAX || tail.len() > MAX_TAIL_ENTRIES {
             return Ok(JournalMessage::Unable { request });
         }
@@ -360,7 +367,7 @@ pub fn read<S: KvStorage>(
     from: u64,
     max_events: usize,
 ) -> Result<JournalMessage, StorageError> {
-    let (entries, covered_to) = page(st, log, from, max_events)?;
+    let (entries, covered_to) = page(st, log, from, max_events, MAX_PAGE_BYTES)?;
     Ok(JournalMessage::ReadReply {
         request,
         page: entries,
@@ -405,7 +412,7 @@ pub fn load_snapshot<S: KvStorage>(
 /// The storage failed or holds a corrupt record.
 pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), StorageError> {
     let state = log_state(st, log)?;
-    let (entries, _) = page(st, log, 1, usize::MAX)?;
+    let (entries, _) = page(st, log, 1, usize::MAX, MAX_PAGE_BYTES)?;
     for e in entries {
         if e.first_seq > state.committed || e.last_seq() > to {
             break;

@@ -90,6 +90,27 @@ fn a_recovery_from_the_newest_snapshot_reads_only_the_writes_after_it() {
 }
 
 #[test]
+fn a_large_snapshot_cuts_the_page_its_promise_carries() {
+    let mut net = Net::new(23, 0.0);
+    let log = log_name(1);
+    four_events(&mut net, &log);
+    let big = StoredSnapshot {
+        seq_nr: 1,
+        timestamp_ms: 1,
+        payload: vec![7; acceptor::MAX_SNAPSHOT_PROMISE_BYTES],
+    };
+    net.machines[1].save_snapshot(net.now, 10, log.clone(), big.clone());
+    assert_eq!(net.answer(1, 10, 1_000).result, Ok(JournalOutput::Done));
+    // Each promise: the snapshot and one write (2..=3), though 10 events were asked for.
+    net.machines[2].recover_from_snapshot(net.now, 11, log.clone(), 10);
+    let (page, highest, snapshot) = recovered(net.answer(2, 11, 1_000));
+    assert_eq!(
+        (first_seqs(&page), highest, snapshot),
+        (vec![2], 4, Some(big))
+    );
+}
+
+#[test]
 fn replicas_with_older_snapshots_page_from_theirs_and_the_newest_one_wins() {
     let mut net = Net::new(22, 0.0);
     let log = log_name(3);
