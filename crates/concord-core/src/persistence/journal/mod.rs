@@ -166,8 +166,8 @@ pub struct JournalStats {
     /// Recovery rounds whose majority of promises lacked a write of the committed prefix
     /// (a replica set changing, a handoff half done): not answered, held.
     pub gaps: u64,
-    /// Promises not counted: the replier's view of the log's replicas differed from the
-    /// proposer's (one of the two views lags a ring change).
+    /// Promises and accept answers not counted: the replier's view of the log's replicas
+    /// differed from the proposer's (one of the two views lags a ring change).
     pub view_mismatches: u64,
 }
 

@@ -51,6 +51,7 @@ impl<S: KvStorage> JournalMachine<S> {
             log,
             op,
             phase: Phase::Single,
+            replicas_digest: replicas_digest(&replicas),
             replicas,
             answers: Default::default(),
             snapshots: Default::default(),
@@ -159,6 +160,7 @@ impl<S: KvStorage> JournalMachine<S> {
         self.held_requests = wait;
         for (_, mut req) in due {
             req.replicas = self.replicas(&req.log);
+            req.replicas_digest = replicas_digest(&req.replicas);
             if req.replicas.is_empty() {
                 self.finish(
                     req.caller,
@@ -252,7 +254,7 @@ impl<S: KvStorage> JournalMachine<S> {
         if let JournalMessage::Promise { replicas, .. }
         | JournalMessage::Accepted { replicas, .. } = &msg
         {
-            if *replicas != 0 && *replicas != replicas_digest(&req.replicas) {
+            if *replicas != 0 && *replicas != req.replicas_digest {
                 // The replier sees another replica list for the log: one of the two views
                 // lags a ring change. Its answer does not count towards this list's
                 // majority (that may not intersect the majority that chose the last
@@ -273,7 +275,9 @@ impl<S: KvStorage> JournalMachine<S> {
                 snapshot,
                 ..
             } => {
-                if let Some(s) = snapshot {
+                // Only a recovery that asked for the snapshot takes one.
+                let asked = matches!(req.op, Op::Recover { snapshot: true, .. });
+                if let Some(s) = snapshot.filter(|_| asked) {
                     if req
                         .newest_snapshot
                         .as_ref()
@@ -398,16 +402,15 @@ impl<S: KvStorage> JournalMachine<S> {
         let rec = chain::recovered(&answers);
         let (writes, highest, page, compact) = match &req.op {
             Op::Recover {
-                from,
-                max_events,
-                snapshot,
+                from, max_events, ..
             } => {
-                // From the newest snapshot a promise sent: snapshots are saved on a
-                // majority, so one of the promises holds the newest saved.
-                let from = match (&req.newest_snapshot, snapshot) {
-                    (Some(s), true) => (*from).max(s.seq_nr.saturating_add(1)),
-                    _ => *from,
-                };
+                // From the newest snapshot a promise sent (a recovery that asked for it):
+                // snapshots are saved on a majority, so one of the promises holds the
+                // newest saved.
+                let from = req
+                    .newest_snapshot
+                    .as_ref()
+                    .map_or(*from, |s| (*from).max(s.seq_nr.saturating_add(1)));
                 let found = chain::recovery_page(&answers, &rec, from, *max_events as usize);
                 if let Some(slot) = found.gap {
                     // None of the promises holds a chosen write (see

@@ -82,6 +82,8 @@ pub struct Request {
     pub phase: Phase,
     /// The log's replicas for this request.
     pub replicas: Vec<UniqueAddress>,
+    /// `replicas_digest(&replicas)`, which the answers' replica lists must match.
+    pub replicas_digest: u64,
     /// Answers of this round, by replica.
     pub answers: BTreeMap<UniqueAddress, Answer>,
     /// Snapshots answered this round.

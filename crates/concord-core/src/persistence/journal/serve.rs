@@ -61,7 +61,12 @@ impl<S: KvStorage> JournalMachine<S> {
             if !answers {
                 return Some(JournalMessage::Unable { request });
             }
-            view = replicas_digest(replicas);
+            if matches!(
+                msg,
+                JournalMessage::Prepare { .. } | JournalMessage::Accept { .. }
+            ) {
+                view = replicas_digest(replicas);
+            }
         }
         let st = &mut self.storage;
         let result = match msg {

@@ -110,6 +110,15 @@ fn events_of(
         .collect()
 }
 
+/// A replica's stored snapshot as the snapshot store's.
+fn snapshot_of(s: StoredSnapshot) -> Snapshot {
+    Snapshot {
+        seq_nr: s.seq_nr,
+        timestamp_ms: s.timestamp_ms,
+        payload: s.payload,
+    }
+}
+
 fn page_size(max: usize) -> u32 {
     u32::try_from(max.clamp(1, 100_000)).unwrap_or(100_000)
 }
@@ -206,11 +215,7 @@ impl Journal for ReplicatedStore {
                     Ok(Some(RecoveryStart {
                         events: events_of(pid, page, from, max),
                         highest,
-                        snapshot: snapshot.map(|s| Snapshot {
-                            seq_nr: s.seq_nr,
-                            timestamp_ms: s.timestamp_ms,
-                            payload: s.payload,
-                        }),
+                        snapshot: snapshot.map(snapshot_of),
                     }))
                 }
                 Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
@@ -303,11 +308,7 @@ impl SnapshotStore for ReplicatedStore {
                 log: events_log(pid),
             };
             match self.ask(op).await {
-                Ok(JournalOutput::Snapshot(s)) => Ok(s.map(|s| Snapshot {
-                    seq_nr: s.seq_nr,
-                    timestamp_ms: s.timestamp_ms,
-                    payload: s.payload,
-                })),
+                Ok(JournalOutput::Snapshot(s)) => Ok(s.map(snapshot_of)),
                 Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
                 Err(e) => Err(Self::error(pid, 0, e)),
             }
