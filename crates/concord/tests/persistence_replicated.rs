@@ -190,6 +190,52 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
         .map(|e| (e.seq_nr, e.payload))
         .collect();
     assert_eq!((after, start.highest), (vec![(2, b"b2".to_vec())], 2));
+    // A log of 3 MB (30 writes of 100 kB) is recovered and read on another node page after
+    // page: every page fits in a frame (a 3 MB promise would be dropped as too large).
+    let big = PersistenceId::new("raw", "big").unwrap();
+    let payload = |i: u64| vec![i as u8; 100_000];
+    ja.replay_with_highest(&big, 1, 10).await.unwrap();
+    for i in 1..=30u64 {
+        let write = AtomicWrite::new(big.clone(), i, vec![payload(i)], 0).unwrap();
+        ja.append(write).await.unwrap();
+    }
+    let (mut events, h) = jb.replay_with_highest(&big, 1, 100_000).await.unwrap();
+    assert_eq!(h, 30);
+    assert!(
+        !events.is_empty() && events.len() < 30,
+        "{} in one page",
+        events.len()
+    );
+    while events.len() < 30 {
+        let next = events.len() as u64 + 1;
+        let page = jb.replay(&big, next, 100_000).await.unwrap();
+        assert!(!page.is_empty(), "the page from {next}");
+        events.extend(page);
+    }
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            (e.seq_nr, &e.payload),
+            (i as u64 + 1, &payload(i as u64 + 1))
+        );
+    }
+    // A node that joins now takes its share of that log by handoff, in pages that each fit
+    // in a frame (one page of 256 records would be 3 MB): its handoffs end.
+    let (d, _rd, pd) = node(&[seed]).await;
+    wait_for("d Up", || {
+        a.cluster()
+            .view()
+            .members_with_status(MemberStatus::Up)
+            .count()
+            == 3
+    })
+    .await;
+    wait_journal_settled(&[&a, &b, &d]).await;
+    let (events, h) = journal(&pd)
+        .replay_with_highest(&big, 1, 100_000)
+        .await
+        .unwrap();
+    assert_eq!((h, events.first().map(|e| e.seq_nr)), (30, Some(1)));
+    d.shutdown().await;
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -34,8 +34,12 @@ pub(super) const KIND_SNAPSHOT: u8 = 2;
 /// stream time, ballot and last sequence number; see [`super::stream`]).
 pub(super) const KIND_INDEXED: u8 = 3;
 
-/// Bytes of events one page carries, at most (at least one entry is always sent).
-pub const MAX_PAGE_BYTES: usize = 4 << 20;
+/// Bytes of events one page carries, at most (at least one entry is always sent; the
+/// reader reads on from where the page ends): a promise, a read's answer or a stream page
+/// then fits in one frame of the large lane (`maximum-large-frame-size`, 2 MiB by
+/// default) whenever one write does — a larger answer would be dropped as too large, and
+/// the request it answers could never complete.
+pub const MAX_PAGE_BYTES: usize = 1 << 20;
 /// Bytes of snapshot and page events one promise that carries a snapshot holds, at most:
 /// its page is cut by the snapshot's size (at least one entry is still sent; the recovery's
 /// caller reads on), so that the promise fits in one frame whenever the snapshot and one
@@ -445,6 +449,34 @@ pub fn segment_records<S: KvStorage>(
         None => start,
     };
     st.range(Table::Journal, &start, &end, limit)
+}
+
+/// A handoff page of `segment`: its records after key `after` (from its start if `None`),
+/// at most `max_records` of them and — but at least one — at most `max_bytes` of keys and
+/// values, and whether it is the segment's last page. Bounded by bytes as well as by
+/// records so that a page of large writes or snapshots still fits in one frame of the
+/// large lane; a page cut by bytes is never the last.
+///
+/// # Errors
+/// The storage failed.
+pub fn handoff_page<S: KvStorage>(
+    st: &mut S,
+    segment: u16,
+    after: Option<&[u8]>,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<(Vec<crate::kv::storage::Record>, bool), StorageError> {
+    let mut records = segment_records(st, segment, after, max_records)?;
+    let mut last = records.len() < max_records;
+    let mut bytes = 0usize;
+    if let Some(cut) = records.iter().position(|(k, v)| {
+        bytes = bytes.saturating_add(k.len() + v.len());
+        bytes > max_bytes
+    }) {
+        records.truncate(cut.max(1));
+        last = false;
+    }
+    Ok((records, last))
 }
 
 /// Merges a record handed off by another replica (see the module docs); a record that

@@ -162,3 +162,44 @@ fn a_learned_last_write_leaves_no_uncertain_tail() {
         "learned: committed"
     );
 }
+
+#[test]
+fn handoff_pages_are_bounded_by_bytes_and_a_page_cut_by_bytes_is_not_the_last() {
+    let mut st = MemoryStorage::new();
+    let b = Ballot { round: 1, node: 1 };
+    let big = |first: u64, bytes: usize| Entry {
+        first_seq: first,
+        ballot: Ballot::ZERO,
+        timestamp_ms: 5,
+        events: vec![vec![first as u8; bytes]],
+    };
+    // Five writes of 300 kB, then one of 2 MB, in one log (one segment).
+    for seq in 1..=5 {
+        accept(&mut st, seq, "ebig|1", b, 0, false, &[big(seq, 300_000)]).unwrap();
+    }
+    accept(&mut st, 6, "ebig|1", b, 0, false, &[big(6, 2_000_000)]).unwrap();
+    let seg = segment_of_log("ebig|1");
+    let all = segment_records(&mut st, seg, None, 100).unwrap();
+    let mut pages = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let (records, last) = handoff_page(&mut st, seg, after.as_deref(), 100, 1 << 20).unwrap();
+        let bytes: usize = records.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert!(!records.is_empty() || last);
+        assert!(records.len() <= 1 || bytes <= 1 << 20, "{bytes} bytes");
+        after = records.last().map(|(k, _)| k.clone());
+        pages.push(records);
+        if last {
+            break;
+        }
+        assert!(pages.len() < 20, "the pages end");
+    }
+    let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+    // The log's state (its first key) and three writes of 300 kB fit in 1 MiB; the 2 MB
+    // write goes alone, cut by bytes, so an empty last page follows it.
+    assert_eq!(sizes, [4, 2, 1, 0]);
+    assert_eq!(pages.concat(), all, "every record once, in order");
+    // Without a byte bound that matters, the record limit alone cuts.
+    let (records, last) = handoff_page(&mut st, seg, None, 2, usize::MAX).unwrap();
+    assert_eq!((records.len(), last), (2, false));
+}

@@ -18,8 +18,12 @@ use super::standing::{Marks, Standing};
 use crate::address::{Address, UniqueAddress};
 use crate::kv::ring::{Ring, SEGMENTS};
 
-/// Records in one handoff page.
+/// Records in one handoff page, at most.
 pub const PAGE_RECORDS: usize = 256;
+/// Bytes of keys and values in one handoff page, at most (but at least one record), so
+/// that a page fits in one frame of the large lane (2 MiB by default) whenever its
+/// records do one by one.
+pub const PAGE_BYTES: usize = 1 << 20;
 /// A page not acknowledged within this is sent again, ms.
 pub const RESEND_MS: u64 = 2_000;
 /// Pages in flight from one node at once.

@@ -285,16 +285,16 @@ impl<S: KvStorage> JournalMachine<S> {
                 continue;
             }
             let (page, after) = (o.page, o.after.clone());
-            let Ok(records) = acceptor::segment_records(
+            let Ok((records, last)) = acceptor::handoff_page(
                 &mut self.storage,
                 segment,
                 after.as_deref(),
                 handoff::PAGE_RECORDS,
+                handoff::PAGE_BYTES,
             ) else {
                 self.stats.storage_errors += 1;
                 return;
             };
-            let last = records.len() < handoff::PAGE_RECORDS;
             let last_key = records.last().map(|(k, _)| k.clone()).or(after);
             if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
                 o.in_flight = Some((now_ms, last_key, last));
