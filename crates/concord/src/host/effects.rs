@@ -64,10 +64,11 @@ pub trait LayerEffects: Send + 'static {
     /// nothing it sends or answers afterwards can claim a write that is not on disk.
     fn before_outputs(&mut self, _fx: &mut Effects<'_, Self>) {}
 
-    /// True if the transmits the machine has queued when a flush begins may leave before
-    /// [`LayerEffects::before_outputs`] (false): a machine that holds back everything that
-    /// claims durability until its commit (the replicated journal: its requests go to the
-    /// other replicas while its own disk syncs).
+    /// True if the transmits and events the machine has queued when a flush begins may
+    /// leave before [`LayerEffects::before_outputs`] (false): a machine that holds back
+    /// everything that claims durability until its commit (the replicated journal: its
+    /// requests go to the other replicas while its own disk syncs, and an answer whose
+    /// majority is already on disk reaches its caller without waiting for this commit).
     fn sends_before_commit(&self) -> bool {
         false
     }

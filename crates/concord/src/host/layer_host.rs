@@ -235,6 +235,10 @@ impl<E: LayerEffects> LayerHost<E> {
                 self.outbound.send(&mut self.transmits);
                 self.transmits.clear();
             }
+            while let Some(e) = self.machine.poll_event() {
+                let mut fx = effects_at!(self, now);
+                self.effects.event(&mut fx, e);
+            }
         }
         loop {
             let mut fx = effects_at!(self, now);

@@ -169,6 +169,8 @@ pub struct JournalStats {
     /// Promises and accept answers not counted: the replier's view of the log's replicas
     /// differed from the proposer's (one of the two views lags a ring change).
     pub view_mismatches: u64,
+    /// Won rounds answered before the turn's commit (their answers were all on disk).
+    pub answered_before_commit: u64,
 }
 
 /// A digest of a log's replica list (in preference-list order): 64-bit FNV-1a over each
@@ -221,6 +223,8 @@ pub struct JournalMachine<S: KvStorage> {
     handoffs: handoff::Handoffs,
     held_transmits: Vec<Transmit<JournalMessage>>,
     held_events: Vec<JournalEvent>,
+    /// Commits so far (a request notes the turn its own replica answered in).
+    turns: u64,
     out: Outputs<JournalMessage, JournalEvent, Timer>,
     stats: JournalStats,
 }
@@ -260,6 +264,7 @@ impl<S: KvStorage> JournalMachine<S> {
             },
             held_transmits: Vec::new(),
             held_events: Vec::new(),
+            turns: 0,
             out,
             stats,
         }
@@ -439,6 +444,7 @@ impl<S: KvStorage> JournalMachine<S> {
     /// the commit fails, every answer of the turn is withdrawn and every request in flight
     /// fails (their state here is not on disk).
     pub fn commit(&mut self) {
+        self.turns = self.turns.wrapping_add(1);
         // The turn's learns leave (they state what is chosen, whatever this commit does).
         self.flush_learns();
         if self.handoffs.marks_dirty {
@@ -484,6 +490,31 @@ impl<S: KvStorage> JournalMachine<S> {
 
     fn finish(&mut self, request: u64, result: Result<JournalOutput, JournalError>) {
         self.held_events.push(JournalEvent { request, result });
+    }
+
+    /// Answers a won round of request `caller` (whose own replica last answered in turn
+    /// `local_turn`): at once if every answer it counted is on its replica's
+    /// disk — the other replicas answer only after their commit, and this node's own
+    /// answer is durable once the turn it was given in has been committed — otherwise at
+    /// this turn's commit. So an append is answered without waiting for the commit of the
+    /// turn its majority completed in (that commit holds this node's learn of the write,
+    /// which states nothing a recovery cannot find again).
+    fn finish_round(
+        &mut self,
+        caller: u64,
+        local_turn: Option<u64>,
+        result: Result<JournalOutput, JournalError>,
+    ) {
+        let event = JournalEvent {
+            request: caller,
+            result,
+        };
+        if local_turn == Some(self.turns) {
+            self.held_events.push(event);
+        } else {
+            self.stats.answered_before_commit += 1;
+            self.out.events.push_back(event);
+        }
     }
 }
 

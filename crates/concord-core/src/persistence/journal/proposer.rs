@@ -58,6 +58,7 @@ impl<S: KvStorage> JournalMachine<S> {
             newest_snapshot: None,
             refused: Default::default(),
             deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
+            local_turn: None,
         };
         match req.op.clone() {
             Op::Append { write, compact } => match self.writers.get(&req.log).copied() {
@@ -251,6 +252,9 @@ impl<S: KvStorage> JournalMachine<S> {
             self.requests.insert(wire, req);
             return;
         }
+        if *from == self.self_node {
+            req.local_turn = Some(self.turns);
+        }
         if let JournalMessage::Promise { replicas, .. }
         | JournalMessage::Accepted { replicas, .. } = &msg
         {
@@ -368,7 +372,7 @@ impl<S: KvStorage> JournalMachine<S> {
                         JournalOutput::Appended
                     }
                 };
-                self.finish(req.caller, Ok(out));
+                self.finish_round(req.caller, req.local_turn, Ok(out));
             }
             (
                 Phase::Single,
@@ -381,7 +385,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 let answers: Vec<Answer> = req.answers.into_values().collect();
                 let until = to.saturating_add(1);
                 let (page, _) = chain::walk(&answers, *from, *from, until, *max_events as usize);
-                self.finish(req.caller, Ok(JournalOutput::Read(page)));
+                self.finish_round(req.caller, req.local_turn, Ok(JournalOutput::Read(page)));
             }
             (Phase::Single, Op::LoadSnapshot) => {
                 let best = req
@@ -389,9 +393,12 @@ impl<S: KvStorage> JournalMachine<S> {
                     .into_values()
                     .flatten()
                     .max_by_key(|s| s.seq_nr);
-                self.finish(req.caller, Ok(JournalOutput::Snapshot(best)));
+                let out = Ok(JournalOutput::Snapshot(best));
+                self.finish_round(req.caller, req.local_turn, out);
             }
-            (Phase::Single, _) => self.finish(req.caller, Ok(JournalOutput::Done)),
+            (Phase::Single, _) => {
+                self.finish_round(req.caller, req.local_turn, Ok(JournalOutput::Done))
+            }
         }
     }
 
@@ -463,7 +470,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 highest,
                 snapshot,
             };
-            self.finish(req.caller, Ok(out));
+            self.finish_round(req.caller, req.local_turn, Ok(out));
             return;
         }
         learn.extend(writes.iter().map(|w| (w.first_seq, ballot)));

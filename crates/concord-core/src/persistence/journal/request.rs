@@ -94,6 +94,9 @@ pub struct Request {
     pub refused: BTreeMap<UniqueAddress, Option<Ballot>>,
     /// Fails as unavailable at this time, ms.
     pub deadline_ms: u64,
+    /// The turn (the machine's commits so far) in which this node's own replica last
+    /// answered a round of it: while that turn is not committed, neither is the answer.
+    pub local_turn: Option<u64>,
 }
 
 impl Request {

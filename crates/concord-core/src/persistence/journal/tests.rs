@@ -15,6 +15,8 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use stream_check::{check_stream, Reader};
 
+#[path = "tests_commit.rs"]
+mod commit;
 #[path = "tests_held.rs"]
 mod held;
 #[path = "tests_snapshot.rs"]

@@ -71,7 +71,7 @@ fn a_held_request_fails_at_its_deadline_if_the_replicas_never_catch_up() {
     assert_eq!(net.machines[0].in_flight(), 0, "nothing left held");
 }
 
-fn write(first_seq: u64, tag: &str) -> Entry {
+pub(super) fn write(first_seq: u64, tag: &str) -> Entry {
     Entry {
         first_seq,
         ballot: Ballot::ZERO,
