@@ -218,6 +218,12 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
             (i as u64 + 1, &payload(i as u64 + 1))
         );
     }
+    // A write larger than a promise can carry is refused before anything is stored.
+    let too_big = AtomicWrite::new(big.clone(), 31, vec![vec![0; 600_000]], 0).unwrap();
+    assert!(matches!(
+        jb.append(too_big).await,
+        Err(PersistenceError::Rejected { .. })
+    ));
     // A node that joins now takes its share of that log by handoff, in pages that each fit
     // in a frame (one page of 256 records would be 3 MB): its handoffs end.
     let (d, _rd, pd) = node(&[seed]).await;

@@ -103,7 +103,20 @@ pub enum JournalError {
     /// No majority answered in time; a write's outcome is unknown.
     #[error("{0}")]
     Unavailable(String),
+    /// The write or snapshot was refused before anything was sent (larger than
+    /// [`MAX_WRITE_BYTES`] or [`MAX_SNAPSHOT_BYTES`]): nothing was stored.
+    #[error("{0}")]
+    Rejected(String),
 }
+
+/// Bytes of events one write (one atomic write, or one durable state) may carry, at most:
+/// with a snapshot of at most [`MAX_SNAPSHOT_BYTES`] and an uncertain tail of one write,
+/// a promise's one-write page still fits in one frame of the large lane (2 MiB by
+/// default). Larger writes are refused ([`JournalError::Rejected`]).
+pub const MAX_WRITE_BYTES: usize = 512 << 10;
+/// Bytes of one snapshot, at most (see [`MAX_WRITE_BYTES`]); a larger one is refused
+/// ([`JournalError::Rejected`]) and recovery replays the events instead.
+pub const MAX_SNAPSHOT_BYTES: usize = 768 << 10;
 
 /// A request's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -382,6 +395,14 @@ impl<S: KvStorage> JournalMachine<S> {
                     write.first_seq
                 ))),
             );
+        } else if write.payload_bytes() > MAX_WRITE_BYTES {
+            self.finish(
+                request,
+                Err(JournalError::Rejected(format!(
+                    "a write of {} bytes of events (the replicated journal takes at most {MAX_WRITE_BYTES})",
+                    write.payload_bytes()
+                ))),
+            );
         } else {
             self.start(now_ms, request, log, Op::Append { write, compact });
         }
@@ -420,7 +441,17 @@ impl<S: KvStorage> JournalMachine<S> {
         log: String,
         snapshot: StoredSnapshot,
     ) {
-        self.start(now_ms, request, log, Op::SaveSnapshot(snapshot));
+        if snapshot.payload.len() > MAX_SNAPSHOT_BYTES {
+            self.finish(
+                request,
+                Err(JournalError::Rejected(format!(
+                    "a snapshot of {} bytes (the replicated journal takes at most {MAX_SNAPSHOT_BYTES})",
+                    snapshot.payload.len()
+                ))),
+            );
+        } else {
+            self.start(now_ms, request, log, Op::SaveSnapshot(snapshot));
+        }
         self.after_input();
     }
 

@@ -154,3 +154,47 @@ fn replicas_with_older_snapshots_page_from_theirs_and_the_newest_one_wins() {
         (vec![2, 4], 4, Some(snap(1)))
     );
 }
+
+#[test]
+fn a_write_or_snapshot_larger_than_a_promise_can_carry_is_refused_and_nothing_is_sent() {
+    let mut net = Net::new(24, 0.0);
+    net.run_until(3_000);
+    let log = log_name(5);
+    four_events(&mut net, &log);
+    net.run_until(net.now + 1_000);
+    let big = Entry {
+        first_seq: 5,
+        ballot: Ballot::ZERO,
+        timestamp_ms: 0,
+        events: vec![vec![7; MAX_WRITE_BYTES + 1]],
+    };
+    net.machines[0].append(net.now, 10, log.clone(), big, false);
+    let too_big = StoredSnapshot {
+        seq_nr: 4,
+        timestamp_ms: 1,
+        payload: vec![7; MAX_SNAPSHOT_BYTES + 1],
+    };
+    net.machines[0].save_snapshot(net.now, 11, log.clone(), too_big);
+    assert!(net.machines[0].poll_transmit().is_none(), "nothing sent");
+    for r in [10, 11] {
+        let e = net.machines[0].poll_event().expect("answered at once");
+        assert_eq!(e.request, r);
+        assert!(matches!(e.result, Err(JournalError::Rejected(_))), "{e:?}");
+    }
+    // The writer goes on: a write of the largest size taken, then a snapshot of it.
+    let largest = Entry {
+        first_seq: 5,
+        ballot: Ballot::ZERO,
+        timestamp_ms: 0,
+        events: vec![vec![7; MAX_WRITE_BYTES]],
+    };
+    net.machines[0].append(net.now, 12, log.clone(), largest, false);
+    assert_eq!(net.answer(0, 12, 1_000).result, Ok(JournalOutput::Appended));
+    let snapshot = StoredSnapshot {
+        seq_nr: 5,
+        timestamp_ms: 1,
+        payload: vec![7; MAX_SNAPSHOT_BYTES],
+    };
+    net.machines[0].save_snapshot(net.now, 13, log.clone(), snapshot);
+    assert_eq!(net.answer(0, 13, 1_000).result, Ok(JournalOutput::Done));
+}

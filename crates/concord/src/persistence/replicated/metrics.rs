@@ -17,6 +17,7 @@ pub(super) fn request(
         Ok(_) => "ok",
         Err(JournalError::Conflict(_)) => "conflict",
         Err(JournalError::Unavailable(_)) => "unavailable",
+        Err(JournalError::Rejected(_)) => "rejected",
     };
     let l = [
         ("node", node.to_string()),

@@ -79,6 +79,10 @@ impl ReplicatedStore {
                 seq_nr,
             },
             JournalError::Unavailable(reason) => unavailable(reason),
+            JournalError::Rejected(reason) => PersistenceError::Rejected {
+                persistence_id: pid.to_string(),
+                reason,
+            },
         }
     }
 }
@@ -275,9 +279,11 @@ impl Journal for ReplicatedStore {
                     })
                     .collect(),
                 Ok(other) => Err(unavailable(format!("unexpected answer {other:?}"))),
-                Err(JournalError::Unavailable(reason) | JournalError::Conflict(reason)) => {
-                    Err(unavailable(reason))
-                }
+                Err(
+                    JournalError::Unavailable(reason)
+                    | JournalError::Conflict(reason)
+                    | JournalError::Rejected(reason),
+                ) => Err(unavailable(reason)),
             }
         })
     }
