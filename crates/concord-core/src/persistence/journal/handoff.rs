@@ -114,6 +114,12 @@ pub struct Handoffs {
     pub marks: Marks,
     /// The marks changed since they were last stored.
     pub marks_dirty: bool,
+    /// The last ring this node was a complete replica in before it started, as its disk
+    /// says ([`super::last_ring`]): its replicas count among a segment's previous replicas
+    /// in this node's first ring.
+    pub last_ring: Option<Ring>,
+    /// The ring changed since it was last stored (it is stored once no segment waits).
+    pub ring_unsaved: bool,
 }
 
 impl Handoffs {
@@ -208,8 +214,15 @@ impl Handoffs {
                         .cloned()
                         .collect();
                     let reference = if old_l.is_empty() { &rest_l } else { &old_l };
-                    let previous: BTreeSet<Address> =
+                    let mut previous: BTreeSet<Address> =
                         reference.iter().map(|a| a.address.clone()).collect();
+                    if first_ring {
+                        // Who replicated it before this node stopped, as its disk says.
+                        if let Some(last) = &self.last_ring {
+                            let last_l = last.preference_list(s, n);
+                            previous.extend(last_l.iter().map(|a| a.address.clone()));
+                        }
+                    }
                     let mut p = Pending {
                         from,
                         required: meets_every_majority(previous.len()),

@@ -29,6 +29,7 @@ pub mod acceptor;
 pub mod chain;
 pub mod entry;
 pub mod handoff;
+pub mod last_ring;
 pub mod learn;
 pub mod message;
 mod proposer;
@@ -259,6 +260,13 @@ impl<S: KvStorage> JournalMachine<S> {
             stats.storage_errors += 1;
             standing::Marks::default()
         });
+        // An unreadable last ring says nothing: the first ring's guess stands alone.
+        let last_ring = last_ring::load(&mut storage)
+            .unwrap_or_else(|_| {
+                stats.storage_errors += 1;
+                None
+            })
+            .map(|members| last_ring::ring_of(members, settings.virtual_nodes));
         JournalMachine {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             settings,
@@ -273,6 +281,7 @@ impl<S: KvStorage> JournalMachine<S> {
             last_round: 0,
             handoffs: handoff::Handoffs {
                 marks,
+                last_ring,
                 ..handoff::Handoffs::default()
             },
             held_transmits: Vec::new(),
@@ -484,6 +493,15 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
+        if self.handoffs.ring_unsaved
+            && self.handoffs.pending.is_empty()
+            && self.ring.members().contains(&self.self_node)
+        {
+            match last_ring::store(&mut self.storage, self.ring.members()) {
+                Ok(()) => self.handoffs.ring_unsaved = false,
+                Err(_) => self.stats.storage_errors += 1,
+            }
+        }
         match self.storage.commit() {
             Ok(()) => {
                 self.out.transmits.extend(self.held_transmits.drain(..));
@@ -491,8 +509,10 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             Err(StorageError(e)) => {
                 self.stats.storage_errors += 1;
-                // The marks written in the failed transaction are written again.
+                // The marks and the ring written in the failed transaction are written
+                // again.
                 self.handoffs.marks_dirty = true;
+                self.handoffs.ring_unsaved = true;
                 self.held_transmits.clear();
                 self.writers.clear();
                 let failed: Vec<u64> = self
@@ -593,6 +613,7 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
                 self.settings.virtual_nodes,
             );
             self.ring = new;
+            self.handoffs.ring_unsaved = true;
         }
         self.after_input();
     }

@@ -255,3 +255,53 @@ fn an_accept_answered_from_another_view_of_the_replicas_fails_and_the_writer_rec
     net.machines[0].append(net.now, 22, log, write(highest + 1, "w"), false);
     assert_eq!(net.answer(0, 22, 1_000).result, Ok(JournalOutput::Appended));
 }
+
+/// Shows nodes `to` a ring of `members` only (the others downed and removed).
+fn view_of(net: &mut Net, members: &[usize], to: &[usize]) {
+    let mut g = Gossip::empty();
+    for &i in members {
+        let m = Member::joining(ua(i, net.uids[i]), BTreeSet::new(), "1")
+            .with_up(i as u32 + 1)
+            .with_status(MemberStatus::Up);
+        g.members.insert(ua(i, net.uids[i]), m);
+    }
+    for &i in to {
+        let me = ua(i, net.uids[i]);
+        let view = MembershipView::of(&MembershipState::new(g.clone(), me), 1);
+        net.machines[i].handle_membership(net.now, &view, MembershipChange::CurrentClusterState);
+        net.drain(i);
+    }
+}
+
+#[test]
+fn a_restarted_replica_alone_in_its_ring_waits_for_the_replicas_its_disk_last_saw() {
+    let mut net = Net::new(31, 0.0);
+    with_timeout(&mut net, 5_000);
+    let log = three_writes(&mut net);
+    let replicas = net.machines[0].replicas(&log);
+    let index = |a: &UniqueAddress| (a.address.port - 2550) as usize;
+    let (r, q) = (index(&replicas[0]), index(&replicas[1]));
+    // Every other node was downed; `r` restarts and forms a cluster alone.
+    net.uids[r] += 100;
+    let settings = net.machines[r].settings.clone();
+    net.machines[r] =
+        JournalMachine::new(settings, ua(r, net.uids[r]), net.disks[r].clone(), net.now);
+    view_of(&mut net, &[r], &[r]);
+    // Its disk may lack writes the others chose: it does not answer from it alone.
+    recovery_held(&mut net, r, 40, &log, 2_000);
+    // Another replica of its last ring comes back and hands its records over.
+    view_of(&mut net, &[r, q], &[r, q]);
+    net.run_until(net.now + 3_000);
+    let answer = net
+        .events
+        .drain(..)
+        .find(|(_, e)| e.request == 40)
+        .map(|(_, e)| e.result);
+    assert!(
+        matches!(
+            answer,
+            Some(Ok(JournalOutput::Recovered { highest: 3, .. }))
+        ),
+        "{answer:?}"
+    );
+}

@@ -94,19 +94,30 @@ fn a_large_snapshot_cuts_the_page_its_promise_carries() {
     let mut net = Net::new(23, 0.0);
     let log = log_name(1);
     four_events(&mut net, &log);
+    for (r, seq) in [(5, 5), (6, 6)] {
+        let w = Entry {
+            first_seq: seq,
+            ballot: Ballot::ZERO,
+            timestamp_ms: 0,
+            events: vec![vec![seq as u8; 200_000]],
+        };
+        net.machines[0].append(net.now, r, log.clone(), w, false);
+        assert_eq!(net.answer(0, r, 1_000).result, Ok(JournalOutput::Appended));
+    }
     let big = StoredSnapshot {
         seq_nr: 1,
         timestamp_ms: 1,
-        payload: vec![7; acceptor::MAX_SNAPSHOT_PROMISE_BYTES],
+        payload: vec![7; MAX_SNAPSHOT_BYTES],
     };
     net.machines[1].save_snapshot(net.now, 10, log.clone(), big.clone());
     assert_eq!(net.answer(1, 10, 1_000).result, Ok(JournalOutput::Done));
-    // Each promise: the snapshot and one write (2..=3), though 10 events were asked for.
+    // Each promise: the snapshot (768 KiB) and the writes that fit in the 256 KiB left —
+    // 2..=3, 4 and 5, not 6 — though 10 events were asked for.
     net.machines[2].recover_from_snapshot(net.now, 11, log.clone(), 10);
     let (page, highest, snapshot) = recovered(net.answer(2, 11, 1_000));
     assert_eq!(
         (first_seqs(&page), highest, snapshot),
-        (vec![2], 4, Some(big))
+        (vec![2, 4, 5], 6, Some(big))
     );
 }
 
