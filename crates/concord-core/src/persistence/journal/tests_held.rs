@@ -174,19 +174,8 @@ fn a_held_recovery_answers_once_a_replica_holds_the_write_again() {
 /// Gives the machines `to` a view of the cluster without node `removed` (their ring changes;
 /// the others keep theirs).
 fn view_without(net: &mut Net, removed: usize, to: &[usize]) {
-    let mut g = Gossip::empty();
-    for i in (0..NODES as usize).filter(|i| *i != removed) {
-        let m = Member::joining(ua(i, net.uids[i]), BTreeSet::new(), "1")
-            .with_up(i as u32 + 1)
-            .with_status(MemberStatus::Up);
-        g.members.insert(ua(i, net.uids[i]), m);
-    }
-    for &i in to {
-        let me = ua(i, net.uids[i]);
-        let view = MembershipView::of(&MembershipState::new(g.clone(), me), 1);
-        net.machines[i].handle_membership(net.now, &view, MembershipChange::CurrentClusterState);
-        net.drain(i);
-    }
+    let members: Vec<usize> = (0..NODES as usize).filter(|i| *i != removed).collect();
+    view_of(net, &members, to);
 }
 
 #[test]
