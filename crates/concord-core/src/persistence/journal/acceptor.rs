@@ -40,11 +40,6 @@ pub(super) const KIND_INDEXED: u8 = 3;
 /// default) whenever one write does — a larger answer would be dropped as too large, and
 /// the request it answers could never complete.
 pub const MAX_PAGE_BYTES: usize = 1 << 20;
-/// Bytes of snapshot and page events one promise that carries a snapshot holds, at most:
-/// its page is cut by the snapshot's size (at least one entry is still sent; the recovery's
-/// caller reads on), so that the promise fits in one frame whenever the snapshot and one
-/// write do.
-pub const MAX_SNAPSHOT_PROMISE_BYTES: usize = 1 << 20;
 /// Entries in a log's uncertain tail an acceptor sends, at most (more: it answers
 /// `Unable`; a writer that never completes a write leaves at most one).
 pub const MAX_TAIL_ENTRIES: usize = 1000;
@@ -239,10 +234,12 @@ pub fn prepare<S: KvStorage>(
     let page_from = snapshot
         .as_ref()
         .map_or(from, |s| from.max(s.seq_nr.saturating_add(1)));
-    let max_bytes = snapshot.as_ref().map_or(MAX_PAGE_BYTES, |s| {
-        MAX_SNAPSHOT_PROMISE_BYTES.saturating_sub(s.payload.len())
-    });
-    let (entries, covered_to) = page(st, log, page_from, max_events, max_bytes)?;
+    // A promise's page shares MAX_PAGE_BYTES with its snapshot and its tail (at least one
+    // entry is still sent; the recovery's caller reads on), so that the promise fits in
+    // one frame whenever they and one write do.
+    let snapshot_bytes = snapshot.as_ref().map_or(0, |s| s.payload.len());
+    let max_bytes = MAX_PAGE_BYTES.saturating_sub(snapshot_bytes);
+    let (mut entries, mut covered_to) = page(st, log, page_from, max_events, max_bytes)?;
     let tail_from = state.committed.saturating_add(1);
     let tail = if covered_to == u64::MAX && page_from <= tail_from {
         // The page holds the tail already.
@@ -251,6 +248,19 @@ pub fn prepare<S: KvStorage>(
         let (tail, complete) = page(st, log, tail_from, MAX_TAIL_ENTRIES * 1000, MAX_PAGE_BYTES)?;
         if complete != u64::MAX || tail.len() > MAX_TAIL_ENTRIES {
             return Ok(JournalMessage::Unable { request });
+        }
+        let tail_bytes: usize = tail.iter().map(Entry::payload_bytes).sum();
+        let mut bytes = 0usize;
+        let keep = entries
+            .iter()
+            .position(|e| {
+                bytes += e.payload_bytes();
+                bytes > max_bytes.saturating_sub(tail_bytes)
+            })
+            .map_or(entries.len(), |cut| cut.max(1));
+        if keep < entries.len() {
+            entries.truncate(keep);
+            covered_to = entries.last().map_or(page_from, |e| e.first_seq);
         }
         tail
     };

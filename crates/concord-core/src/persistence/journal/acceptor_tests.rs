@@ -203,3 +203,44 @@ fn handoff_pages_are_bounded_by_bytes_and_a_page_cut_by_bytes_is_not_the_last() 
     let (records, last) = handoff_page(&mut st, seg, None, 2, usize::MAX).unwrap();
     assert_eq!((records.len(), last), (2, false));
 }
+
+#[test]
+fn a_promise_cuts_its_page_by_the_tail_it_carries() {
+    let mut st = MemoryStorage::new();
+    let b1 = Ballot { round: 1, node: 1 };
+    let big = |first: u64| Entry {
+        first_seq: first,
+        ballot: Ballot::ZERO,
+        timestamp_ms: 5,
+        events: vec![vec![first as u8; 300_000]],
+    };
+    // Five writes of 300 kB; the replica knows 1..=2 chosen: 3..=5 are its uncertain tail.
+    for seq in 1..=5 {
+        accept(
+            &mut st,
+            seq,
+            "etail|1",
+            b1,
+            seq.min(3) - 1,
+            false,
+            &[big(seq)],
+        )
+        .unwrap();
+    }
+    let b2 = Ballot { round: 2, node: 2 };
+    let Ok(JournalMessage::Promise {
+        page,
+        covered_to,
+        tail,
+        committed,
+        ..
+    }) = prepare(&mut st, 9, "etail|1", b2, 1, 100, false)
+    else {
+        panic!("a promise")
+    };
+    assert_eq!(committed, 2);
+    assert_eq!(tail.len(), 3, "the whole tail");
+    // The page and the tail together stay within MAX_PAGE_BYTES but for one write.
+    assert_eq!(page.len(), 1);
+    assert_eq!(covered_to, 1, "complete up to the write it holds");
+}
