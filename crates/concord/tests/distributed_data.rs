@@ -222,6 +222,14 @@ async fn read_repair_leaves_every_contacted_replica_at_the_merged_value() {
         ..settings()
     };
     let members = cluster("dd-repair", 3, s, |_, _| {}).await;
+    // The replicators hear of the members after the cluster view does: an `All` read asks
+    // only the replicas its replicator counts.
+    for m in &members {
+        wait_for_async("every replicator counts the other two", || async {
+            m.replicator.nodes().await.unwrap().len() == 2
+        })
+        .await;
+    }
     let key: Key<PNCounter> = Key::new("r").unwrap();
     for (i, m) in members.iter().enumerate().skip(1) {
         let me = m.replicator.replica();

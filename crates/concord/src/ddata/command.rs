@@ -64,6 +64,8 @@ pub enum ReplicatorCommand {
     Stats {
         reply: oneshot::Sender<ReplicatorStats>,
     },
+    /// The other replicas that count in quorums now (addresses).
+    Nodes { reply: oneshot::Sender<Vec<String>> },
 }
 
 /// One key as `GET /cluster/ddata` lists it.

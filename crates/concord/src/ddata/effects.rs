@@ -232,6 +232,10 @@ impl LayerEffects for ReplicatorEffects {
             ReplicatorCommand::Stats { reply } => {
                 let _ = reply.send(fx.machine.stats().clone());
             }
+            ReplicatorCommand::Nodes { reply } => {
+                let nodes = fx.machine.nodes().map(|n| n.address.to_string()).collect();
+                let _ = reply.send(nodes);
+            }
         }
     }
 
@@ -280,7 +284,12 @@ impl LayerEffects for ReplicatorEffects {
 
     fn tick(&mut self, fx: &mut Effects<'_, Self>) {
         let stats = fx.machine.stats().clone();
-        metrics::record_replicator(&self.node, fx.machine.key_count(), &stats);
+        metrics::record_replicator(
+            &self.node,
+            fx.machine.key_count(),
+            fx.machine.nodes().count(),
+            &stats,
+        );
         self.warn_bad_input(&self.last_stats, &stats);
         self.last_stats = stats;
         self.drop_closed_subscriptions(fx.machine);

@@ -4,11 +4,13 @@
 pub(super) fn record_replicator(
     node: &str,
     keys: usize,
+    replicas: usize,
     s: &concord_core::ddata::replicator::ReplicatorStats,
 ) {
     #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::gauge!("concord_ddata_keys", "node" => node.to_string()).set(keys as f64);
+    metrics::gauge!("concord_ddata_replicas", "node" => node.to_string()).set(replicas as f64);
     for (name, v) in [
         ("concord_ddata_deltas_sent_total", s.deltas_sent),
         ("concord_ddata_deltas_applied_total", s.deltas_applied),

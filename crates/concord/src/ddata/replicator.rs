@@ -238,6 +238,14 @@ impl Replicator {
         self.command(|reply| ReplicatorCommand::Stats { reply })
             .await
     }
+
+    /// The addresses of the other replicas that count in quorums now: Up (and Leaving)
+    /// members with the replicator's role, reachable or not, this node excluded. A
+    /// `ReadConsistency::All` read asks every one of them.
+    pub async fn nodes(&self) -> Result<Vec<String>, DdataError> {
+        self.command(|reply| ReplicatorCommand::Nodes { reply })
+            .await
+    }
 }
 
 /// A subscription to one key: [`Changes::next`] waits for the next change.
