@@ -38,7 +38,7 @@ async fn start(config: Config, settings: ReplicatorSettings, first: bool) -> Mem
     Member { node, replicator }
 }
 
-/// `n` nodes of system `system`, all Up.
+/// `n` nodes of system `system`, all Up, each replicator counting the other `n - 1`.
 async fn cluster(
     system: &str,
     n: usize,
@@ -64,6 +64,14 @@ async fn cluster(
         })
     })
     .await;
+    // A replicator hears of the members after the cluster view does, and its quorums
+    // (majority, all) count only the replicas it knows.
+    for m in &members {
+        wait_for_async("every replicator counts the others", || async {
+            m.replicator.nodes().await.unwrap().len() == n - 1
+        })
+        .await;
+    }
     members
 }
 
@@ -222,14 +230,6 @@ async fn read_repair_leaves_every_contacted_replica_at_the_merged_value() {
         ..settings()
     };
     let members = cluster("dd-repair", 3, s, |_, _| {}).await;
-    // The replicators hear of the members after the cluster view does: an `All` read asks
-    // only the replicas its replicator counts.
-    for m in &members {
-        wait_for_async("every replicator counts the other two", || async {
-            m.replicator.nodes().await.unwrap().len() == 2
-        })
-        .await;
-    }
     let key: Key<PNCounter> = Key::new("r").unwrap();
     for (i, m) in members.iter().enumerate().skip(1) {
         let me = m.replicator.replica();
