@@ -580,17 +580,25 @@ fn seed_355_a_new_replica_still_waiting_is_not_counted_as_a_previous_one() {
     run_seed(355);
 }
 
-/// The known limit (docs/PERSISTENCE.md, "The limit to state precisely"): the split brain
-/// resolver downs every node, the cluster re-forms from restarted nodes, and a node's
-/// first ring does not say which nodes replicated a segment before, so the first nodes
-/// back guess their previous replicas from the new ring and answer without the nodes that
-/// hold the writes. In seed 1108 one restarted node forms a cluster alone while every
-/// other node is down, and recovers a log without its snapshot and writes. (Seeds 1014
-/// and 321, which this test replayed before, failed the same way; changes of timing —
-/// one-round-trip recoveries, then snapshots in the workload — pass them now.) Run it
-/// with `--ignored`.
+/// Seed 1108: a node started during the run was still joining (its view: five Up members,
+/// itself not yet among them) when the split brain resolver downed every other node; its
+/// view emptied, then it formed a ring alone and, counting its change from the empty ring,
+/// found no previous replica to wait for and recovered a log without its snapshot and
+/// writes. A ring change now counts from the last ring the node saw
+/// (`handoff::tests::a_ring_that_emptied_in_between_counts_from_the_last_ring_seen` pins
+/// the rule).
 #[test]
-#[ignore = "known limit of the replicated journal: see the doc comment"]
-fn known_limit_a_cluster_re_formed_after_every_node_was_downed() {
+fn seed_1108_a_node_that_joined_as_every_other_was_downed_waits_for_their_disks() {
     run_seed(1108);
+}
+
+/// Seeds 3647 and 3810: the replicas holding a log's last writes (3647) or its newest
+/// snapshot (3810) were downed while a replica that waited for them left the segment's
+/// list and handed its copy on; the next replica counted that copy as enough. An
+/// incomplete copy now carries its holder's unmet needs
+/// (`handoff::tests::a_copy_handed_on_while_it_waited_carries_its_need_to_the_next_replica`).
+#[test]
+fn seeds_3647_3810_a_copy_handed_on_while_it_waited_carries_its_need() {
+    run_seed(3647);
+    run_seed(3810);
 }

@@ -46,6 +46,52 @@ pub fn meets_every_majority(n: usize) -> usize {
     n - n / 2
 }
 
+/// Needs one last page may carry, at most (more: the page is refused as bad input); the
+/// addresses in one need's sets, at most.
+pub const MAX_NEEDS: usize = 64;
+
+/// A wait an incomplete copy still owes: of the segment's `previous` replicas (by
+/// address), `required` must have delivered complete copies, or every one of them a copy;
+/// `delivered` and `partial` already delivered to the copy's holder (complete, and maybe
+/// incomplete). A last page of an incomplete copy carries its holder's unmet needs, and
+/// the new replica that merges it takes them over: what the copy lacks must still come
+/// from there (simulator seeds 3647 and 3810: a replica that left a segment's list while
+/// it still waited for the replicas holding the last writes handed its copy on, and the
+/// next replica counted it as if nothing were missing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Need {
+    /// The replicas whose copies were awaited (addresses).
+    pub previous: BTreeSet<Address>,
+    /// How many of them must deliver complete copies.
+    pub required: usize,
+    /// Those that delivered complete copies.
+    pub delivered: BTreeSet<Address>,
+    /// Those that delivered copies that may be incomplete.
+    pub partial: BTreeSet<Address>,
+}
+
+impl Need {
+    /// Met, counting also the copies `received` by the node that holds the need now.
+    pub fn met(&self, received: &BTreeMap<Address, Standing>) -> bool {
+        let complete = |a: &&Address| {
+            self.delivered.contains(*a) || received.get(*a) == Some(&Standing::Complete)
+        };
+        self.previous.iter().filter(complete).count() >= self.required
+            || self.previous.iter().all(|a| {
+                self.delivered.contains(a) || self.partial.contains(a) || received.contains_key(a)
+            })
+    }
+
+    /// Within the bounds a page may carry ([`MAX_NEEDS`] addresses per set, `required` at
+    /// most the previous replicas).
+    pub fn is_bounded(&self) -> bool {
+        self.previous.len() <= MAX_NEEDS
+            && self.delivered.len() <= MAX_NEEDS
+            && self.partial.len() <= MAX_NEEDS
+            && self.required <= self.previous.len()
+    }
+}
+
 /// A segment this node became a replica of and does not answer about yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -67,12 +113,17 @@ pub struct Pending {
     /// it knows, and it hands that over while it waits); otherwise it hands nothing over
     /// until it is complete itself.
     pub first_ring: bool,
+    /// Every copy received (this node's own included), by address, standing so.
+    pub received: BTreeMap<Address, Standing>,
+    /// Needs taken over from incomplete copies merged here ([`Need`]); each must be met too.
+    pub inherited: Vec<Need>,
 }
 
 impl Pending {
     /// Everything awaited arrived: enough complete copies to meet every majority of the
     /// previous replicas, or every previous replica's copy, complete or not (then this
     /// node holds everything any of them holds).
+    /// Every need taken over from an incomplete copy must be met as well.
     pub fn done(&self) -> bool {
         self.from.is_empty()
             && (self.delivered.len() >= self.required
@@ -80,10 +131,48 @@ impl Pending {
                     .previous
                     .iter()
                     .all(|a| self.delivered.contains(a) || self.partial.contains(a)))
+            && self.inherited.iter().all(|n| n.met(&self.received))
+    }
+
+    /// This wait's own need and the unmet needs it took over.
+    pub fn unmet_needs(&self) -> Vec<Need> {
+        let own = Need {
+            previous: self.previous.clone(),
+            required: self.required,
+            delivered: self.delivered.clone(),
+            partial: self.partial.clone(),
+        };
+        let mut needs: Vec<Need> = Vec::new();
+        if !own.met(&BTreeMap::new()) {
+            needs.push(own);
+        }
+        for n in &self.inherited {
+            if !n.met(&self.received) {
+                needs.push(Need {
+                    delivered: with_received(&n.delivered, &n.previous, &self.received, true),
+                    partial: with_received(&n.partial, &n.previous, &self.received, false),
+                    ..n.clone()
+                });
+            }
+        }
+        needs
+    }
+
+    /// Takes over `needs` (from an incomplete copy merged here), each once.
+    fn inherit(&mut self, needs: &[Need]) {
+        for n in needs {
+            if !n.met(&self.received) && !self.inherited.contains(n) {
+                self.inherited.push(n.clone());
+            }
+        }
     }
 
     /// Counts `from`'s copy by where it stands.
     fn count(&mut self, from: &Address, standing: Standing) {
+        let had = self.received.get(from).copied();
+        if had != Some(Standing::Complete) {
+            self.received.insert(from.clone(), standing);
+        }
         if !self.previous.contains(from) {
             return;
         }
@@ -92,6 +181,29 @@ impl Pending {
             Standing::Incomplete => self.partial.insert(from.clone()),
         };
     }
+}
+
+/// `set` with the members of `previous` that `received` holds (complete ones only if
+/// `complete`, else every one not complete).
+fn with_received(
+    set: &BTreeSet<Address>,
+    previous: &BTreeSet<Address>,
+    received: &BTreeMap<Address, Standing>,
+    complete: bool,
+) -> BTreeSet<Address> {
+    let mut out = set.clone();
+    for a in previous {
+        match received.get(a) {
+            Some(Standing::Complete) if complete => {
+                out.insert(a.clone());
+            }
+            Some(Standing::Incomplete) if !complete => {
+                out.insert(a.clone());
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// This node's handoffs; see the module docs.
@@ -120,6 +232,11 @@ pub struct Handoffs {
     pub last_ring: Option<Ring>,
     /// The ring changed since it was last stored (it is stored once no segment waits).
     pub ring_unsaved: bool,
+    /// The last ring with members this incarnation saw.
+    pub last_seen: Option<Ring>,
+    /// Segment → the unmet needs of a wait this node gave up when it left the segment's
+    /// list (its copy is incomplete; its last pages carry them), until it completes there.
+    pub owed: BTreeMap<u16, Vec<Need>>,
 }
 
 impl Handoffs {
@@ -144,7 +261,27 @@ impl Handoffs {
     }
 
     fn completed(&mut self, segment: u16) {
+        self.owed.remove(&segment);
         self.marks_dirty |= self.marks.completed(segment);
+    }
+
+    /// What a last page of `segment` from this node carries: the unmet needs of its
+    /// incomplete copy (none if complete).
+    pub fn needs_of(&self, segment: u16) -> Vec<Need> {
+        if self.standing(segment) == Standing::Complete {
+            return Vec::new();
+        }
+        let mut needs = match self.pending.get(&segment) {
+            Some(p) => p.unmet_needs(),
+            None => Vec::new(),
+        };
+        for n in self.owed.get(&segment).into_iter().flatten() {
+            if !needs.contains(n) {
+                needs.push(n.clone());
+            }
+        }
+        needs.truncate(MAX_NEEDS);
+        needs
     }
 
     /// Recomputes pending segments and handoffs after the ring went from `old` to `new`.
@@ -154,11 +291,38 @@ impl Handoffs {
     /// at once (two of three nodes crashed, or were downed on the other side of a
     /// partition), the segment stays unavailable until enough of them come back with their
     /// disks — rather than answering without writes only they hold.
+    ///
+    /// A ring that emptied in between (every member left this node's view: a node that was
+    /// still joining when the others were downed) is no break: the change counts from the
+    /// last ring this incarnation saw, whose replicas hold the records.
     pub fn ring_changed(&mut self, old: &Ring, new: &Ring, me: &UniqueAddress, n: u8, vnodes: u32) {
+        let seen = if new.members().is_empty() {
+            None
+        } else {
+            self.last_seen.replace(new.clone())
+        };
+        let old = match &seen {
+            Some(seen) if old.members().is_empty() => seen,
+            _ => old,
+        };
         let members: BTreeSet<&UniqueAddress> = new.members().iter().collect();
+        let owed = &mut self.owed;
         self.pending.retain(|s, p| {
             p.from.retain(|a| members.contains(a));
-            new.preference_list(*s, n).contains(&me) && !p.done()
+            if p.done() {
+                return false;
+            }
+            if new.preference_list(*s, n).contains(&me) {
+                return true;
+            }
+            // It leaves the list still waiting: its copy owes what it waited for.
+            let o = owed.entry(*s).or_default();
+            for need in p.unmet_needs() {
+                if !o.contains(&need) {
+                    o.push(need);
+                }
+            }
+            false
         });
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.misplaced_sent.clear();
@@ -194,6 +358,9 @@ impl Handoffs {
                 // Its copy stands for the old list, but lacks what only the departed held:
                 // incomplete for anyone who counts it after this change, until it is done.
                 p.count(&me.address, self.standing(s));
+                if let Some(o) = self.owed.remove(&s) {
+                    p.inherit(&o);
+                }
                 self.pending.insert(s, p);
                 self.marks_dirty |= self.marks.joined(s);
             }
@@ -232,6 +399,9 @@ impl Handoffs {
                     };
                     // A restarted node's own disk, by address.
                     p.count(&me.address, self.marks.standing(s));
+                    if let Some(o) = self.owed.remove(&s) {
+                        p.inherit(&o);
+                    }
                     if !p.done() {
                         // A new replica lacks what was chosen before it came (a
                         // restarted one's disk says what it held).
@@ -240,7 +410,10 @@ impl Handoffs {
                         }
                         // An earlier wait (its previous replicas) still stands.
                         match self.pending.get_mut(&s) {
-                            Some(q) => q.from.extend(p.from),
+                            Some(q) => {
+                                q.from.extend(p.from);
+                                q.inherit(&p.inherited);
+                            }
                             None => {
                                 self.pending.insert(s, p);
                             }
@@ -274,11 +447,18 @@ impl Handoffs {
         }
     }
 
-    /// `from` sent the last page of `segment`, standing so.
-    pub fn received_last(&mut self, segment: u16, from: &UniqueAddress, standing: Standing) {
+    /// `from` sent the last page of `segment`, standing so, its copy owing `needs`.
+    pub fn received_last(
+        &mut self,
+        segment: u16,
+        from: &UniqueAddress,
+        standing: Standing,
+        needs: &[Need],
+    ) {
         if let Some(p) = self.pending.get_mut(&segment) {
             p.from.remove(from);
             p.count(&from.address, standing);
+            p.inherit(needs);
             if p.done() {
                 self.pending.remove(&segment);
                 self.completed(segment);
@@ -338,7 +518,7 @@ mod tests {
         // The last page from each sender clears it.
         let s = gained[0];
         for from in at_d.pending[&s].from.clone() {
-            at_d.received_last(s, &from, Standing::Complete);
+            at_d.received_last(s, &from, Standing::Complete, &[]);
         }
         assert!(!at_d.is_pending(s));
         // Two of a segment's three replicas gone at once: its new replicas wait for them.
@@ -358,13 +538,13 @@ mod tests {
                 assert!(h.is_pending(seg), "{me:?} must not answer for {seg}");
                 let from = h.pending[&seg].from.clone();
                 for f in &from {
-                    h.received_last(seg, f, Standing::Complete);
+                    h.received_last(seg, f, Standing::Complete, &[]);
                 }
                 assert!(
                     h.is_pending(seg),
                     "still short of a majority of the old replicas"
                 );
-                h.received_last(seg, &node(4, 44), Standing::Complete);
+                h.received_last(seg, &node(4, 44), Standing::Complete, &[]);
                 assert!(!h.is_pending(seg), "d came back with its disk");
             }
         }
@@ -411,6 +591,113 @@ mod tests {
     }
 
     #[test]
+    fn a_ring_that_emptied_in_between_counts_from_the_last_ring_seen() {
+        // Simulator seed 1108: d was still joining (its view: a, b, c Up, itself not) when
+        // a, b and c were downed; its view emptied, then it formed a ring alone.
+        let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+        let empty = Ring::new(std::iter::empty(), 16);
+        let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+        let alone = Ring::new([d.clone()], 16);
+        let mut h = Handoffs::default();
+        h.ring_changed(&empty, &three, &d, 3, 16);
+        assert!(h.pending.is_empty(), "not a member: nothing to wait for");
+        h.ring_changed(&three, &empty, &d, 3, 16);
+        h.ring_changed(&empty, &alone, &d, 3, 16);
+        assert_eq!(h.pending.len(), usize::from(SEGMENTS), "d waits everywhere");
+        let s = 0;
+        let p = &h.pending[&s];
+        let previous: BTreeSet<Address> = three
+            .preference_list(s, 3)
+            .iter()
+            .map(|x| x.address.clone())
+            .collect();
+        assert_eq!(p.previous, previous);
+        assert_eq!(p.required, 2);
+        // Two of them come back with their disks (new incarnations) and hand over.
+        let mut back = three
+            .preference_list(s, 3)
+            .into_iter()
+            .map(|x| UniqueAddress {
+                address: x.address.clone(),
+                uid: x.uid + 100,
+            });
+        let (x, y) = (back.next().unwrap(), back.next().unwrap());
+        h.received_last(s, &x, Standing::Complete, &[]);
+        assert!(h.is_pending(s));
+        h.received_last(s, &y, Standing::Complete, &[]);
+        assert!(!h.is_pending(s));
+        // A node that never saw a ring and forms one alone is a new cluster's first node.
+        let mut fresh = Handoffs::default();
+        fresh.ring_changed(&empty, &alone, &d, 3, 16);
+        assert!(fresh.pending.is_empty());
+    }
+
+    #[test]
+    fn a_copy_handed_on_while_it_waited_carries_its_need_to_the_next_replica() {
+        // Simulator seeds 3647 and 3810: d became a replica of s and waited for two of
+        // a, b, c; only a delivered before b and c were downed; then e and f joined and d
+        // left the list of s, handing its copy on to e, which counted it as enough.
+        let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+        let (e, f) = (node(5, 5), node(6, 6));
+        let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+        let four = Ring::new([a.clone(), b.clone(), c.clone(), d.clone()], 16);
+        let two = Ring::new([a.clone(), d.clone()], 16);
+        let grown = Ring::new([a.clone(), d.clone(), e.clone(), f.clone()], 16);
+        let s = (0..SEGMENTS)
+            .find(|s| {
+                four.preference_list(*s, 3).contains(&&d)
+                    && !grown.preference_list(*s, 3).contains(&&d)
+                    && grown.preference_list(*s, 3).contains(&&e)
+            })
+            .expect("a segment d gains, then leaves to e");
+        let mut at_d = Handoffs {
+            was_member: true,
+            ..Handoffs::default()
+        };
+        at_d.ring_changed(&three, &four, &d, 3, 16);
+        at_d.received_last(s, &a, Standing::Complete, &[]);
+        assert!(at_d.is_pending(s));
+        at_d.ring_changed(&four, &two, &d, 3, 16);
+        assert!(at_d.is_pending(s), "one of a, b, c is not enough");
+        at_d.ring_changed(&two, &grown, &d, 3, 16);
+        assert!(!at_d.is_pending(s));
+        assert_eq!(at_d.standing(s), Standing::Incomplete);
+        let owed = at_d.needs_of(s);
+        let abc: BTreeSet<Address> = [&a, &b, &c].iter().map(|x| x.address.clone()).collect();
+        assert_eq!(owed.len(), 1);
+        assert_eq!(owed[0].previous, abc);
+        assert_eq!(owed[0].required, 2);
+        assert_eq!(owed[0].delivered, [a.address.clone()].into());
+        // e waits for a and d (the list it joins), takes d's need over with d's copy, and
+        // is not done until b or c is back.
+        let mut at_e = Handoffs {
+            was_member: true,
+            ..Handoffs::default()
+        };
+        at_e.ring_changed(&two, &grown, &e, 3, 16);
+        assert!(at_e.is_pending(s));
+        at_e.received_last(s, &a, Standing::Complete, &[]);
+        at_e.received_last(s, &d, Standing::Incomplete, &owed);
+        // And for f if f is involved (a brand-new node: an incomplete copy).
+        at_e.received_last(s, &f, Standing::Incomplete, &[]);
+        assert!(at_e.pending[&s].from.is_empty());
+        assert!(at_e.is_pending(s), "d's copy lacks what only b and c held");
+        assert_eq!(at_e.needs_of(s), owed, "e's copy owes it in turn");
+        at_e.received_last(s, &node(2, 22), Standing::Complete, &[]);
+        assert!(!at_e.is_pending(s));
+        assert_eq!(at_e.standing(s), Standing::Complete);
+        assert!(at_e.needs_of(s).is_empty());
+        // A need is met by every one of its replicas' copies as well (a cluster's first
+        // ring, where no copy is complete).
+        let need = &owed[0];
+        let mut got = BTreeMap::new();
+        got.insert(b.address.clone(), Standing::Incomplete);
+        assert!(!need.met(&got));
+        got.insert(c.address.clone(), Standing::Incomplete);
+        assert!(need.met(&got));
+    }
+
+    #[test]
     fn marks_follow_the_ring_and_the_handoffs() {
         let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
         let empty = Ring::new(std::iter::empty(), 16);
@@ -434,7 +721,7 @@ mod tests {
             .expect("a segment d does not replicate");
         assert_eq!(at_d.standing(other), Standing::Incomplete);
         for f in [&a, &b, &c] {
-            at_d.received_last(s, f, Standing::Complete);
+            at_d.received_last(s, f, Standing::Complete, &[]);
         }
         assert!(!at_d.is_pending(s));
         assert_eq!(at_d.standing(s), Standing::Complete);

@@ -2,6 +2,7 @@
 //! Every request carries the proposer's request id; replies echo it.
 
 use super::entry::{Ballot, Entry, StoredSnapshot};
+use super::handoff::Need;
 use super::learn::LearnedLog;
 use super::standing::Standing;
 use super::stream::StreamEvent;
@@ -154,12 +155,18 @@ pub enum JournalMessage {
         last: bool,
         /// Where the sender stands for the segment (read with the last page).
         standing: Standing,
+        /// With the last page of an incomplete copy: what it still owes
+        /// ([`super::handoff::Need`]; at most [`super::handoff::MAX_NEEDS`]).
+        needs: Vec<Need>,
     },
     /// The sender holds no record of these segments (each closed at once), standing so
     /// for each.
     HandoffEmpty {
         /// The segments and the sender's standing for each.
         segments: Vec<(u16, Standing)>,
+        /// (segment, need) for each need of an incomplete one (at most
+        /// [`super::handoff::MAX_NEEDS`] per segment).
+        needs: Vec<(u16, Need)>,
     },
     /// Empty handoffs received.
     HandoffEmptyAck {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::handoff::Need;
 use super::message::JournalMessage;
 use super::standing::Standing;
 use super::{
@@ -26,6 +27,8 @@ fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
     m
 }
 
+/// Segments one `HandoffEmpty` message closes, at most.
+const EMPTY_SEGMENTS: usize = 64;
 impl<S: KvStorage> JournalMachine<S> {
     // ---- the acceptor ----
 
@@ -126,6 +129,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 records,
                 last,
                 standing,
+                needs,
             } => {
                 for (k, v) in &records {
                     match acceptor::merge_record(&mut self.storage, k, v) {
@@ -139,7 +143,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 self.stats.handoff_pages += 1;
                 if last {
-                    self.handoffs.received_last(segment, from, standing);
+                    self.handoffs.received_last(segment, from, standing, &needs);
                 }
                 return Some(JournalMessage::HandoffAck { segment, page });
             }
@@ -153,9 +157,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 return None;
             }
-            JournalMessage::HandoffEmpty { segments } => {
+            JournalMessage::HandoffEmpty { segments, needs } => {
                 for (s, standing) in &segments {
-                    self.handoffs.received_last(*s, from, *standing);
+                    let of: Vec<Need> = needs
+                        .iter()
+                        .filter(|(n, _)| n == s)
+                        .map(|(_, need)| need.clone())
+                        .collect();
+                    self.handoffs.received_last(*s, from, *standing, &of);
                 }
                 let segments = segments.into_iter().map(|(s, _)| s).collect();
                 return Some(JournalMessage::HandoffEmptyAck { segments });
@@ -196,8 +205,11 @@ impl<S: KvStorage> JournalMachine<S> {
             self.handoffs.next_ask_ms = now_ms + handoff::RESEND_MS;
             let mut wanted: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
             for (s, p) in &self.handoffs.pending {
+                // Also those an inherited need still waits for.
                 let missing = self.ring.members().iter().filter(|m| {
-                    p.previous.contains(&m.address) && !p.delivered.contains(&m.address)
+                    (p.previous.contains(&m.address) && !p.delivered.contains(&m.address))
+                        || (p.inherited.iter().any(|n| n.previous.contains(&m.address))
+                            && p.received.get(&m.address) != Some(&Standing::Complete))
                 });
                 let ask: BTreeSet<&UniqueAddress> = p.from.iter().chain(missing).collect();
                 for f in ask {
@@ -227,7 +239,8 @@ impl<S: KvStorage> JournalMachine<S> {
             .count();
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
-        let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing)>> = BTreeMap::new();
+        type Empty = (Vec<(u16, Standing)>, Vec<(u16, Need)>);
+        let mut empty: BTreeMap<UniqueAddress, Empty> = BTreeMap::new();
         for (segment, to) in &keys {
             // A node still waiting for a segment after a ring change has nothing complete
             // to give; a node in its first ring gives what its disk holds.
@@ -248,10 +261,10 @@ impl<S: KvStorage> JournalMachine<S> {
                 Ok(r) if r.is_empty() => {
                     o.in_flight = Some((now_ms, None, true));
                     let standing = self.handoffs.standing(*segment);
-                    empty
-                        .entry(to.clone())
-                        .or_default()
-                        .push((*segment, standing));
+                    let e = empty.entry(to.clone()).or_default();
+                    e.0.push((*segment, standing));
+                    let needs = self.handoffs.needs_of(*segment);
+                    e.1.extend(needs.into_iter().map(|n| (*segment, n)));
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -260,13 +273,25 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
             }
         }
-        for (to, segments) in empty {
-            self.held_transmits.push(Transmit {
-                to: to.address.clone(),
-                to_uid: Some(to.uid),
-                lane: Lane::Ordinary,
-                message: JournalMessage::HandoffEmpty { segments },
-            });
+        // At most EMPTY_SEGMENTS segments per message, so that their needs stay well
+        // inside a frame.
+        for (to, (segments, needs)) in empty {
+            for chunk in segments.chunks(EMPTY_SEGMENTS) {
+                let needs = needs
+                    .iter()
+                    .filter(|(s, _)| chunk.iter().any(|(c, _)| c == s))
+                    .cloned()
+                    .collect();
+                self.held_transmits.push(Transmit {
+                    to: to.address.clone(),
+                    to_uid: Some(to.uid),
+                    lane: Lane::Ordinary,
+                    message: JournalMessage::HandoffEmpty {
+                        segments: chunk.to_vec(),
+                        needs,
+                    },
+                });
+            }
         }
         for (segment, to) in keys {
             if in_flight >= handoff::MAX_IN_FLIGHT {
@@ -310,6 +335,11 @@ impl<S: KvStorage> JournalMachine<S> {
                     records,
                     last,
                     standing: self.handoffs.standing(segment),
+                    needs: if last {
+                        self.handoffs.needs_of(segment)
+                    } else {
+                        Vec::new()
+                    },
                 },
             });
         }

@@ -4,6 +4,8 @@
 //! node.
 
 use bytes::Bytes;
+use concord_core::address::Address;
+use concord_core::persistence::journal::handoff::{Need, MAX_NEEDS};
 use concord_core::persistence::journal::standing::Standing;
 use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
 use prost::Message;
@@ -107,6 +109,62 @@ fn standing_to(s: Standing) -> i32 {
         Standing::Incomplete => wire::JournalStanding::Incomplete,
         Standing::Complete => wire::JournalStanding::Complete,
     }) as i32
+}
+
+fn need_to(segment: u16, n: &Need) -> wire::JournalNeed {
+    let text =
+        |set: &std::collections::BTreeSet<Address>| set.iter().map(|a| a.to_string()).collect();
+    wire::JournalNeed {
+        segment: u32::from(segment),
+        previous: text(&n.previous),
+        required: u32::try_from(n.required).unwrap_or(u32::MAX),
+        delivered: text(&n.delivered),
+        partial: text(&n.partial),
+    }
+}
+
+/// The needs of a handoff message for `segments` segments: at most [`MAX_NEEDS`] per
+/// segment, each bounded ([`Need::is_bounded`]), every address well-formed.
+fn needs_from(
+    needs: Vec<wire::JournalNeed>,
+    segments: usize,
+) -> Result<Vec<(u16, Need)>, DecodeError> {
+    if needs.len() > MAX_NEEDS.saturating_mul(segments) {
+        return Err(DecodeError::Invalid(format!("{} needs", needs.len())));
+    }
+    let set = |v: Vec<String>| -> Result<std::collections::BTreeSet<Address>, DecodeError> {
+        if v.len() > MAX_NEEDS {
+            return Err(DecodeError::Invalid(format!(
+                "{} addresses in a need",
+                v.len()
+            )));
+        }
+        v.iter()
+            .map(|a| {
+                a.parse::<Address>()
+                    .map_err(|e| DecodeError::Invalid(format!("need address {a:?}: {e}")))
+            })
+            .collect()
+    };
+    needs
+        .into_iter()
+        .map(|m| {
+            let n = Need {
+                previous: set(m.previous)?,
+                required: usize::try_from(m.required).unwrap_or(usize::MAX),
+                delivered: set(m.delivered)?,
+                partial: set(m.partial)?,
+            };
+            if !n.is_bounded() {
+                return Err(DecodeError::Invalid(format!(
+                    "need of {} from {} replicas",
+                    n.required,
+                    n.previous.len()
+                )));
+            }
+            Ok((segment(m.segment)?, n))
+        })
+        .collect()
 }
 
 fn standing_from(s: i32) -> Result<Standing, DecodeError> {
@@ -301,6 +359,7 @@ impl Codec for JournalCodec {
                 records,
                 last,
                 standing,
+                needs,
             } => (
                 manifest::HANDOFF,
                 wire::JournalHandoff {
@@ -315,6 +374,7 @@ impl Codec for JournalCodec {
                         .collect(),
                     last: *last,
                     standing: standing_to(*standing),
+                    needs: needs.iter().map(|n| need_to(0, n)).collect(),
                 }
                 .encode_to_vec(),
             ),
@@ -326,11 +386,12 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::HandoffEmpty { segments } => (
+            M::HandoffEmpty { segments, needs } => (
                 manifest::HANDOFF_EMPTY,
                 wire::JournalHandoffEmpty {
                     segments: segments.iter().map(|(s, _)| u32::from(*s)).collect(),
                     standings: segments.iter().map(|(_, t)| standing_to(*t)).collect(),
+                    needs: needs.iter().map(|(s, n)| need_to(*s, n)).collect(),
                 }
                 .encode_to_vec(),
             ),
@@ -486,6 +547,10 @@ impl Codec for JournalCodec {
                         .collect(),
                     last: m.last,
                     standing: standing_from(m.standing)?,
+                    needs: needs_from(m.needs, 1)?
+                        .into_iter()
+                        .map(|(_, n)| n)
+                        .collect(),
                 }
             }
             manifest::HANDOFF_ACK => {
@@ -506,6 +571,7 @@ impl Codec for JournalCodec {
                         m.standings.len()
                     )));
                 }
+                let n = m.segments.len();
                 M::HandoffEmpty {
                     segments: m
                         .segments
@@ -513,6 +579,7 @@ impl Codec for JournalCodec {
                         .zip(m.standings)
                         .map(|(s, t)| Ok((segment(s)?, standing_from(t)?)))
                         .collect::<Result<_, DecodeError>>()?,
+                    needs: needs_from(m.needs, n)?,
                 }
             }
             manifest::HANDOFF_WANTED => M::HandoffWanted {

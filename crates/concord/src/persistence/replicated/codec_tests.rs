@@ -2,6 +2,16 @@ use super::*;
 use concord_core::persistence::journal::learn::LearnedLog;
 use concord_core::persistence::journal::stream::StreamEvent;
 
+fn need() -> Need {
+    let a = |p: u16| Address::new("s", "h", p);
+    Need {
+        previous: [a(1), a(2), a(3)].into(),
+        required: 2,
+        delivered: [a(1)].into(),
+        partial: [a(3)].into(),
+    }
+}
+
 #[test]
 fn messages_round_trip_and_garbage_is_an_error() {
     let e = Entry {
@@ -101,6 +111,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
             records: vec![(vec![1], vec![2])],
             last: true,
             standing: Standing::Incomplete,
+            needs: vec![need()],
         },
         JournalMessage::HandoffAck {
             segment: 3,
@@ -108,6 +119,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
         },
         JournalMessage::HandoffEmpty {
             segments: vec![(1, Standing::Complete), (2, Standing::Incomplete)],
+            needs: vec![(2, need()), (2, Need::default())],
         },
         JournalMessage::HandoffEmptyAck {
             segments: vec![1, 2],
@@ -166,11 +178,67 @@ fn messages_round_trip_and_garbage_is_an_error() {
         let m = wire::JournalHandoffEmpty {
             segments,
             standings,
+            needs: Vec::new(),
         };
         assert!(JournalCodec
             .decode(manifest::HANDOFF_EMPTY, &m.encode_to_vec())
             .is_err());
     }
+    // Needs: well-formed addresses, at most MAX_NEEDS per segment and per set, never more
+    // required than previous replicas.
+    let good = wire::JournalNeed {
+        segment: 1,
+        previous: vec!["concord://s@h:1".into(), "concord://s@h:2".into()],
+        required: 2,
+        ..Default::default()
+    };
+    let many = |k: usize| {
+        (1..=k)
+            .map(|p| format!("concord://s@h:{p}"))
+            .collect::<Vec<_>>()
+    };
+    for bad in [
+        wire::JournalNeed {
+            previous: vec!["h:1".into()],
+            ..good.clone()
+        },
+        wire::JournalNeed {
+            required: 3,
+            ..good.clone()
+        },
+        wire::JournalNeed {
+            partial: many(MAX_NEEDS + 1),
+            ..good.clone()
+        },
+        wire::JournalNeed {
+            segment: 70_000,
+            ..good.clone()
+        },
+    ] {
+        let m = wire::JournalHandoffEmpty {
+            segments: vec![1],
+            standings: vec![0],
+            needs: vec![bad],
+        };
+        assert!(JournalCodec
+            .decode(manifest::HANDOFF_EMPTY, &m.encode_to_vec())
+            .is_err());
+    }
+    let ok = wire::JournalHandoffEmpty {
+        segments: vec![1],
+        standings: vec![0],
+        needs: vec![good.clone(); MAX_NEEDS],
+    };
+    assert!(JournalCodec
+        .decode(manifest::HANDOFF_EMPTY, &ok.encode_to_vec())
+        .is_ok());
+    let too_many = wire::JournalHandoffEmpty {
+        needs: vec![good; MAX_NEEDS + 1],
+        ..ok
+    };
+    assert!(JournalCodec
+        .decode(manifest::HANDOFF_EMPTY, &too_many.encode_to_vec())
+        .is_err());
     let bad_slices = wire::JournalStreamRead {
         slice_from: 9,
         slice_to: 2,
