@@ -32,6 +32,7 @@ pub mod handoff;
 pub mod last_ring;
 pub mod learn;
 pub mod message;
+pub mod owed;
 mod proposer;
 mod request;
 mod serve;
@@ -267,6 +268,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 None
             })
             .map(|members| last_ring::ring_of(members, settings.virtual_nodes));
+        // Unreadable needs owed are forgotten: this node's incomplete copies then carry
+        // none (as before they were kept).
+        let owed = owed::load(&mut storage).unwrap_or_else(|_| {
+            stats.storage_errors += 1;
+            std::collections::BTreeMap::new()
+        });
         JournalMachine {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             settings,
@@ -282,6 +289,7 @@ impl<S: KvStorage> JournalMachine<S> {
             handoffs: handoff::Handoffs {
                 marks,
                 last_ring,
+                owed,
                 ..handoff::Handoffs::default()
             },
             held_transmits: Vec::new(),
@@ -493,6 +501,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
+        if self.handoffs.owed_dirty {
+            match owed::store(&mut self.storage, &self.handoffs.owed) {
+                Ok(()) => self.handoffs.owed_dirty = false,
+                Err(_) => self.stats.storage_errors += 1,
+            }
+        }
         if self.handoffs.ring_unsaved
             && self.handoffs.pending.is_empty()
             && self.ring.members().contains(&self.self_node)
@@ -509,10 +523,11 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             Err(StorageError(e)) => {
                 self.stats.storage_errors += 1;
-                // The marks and the ring written in the failed transaction are written
-                // again.
+                // The marks, the ring and the needs owed written in the failed
+                // transaction are written again.
                 self.handoffs.marks_dirty = true;
                 self.handoffs.ring_unsaved = true;
+                self.handoffs.owed_dirty = true;
                 self.held_transmits.clear();
                 self.writers.clear();
                 let failed: Vec<u64> = self

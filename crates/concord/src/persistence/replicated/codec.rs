@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use concord_core::address::Address;
-use concord_core::persistence::journal::handoff::{Need, MAX_NEEDS};
+use concord_core::persistence::journal::handoff::{Need, MAX_NEEDS, MAX_NEED_ADDRESSES};
 use concord_core::persistence::journal::standing::Standing;
 use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
 use prost::Message;
@@ -133,7 +133,7 @@ fn needs_from(
         return Err(DecodeError::Invalid(format!("{} needs", needs.len())));
     }
     let set = |v: Vec<String>| -> Result<std::collections::BTreeSet<Address>, DecodeError> {
-        if v.len() > MAX_NEEDS {
+        if v.len() > MAX_NEED_ADDRESSES {
             return Err(DecodeError::Invalid(format!(
                 "{} addresses in a need",
                 v.len()

@@ -184,8 +184,8 @@ fn messages_round_trip_and_garbage_is_an_error() {
             .decode(manifest::HANDOFF_EMPTY, &m.encode_to_vec())
             .is_err());
     }
-    // Needs: well-formed addresses, at most MAX_NEEDS per segment and per set, never more
-    // required than previous replicas.
+    // Needs: well-formed addresses, at most MAX_NEEDS per segment and MAX_NEED_ADDRESSES per
+    // set, never more required than previous replicas.
     let good = wire::JournalNeed {
         segment: 1,
         previous: vec!["concord://s@h:1".into(), "concord://s@h:2".into()],
@@ -207,7 +207,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
             ..good.clone()
         },
         wire::JournalNeed {
-            partial: many(MAX_NEEDS + 1),
+            partial: many(MAX_NEED_ADDRESSES + 1),
             ..good.clone()
         },
         wire::JournalNeed {

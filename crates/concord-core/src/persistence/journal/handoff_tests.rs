@@ -1,0 +1,284 @@
+//! Tests of [`super`]: pending segments, needs and marks across ring changes.
+
+use super::*;
+
+fn node(port: u16, uid: u64) -> UniqueAddress {
+    UniqueAddress {
+        address: Address::new("sys", "h", port),
+        uid,
+    }
+}
+
+#[test]
+fn a_joining_replica_waits_for_the_others_and_they_send_to_it() {
+    let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+    let old = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let new = Ring::new([a.clone(), b.clone(), c.clone(), d.clone()], 16);
+    let mut at_d = Handoffs::default();
+    at_d.ring_changed(&old, &new, &d, 3, 16);
+    let mut at_a = Handoffs::default();
+    at_a.ring_changed(&old, &new, &a, 3, 16);
+    let gained: Vec<u16> = (0..SEGMENTS)
+        .filter(|s| new.preference_list(*s, 3).contains(&&d))
+        .collect();
+    assert!(!gained.is_empty());
+    for s in &gained {
+        assert!(at_d.is_pending(*s), "segment {s}");
+        assert!(at_a.outgoing.contains_key(&(*s, d.clone())), "a sends {s}");
+    }
+    assert_eq!(at_d.pending.len(), gained.len());
+    // The last page from each sender clears it.
+    let s = gained[0];
+    for from in at_d.pending[&s].from.clone() {
+        at_d.received_last(s, &from, Standing::Complete, &[]);
+    }
+    assert!(!at_d.is_pending(s));
+    // Two of a segment's three replicas gone at once: its new replicas wait for them.
+    let e = node(5, 5);
+    let five = Ring::new([a.clone(), b.clone(), c.clone(), d.clone(), e.clone()], 16);
+    let seg = (0..SEGMENTS)
+        .find(|s| {
+            let l = five.preference_list(*s, 3);
+            l.contains(&&d) && l.contains(&&e) && !l.contains(&&a)
+        })
+        .expect("a segment on d and e");
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    for me in [&a, &b, &c] {
+        let mut h = Handoffs::default();
+        h.ring_changed(&five, &three, me, 3, 16);
+        if !five.preference_list(seg, 3).contains(&me) {
+            assert!(h.is_pending(seg), "{me:?} must not answer for {seg}");
+            let from = h.pending[&seg].from.clone();
+            for f in &from {
+                h.received_last(seg, f, Standing::Complete, &[]);
+            }
+            assert!(
+                h.is_pending(seg),
+                "still short of a majority of the old replicas"
+            );
+            h.received_last(seg, &node(4, 44), Standing::Complete, &[]);
+            assert!(!h.is_pending(seg), "d came back with its disk");
+        }
+    }
+    // A restarted node (new uid) is a new replica too.
+    let a2 = node(1, 9);
+    let back = Ring::new([a2.clone(), b.clone(), c.clone(), d.clone()], 16);
+    let mut at_b = Handoffs::default();
+    at_b.ring_changed(&new, &back, &b, 3, 16);
+    assert!(at_b.outgoing.keys().any(|(_, to)| *to == a2));
+}
+
+fn pending(previous: &[&UniqueAddress]) -> Pending {
+    let previous: BTreeSet<Address> = previous.iter().map(|a| a.address.clone()).collect();
+    Pending {
+        required: meets_every_majority(previous.len()),
+        previous,
+        ..Pending::default()
+    }
+}
+
+#[test]
+fn incomplete_copies_count_only_when_every_previous_replica_delivered() {
+    let (a, b, n) = (node(1, 1), node(2, 2), node(3, 3));
+    // A new replica that still waits for its own handoff is not one of the previous
+    // replicas that meet every majority (simulator seed 355): b complete, n not, a
+    // gone with writes only it and a departed node held.
+    let mut p = pending(&[&a, &b, &n]);
+    p.count(&b.address, Standing::Complete);
+    p.count(&n.address, Standing::Incomplete);
+    assert!(!p.done(), "n's copy does not stand for a's");
+    p.count(&a.address, Standing::Complete);
+    assert!(p.done());
+    // Every previous replica's copy, complete or not: all that any of them holds.
+    let mut p = pending(&[&a, &b, &n]);
+    p.count(&a.address, Standing::Incomplete);
+    p.count(&b.address, Standing::Incomplete);
+    assert!(!p.done(), "n has not answered");
+    p.count(&n.address, Standing::Incomplete);
+    assert!(p.done());
+    // A node outside the previous replicas counts for nothing.
+    let mut p = pending(&[&a, &b]);
+    p.count(&n.address, Standing::Complete);
+    assert!(!p.done());
+}
+
+#[test]
+fn a_ring_that_emptied_in_between_counts_from_the_last_ring_seen() {
+    // Simulator seed 1108: d was still joining (its view: a, b, c Up, itself not) when
+    // a, b and c were downed; its view emptied, then it formed a ring alone.
+    let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+    let empty = Ring::new(std::iter::empty(), 16);
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let alone = Ring::new([d.clone()], 16);
+    let mut h = Handoffs::default();
+    h.ring_changed(&empty, &three, &d, 3, 16);
+    assert!(h.pending.is_empty(), "not a member: nothing to wait for");
+    h.ring_changed(&three, &empty, &d, 3, 16);
+    h.ring_changed(&empty, &alone, &d, 3, 16);
+    assert_eq!(h.pending.len(), usize::from(SEGMENTS), "d waits everywhere");
+    let s = 0;
+    let p = &h.pending[&s];
+    let previous: BTreeSet<Address> = three
+        .preference_list(s, 3)
+        .iter()
+        .map(|x| x.address.clone())
+        .collect();
+    assert_eq!(p.previous, previous);
+    assert_eq!(p.required, 2);
+    // Two of them come back with their disks (new incarnations) and hand over.
+    let mut back = three
+        .preference_list(s, 3)
+        .into_iter()
+        .map(|x| UniqueAddress {
+            address: x.address.clone(),
+            uid: x.uid + 100,
+        });
+    let (x, y) = (back.next().unwrap(), back.next().unwrap());
+    h.received_last(s, &x, Standing::Complete, &[]);
+    assert!(h.is_pending(s));
+    h.received_last(s, &y, Standing::Complete, &[]);
+    assert!(!h.is_pending(s));
+    // A node that never saw a ring and forms one alone is a new cluster's first node.
+    let mut fresh = Handoffs::default();
+    fresh.ring_changed(&empty, &alone, &d, 3, 16);
+    assert!(fresh.pending.is_empty());
+}
+
+#[test]
+fn a_copy_handed_on_while_it_waited_carries_its_need_to_the_next_replica() {
+    // Simulator seeds 3647 and 3810: d became a replica of s and waited for two of
+    // a, b, c; only a delivered before b and c were downed; then e and f joined and d
+    // left the list of s, handing its copy on to e, which counted it as enough.
+    let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+    let (e, f) = (node(5, 5), node(6, 6));
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let four = Ring::new([a.clone(), b.clone(), c.clone(), d.clone()], 16);
+    let two = Ring::new([a.clone(), d.clone()], 16);
+    let grown = Ring::new([a.clone(), d.clone(), e.clone(), f.clone()], 16);
+    let s = (0..SEGMENTS)
+        .find(|s| {
+            four.preference_list(*s, 3).contains(&&d)
+                && !grown.preference_list(*s, 3).contains(&&d)
+                && grown.preference_list(*s, 3).contains(&&e)
+        })
+        .expect("a segment d gains, then leaves to e");
+    let mut at_d = Handoffs {
+        was_member: true,
+        ..Handoffs::default()
+    };
+    at_d.ring_changed(&three, &four, &d, 3, 16);
+    at_d.received_last(s, &a, Standing::Complete, &[]);
+    assert!(at_d.is_pending(s));
+    at_d.ring_changed(&four, &two, &d, 3, 16);
+    assert!(at_d.is_pending(s), "one of a, b, c is not enough");
+    at_d.ring_changed(&two, &grown, &d, 3, 16);
+    assert!(!at_d.is_pending(s));
+    assert_eq!(at_d.standing(s), Standing::Incomplete);
+    let owed = at_d.needs_of(s);
+    let abc: BTreeSet<Address> = [&a, &b, &c].iter().map(|x| x.address.clone()).collect();
+    assert_eq!(owed.len(), 1);
+    assert_eq!(owed[0].previous, abc);
+    assert_eq!(owed[0].required, 2);
+    assert_eq!(owed[0].delivered, [a.address.clone()].into());
+    assert!(at_d.owed_dirty, "stored with the next commit");
+    // Restarted with its disk (marks and needs owed) into a ring where it replicates s
+    // again, d waits for what it owes as well as for a.
+    let d2 = node(4, 44);
+    let mut again = Handoffs {
+        marks: at_d.marks.clone(),
+        owed: at_d.owed.clone(),
+        ..Handoffs::default()
+    };
+    let back = Ring::new([a.clone(), d2.clone()], 16);
+    again.ring_changed(&Ring::new(std::iter::empty(), 16), &back, &d2, 3, 16);
+    again.received_last(s, &a, Standing::Complete, &[]);
+    assert!(again.is_pending(s), "it still owes b's or c's copy");
+    assert!(
+        again.owed.is_empty() && again.owed_dirty,
+        "taken over by the wait"
+    );
+    again.received_last(s, &node(3, 33), Standing::Complete, &[]);
+    assert!(!again.is_pending(s));
+    // e waits for a and d (the list it joins), takes d's need over with d's copy, and
+    // is not done until b or c is back.
+    let mut at_e = Handoffs {
+        was_member: true,
+        ..Handoffs::default()
+    };
+    at_e.ring_changed(&two, &grown, &e, 3, 16);
+    assert!(at_e.is_pending(s));
+    at_e.received_last(s, &a, Standing::Complete, &[]);
+    at_e.received_last(s, &d, Standing::Incomplete, &owed);
+    // And for f if f is involved (a brand-new node: an incomplete copy).
+    at_e.received_last(s, &f, Standing::Incomplete, &[]);
+    assert!(at_e.pending[&s].from.is_empty());
+    assert!(at_e.is_pending(s), "d's copy lacks what only b and c held");
+    assert_eq!(at_e.needs_of(s), owed, "e's copy owes it in turn");
+    at_e.received_last(s, &node(2, 22), Standing::Complete, &[]);
+    assert!(!at_e.is_pending(s));
+    assert_eq!(at_e.standing(s), Standing::Complete);
+    assert!(at_e.needs_of(s).is_empty());
+    // A need is met by every one of its replicas' copies as well (a cluster's first
+    // ring, where no copy is complete).
+    let need = &owed[0];
+    let mut got = BTreeMap::new();
+    got.insert(b.address.clone(), Standing::Incomplete);
+    assert!(!need.met(&got));
+    got.insert(c.address.clone(), Standing::Incomplete);
+    assert!(need.met(&got));
+}
+
+#[test]
+fn marks_follow_the_ring_and_the_handoffs() {
+    let (a, b, c, d) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4));
+    let empty = Ring::new(std::iter::empty(), 16);
+    let alone = Ring::new([a.clone()], 16);
+    let mut h = Handoffs::default();
+    // The first node of a new cluster waits for nobody: complete everywhere.
+    h.ring_changed(&empty, &alone, &a, 3, 16);
+    assert!(h.pending.is_empty());
+    assert!(h.marks_dirty);
+    assert!((0..SEGMENTS).all(|s| h.standing(s) == Standing::Complete));
+    // A brand-new node is incomplete until it completes, there and where it holds
+    // nothing.
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let four = Ring::new([a.clone(), b.clone(), c.clone(), d.clone()], 16);
+    let mut at_d = Handoffs::default();
+    at_d.ring_changed(&three, &four, &d, 3, 16);
+    let s = *at_d.pending.keys().next().expect("d waits");
+    assert_eq!(at_d.standing(s), Standing::Incomplete);
+    let other = (0..SEGMENTS)
+        .find(|s| !four.preference_list(*s, 3).contains(&&d))
+        .expect("a segment d does not replicate");
+    assert_eq!(at_d.standing(other), Standing::Incomplete);
+    for f in [&a, &b, &c] {
+        at_d.received_last(s, f, Standing::Complete, &[]);
+    }
+    assert!(!at_d.is_pending(s));
+    assert_eq!(at_d.standing(s), Standing::Complete);
+    // Restarted (its marks from disk), it is not mistaken for a new node there.
+    let d2 = node(4, 44);
+    let back = Ring::new([a.clone(), b.clone(), c.clone(), d2.clone()], 16);
+    let mut again = Handoffs {
+        marks: at_d.marks.clone(),
+        ..Handoffs::default()
+    };
+    again.ring_changed(&three, &back, &d2, 3, 16);
+    assert!(again.is_pending(s), "a new incarnation waits");
+    assert_eq!(again.standing(s), Standing::Complete);
+    // A complete replica that becomes a new replica again (after it left the list)
+    // holds a stale copy until that handoff ends, also after it leaves the list.
+    let mut h = Handoffs::default();
+    h.ring_changed(&empty, &alone, &a, 3, 16);
+    h.ring_changed(&alone, &four, &a, 3, 16);
+    let left = (0..SEGMENTS)
+        .find(|s| !four.preference_list(*s, 3).contains(&&a))
+        .expect("a segment a left");
+    assert_eq!(h.standing(left), Standing::Complete, "as it left it");
+    h.ring_changed(&four, &three, &a, 3, 16);
+    assert!(h.is_pending(left));
+    assert_eq!(h.standing(left), Standing::Incomplete);
+    h.ring_changed(&three, &four, &a, 3, 16);
+    assert!(!h.is_pending(left));
+    assert_eq!(h.standing(left), Standing::Incomplete, "it never caught up");
+}
