@@ -52,6 +52,17 @@ pub const MAX_NEEDS: usize = 64;
 /// Addresses in one need's sets, at most: a segment's previous replicas are at most two
 /// preference lists (n ≤ 255 each).
 pub const MAX_NEED_ADDRESSES: usize = 512;
+/// Addresses in all the needs one segment's last page carries, at most: with addresses of
+/// at most 270 bytes of text they take under 600 KB, so a last page (1 MiB of records)
+/// still fits in a frame of the large lane (2 MiB).
+pub const MAX_PAGE_NEED_ADDRESSES: usize = 2048;
+
+impl Need {
+    /// Addresses in its sets.
+    pub fn addresses(&self) -> usize {
+        self.previous.len() + self.delivered.len() + self.partial.len()
+    }
+}
 
 /// A wait an incomplete copy still owes: of the segment's `previous` replicas (by
 /// address), `required` must have delivered complete copies, or every one of them a copy;
@@ -274,7 +285,8 @@ impl Handoffs {
     }
 
     /// What a last page of `segment` from this node carries: the unmet needs of its
-    /// incomplete copy (none if complete).
+    /// incomplete copy (none if complete), at most [`MAX_NEEDS`] with at most
+    /// [`MAX_PAGE_NEED_ADDRESSES`] addresses in all.
     pub fn needs_of(&self, segment: u16) -> Vec<Need> {
         if self.standing(segment) == Standing::Complete {
             return Vec::new();
@@ -289,6 +301,11 @@ impl Handoffs {
             }
         }
         needs.truncate(MAX_NEEDS);
+        let mut addresses = 0usize;
+        needs.retain(|n| {
+            addresses = addresses.saturating_add(n.addresses());
+            addresses <= MAX_PAGE_NEED_ADDRESSES
+        });
         needs
     }
 

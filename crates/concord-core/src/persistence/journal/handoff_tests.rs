@@ -282,3 +282,23 @@ fn marks_follow_the_ring_and_the_handoffs() {
     assert!(!h.is_pending(left));
     assert_eq!(h.standing(left), Standing::Incomplete, "it never caught up");
 }
+
+#[test]
+fn a_last_page_carries_needs_within_its_bounds() {
+    let need = |k: u16| Need {
+        previous: (0..100)
+            .map(|p| Address::new("s", "h", k * 100 + p + 1))
+            .collect(),
+        required: 51,
+        ..Need::default()
+    };
+    let mut h = Handoffs::default();
+    h.owed.insert(3, (0..70).map(need).collect());
+    assert_eq!(h.standing(3), Standing::Incomplete);
+    let needs = h.needs_of(3);
+    assert_eq!(needs.len(), MAX_PAGE_NEED_ADDRESSES / 100);
+    assert!(needs.iter().map(Need::addresses).sum::<usize>() <= MAX_PAGE_NEED_ADDRESSES);
+    // A complete copy carries none.
+    h.marks.completed(3);
+    assert!(h.needs_of(3).is_empty());
+}

@@ -29,6 +29,20 @@ fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
 
 /// Segments one `HandoffEmpty` message closes, at most.
 const EMPTY_SEGMENTS: usize = 64;
+
+/// Segments closed empty, with their standings, and the needs of those segments.
+type EmptyBatch = (Vec<(u16, Standing)>, Vec<(u16, Need)>);
+
+/// A `HandoffEmpty` to `to` closing `segments` with their `needs`.
+fn empty_message(to: &UniqueAddress, (segments, needs): EmptyBatch) -> Transmit<JournalMessage> {
+    Transmit {
+        to: to.address.clone(),
+        to_uid: Some(to.uid),
+        lane: Lane::Ordinary,
+        message: JournalMessage::HandoffEmpty { segments, needs },
+    }
+}
+
 impl<S: KvStorage> JournalMachine<S> {
     // ---- the acceptor ----
 
@@ -239,8 +253,7 @@ impl<S: KvStorage> JournalMachine<S> {
             .count();
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
-        type Empty = (Vec<(u16, Standing)>, Vec<(u16, Need)>);
-        let mut empty: BTreeMap<UniqueAddress, Empty> = BTreeMap::new();
+        let mut empty: BTreeMap<UniqueAddress, EmptyBatch> = BTreeMap::new();
         for (segment, to) in &keys {
             // A node still waiting for a segment after a ring change has nothing complete
             // to give; a node in its first ring gives what its disk holds.
@@ -273,24 +286,28 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
             }
         }
-        // At most EMPTY_SEGMENTS segments per message, so that their needs stay well
-        // inside a frame.
+        // At most EMPTY_SEGMENTS segments, and needs of at most MAX_PAGE_NEED_ADDRESSES
+        // addresses (one segment's may reach it alone), per message: it fits in a frame.
         for (to, (segments, needs)) in empty {
-            for chunk in segments.chunks(EMPTY_SEGMENTS) {
-                let needs = needs
-                    .iter()
-                    .filter(|(s, _)| chunk.iter().any(|(c, _)| c == s))
-                    .cloned()
-                    .collect();
-                self.held_transmits.push(Transmit {
-                    to: to.address.clone(),
-                    to_uid: Some(to.uid),
-                    lane: Lane::Ordinary,
-                    message: JournalMessage::HandoffEmpty {
-                        segments: chunk.to_vec(),
-                        needs,
-                    },
-                });
+            let mut batch = EmptyBatch::default();
+            let mut addresses = 0usize;
+            for (s, standing) in segments {
+                let of: Vec<(u16, Need)> = needs.iter().filter(|(n, _)| *n == s).cloned().collect();
+                let more: usize = of.iter().map(|(_, n)| n.addresses()).sum();
+                if batch.0.len() >= EMPTY_SEGMENTS
+                    || (!batch.0.is_empty()
+                        && addresses.saturating_add(more) > handoff::MAX_PAGE_NEED_ADDRESSES)
+                {
+                    self.held_transmits
+                        .push(empty_message(&to, std::mem::take(&mut batch)));
+                    addresses = 0;
+                }
+                batch.0.push((s, standing));
+                batch.1.extend(of);
+                addresses = addresses.saturating_add(more);
+            }
+            if !batch.0.is_empty() {
+                self.held_transmits.push(empty_message(&to, batch));
             }
         }
         for (segment, to) in keys {
