@@ -498,7 +498,7 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
             eprintln!("{} standing {standings:?} lists {lists:?}", a.host);
             for (seg, p) in j.pending().iter().take(2) {
                 eprintln!(
-                    "{} pending {seg}: from {:?} previous {:?} delivered {:?} first {}",
+                    "{} pending {seg}: from {:?} previous {:?} received {:?} first {}",
                     a.host,
                     p.from
                         .iter()
@@ -508,9 +508,9 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
                         .iter()
                         .map(|f| f.host.clone())
                         .collect::<Vec<_>>(),
-                    p.delivered
+                    p.received
                         .iter()
-                        .map(|f| f.host.clone())
+                        .map(|(f, standing)| (f.host.clone(), *standing))
                         .collect::<Vec<_>>(),
                     p.first_ring
                 );

@@ -57,13 +57,6 @@ pub const MAX_NEED_ADDRESSES: usize = 512;
 /// still fits in a frame of the large lane (2 MiB).
 pub const MAX_PAGE_NEED_ADDRESSES: usize = 2048;
 
-impl Need {
-    /// Addresses in its sets.
-    pub fn addresses(&self) -> usize {
-        self.previous.len() + self.delivered.len() + self.partial.len()
-    }
-}
-
 /// A wait an incomplete copy still owes: of the segment's `previous` replicas (by
 /// address), `required` must have delivered complete copies, or every one of them a copy;
 /// `delivered` and `partial` already delivered to the copy's holder (complete, and maybe
@@ -98,6 +91,28 @@ impl Need {
             })
     }
 
+    /// Addresses in its sets.
+    pub fn addresses(&self) -> usize {
+        self.previous.len() + self.delivered.len() + self.partial.len()
+    }
+
+    /// The need with the copies of its replicas that `received` holds counted in.
+    fn with_received(mut self, received: &BTreeMap<Address, Standing>) -> Need {
+        for a in &self.previous {
+            match received.get(a) {
+                Some(Standing::Complete) => {
+                    self.partial.remove(a);
+                    self.delivered.insert(a.clone());
+                }
+                Some(Standing::Incomplete) if !self.delivered.contains(a) => {
+                    self.partial.insert(a.clone());
+                }
+                _ => {}
+            }
+        }
+        self
+    }
+
     /// Within the bounds a page may carry ([`MAX_NEED_ADDRESSES`] addresses per set,
     /// `required` at most the previous replicas).
     pub fn is_bounded(&self) -> bool {
@@ -116,14 +131,9 @@ pub struct Pending {
     /// The addresses of the segment's previous replicas (by address: a restarted node
     /// brings its disk back).
     pub previous: BTreeSet<Address>,
-    /// Those of them that delivered a complete copy (this node's own disk counts if it is
-    /// one).
-    pub delivered: BTreeSet<Address>,
-    /// Those of them that delivered a copy that may be incomplete.
-    pub partial: BTreeSet<Address>,
-    /// How many of them must have delivered: enough to meet every majority of them
-    /// ([`meets_every_majority`]), so that every write chosen before is among what this
-    /// node merged.
+    /// How many of them must have delivered complete copies (this node's own disk counts
+    /// if it is one): enough to meet every majority of them ([`meets_every_majority`]), so
+    /// that every write chosen before is among what this node merged.
     pub required: usize,
     /// Pending since this node's first ring (it just started: what its disk holds is all
     /// it knows, and it hands that over while it waits); otherwise it hands nothing over
@@ -136,42 +146,40 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Everything awaited arrived: enough complete copies to meet every majority of the
-    /// previous replicas, or every previous replica's copy, complete or not (then this
-    /// node holds everything any of them holds).
-    /// Every need taken over from an incomplete copy must be met as well.
+    /// Its own need: `required` complete copies of the previous replicas', or every
+    /// previous replica's copy, complete or not (then this node holds everything any of
+    /// them holds).
+    fn own(&self) -> Need {
+        Need {
+            previous: self.previous.clone(),
+            required: self.required,
+            ..Need::default()
+        }
+    }
+
+    /// Everything awaited arrived: its own need and every need taken over from an
+    /// incomplete copy are met.
     pub fn done(&self) -> bool {
         self.from.is_empty()
-            && (self.delivered.len() >= self.required
-                || self
-                    .previous
-                    .iter()
-                    .all(|a| self.delivered.contains(a) || self.partial.contains(a)))
+            && self.own().met(&self.received)
             && self.inherited.iter().all(|n| n.met(&self.received))
     }
 
-    /// This wait's own need and the unmet needs it took over.
+    /// True if a copy from `a` is still awaited: a replica of its own or of an inherited
+    /// need that has not delivered a complete copy.
+    pub fn awaits(&self, a: &Address) -> bool {
+        self.received.get(a) != Some(&Standing::Complete)
+            && (self.previous.contains(a) || self.inherited.iter().any(|n| n.previous.contains(a)))
+    }
+
+    /// Its own need and those it took over that are not met, with the copies received
+    /// here counted in.
     pub fn unmet_needs(&self) -> Vec<Need> {
-        let own = Need {
-            previous: self.previous.clone(),
-            required: self.required,
-            delivered: self.delivered.clone(),
-            partial: self.partial.clone(),
-        };
-        let mut needs: Vec<Need> = Vec::new();
-        if !own.met(&BTreeMap::new()) {
-            needs.push(own);
-        }
-        for n in &self.inherited {
-            if !n.met(&self.received) {
-                needs.push(Need {
-                    delivered: with_received(&n.delivered, &n.previous, &self.received, true),
-                    partial: with_received(&n.partial, &n.previous, &self.received, false),
-                    ..n.clone()
-                });
-            }
-        }
-        needs
+        std::iter::once(self.own())
+            .chain(self.inherited.iter().cloned())
+            .filter(|n| !n.met(&self.received))
+            .map(|n| n.with_received(&self.received))
+            .collect()
     }
 
     /// Takes over `needs` (from an incomplete copy merged here), each once.
@@ -183,43 +191,12 @@ impl Pending {
         }
     }
 
-    /// Counts `from`'s copy by where it stands.
+    /// Counts `from`'s copy by where it stands (a complete copy stays counted complete).
     fn count(&mut self, from: &Address, standing: Standing) {
-        let had = self.received.get(from).copied();
-        if had != Some(Standing::Complete) {
+        if self.received.get(from) != Some(&Standing::Complete) {
             self.received.insert(from.clone(), standing);
         }
-        if !self.previous.contains(from) {
-            return;
-        }
-        match standing {
-            Standing::Complete => self.delivered.insert(from.clone()),
-            Standing::Incomplete => self.partial.insert(from.clone()),
-        };
     }
-}
-
-/// `set` with the members of `previous` that `received` holds (complete ones only if
-/// `complete`, else every one not complete).
-fn with_received(
-    set: &BTreeSet<Address>,
-    previous: &BTreeSet<Address>,
-    received: &BTreeMap<Address, Standing>,
-    complete: bool,
-) -> BTreeSet<Address> {
-    let mut out = set.clone();
-    for a in previous {
-        match received.get(a) {
-            Some(Standing::Complete) if complete => {
-                out.insert(a.clone());
-            }
-            Some(Standing::Incomplete) if !complete => {
-                out.insert(a.clone());
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// This node's handoffs; see the module docs.

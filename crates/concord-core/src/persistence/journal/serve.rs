@@ -220,11 +220,7 @@ impl<S: KvStorage> JournalMachine<S> {
             let mut wanted: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
             for (s, p) in &self.handoffs.pending {
                 // Also those an inherited need still waits for.
-                let missing = self.ring.members().iter().filter(|m| {
-                    (p.previous.contains(&m.address) && !p.delivered.contains(&m.address))
-                        || (p.inherited.iter().any(|n| n.previous.contains(&m.address))
-                            && p.received.get(&m.address) != Some(&Standing::Complete))
-                });
+                let missing = self.ring.members().iter().filter(|m| p.awaits(&m.address));
                 let ask: BTreeSet<&UniqueAddress> = p.from.iter().chain(missing).collect();
                 for f in ask {
                     if *f != self.self_node {
