@@ -61,6 +61,11 @@ pub(super) fn key(log: &str, kind: u8, seq: u64) -> Vec<u8> {
     k
 }
 
+/// True if `k` is the key of a log's state record (`key(log, KIND_STATE, 0)`).
+pub(super) fn is_state_key(k: &[u8]) -> bool {
+    matches!(parse_key(k), Some((_, _, KIND_STATE, 0)))
+}
+
 /// The first key of segment `s` and the first key after it.
 pub fn segment_bounds(s: u16) -> (Vec<u8>, Vec<u8>) {
     let start = s.to_be_bytes().to_vec();

@@ -37,6 +37,7 @@ mod proposer;
 mod request;
 mod serve;
 pub mod standing;
+pub mod state_cache;
 pub mod stream;
 mod stream_query;
 
@@ -186,6 +187,8 @@ pub struct JournalStats {
     pub view_mismatches: u64,
     /// Won rounds answered before the turn's commit (their answers were all on disk).
     pub answered_before_commit: u64,
+    /// Reads of logs' state records answered from memory ([`state_cache::StateCache`]).
+    pub state_cache_hits: u64,
 }
 
 /// A digest of a log's replica list (in preference-list order): 64-bit FNV-1a over each
@@ -226,7 +229,7 @@ pub struct JournalMachine<S: KvStorage> {
     settings: JournalSettings,
     self_node: UniqueAddress,
     ring: Ring,
-    storage: S,
+    storage: state_cache::StateCache<S>,
     requests: HashMap<u64, Request>,
     /// Requests waiting to be sent again, with the time they are due, ms.
     held_requests: Vec<(u64, Request)>,
@@ -278,7 +281,7 @@ impl<S: KvStorage> JournalMachine<S> {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             settings,
             self_node,
-            storage,
+            storage: state_cache::StateCache::new(storage, state_cache::DEFAULT_CAPACITY),
             requests: HashMap::new(),
             held_requests: Vec::new(),
             streams: HashMap::new(),
@@ -516,7 +519,9 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
-        match self.storage.commit() {
+        let committed = self.storage.commit();
+        self.stats.state_cache_hits = self.storage.hits();
+        match committed {
             Ok(()) => {
                 self.out.transmits.extend(self.held_transmits.drain(..));
                 self.out.events.extend(self.held_events.drain(..));

@@ -15,6 +15,12 @@ use concord::singleton::ClusterSingletons;
 use concord::Node;
 use tracing::{info, warn};
 
+/// The process's allocator: mimalloc (a node allocates and frees many small buffers per
+/// message and per journal record; glibc's allocator took 15–25 % of the persistence
+/// benchmark's CPU, docs/BENCHMARKS.md). The library leaves the choice to its users.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench;
 mod cli;
 mod client;

@@ -11,6 +11,13 @@
 //!    recovered from the journal under the node's 16 recovery permits), and how many asks
 //!    failed or timed out.
 //!
+//! The throughput phase also measures this process's CPU time (user + system,
+//! `getrusage`) over the measured window: CPU µs per persisted event across the cluster
+//! (the askers included), and from it the events/s one node could persist with two cores
+//! of its own (every node does the same work, so a node persisting `r` events/s uses `r ×`
+//! that CPU; the 3 nodes here share 2 cores). Not given for PostgreSQL, whose server's CPU
+//! is another process's.
+//!
 //! Stores: the built-in replicated journal (each node's share in a temporary data
 //! directory, N = 3, fsync at every commit; its storm writes through one node and recovers
 //! through the cluster, every recovery fencing that writer), PostgreSQL (a server started
@@ -61,6 +68,13 @@ pub struct StoreResult {
     pub p50_ms: f64,
     /// Command latency, ms.
     pub p99_ms: f64,
+    /// CPU time of this process (user + system) per persisted event over the measured
+    /// window, µs, all nodes and askers together (`None` for PostgreSQL: its server is
+    /// another process).
+    pub cpu_us_per_event: Option<f64>,
+    /// Events/s one node could persist with 2 cores of its own at that CPU cost
+    /// (`2 s / cpu_us_per_event`; see the module docs).
+    pub events_per_s_per_2_cores: Option<f64>,
     /// Asks that failed.
     pub errors: u64,
     /// Recovery storm: entities.
@@ -275,10 +289,28 @@ async fn touch_all(region: &Region, prefix: &str, entities: usize, expect: Optio
     failures.load(Ordering::Relaxed)
 }
 
+/// This process's CPU time so far (user + system), seconds; `None` if it cannot be read.
+fn cpu_seconds() -> Option<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(u.user_time()) + secs(u.system_time()))
+}
+
+/// What a throughput run measured.
+struct Throughput {
+    per_node: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+    /// CPU µs per persisted event (see the module docs).
+    cpu_us_per_event: Option<f64>,
+}
+
 async fn throughput(
     nodes: &[(concord::node::Node, Region)],
     s: &PersistenceBenchSettings,
-) -> (f64, f64, f64, u64) {
+) -> Throughput {
     touch_all(&nodes[0].1, "e", s.entities, None).await;
     let ok = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -324,8 +356,12 @@ async fn throughput(
     tokio::time::sleep(Duration::from_secs(1)).await;
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
+    let cpu_before = cpu_seconds();
     tokio::time::sleep(s.duration).await;
     measuring.store(false, Ordering::Relaxed);
+    let cpu = cpu_seconds()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     let took = started.elapsed().as_secs_f64();
     let events = ok.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
@@ -334,12 +370,13 @@ async fn throughput(
         lat.extend(t.await.unwrap_or_default());
     }
     let per_node = events as f64 / took / nodes.len() as f64;
-    (
+    Throughput {
         per_node,
-        percentile_ms(&mut lat, 50.0),
-        percentile_ms(&mut lat, 99.0),
-        errors.load(Ordering::Relaxed),
-    )
+        p50_ms: percentile_ms(&mut lat, 50.0),
+        p99_ms: percentile_ms(&mut lat, 99.0),
+        errors: errors.load(Ordering::Relaxed),
+        cpu_us_per_event: cpu.filter(|_| events > 0).map(|c| c * 1e6 / events as f64),
+    }
 }
 
 /// Writes `entities` × 20 events straight into the journal, 64 writers at once.
@@ -446,7 +483,10 @@ pub async fn run_persistence(
     for store in ["replicated", "postgres", "memory"] {
         let memory = InMemoryStore::new();
         let nodes = cluster(store, &url, &memory, 3).await?;
-        let (per_node, p50, p99, errors) = throughput(&nodes, s).await;
+        let t = throughput(&nodes, s).await;
+        // PostgreSQL's server works in processes of its own: this process's CPU is not
+        // the cost of its events.
+        let cpu_us_per_event = t.cpu_us_per_event.filter(|_| store != "postgres");
         for (n, _) in &nodes {
             n.shutdown().await;
         }
@@ -462,10 +502,12 @@ pub async fn run_persistence(
         };
         stores.push(StoreResult {
             store: store.into(),
-            events_per_s_per_node: per_node,
-            p50_ms: p50,
-            p99_ms: p99,
-            errors,
+            events_per_s_per_node: t.per_node,
+            p50_ms: t.p50_ms,
+            p99_ms: t.p99_ms,
+            cpu_us_per_event,
+            events_per_s_per_2_cores: cpu_us_per_event.filter(|c| *c > 0.0).map(|c| 2e6 / c),
+            errors: t.errors,
             recovery_entities: s.recovery_entities,
             recovery_s,
             recovery_failures,
@@ -485,7 +527,9 @@ pub fn report(r: &PersistenceBenchResult) -> String {
         "event-sourced entities, 3 nodes on loopback, {} B events, {} askers per node\n",
         r.event_bytes, r.clients
     );
-    out.push_str("store      events/s/node  p50 ms  p99 ms  errors  recovery storm\n");
+    out.push_str(
+        "store      events/s/node  p50 ms  p99 ms  errors  CPU µs/event  events/s per 2-core node  recovery storm\n",
+    );
     for x in &r.stores {
         let storm = match x.recovery_s {
             Some(t) => format!(
@@ -494,9 +538,16 @@ pub fn report(r: &PersistenceBenchResult) -> String {
             ),
             None => "-".into(),
         };
+        let or_dash = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         out.push_str(&format!(
-            "{:<10} {:>13.0} {:>7.2} {:>7.2} {:>7}  {storm}\n",
-            x.store, x.events_per_s_per_node, x.p50_ms, x.p99_ms, x.errors
+            "{:<10} {:>13.0} {:>7.2} {:>7.2} {:>7}  {:>12}  {:>24}  {storm}\n",
+            x.store,
+            x.events_per_s_per_node,
+            x.p50_ms,
+            x.p99_ms,
+            x.errors,
+            or_dash(x.cpu_us_per_event),
+            or_dash(x.events_per_s_per_2_cores),
         ));
     }
     out
