@@ -36,8 +36,10 @@ pub mod owed;
 mod proposer;
 mod request;
 mod serve;
+mod settings;
 pub mod standing;
 pub mod state_cache;
+mod stats;
 pub mod stream;
 mod stream_query;
 
@@ -55,47 +57,8 @@ pub use chain::Answer;
 pub use entry::{Ballot, Entry, StoredSnapshot};
 pub use message::JournalMessage;
 use request::{Op, Request};
-
-/// Settings of the replicated journal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JournalSettings {
-    /// Replicas of each log (Dynamo's N; 3).
-    pub n: u8,
-    /// Tokens per member on the ring (64, as the key-value store).
-    pub virtual_nodes: u32,
-    /// A request without a majority's answer by then fails as unavailable, ms (5000).
-    pub request_timeout_ms: u64,
-    /// Only members with this role host logs (`None`: every Up member).
-    pub role: Option<String>,
-    /// Logs this node remembers being the writer of (a forgotten one prepares again on
-    /// its next append), count (100,000).
-    pub max_writers: usize,
-    /// Requests of this node in flight at once, at most (more fail at once as
-    /// unavailable), count (100,000).
-    pub max_in_flight: usize,
-    /// Commit after every input (the simulator and tests; the runtime commits once per
-    /// turn).
-    pub auto_commit: bool,
-    /// Events by type are read only up to this long before now, ms (2000): the time a
-    /// learn takes to reach the replicas plus the clock skew between nodes
-    /// ([`stream`]).
-    pub stream_delay_ms: u64,
-}
-
-impl Default for JournalSettings {
-    fn default() -> Self {
-        JournalSettings {
-            n: 3,
-            virtual_nodes: 64,
-            request_timeout_ms: 5_000,
-            role: None,
-            max_writers: 100_000,
-            max_in_flight: 100_000,
-            auto_commit: false,
-            stream_delay_ms: 2_000,
-        }
-    }
-}
+pub use settings::JournalSettings;
+pub use stats::JournalStats;
 
 /// Why a request failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -153,42 +116,6 @@ pub struct JournalEvent {
     pub request: u64,
     /// The result.
     pub result: Result<JournalOutput, JournalError>,
-}
-
-/// Counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct JournalStats {
-    /// Writes chosen through this node.
-    pub appends: u64,
-    /// Recoveries (phase 1) completed.
-    pub recoveries: u64,
-    /// Refusals: another writer held the log.
-    pub conflicts: u64,
-    /// Requests that timed out.
-    pub timeouts: u64,
-    /// Commits that failed.
-    pub storage_errors: u64,
-    /// Messages refused as malformed.
-    pub rejected: u64,
-    /// Handoff pages merged.
-    pub handoff_pages: u64,
-    /// Learns sent again (not acknowledged in time).
-    pub learn_resends: u64,
-    /// Learns given up (too many waiting).
-    pub learns_dropped: u64,
-    /// Rounds held to be sent again: a majority of the log's replicas could not answer
-    /// yet (new replicas waiting for their handoff), none refused.
-    pub held: u64,
-    /// Recovery rounds whose majority of promises lacked a write of the committed prefix
-    /// (a replica set changing, a handoff half done): not answered, held.
-    pub gaps: u64,
-    /// Promises and accept answers not counted: the replier's view of the log's replicas
-    /// differed from the proposer's (one of the two views lags a ring change).
-    pub view_mismatches: u64,
-    /// Won rounds answered before the turn's commit (their answers were all on disk).
-    pub answered_before_commit: u64,
-    /// Reads of logs' state records answered from memory ([`state_cache::StateCache`]).
-    pub state_cache_hits: u64,
 }
 
 /// A digest of a log's replica list (in preference-list order): 64-bit FNV-1a over each

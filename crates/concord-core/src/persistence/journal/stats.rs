@@ -1,0 +1,38 @@
+//! [`JournalStats`]: the replicated journal machine's counters (exported as the
+//! `concord_journal_*` metrics, docs/PERSISTENCE.md).
+
+/// Counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Writes chosen through this node.
+    pub appends: u64,
+    /// Recoveries (phase 1) completed.
+    pub recoveries: u64,
+    /// Refusals: another writer held the log.
+    pub conflicts: u64,
+    /// Requests that timed out.
+    pub timeouts: u64,
+    /// Commits that failed.
+    pub storage_errors: u64,
+    /// Messages refused as malformed.
+    pub rejected: u64,
+    /// Handoff pages merged.
+    pub handoff_pages: u64,
+    /// Learns sent again (not acknowledged in time).
+    pub learn_resends: u64,
+    /// Learns given up (too many waiting).
+    pub learns_dropped: u64,
+    /// Rounds held to be sent again: a majority of the log's replicas could not answer
+    /// yet (new replicas waiting for their handoff), none refused.
+    pub held: u64,
+    /// Recovery rounds whose majority of promises lacked a write of the committed prefix
+    /// (a replica set changing, a handoff half done): not answered, held.
+    pub gaps: u64,
+    /// Promises and accept answers not counted: the replier's view of the log's replicas
+    /// differed from the proposer's (one of the two views lags a ring change).
+    pub view_mismatches: u64,
+    /// Won rounds answered before the turn's commit (their answers were all on disk).
+    pub answered_before_commit: u64,
+    /// Reads of logs' state records answered from memory ([`super::state_cache::StateCache`]).
+    pub state_cache_hits: u64,
+}
