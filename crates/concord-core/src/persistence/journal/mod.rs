@@ -235,6 +235,11 @@ impl<S: KvStorage> JournalMachine<S> {
         &self.stats
     }
 
+    /// Reads of logs' state records answered from memory ([`state_cache::StateCache`]).
+    pub fn state_cache_hits(&self) -> u64 {
+        self.storage.hits()
+    }
+
     /// The ring.
     pub fn ring(&self) -> &Ring {
         &self.ring
@@ -446,9 +451,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
-        let committed = self.storage.commit();
-        self.stats.state_cache_hits = self.storage.hits();
-        match committed {
+        match self.storage.commit() {
             Ok(()) => {
                 self.out.transmits.extend(self.held_transmits.drain(..));
                 self.out.events.extend(self.held_events.drain(..));

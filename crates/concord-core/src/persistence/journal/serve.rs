@@ -249,7 +249,7 @@ impl<S: KvStorage> JournalMachine<S> {
             .count();
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
-        let mut empty: BTreeMap<UniqueAddress, EmptyBatch> = BTreeMap::new();
+        let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing, Vec<Need>)>> = BTreeMap::new();
         for (segment, to) in &keys {
             // A node still waiting for a segment after a ring change has nothing complete
             // to give; a node in its first ring gives what its disk holds.
@@ -270,10 +270,11 @@ impl<S: KvStorage> JournalMachine<S> {
                 Ok(r) if r.is_empty() => {
                     o.in_flight = Some((now_ms, None, true));
                     let standing = self.handoffs.standing(*segment);
-                    let e = empty.entry(to.clone()).or_default();
-                    e.0.push((*segment, standing));
                     let needs = self.handoffs.needs_of(*segment);
-                    e.1.extend(needs.into_iter().map(|n| (*segment, n)));
+                    empty
+                        .entry(to.clone())
+                        .or_default()
+                        .push((*segment, standing, needs));
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -284,12 +285,11 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         // At most EMPTY_SEGMENTS segments, and needs of at most MAX_PAGE_NEED_ADDRESSES
         // addresses (one segment's may reach it alone), per message: it fits in a frame.
-        for (to, (segments, needs)) in empty {
+        for (to, segments) in empty {
             let mut batch = EmptyBatch::default();
             let mut addresses = 0usize;
-            for (s, standing) in segments {
-                let of: Vec<(u16, Need)> = needs.iter().filter(|(n, _)| *n == s).cloned().collect();
-                let more: usize = of.iter().map(|(_, n)| n.addresses()).sum();
+            for (s, standing, needs) in segments {
+                let more: usize = needs.iter().map(Need::addresses).sum();
                 if batch.0.len() >= EMPTY_SEGMENTS
                     || (!batch.0.is_empty()
                         && addresses.saturating_add(more) > handoff::MAX_PAGE_NEED_ADDRESSES)
@@ -299,7 +299,7 @@ impl<S: KvStorage> JournalMachine<S> {
                     addresses = 0;
                 }
                 batch.0.push((s, standing));
-                batch.1.extend(of);
+                batch.1.extend(needs.into_iter().map(|n| (s, n)));
                 addresses = addresses.saturating_add(more);
             }
             if !batch.0.is_empty() {

@@ -65,10 +65,14 @@ impl<S: KvStorage> StateCache<S> {
     }
 
     fn keep(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        if let Some(cached) = self.states.get_mut(key) {
+            *cached = value;
+            return;
+        }
         if self.capacity == 0 {
             return;
         }
-        if self.states.len() >= self.capacity && !self.states.contains_key(key) {
+        if self.states.len() >= self.capacity {
             self.states.clear();
         }
         self.states.insert(key.to_vec(), value);
@@ -90,24 +94,36 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
     }
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        if Self::cached(table, key) {
-            // Forgotten first: if the storage refuses the write, no stale copy stays.
-            self.states.remove(key);
-            self.inner.put(table, key, value)?;
-            self.keep(key, Some(value.to_vec()));
-            return Ok(());
+        if !Self::cached(table, key) {
+            return self.inner.put(table, key, value);
         }
-        self.inner.put(table, key, value)
+        match self.inner.put(table, key, value) {
+            Ok(()) => {
+                self.keep(key, Some(value.to_vec()));
+                Ok(())
+            }
+            Err(e) => {
+                // No stale copy stays beside a write the storage refused.
+                self.states.remove(key);
+                Err(e)
+            }
+        }
     }
 
     fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
-        if Self::cached(table, key) {
-            self.states.remove(key);
-            self.inner.remove(table, key)?;
-            self.keep(key, None);
-            return Ok(());
+        if !Self::cached(table, key) {
+            return self.inner.remove(table, key);
         }
-        self.inner.remove(table, key)
+        match self.inner.remove(table, key) {
+            Ok(()) => {
+                self.keep(key, None);
+                Ok(())
+            }
+            Err(e) => {
+                self.states.remove(key);
+                Err(e)
+            }
+        }
     }
 
     fn range(
@@ -224,6 +240,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.inner.gets, 2);
+    }
+
+    #[test]
+    fn only_state_record_keys_are_cached() {
+        use super::super::acceptor::key;
+        for log in ["a", "ebench|e1", "log\u{0}with a nul"] {
+            for kind in 0..4u8 {
+                for seq in [0, 1, 256, u64::MAX] {
+                    assert_eq!(
+                        is_state_key(&key(log, kind, seq)),
+                        kind == 0 && seq == 0,
+                        "{log} {kind} {seq}"
+                    );
+                }
+            }
+        }
+        assert!(!is_state_key(&[0; 12]), "no log name");
     }
 
     #[test]

@@ -33,6 +33,4 @@ pub struct JournalStats {
     pub view_mismatches: u64,
     /// Won rounds answered before the turn's commit (their answers were all on disk).
     pub answered_before_commit: u64,
-    /// Reads of logs' state records answered from memory ([`super::state_cache::StateCache`]).
-    pub state_cache_hits: u64,
 }

@@ -50,7 +50,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_held_total", &l).absolute(s.held);
     metrics::counter!("concord_journal_gaps_total", &l).absolute(s.gaps);
     metrics::counter!("concord_journal_view_mismatches_total", &l).absolute(s.view_mismatches);
-    metrics::counter!("concord_journal_state_cache_hits_total", &l).absolute(s.state_cache_hits);
+    metrics::counter!("concord_journal_state_cache_hits_total", &l).absolute(m.state_cache_hits());
 }
 
 /// The bytes the node's share of the journal takes on disk.
