@@ -4,7 +4,10 @@
 //! 1. **Write throughput and command latency**: `clients` concurrent askers per node send
 //!    `Append` (a 100 B event) to random entities of `entities` (the entity may live on any
 //!    node: routing included); each answer comes once the event is stored. Persisted
-//!    events/s per node, and the p50/p99 of the asks.
+//!    events/s per node, and the p50/p99 of the asks. With `rate` the load is an open loop
+//!    instead: each node starts `rate` asks per second on a fixed schedule, whatever the
+//!    answers, and each latency runs from the ask's scheduled start (no coordinated
+//!    omission) — the latency at a given load rather than at saturation.
 //! 2. **Recovery storm**: `recovery-entities` entities with 20 events each are written to
 //!    the store; a fresh node (none of them in memory, as after a crash) gets one `Count`
 //!    for each, from 256 concurrent askers: the time until every entity answered (each
@@ -24,7 +27,7 @@
 //! for the run in a temporary directory, or `--postgres-url`), and the in-memory store as
 //! the layer's own cost without I/O.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,9 @@ pub struct PersistenceBenchSettings {
     pub recovery_entities: usize,
     /// An existing PostgreSQL to use (its `concord_*` tables are written to).
     pub postgres_url: Option<String>,
+    /// Open loop: asks started per second per node on a fixed schedule, whatever the
+    /// answers (`None`: closed loop, `clients` askers each waiting for its answer).
+    pub rate: Option<f64>,
 }
 
 /// One store's figures.
@@ -90,8 +96,10 @@ pub struct StoreResult {
 pub struct PersistenceBenchResult {
     /// Event size, bytes.
     pub event_bytes: usize,
-    /// Concurrent askers per node.
+    /// Concurrent askers per node (closed loop).
     pub clients: usize,
+    /// Open loop: asks offered per second per node (`None`: closed loop).
+    pub offered_per_s_per_node: Option<f64>,
     /// Each store.
     pub stores: Vec<StoreResult>,
 }
@@ -307,64 +315,136 @@ struct Throughput {
     cpu_us_per_event: Option<f64>,
 }
 
+/// Asks in flight per node at most in the open loop: beyond it the schedule waits (and
+/// the wait counts, as latencies run from each ask's scheduled start).
+const MAX_OPEN_IN_FLIGHT: usize = 8192;
+
+/// What the askers of a throughput run share.
+#[derive(Clone, Default)]
+struct Counters {
+    ok: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    measuring: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Counters {
+    /// Counts an answer completed while measuring; true if it is to be timed.
+    fn count(&self, answered: bool) -> bool {
+        if !self.measuring.load(Ordering::Relaxed) {
+            return false;
+        }
+        let c = if answered { &self.ok } else { &self.errors };
+        c.fetch_add(1, Ordering::Relaxed);
+        answered
+    }
+}
+
+async fn append(region: &Region, entities: usize, pad: Vec<u8>) -> bool {
+    let id = format!("e{}", rand::rng().random_range(0..entities));
+    let r = region
+        .entity_ref(id)
+        .ask(&BenchCommand::Append(pad), Duration::from_secs(10))
+        .await;
+    matches!(r, Ok(Ok(_)))
+}
+
+/// `clients` askers, each sending its next ask when the last one is answered.
+fn closed_loop(
+    region: &Region,
+    s: &PersistenceBenchSettings,
+    c: &Counters,
+) -> Vec<tokio::task::JoinHandle<Vec<Duration>>> {
+    (0..s.clients)
+        .map(|_| {
+            let (region, c, entities, pad) = (
+                region.clone(),
+                c.clone(),
+                s.entities,
+                vec![7u8; s.event_bytes],
+            );
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while !c.stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if c.count(append(&region, entities, pad.clone()).await) {
+                        lat.push(t.elapsed());
+                    }
+                }
+                lat
+            })
+        })
+        .collect()
+}
+
+/// Asks started `rate` times per second on a fixed schedule, whatever the answers (no
+/// coordinated omission: each latency runs from the ask's scheduled start).
+fn open_loop(
+    region: &Region,
+    s: &PersistenceBenchSettings,
+    rate: f64,
+    c: &Counters,
+) -> tokio::task::JoinHandle<Vec<Duration>> {
+    let (region, c, entities, pad) = (
+        region.clone(),
+        c.clone(),
+        s.entities,
+        vec![7u8; s.event_bytes],
+    );
+    tokio::spawn(async move {
+        let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_IN_FLIGHT));
+        let start = tokio::time::Instant::now();
+        let mut n = 0u64;
+        while !c.stop.load(Ordering::Relaxed) {
+            let due = start + Duration::from_secs_f64(n as f64 / rate);
+            tokio::time::sleep_until(due).await;
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
+            let (region, c, lat, pad) = (region.clone(), c.clone(), lat.clone(), pad.clone());
+            tokio::spawn(async move {
+                if c.count(append(&region, entities, pad).await) {
+                    let took = due.elapsed();
+                    lat.lock().unwrap_or_else(|p| p.into_inner()).push(took);
+                }
+                drop(permit);
+            });
+            n += 1;
+        }
+        // Every ask answered (each times out after 10 s).
+        let _ = permits.acquire_many(MAX_OPEN_IN_FLIGHT as u32).await;
+        let mut lat = lat.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *lat)
+    })
+}
+
 async fn throughput(
     nodes: &[(concord::node::Node, Region)],
     s: &PersistenceBenchSettings,
 ) -> Throughput {
     touch_all(&nodes[0].1, "e", s.entities, None).await;
-    let ok = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let c = Counters::default();
     let mut tasks = Vec::new();
     for (_, region) in nodes {
-        for _ in 0..s.clients {
-            let (region, ok, errors, measuring, stop) = (
-                region.clone(),
-                ok.clone(),
-                errors.clone(),
-                measuring.clone(),
-                stop.clone(),
-            );
-            let (entities, pad) = (s.entities, vec![7u8; s.event_bytes]);
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let id = format!("e{}", rand::rng().random_range(0..entities));
-                    let t = Instant::now();
-                    let r = region
-                        .entity_ref(id)
-                        .ask(&BenchCommand::Append(pad.clone()), Duration::from_secs(10))
-                        .await;
-                    if measuring.load(Ordering::Relaxed) {
-                        match r {
-                            Ok(Ok(_)) => {
-                                ok.fetch_add(1, Ordering::Relaxed);
-                                lat.push(t.elapsed());
-                            }
-                            _ => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                }
-                lat
-            }));
+        match s.rate {
+            Some(rate) => tasks.push(open_loop(region, s, rate, &c)),
+            None => tasks.extend(closed_loop(region, s, &c)),
         }
     }
     // Warm-up: connections open, batches flowing.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    measuring.store(true, Ordering::Relaxed);
+    c.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let cpu_before = cpu_seconds();
     tokio::time::sleep(s.duration).await;
-    measuring.store(false, Ordering::Relaxed);
+    c.measuring.store(false, Ordering::Relaxed);
     let cpu = cpu_seconds()
         .zip(cpu_before)
         .map(|(after, before)| after - before);
     let took = started.elapsed().as_secs_f64();
-    let events = ok.load(Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
+    let events = c.ok.load(Ordering::Relaxed);
+    c.stop.store(true, Ordering::Relaxed);
     let mut lat = Vec::new();
     for t in tasks {
         lat.extend(t.await.unwrap_or_default());
@@ -374,7 +454,7 @@ async fn throughput(
         per_node,
         p50_ms: percentile_ms(&mut lat, 50.0),
         p99_ms: percentile_ms(&mut lat, 99.0),
-        errors: errors.load(Ordering::Relaxed),
+        errors: c.errors.load(Ordering::Relaxed),
         cpu_us_per_event: cpu.filter(|_| events > 0).map(|c| c * 1e6 / events as f64),
     }
 }
@@ -517,15 +597,20 @@ pub async fn run_persistence(
     Ok(PersistenceBenchResult {
         event_bytes: s.event_bytes,
         clients: s.clients,
+        offered_per_s_per_node: s.rate,
         stores,
     })
 }
 
 /// The human-readable report.
 pub fn report(r: &PersistenceBenchResult) -> String {
+    let load = match r.offered_per_s_per_node {
+        Some(rate) => format!("open loop, {rate:.0} asks/s offered per node"),
+        None => format!("{} askers per node", r.clients),
+    };
     let mut out = format!(
-        "event-sourced entities, 3 nodes on loopback, {} B events, {} askers per node\n",
-        r.event_bytes, r.clients
+        "event-sourced entities, 3 nodes on loopback, {} B events, {load}\n",
+        r.event_bytes
     );
     out.push_str(
         "store      events/s/node  p50 ms  p99 ms  errors  CPU µs/event  events/s per 2-core node  recovery storm\n",

@@ -81,6 +81,10 @@ pub enum BenchCommand {
         /// Use this PostgreSQL (connection URL) instead of starting one.
         #[arg(long)]
         postgres_url: Option<String>,
+        /// Open loop: asks started per second per node on a fixed schedule, whatever the
+        /// answers (latency from each ask's scheduled start); `--clients` is then unused.
+        #[arg(long)]
+        rate: Option<f64>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -170,8 +174,12 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             event_bytes,
             recovery_entities,
             postgres_url,
+            rate,
             json,
         } => {
+            if rate.is_some_and(|r| !(r.is_finite() && (1.0..=1e6).contains(&r))) {
+                anyhow::bail!("--rate must be from 1 to 1000000 asks/s per node");
+            }
             for (name, v, max) in [
                 ("--clients", clients, 10_000),
                 ("--entities", entities, 100_000_000),
@@ -191,6 +199,7 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
                 event_bytes,
                 recovery_entities,
                 postgres_url,
+                rate,
             };
             print_report(
                 crate::bench::persistence::run_persistence(&settings).await,
