@@ -24,6 +24,7 @@
 
 use super::entry::{from_bytes, to_bytes, Ballot, Entry, StoredSnapshot, FORMAT};
 use super::message::JournalMessage;
+use super::unable::UnableReason;
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
@@ -66,6 +67,12 @@ pub(super) fn key(log: &str, kind: u8, seq: u64) -> Vec<u8> {
 pub(super) fn is_state_key(k: &[u8]) -> bool {
     const TAIL: [u8; 10] = [0, KIND_STATE, 0, 0, 0, 0, 0, 0, 0, 0];
     k.len() > 2 + TAIL.len() && k.ends_with(&TAIL)
+}
+
+/// True if `k` is the key of an entry record (`key(log, KIND_ENTRY, slot)`: the log
+/// name's terminator, then the kind), by its last bytes alone.
+pub(super) fn is_entry_key(k: &[u8]) -> bool {
+    k.len() > 12 && k[k.len() - 10] == 0 && k[k.len() - 9] == KIND_ENTRY
 }
 
 /// The first key of segment `s` and the first key after it.
@@ -254,7 +261,10 @@ pub fn prepare<S: KvStorage>(
     } else {
         let (tail, complete) = page(st, log, tail_from, MAX_TAIL_ENTRIES * 1000, MAX_PAGE_BYTES)?;
         if complete != u64::MAX || tail.len() > MAX_TAIL_ENTRIES {
-            return Ok(JournalMessage::Unable { request });
+            return Ok(JournalMessage::Unable {
+                request,
+                reason: UnableReason::TailTooLong,
+            });
         }
         let tail_bytes: usize = tail.iter().map(Entry::payload_bytes).sum();
         let mut bytes = 0usize;
@@ -328,7 +338,10 @@ pub fn accept_and_learn<S: KvStorage>(
         });
     }
     if writes.iter().any(|w| !w.is_valid()) {
-        return Ok(JournalMessage::Unable { request });
+        return Ok(JournalMessage::Unable {
+            request,
+            reason: UnableReason::BadRequest,
+        });
     }
     state.promised = ballot;
     state.committed = state.committed.max(committed);

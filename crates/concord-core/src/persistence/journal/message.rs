@@ -6,6 +6,7 @@ use super::handoff::Need;
 use super::learn::LearnedLog;
 use super::standing::Standing;
 use super::stream::StreamEvent;
+use super::unable::UnableReason;
 
 /// A journal protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,11 +137,13 @@ pub enum JournalMessage {
         /// Request id.
         request: u64,
     },
-    /// The acceptor cannot answer (its storage failed, or the segment is still being
-    /// synchronised after a ring change); counted as no answer.
+    /// The acceptor cannot answer (its storage failed, the segment is still being
+    /// synchronised after a ring change, …: `reason`); counted as no answer.
     Unable {
         /// Request id.
         request: u64,
+        /// Why.
+        reason: UnableReason,
     },
     /// A new owner's copy of the records of one ring segment, from an old owner
     /// (`records` are raw storage records; `last` closes the segment).
@@ -257,7 +260,7 @@ impl JournalMessage {
             | JournalMessage::SnapshotReply { request, .. }
             | JournalMessage::Done { request }
             | JournalMessage::StreamReply { request, .. }
-            | JournalMessage::Unable { request } => Some(*request),
+            | JournalMessage::Unable { request, .. } => Some(*request),
             _ => None,
         }
     }

@@ -32,8 +32,10 @@ pub mod handoff;
 pub mod last_ring;
 pub mod learn;
 pub mod message;
+pub mod output;
 pub mod owed;
 mod proposer;
+pub mod recent_entries;
 mod request;
 mod serve;
 mod settings;
@@ -42,6 +44,7 @@ pub mod state_cache;
 mod stats;
 pub mod stream;
 mod stream_query;
+pub mod unable;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -56,24 +59,11 @@ pub use acceptor::segment_of_log;
 pub use chain::Answer;
 pub use entry::{Ballot, Entry, StoredSnapshot};
 pub use message::JournalMessage;
+pub use output::{JournalError, JournalEvent, JournalOutput};
 use request::{Op, Request};
 pub use settings::JournalSettings;
 pub use stats::JournalStats;
-
-/// Why a request failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum JournalError {
-    /// Another writer holds the log, or the write does not follow its highest number.
-    #[error("{0}")]
-    Conflict(String),
-    /// No majority answered in time; a write's outcome is unknown.
-    #[error("{0}")]
-    Unavailable(String),
-    /// The write or snapshot was refused before anything was sent (larger than
-    /// [`MAX_WRITE_BYTES`] or [`MAX_SNAPSHOT_BYTES`]): nothing was stored.
-    #[error("{0}")]
-    Rejected(String),
-}
+pub use unable::UnableReason;
 
 /// Bytes of events one write (one atomic write, or one durable state) may carry, at most:
 /// with a snapshot of at most [`MAX_SNAPSHOT_BYTES`] and an uncertain tail of one write,
@@ -83,40 +73,6 @@ pub const MAX_WRITE_BYTES: usize = 512 << 10;
 /// Bytes of one snapshot, at most (see [`MAX_WRITE_BYTES`]); a larger one is refused
 /// ([`JournalError::Rejected`]) and recovery replays the events instead.
 pub const MAX_SNAPSHOT_BYTES: usize = 768 << 10;
-
-/// A request's result.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JournalOutput {
-    /// This node is the log's writer: the page asked for and the highest number.
-    Recovered {
-        /// Writes from the page's start, in order.
-        page: Vec<Entry>,
-        /// The log's highest sequence number (0: empty).
-        highest: u64,
-        /// The newest snapshot a majority holds, for a recovery that asked for it
-        /// ([`JournalMachine::recover_from_snapshot`]); the page then starts after it.
-        snapshot: Option<StoredSnapshot>,
-    },
-    /// Writes read, in order.
-    Read(Vec<Entry>),
-    /// The write is chosen (on a majority's disks).
-    Appended,
-    /// The newest snapshot a majority holds.
-    Snapshot(Option<StoredSnapshot>),
-    /// Saved or deleted on a majority.
-    Done,
-    /// Events of an entity type, in offset order.
-    Events(Vec<stream::StreamEvent>),
-}
-
-/// The answer to a caller's request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JournalEvent {
-    /// The caller's request id.
-    pub request: u64,
-    /// The result.
-    pub result: Result<JournalOutput, JournalError>,
-}
 
 /// A digest of a log's replica list (in preference-list order): 64-bit FNV-1a over each
 /// member's identity, never 0 (0 on the wire means "not sent").
@@ -238,6 +194,12 @@ impl<S: KvStorage> JournalMachine<S> {
     /// Reads of logs' state records answered from memory ([`state_cache::StateCache`]).
     pub fn state_cache_hits(&self) -> u64 {
         self.storage.hits()
+    }
+
+    /// Reads of entries answered from the entries written lately
+    /// ([`recent_entries::RecentEntries`]).
+    pub fn entry_cache_hits(&self) -> u64 {
+        self.storage.entry_hits()
     }
 
     /// The ring.

@@ -57,6 +57,7 @@ impl<S: KvStorage> JournalMachine<S> {
             snapshots: Default::default(),
             newest_snapshot: None,
             refused: Default::default(),
+            unable: Default::default(),
             deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
             local_turn: None,
         };
@@ -323,6 +324,10 @@ impl<S: KvStorage> JournalMachine<S> {
             JournalMessage::Nack { promised, .. } => {
                 req.refused.insert(from.clone(), Some(promised));
             }
+            JournalMessage::Unable { reason, .. } => {
+                req.unable.insert(from.clone(), reason);
+                req.refused.insert(from.clone(), None);
+            }
             _ => {
                 req.refused.insert(from.clone(), None);
             }
@@ -509,7 +514,13 @@ impl<S: KvStorage> JournalMachine<S> {
                     ))),
                 );
             }
-            _ => self.hold_or_fail(now_ms, req, "a majority of its replicas could not answer"),
+            _ => {
+                let why = format!(
+                    "a majority of its replicas could not answer{}",
+                    req.unable_reasons()
+                );
+                self.hold_or_fail(now_ms, req, &why)
+            }
         }
     }
 
@@ -557,10 +568,11 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.finish(
                     req.caller,
                     Err(JournalError::Unavailable(format!(
-                        "{}: no majority of its replicas [{}] answered within {} ms",
+                        "{}: no majority of its replicas [{}] answered within {} ms{}",
                         req.log,
                         names.join(", "),
-                        self.settings.request_timeout_ms
+                        self.settings.request_timeout_ms,
+                        req.unable_reasons()
                     ))),
                 );
             }

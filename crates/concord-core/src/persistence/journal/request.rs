@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::chain::Answer;
 use super::entry::{Ballot, Entry, StoredSnapshot};
+use super::unable::UnableReason;
 use crate::address::UniqueAddress;
 
 /// What a caller asked.
@@ -92,6 +93,8 @@ pub struct Request {
     pub newest_snapshot: Option<StoredSnapshot>,
     /// Replicas that refused or could not answer this round.
     pub refused: BTreeMap<UniqueAddress, Option<Ballot>>,
+    /// Replicas that answered `Unable` this round, and why (named if the round fails).
+    pub unable: BTreeMap<UniqueAddress, UnableReason>,
     /// Fails as unavailable at this time, ms.
     pub deadline_ms: u64,
     /// The turn (the machine's commits so far) in which this node's own replica last
@@ -125,10 +128,25 @@ impl Request {
             .unwrap_or(Ballot::ZERO)
     }
 
+    /// Why replicas answered `Unable` this round, for an error: empty if none did, else
+    /// e.g. ` (node@host:1 is still synchronising the log's segment after a ring change)`.
+    pub fn unable_reasons(&self) -> String {
+        if self.unable.is_empty() {
+            return String::new();
+        }
+        let each: Vec<String> = self
+            .unable
+            .iter()
+            .map(|(node, why)| format!("{} {}", node.address, why.describe()))
+            .collect();
+        format!(" ({})", each.join("; "))
+    }
+
     /// Clears the round's answers for the next round.
     pub fn next_round(&mut self) {
         self.answers.clear();
         self.snapshots.clear();
         self.refused.clear();
+        self.unable.clear();
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::handoff::Need;
 use super::message::JournalMessage;
 use super::standing::Standing;
+use super::unable::UnableReason;
 use super::{
     acceptor, handoff, replicas_digest, segment_of_log, JournalMachine, MAX_LOG_BYTES, MISPLACED_MS,
 };
@@ -71,12 +72,18 @@ impl<S: KvStorage> JournalMachine<S> {
             // Only a replica in this node's own view answers, and not before its handoff.
             let segment = segment_of_log(log);
             let replicas = self.ring.preference_list(segment, self.settings.n);
-            let answers = log.len() <= MAX_LOG_BYTES
-                && !log.contains('\0')
-                && replicas.contains(&&self.self_node)
-                && !self.handoffs.is_pending(segment);
-            if !answers {
-                return Some(JournalMessage::Unable { request });
+            let refusal = if log.len() > MAX_LOG_BYTES || log.contains('\0') {
+                Some(UnableReason::BadRequest)
+            } else if !replicas.contains(&&self.self_node) {
+                Some(UnableReason::NotAReplica)
+            } else if self.handoffs.is_pending(segment) {
+                Some(UnableReason::Synchronising)
+            } else {
+                None
+            };
+            if let Some(reason) = refusal {
+                self.stats.count_unable(reason);
+                return Some(JournalMessage::Unable { request, reason });
             }
             if matches!(
                 msg,
@@ -191,13 +198,20 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             _ => return None,
         };
-        Some(match result {
+        let answer = match result {
             Ok(m) => m,
             Err((request, _)) => {
                 self.stats.storage_errors += 1;
-                JournalMessage::Unable { request }
+                JournalMessage::Unable {
+                    request,
+                    reason: UnableReason::Storage,
+                }
             }
-        })
+        };
+        if let JournalMessage::Unable { reason, .. } = &answer {
+            self.stats.count_unable(*reason);
+        }
+        Some(answer)
     }
 
     pub(super) fn handoff_tick(&mut self, now_ms: u64) {

@@ -1,5 +1,6 @@
 //! [`StateCache`]: the journal machine's storage with the logs' state records
-//! ([`super::acceptor::LogState`]) kept in memory as well.
+//! ([`super::acceptor::LogState`]) kept in memory as well, and the entries written lately
+//! ([`RecentEntries`]).
 //!
 //! Every accept and every learn reads its log's state record and writes it back, so on an
 //! LSM tree each event cost each replica two point reads of the memtable (a skip-list
@@ -13,12 +14,16 @@
 //! what the storage would return. A failed [`KvStorage::commit`] empties the cache (the
 //! storage may have dropped the turn's writes). Bounded: at most `capacity` records; when
 //! full, it is emptied and fills again from the reads that follow.
+//!
+//! Entry records are kept the same way, but only as they are written (a learn reads back
+//! the entry its replica accepted a moment before), within [`RecentEntries`]' bounds.
 
 use std::collections::HashMap;
 
 use crate::kv::storage::{KvStorage, Record, StorageError, Table};
 
-use super::acceptor::is_state_key;
+use super::acceptor::{is_entry_key, is_state_key};
+use super::recent_entries::{self, RecentEntries};
 
 /// State records cached, at most, by default (about 100 bytes each: a key of the log's
 /// name and a value of four numbers).
@@ -32,22 +37,42 @@ pub struct StateCache<S> {
     states: HashMap<Vec<u8>, Option<Vec<u8>>>,
     capacity: usize,
     hits: u64,
+    /// Entry records written lately.
+    entries: RecentEntries,
+    entry_hits: u64,
 }
 
 impl<S: KvStorage> StateCache<S> {
-    /// `inner` with an empty cache of at most `capacity` records (0: no caching).
+    /// `inner` with an empty cache of at most `capacity` state records (0: none cached)
+    /// and of the entries written lately within [`recent_entries::DEFAULT_MAX_ENTRIES`]
+    /// and [`recent_entries::DEFAULT_MAX_BYTES`] (none when `capacity` is 0).
     pub fn new(inner: S, capacity: usize) -> Self {
+        let entries = if capacity == 0 {
+            RecentEntries::new(0, 0)
+        } else {
+            RecentEntries::new(
+                recent_entries::DEFAULT_MAX_ENTRIES,
+                recent_entries::DEFAULT_MAX_BYTES,
+            )
+        };
         StateCache {
             inner,
             states: HashMap::new(),
             capacity,
             hits: 0,
+            entries,
+            entry_hits: 0,
         }
     }
 
-    /// Reads answered from the cache so far.
+    /// Reads of state records answered from the cache so far.
     pub fn hits(&self) -> u64 {
         self.hits
+    }
+
+    /// Reads of entry records answered from the entries written lately, so far.
+    pub fn entry_hits(&self) -> u64 {
+        self.entry_hits
     }
 
     /// Records cached now.
@@ -82,6 +107,12 @@ impl<S: KvStorage> StateCache<S> {
 impl<S: KvStorage> KvStorage for StateCache<S> {
     fn get(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         if !Self::cached(table, key) {
+            if table == Table::Journal && is_entry_key(key) {
+                if let Some(v) = self.entries.get(key) {
+                    self.entry_hits += 1;
+                    return Ok(Some(v.clone()));
+                }
+            }
             return self.inner.get(table, key);
         }
         if let Some(v) = self.states.get(key) {
@@ -95,6 +126,13 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         if !Self::cached(table, key) {
+            if table == Table::Journal && is_entry_key(key) {
+                // Forgotten first: no stale copy stays beside a write the storage refused.
+                self.entries.forget(key);
+                self.inner.put(table, key, value)?;
+                self.entries.wrote(key, value);
+                return Ok(());
+            }
             return self.inner.put(table, key, value);
         }
         match self.inner.put(table, key, value) {
@@ -112,6 +150,9 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
 
     fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
         if !Self::cached(table, key) {
+            if table == Table::Journal && is_entry_key(key) {
+                self.entries.forget(key);
+            }
             return self.inner.remove(table, key);
         }
         match self.inner.remove(table, key) {
@@ -140,6 +181,7 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
         let r = self.inner.commit();
         if r.is_err() {
             self.states.clear();
+            self.entries.clear();
         }
         r
     }
@@ -227,19 +269,42 @@ mod tests {
         assert_eq!(log_state(&mut c, "log-b").unwrap(), LogState::default());
         assert_eq!(c.inner.gets, 1);
         assert_eq!(c.hits(), 3);
-        // Other records are not cached.
+        // Other records are not cached (a mark, kind 3).
         c.put(
             Table::Journal,
-            b"\x00\x01log-a\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01",
-            b"e",
+            b"\x00\x01log-a\x00\x03\x00\x00\x00\x00\x00\x00\x00\x01",
+            b"m",
         )
         .unwrap();
         c.get(
             Table::Journal,
-            b"\x00\x01log-a\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01",
+            b"\x00\x01log-a\x00\x03\x00\x00\x00\x00\x00\x00\x00\x01",
         )
         .unwrap();
         assert_eq!(c.inner.gets, 2);
+    }
+
+    #[test]
+    fn an_entry_written_is_read_back_from_memory_until_removed_or_dropped() {
+        let mut c = StateCache::new(Counting::default(), 10);
+        let k = super::super::acceptor::key("log", super::super::acceptor::KIND_ENTRY, 4);
+        c.put(Table::Journal, &k, b"entry").unwrap();
+        c.commit().unwrap();
+        assert_eq!(c.get(Table::Journal, &k).unwrap(), Some(b"entry".to_vec()));
+        assert_eq!((c.inner.gets, c.entry_hits()), (0, 1));
+        // A failed commit drops the turn's writes: the entry is read from the storage.
+        c.put(Table::Journal, &k, b"newer").unwrap();
+        c.inner.fail_next_commit = true;
+        assert!(c.commit().is_err());
+        assert_eq!(c.get(Table::Journal, &k).unwrap(), Some(b"entry".to_vec()));
+        assert_eq!(c.inner.gets, 1);
+        // A read that missed is not kept; a removal forgets.
+        c.get(Table::Journal, &k).unwrap();
+        assert_eq!(c.inner.gets, 2);
+        c.put(Table::Journal, &k, b"again").unwrap();
+        c.remove(Table::Journal, &k).unwrap();
+        assert_eq!(c.get(Table::Journal, &k).unwrap(), None);
+        assert_eq!(c.inner.gets, 3);
     }
 
     #[test]
@@ -253,6 +318,7 @@ mod tests {
                         kind == 0 && seq == 0,
                         "{log} {kind} {seq}"
                     );
+                    assert_eq!(is_entry_key(&key(log, kind, seq)), kind == 1);
                 }
             }
         }

@@ -33,4 +33,16 @@ pub struct JournalStats {
     pub view_mismatches: u64,
     /// Won rounds answered before the turn's commit (their answers were all on disk).
     pub answered_before_commit: u64,
+    /// `Unable` answers this node gave, per reason (indexed by
+    /// [`super::UnableReason::code`]).
+    pub unable_answers: [u64; super::UnableReason::ALL.len()],
+}
+
+impl JournalStats {
+    /// Counts an `Unable` answer given for `reason`.
+    pub fn count_unable(&mut self, reason: super::UnableReason) {
+        if let Some(c) = self.unable_answers.get_mut(reason.code() as usize) {
+            *c = c.saturating_add(1);
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::ops::RangeInclusive;
 
 use super::message::JournalMessage;
 use super::stream::{self, StreamEvent, StreamQuery, MAX_STREAM_LIMIT};
+use super::unable::UnableReason;
 use super::{JournalError, JournalMachine, JournalOutput, MAX_LOG_BYTES};
 use crate::address::UniqueAddress;
 use crate::kv::ring::SEGMENTS;
@@ -132,10 +133,10 @@ impl<S: KvStorage> JournalMachine<S> {
             limit,
         } = msg
         else {
-            return JournalMessage::Unable { request: 0 };
+            return self.unable(0, UnableReason::BadRequest);
         };
         if entity_type.len() > MAX_LOG_BYTES || entity_type.contains('\0') {
-            return JournalMessage::Unable { request };
+            return self.unable(request, UnableReason::BadRequest);
         }
         let segments: Vec<u16> = (0..SEGMENTS)
             .filter(|s| {
@@ -163,9 +164,15 @@ impl<S: KvStorage> JournalMachine<S> {
             },
             Err(_) => {
                 self.stats.storage_errors += 1;
-                JournalMessage::Unable { request }
+                self.unable(request, UnableReason::Storage)
             }
         }
+    }
+
+    /// An `Unable` answer to `request`, counted.
+    fn unable(&mut self, request: u64, reason: UnableReason) -> JournalMessage {
+        self.stats.count_unable(reason);
+        JournalMessage::Unable { request, reason }
     }
 
     /// True if `wire` is a stream query of this node.

@@ -60,10 +60,20 @@ fn a_held_request_fails_at_its_deadline_if_the_replicas_never_catch_up() {
     net.run_until(900);
     assert!(net.events.is_empty(), "held, not failed at once");
     let answer = net.answer(0, 1, 600);
+    let Err(JournalError::Unavailable(why)) = &answer.result else {
+        panic!("{answer:?}");
+    };
+    // The error names why the replicas could not answer, and they counted it.
     assert!(
-        matches!(answer.result, Err(JournalError::Unavailable(_))),
-        "{answer:?}"
+        why.contains(UnableReason::Synchronising.describe()),
+        "{why}"
     );
+    let synchronising: u64 = net
+        .machines
+        .iter()
+        .map(|m| m.stats().unable_answers[UnableReason::Synchronising.code() as usize])
+        .sum();
+    assert!(synchronising > 0);
     assert!(
         net.machines[0].stats().held > 1,
         "sent again until the deadline"

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use concord_core::address::Address;
 use concord_core::persistence::journal::handoff::{Need, MAX_NEEDS, MAX_NEED_ADDRESSES};
 use concord_core::persistence::journal::standing::Standing;
-use concord_core::persistence::journal::{Ballot, Entry, JournalMessage, StoredSnapshot};
+use concord_core::persistence::journal::{
+    Ballot, Entry, JournalMessage, StoredSnapshot, UnableReason,
+};
 use prost::Message;
 
 use crate::remote::wire;
@@ -202,6 +204,7 @@ impl Codec for JournalCodec {
             wire::JournalRequestId {
                 request,
                 replicas: 0,
+                unable_reason: 0,
             }
             .encode_to_vec()
         };
@@ -272,11 +275,20 @@ impl Codec for JournalCodec {
                 wire::JournalRequestId {
                     request: *request,
                     replicas: *replicas,
+                    unable_reason: 0,
                 }
                 .encode_to_vec(),
             ),
             M::Done { request } => (manifest::DONE, id(*request)),
-            M::Unable { request } => (manifest::UNABLE, id(*request)),
+            M::Unable { request, reason } => (
+                manifest::UNABLE,
+                wire::JournalRequestId {
+                    request: *request,
+                    replicas: 0,
+                    unable_reason: reason.code(),
+                }
+                .encode_to_vec(),
+            ),
             M::Nack { request, promised } => (
                 manifest::NACK,
                 wire::JournalNack {
@@ -477,9 +489,13 @@ impl Codec for JournalCodec {
             manifest::DONE => M::Done {
                 request: id(payload)?,
             },
-            manifest::UNABLE => M::Unable {
-                request: id(payload)?,
-            },
+            manifest::UNABLE => {
+                let m = wire::JournalRequestId::decode(payload).map_err(invalid)?;
+                M::Unable {
+                    request: m.request,
+                    reason: UnableReason::from_code(m.unable_reason),
+                }
+            }
             manifest::NACK => {
                 let m = wire::JournalNack::decode(payload).map_err(invalid)?;
                 M::Nack {

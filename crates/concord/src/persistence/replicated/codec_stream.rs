@@ -21,6 +21,7 @@ pub(super) fn encode(msg: &JournalMessage) -> (u32, Vec<u8>) {
         wire::JournalRequestId {
             request,
             replicas: 0,
+            unable_reason: 0,
         }
         .encode_to_vec()
     };

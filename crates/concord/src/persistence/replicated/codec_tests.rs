@@ -104,7 +104,10 @@ fn messages_round_trip_and_garbage_is_an_error() {
             to: 3,
         },
         JournalMessage::Done { request: 6 },
-        JournalMessage::Unable { request: 7 },
+        JournalMessage::Unable {
+            request: 7,
+            reason: UnableReason::Synchronising,
+        },
         JournalMessage::Handoff {
             segment: 3,
             page: 1,
@@ -268,4 +271,41 @@ fn messages_round_trip_and_garbage_is_an_error() {
     assert!(JournalCodec
         .decode(manifest::READ_REPLY, &bad.encode_to_vec())
         .is_err());
+}
+
+#[test]
+fn unable_carries_its_reason_and_an_earlier_versions_reads_as_unknown() {
+    let c = JournalCodec;
+    for reason in UnableReason::ALL {
+        let m = JournalMessage::Unable { request: 9, reason };
+        let (manifest, bytes) = c.encode(&m);
+        assert_eq!(c.decode(manifest, &bytes).unwrap(), m);
+    }
+    let (manifest, _) = c.encode(&JournalMessage::Unable {
+        request: 9,
+        reason: UnableReason::Storage,
+    });
+    // An earlier version's Unable: the request id alone.
+    let earlier = wire::JournalRequestId {
+        request: 9,
+        replicas: 0,
+        unable_reason: 0,
+    }
+    .encode_to_vec();
+    // A later version's reason this one does not know.
+    let later = wire::JournalRequestId {
+        request: 9,
+        replicas: 0,
+        unable_reason: 77,
+    }
+    .encode_to_vec();
+    for bytes in [earlier, later] {
+        assert_eq!(
+            c.decode(manifest, &bytes).unwrap(),
+            JournalMessage::Unable {
+                request: 9,
+                reason: UnableReason::Unknown,
+            }
+        );
+    }
 }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use concord_core::kv::KvStorage;
-use concord_core::persistence::journal::{JournalError, JournalMachine, JournalOutput};
+use concord_core::persistence::journal::{
+    JournalError, JournalMachine, JournalOutput, UnableReason,
+};
 
 /// A request finished.
 pub(super) fn request(
@@ -51,6 +53,15 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_gaps_total", &l).absolute(s.gaps);
     metrics::counter!("concord_journal_view_mismatches_total", &l).absolute(s.view_mismatches);
     metrics::counter!("concord_journal_state_cache_hits_total", &l).absolute(m.state_cache_hits());
+    metrics::counter!("concord_journal_entry_cache_hits_total", &l).absolute(m.entry_cache_hits());
+    for reason in UnableReason::ALL {
+        let n = s.unable_answers[reason.code() as usize];
+        let l = [
+            ("node", node.to_string()),
+            ("reason", reason.label().to_string()),
+        ];
+        metrics::counter!("concord_journal_unable_answers_total", &l).absolute(n);
+    }
 }
 
 /// The bytes the node's share of the journal takes on disk.
