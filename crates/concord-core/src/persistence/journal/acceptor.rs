@@ -343,9 +343,14 @@ pub fn accept_and_learn<S: KvStorage>(
             reason: UnableReason::BadRequest,
         });
     }
+    let before = state;
     state.promised = ballot;
     state.committed = state.committed.max(committed);
-    put_state(st, log, &state)?;
+    if state != before {
+        // Usually unchanged: the learn of the slot before came first and moved the
+        // committed prefix, and the writer's ballot was promised at its recovery.
+        put_state(st, log, &state)?;
+    }
     for w in writes {
         let stored = Entry {
             ballot,
