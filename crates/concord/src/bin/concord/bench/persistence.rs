@@ -349,6 +349,21 @@ async fn append(region: &Region, entities: usize, pad: Vec<u8>) -> bool {
     matches!(r, Ok(Ok(_)))
 }
 
+/// What one asker task owns: the region, the counters, the entities to choose from and the
+/// event's padding.
+fn asker(
+    region: &Region,
+    s: &PersistenceBenchSettings,
+    c: &Counters,
+) -> (Region, Counters, usize, Vec<u8>) {
+    (
+        region.clone(),
+        c.clone(),
+        s.entities,
+        vec![7u8; s.event_bytes],
+    )
+}
+
 /// `clients` askers, each sending its next ask when the last one is answered.
 fn closed_loop(
     region: &Region,
@@ -357,12 +372,7 @@ fn closed_loop(
 ) -> Vec<tokio::task::JoinHandle<Vec<Duration>>> {
     (0..s.clients)
         .map(|_| {
-            let (region, c, entities, pad) = (
-                region.clone(),
-                c.clone(),
-                s.entities,
-                vec![7u8; s.event_bytes],
-            );
+            let (region, c, entities, pad) = asker(region, s, c);
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 while !c.stop.load(Ordering::Relaxed) {
@@ -385,12 +395,7 @@ fn open_loop(
     rate: f64,
     c: &Counters,
 ) -> tokio::task::JoinHandle<Vec<Duration>> {
-    let (region, c, entities, pad) = (
-        region.clone(),
-        c.clone(),
-        s.entities,
-        vec![7u8; s.event_bytes],
-    );
+    let (region, c, entities, pad) = asker(region, s, c);
     tokio::spawn(async move {
         let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_IN_FLIGHT));
