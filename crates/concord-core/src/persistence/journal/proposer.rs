@@ -514,18 +514,13 @@ impl<S: KvStorage> JournalMachine<S> {
                     ))),
                 );
             }
-            _ => {
-                let why = format!(
-                    "a majority of its replicas could not answer{}",
-                    req.unable_reasons()
-                );
-                self.hold_or_fail(now_ms, req, &why)
-            }
+            _ => self.hold_or_fail(now_ms, req, "a majority of its replicas could not answer"),
         }
     }
 
     /// Holds `req` to be sent again ([`Self::hold`]); if it cannot be held, fails it as
-    /// unavailable for `why` (an established writer is forgotten).
+    /// unavailable for `why`, with the replicas' reasons for any `Unable` answers (an
+    /// established writer is forgotten).
     fn hold_or_fail(&mut self, now_ms: u64, req: Request, why: &str) {
         let Some(req) = self.hold(now_ms, req) else {
             return;
@@ -535,7 +530,11 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         self.finish(
             req.caller,
-            Err(JournalError::Unavailable(format!("{}: {why}", req.log))),
+            Err(JournalError::Unavailable(format!(
+                "{}: {why}{}",
+                req.log,
+                req.unable_reasons()
+            ))),
         );
     }
 

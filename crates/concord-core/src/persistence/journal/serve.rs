@@ -82,8 +82,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 None
             };
             if let Some(reason) = refusal {
-                self.stats.count_unable(reason);
-                return Some(JournalMessage::Unable { request, reason });
+                return Some(self.unable(request, reason));
             }
             if matches!(
                 msg,
@@ -198,20 +197,20 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             _ => return None,
         };
-        let answer = match result {
+        Some(match result {
+            Ok(JournalMessage::Unable { request, reason }) => self.unable(request, reason),
             Ok(m) => m,
             Err((request, _)) => {
                 self.stats.storage_errors += 1;
-                JournalMessage::Unable {
-                    request,
-                    reason: UnableReason::Storage,
-                }
+                self.unable(request, UnableReason::Storage)
             }
-        };
-        if let JournalMessage::Unable { reason, .. } = &answer {
-            self.stats.count_unable(*reason);
-        }
-        Some(answer)
+        })
+    }
+
+    /// An `Unable` answer to `request`, counted by reason.
+    pub(super) fn unable(&mut self, request: u64, reason: UnableReason) -> JournalMessage {
+        self.stats.count_unable(reason);
+        JournalMessage::Unable { request, reason }
     }
 
     pub(super) fn handoff_tick(&mut self, now_ms: u64) {

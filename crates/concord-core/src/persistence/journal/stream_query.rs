@@ -169,12 +169,6 @@ impl<S: KvStorage> JournalMachine<S> {
         }
     }
 
-    /// An `Unable` answer to `request`, counted.
-    fn unable(&mut self, request: u64, reason: UnableReason) -> JournalMessage {
-        self.stats.count_unable(reason);
-        JournalMessage::Unable { request, reason }
-    }
-
     /// True if `wire` is a stream query of this node.
     pub(super) fn is_stream(&self, wire: u64) -> bool {
         self.streams.contains_key(&wire)
