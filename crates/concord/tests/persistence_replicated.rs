@@ -408,3 +408,38 @@ async fn in_a_split_brain_the_second_writer_is_refused() {
         n.shutdown().await;
     }
 }
+
+/// The operator's routes: the waits after a ring change (none once the handoffs ended),
+/// and a give-up that refuses a member that is up and takes an address that is not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_routes_show_the_waits_and_give_up_only_replicas_not_up() {
+    let (a, _ra, _pa) = node(&[]).await;
+    wait_journal_settled(&[&a]).await;
+    let base = format!("http://{}", a.management_addr().unwrap());
+    let http = reqwest::Client::new();
+    let waits: serde_json::Value = http
+        .get(format!("{base}/persistence/journal/waits"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(waits, serde_json::json!({"waits": []}));
+    let give_up = |lost: String| {
+        http.post(format!("{base}/persistence/journal/give-up"))
+            .json(&serde_json::json!({ "lost": [lost] }))
+            .send()
+    };
+    let r = give_up(a.self_address().to_string()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let why = r.text().await.unwrap();
+    assert!(why.contains("member of the ring"), "{why}");
+    let r = give_up("concord://journal@127.0.0.1:1".into())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"released": [], "told": 0}));
+    a.shutdown().await;
+}

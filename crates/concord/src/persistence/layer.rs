@@ -176,7 +176,7 @@ impl Layer for PersistenceLayer {
             message,
         };
         let node = ctx.cluster.self_address().to_string();
-        let started = LayerStarted {
+        let mut started = LayerStarted {
             routes: Some(super::routes::routes(self.handle.clone())),
         };
         if let Some(stores) = self.stores {
@@ -197,6 +197,9 @@ impl Layer for PersistenceLayer {
                 };
                 let store = super::replicated::start(&ctx, inbound, journal)?;
                 info!(%node, "persistence: the replicated journal runs here");
+                started.routes = started
+                    .routes
+                    .map(|r| r.merge(super::replicated::routes(store.clone())));
                 self.handle.start(Stores::of(store), settings);
             }
             "memory" => self

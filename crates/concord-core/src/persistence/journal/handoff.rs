@@ -233,6 +233,9 @@ pub struct Handoffs {
     pub owed: BTreeMap<u16, Vec<Need>>,
     /// `owed` changed since it was last stored.
     pub owed_dirty: bool,
+    /// Addresses the operator gave up as lost for good ([`super::give_up`]): no wait
+    /// counts them, until a node of that address is in the ring again.
+    pub given_up: BTreeSet<Address>,
 }
 
 impl Handoffs {
@@ -256,7 +259,7 @@ impl Handoffs {
         }
     }
 
-    fn completed(&mut self, segment: u16) {
+    pub(super) fn completed(&mut self, segment: u16) {
         self.owed_dirty |= self.owed.remove(&segment).is_some();
         self.marks_dirty |= self.marks.completed(segment);
     }
@@ -308,6 +311,8 @@ impl Handoffs {
             _ => old,
         };
         let members: BTreeSet<&UniqueAddress> = new.members().iter().collect();
+        self.given_up
+            .retain(|a| !members.iter().any(|m| m.address == *a));
         let (owed, owed_dirty) = (&mut self.owed, &mut self.owed_dirty);
         self.pending.retain(|s, p| {
             p.from.retain(|a| members.contains(a));
@@ -365,8 +370,11 @@ impl Handoffs {
                     p.inherit(&o);
                     self.owed_dirty = true;
                 }
-                self.pending.insert(s, p);
-                self.marks_dirty |= self.marks.joined(s);
+                p.forget(&self.given_up);
+                if !p.done() {
+                    self.pending.insert(s, p);
+                    self.marks_dirty |= self.marks.joined(s);
+                }
             }
             for x in new_l.iter().filter(|x| !old_l.contains(x)) {
                 let x: &UniqueAddress = x;
@@ -407,6 +415,7 @@ impl Handoffs {
                         p.inherit(&o);
                         self.owed_dirty = true;
                     }
+                    p.forget(&self.given_up);
                     if !p.done() {
                         // A new replica lacks what was chosen before it came (a
                         // restarted one's disk says what it held).
@@ -464,6 +473,7 @@ impl Handoffs {
             p.from.remove(from);
             p.count(&from.address, standing);
             p.inherit(needs);
+            p.forget(&self.given_up);
             if p.done() {
                 self.pending.remove(&segment);
                 self.completed(segment);

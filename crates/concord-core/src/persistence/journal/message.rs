@@ -189,6 +189,12 @@ pub enum JournalMessage {
         /// The page's number.
         page: u32,
     },
+    /// The operator gave up these replicas as lost for good: stop waiting for them
+    /// ([`super::give_up`]; one-way, best effort).
+    GiveUp {
+        /// Their addresses (at most [`super::give_up::MAX_GIVE_UP`]).
+        lost: Vec<crate::address::Address>,
+    },
     /// The writer learned that these writes are chosen: index them in the events-by-type
     /// stream (one-way but acknowledged; see [`super::stream`]).
     Learn {

@@ -28,6 +28,7 @@
 pub mod acceptor;
 pub mod chain;
 pub mod entry;
+pub mod give_up;
 pub mod handoff;
 pub mod last_ring;
 pub mod learn;
@@ -58,6 +59,7 @@ use crate::protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Trans
 pub use acceptor::segment_of_log;
 pub use chain::Answer;
 pub use entry::{Ballot, Entry, StoredSnapshot};
+pub use give_up::GivenUp;
 pub use message::JournalMessage;
 pub use output::{JournalError, JournalEvent, JournalOutput};
 use request::{Op, Request};

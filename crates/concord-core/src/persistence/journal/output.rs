@@ -44,6 +44,11 @@ pub enum JournalOutput {
     Done,
     /// Events of an entity type, in offset order.
     Events(Vec<stream::StreamEvent>),
+    /// The operator's give-up done here ([`JournalMachine::give_up`]).
+    GaveUp(super::GivenUp),
+    /// The segments this node waits for, each with the replicas it still awaits
+    /// ([`JournalMachine::waits`]).
+    Waits(Vec<(u16, Vec<crate::address::Address>)>),
 }
 
 /// The answer to a caller's request.

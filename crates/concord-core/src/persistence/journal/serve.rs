@@ -65,6 +65,10 @@ impl<S: KvStorage> JournalMachine<S> {
                 return None;
             }
             JournalMessage::StreamRead { .. } => return Some(self.answer_stream_read(msg)),
+            JournalMessage::GiveUp { lost } => {
+                self.on_give_up(&from.address, lost);
+                return None;
+            }
             _ => {}
         }
         let mut view = 0;

@@ -33,6 +33,9 @@ pub struct JournalStats {
     pub view_mismatches: u64,
     /// Won rounds answered before the turn's commit (their answers were all on disk).
     pub answered_before_commit: u64,
+    /// Segments whose waits ended because the operator gave up replicas lost for good
+    /// ([`super::give_up`]).
+    pub segments_given_up: u64,
     /// `Unable` answers this node gave, per reason (indexed by
     /// [`super::UnableReason::code`]).
     pub unable_answers: [u64; super::UnableReason::ALL.len()],

@@ -43,6 +43,8 @@ struct Net {
     seq: u64,
     loss: f64,
     cut: BTreeSet<(usize, usize)>,
+    /// Nodes removed from the membership (destroyed).
+    gone: BTreeSet<usize>,
     events: Vec<(usize, JournalEvent)>,
 }
 
@@ -73,6 +75,7 @@ impl Net {
             seq: 0,
             loss,
             cut: BTreeSet::new(),
+            gone: BTreeSet::new(),
             events: Vec::new(),
         };
         net.publish_view();
@@ -81,13 +84,16 @@ impl Net {
 
     fn publish_view(&mut self) {
         let mut g = Gossip::empty();
-        for i in 0..NODES as usize {
+        for i in (0..NODES as usize).filter(|i| !self.gone.contains(i)) {
             let m = Member::joining(ua(i, self.uids[i]), BTreeSet::new(), "1")
                 .with_up(i as u32 + 1)
                 .with_status(MemberStatus::Up);
             g.members.insert(ua(i, self.uids[i]), m);
         }
-        for i in 0..NODES as usize {
+        let up: Vec<usize> = (0..NODES as usize)
+            .filter(|i| !self.gone.contains(i))
+            .collect();
+        for i in up {
             let view = MembershipView::of(&MembershipState::new(g.clone(), ua(i, self.uids[i])), 1);
             self.machines[i].handle_membership(
                 self.now,

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::kv::storage::Table;
+use crate::persistence::journal::give_up::MAX_GIVE_UP;
 
 fn with_timeout(net: &mut Net, ms: u64) {
     for m in &mut net.machines {
@@ -303,4 +304,93 @@ fn a_restarted_replica_alone_in_its_ring_waits_for_the_replicas_its_disk_last_sa
         ),
         "{answer:?}"
     );
+}
+
+#[test]
+fn giving_up_replicas_lost_for_good_ends_the_waits_they_held_up() {
+    let mut net = Net::new(13, 0.0);
+    three_writes(&mut net);
+    // Two nodes destroyed at once with their disks, and removed from the membership.
+    for g in [3usize, 4] {
+        net.gone.insert(g);
+        for i in 0..NODES as usize {
+            if i != g {
+                net.cut.insert((i.min(g), i.max(g)));
+            }
+        }
+    }
+    net.publish_view();
+    net.run_until(net.now + 10_000);
+    let survivors = [0usize, 1, 2];
+    let mut waiting: BTreeMap<u16, usize> = BTreeMap::new();
+    for &i in &survivors {
+        for s in net.machines[i].pending().keys() {
+            *waiting.entry(*s).or_default() += 1;
+        }
+    }
+    // Segments that lost a majority of their replicas: a majority of the new ones waits.
+    let stuck: BTreeSet<u16> = waiting
+        .iter()
+        .filter(|(_, n)| **n >= 2)
+        .map(|(s, _)| *s)
+        .collect();
+    assert!(
+        !stuck.is_empty(),
+        "segments that lost a majority wait for it"
+    );
+    let lost: Vec<Address> = [3usize, 4]
+        .iter()
+        .map(|&g| ua(g, net.uids[g]).address)
+        .collect();
+    assert!(
+        survivors.iter().any(|&i| net.machines[i]
+            .waits()
+            .iter()
+            .any(|(_, awaited)| awaited.iter().any(|a| lost.contains(a)))),
+        "the waits name the lost replicas"
+    );
+    // A log of a segment that waits: held, then failed.
+    let l = (0..10_000)
+        .find(|l| stuck.contains(&segment_of_log(&log_name(*l))))
+        .expect("a log of a waiting segment");
+    net.machines[0].recover(net.now, 20, log_name(l), 1, 10);
+    assert!(matches!(
+        net.answer(0, 20, 3_000).result,
+        Err(JournalError::Unavailable(_))
+    ));
+    // Nothing, too many, or a member that is up: refused, nothing changed.
+    let member = ua(1, net.uids[1]).address;
+    for refused in [vec![], vec![member.clone(); MAX_GIVE_UP + 1], vec![member]] {
+        assert!(matches!(
+            net.machines[0].give_up(refused),
+            Err(JournalError::Rejected(_))
+        ));
+    }
+    assert!(survivors
+        .iter()
+        .all(|&i| net.machines[i].stats().segments_given_up == 0));
+    let given = net.machines[0].give_up(lost).expect("given up");
+    assert_eq!(given.told, 2, "the other members are told");
+    net.drain(0);
+    net.run_until(net.now + 5_000);
+    for i in survivors {
+        assert_eq!(
+            net.machines[i].pending_segments(),
+            0,
+            "node {i} waits no more"
+        );
+    }
+    let released: u64 = survivors
+        .iter()
+        .map(|&i| net.machines[i].stats().segments_given_up)
+        .sum();
+    assert!(released >= stuck.len() as u64);
+    // The log takes writes again.
+    net.machines[0].recover(net.now, 21, log_name(l), 1, 10);
+    assert!(matches!(
+        net.answer(0, 21, 3_000).result,
+        Ok(JournalOutput::Recovered { .. })
+    ));
+    net.machines[0].append(net.now, 22, log_name(l), write(1, "after"), false);
+    assert_eq!(net.answer(0, 22, 3_000).result, Ok(JournalOutput::Appended));
 }

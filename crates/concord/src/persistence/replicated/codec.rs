@@ -61,6 +61,8 @@ pub mod manifest {
     pub const STREAM_READ: u32 = 21;
     /// `JournalStreamReply`.
     pub const STREAM_REPLY: u32 = 22;
+    /// `JournalGiveUp`.
+    pub const GIVE_UP: u32 = 23;
 }
 
 /// The codec of [`concord_core::ProtocolId::JOURNAL`].
@@ -421,6 +423,7 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
+            M::GiveUp { lost } => (manifest::GIVE_UP, give_up_codec::encode(lost)),
             m @ (M::Learn { .. }
             | M::LearnAck { .. }
             | M::StreamRead { .. }
@@ -604,6 +607,7 @@ impl Codec for JournalCodec {
             manifest::HANDOFF_EMPTY_ACK => M::HandoffEmptyAck {
                 segments: segments(payload)?,
             },
+            manifest::GIVE_UP => return give_up_codec::decode(payload),
             manifest::LEARN
             | manifest::LEARN_ACK
             | manifest::STREAM_READ
@@ -613,6 +617,8 @@ impl Codec for JournalCodec {
     }
 }
 
+#[path = "codec_give_up.rs"]
+mod give_up_codec;
 #[path = "codec_stream.rs"]
 mod stream_codec;
 

@@ -137,6 +137,9 @@ fn messages_round_trip_and_garbage_is_an_error() {
             }],
         },
         JournalMessage::LearnAck { id: 8 },
+        JournalMessage::GiveUp {
+            lost: vec![Address::new("s", "h", 1), Address::new("s", "h2", 2)],
+        },
         JournalMessage::StreamRead {
             request: 9,
             entity_type: "x".into(),
@@ -307,5 +310,22 @@ fn unable_carries_its_reason_and_an_earlier_versions_reads_as_unknown() {
                 reason: UnableReason::Unknown,
             }
         );
+    }
+}
+
+#[test]
+fn a_give_up_naming_too_many_or_a_bad_address_is_an_error() {
+    use concord_core::persistence::journal::give_up::MAX_GIVE_UP;
+    let c = JournalCodec;
+    let too_many = wire::JournalGiveUp {
+        lost: (0..=MAX_GIVE_UP).map(|p| format!("s@h:{p}")).collect(),
+    }
+    .encode_to_vec();
+    let bad = wire::JournalGiveUp {
+        lost: vec!["not an address".into()],
+    }
+    .encode_to_vec();
+    for bytes in [too_many, bad] {
+        assert!(c.decode(manifest::GIVE_UP, &bytes).is_err());
     }
 }

@@ -79,6 +79,13 @@ pub enum JournalOp {
         /// Up to this sequence number.
         to: u64,
     },
+    /// `JournalMachine::give_up` (answered at once).
+    GiveUp {
+        /// The addresses of the replicas lost for good.
+        lost: Vec<concord_core::address::Address>,
+    },
+    /// `JournalMachine::waits` (answered at once).
+    Waits,
     /// `JournalMachine::events_by_type`.
     Events {
         /// The entity type.
@@ -196,6 +203,25 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
             } => {
                 m.events_by_type(now, id, entity_type, slices, after, limit);
                 "events"
+            }
+            JournalOp::GiveUp { lost } => {
+                let named: Vec<String> = lost.iter().map(ToString::to_string).collect();
+                let result = m.give_up(lost);
+                if let Ok(g) = &result {
+                    warn!(
+                        node = %self.node,
+                        lost = ?named,
+                        released = g.released.len(),
+                        told = g.told,
+                        "replicated journal: gave up replicas lost for good (their writes that no survivor holds are gone)"
+                    );
+                }
+                let _ = command.reply.send(result.map(JournalOutput::GaveUp));
+                return;
+            }
+            JournalOp::Waits => {
+                let _ = command.reply.send(Ok(JournalOutput::Waits(m.waits())));
+                return;
             }
         };
         self.pending.insert(id, (command.reply, Instant::now(), op));

@@ -54,6 +54,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_view_mismatches_total", &l).absolute(s.view_mismatches);
     metrics::counter!("concord_journal_state_cache_hits_total", &l).absolute(m.state_cache_hits());
     metrics::counter!("concord_journal_entry_cache_hits_total", &l).absolute(m.entry_cache_hits());
+    metrics::counter!("concord_journal_segments_given_up_total", &l).absolute(s.segments_given_up);
     for reason in UnableReason::ALL {
         let n = s.unable_answers[reason.code() as usize];
         let l = [

@@ -12,6 +12,7 @@
 mod codec;
 mod effects;
 mod metrics;
+mod routes;
 pub mod storage;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use tokio::sync::mpsc;
 
 pub use codec::JournalCodec;
 pub use effects::{JournalCommand, JournalEffects, JournalOp};
+pub(crate) use routes::routes;
 
 use super::store::{
     DurableStateStore, EventEnvelope, EventsQuery, Journal, Offset, RecoveryStart, Snapshot,
@@ -70,6 +72,37 @@ impl ReplicatedStore {
             .map_err(|_| JournalError::Unavailable("the replicated journal stopped".into()))?;
         rx.await
             .map_err(|_| JournalError::Unavailable("the replicated journal stopped".into()))?
+    }
+
+    /// Gives up the replicas at `lost` as lost for good (the operator's override,
+    /// [`concord_core::persistence::journal::give_up`]): this node and, through it, every
+    /// member of its ring stop waiting for them.
+    ///
+    /// # Errors
+    /// [`JournalError::Rejected`]: no address, more than 64, or one of a member of the
+    /// ring; [`JournalError::Unavailable`]: the journal stopped.
+    pub async fn give_up(
+        &self,
+        lost: Vec<concord_core::address::Address>,
+    ) -> Result<concord_core::persistence::journal::GivenUp, JournalError> {
+        match self.ask(JournalOp::GiveUp { lost }).await? {
+            JournalOutput::GaveUp(g) => Ok(g),
+            other => Err(JournalError::Unavailable(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// The segments this node waits for after a ring change, each with the replicas it
+    /// still awaits (addresses), ascending by segment.
+    ///
+    /// # Errors
+    /// [`JournalError::Unavailable`]: the journal stopped.
+    pub async fn waits(
+        &self,
+    ) -> Result<Vec<(u16, Vec<concord_core::address::Address>)>, JournalError> {
+        match self.ask(JournalOp::Waits).await? {
+            JournalOutput::Waits(w) => Ok(w),
+            other => Err(JournalError::Unavailable(format!("unexpected {other:?}"))),
+        }
     }
 
     fn error(pid: &PersistenceId, seq_nr: u64, e: JournalError) -> PersistenceError {
