@@ -443,3 +443,86 @@ async fn the_journal_routes_show_the_waits_and_give_up_only_replicas_not_up() {
     assert_eq!(body, serde_json::json!({"released": [], "told": 0}));
     a.shutdown().await;
 }
+
+/// Two of three nodes destroyed at once, their disks gone: every segment lost a majority
+/// of its replicas, so the survivor waits for them and its counters take no increment;
+/// once they are downed and removed, a give-up ends the waits and the counters take
+/// increments again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
+    let no_downing = |c: &mut concord::Config| c.cluster.downing_provider = "none".into();
+    let (a, ra, _pa) = node_with(&[], no_downing).await;
+    let seed = port_of(&a);
+    let (b, _rb, _pb) = node_with(&[seed], no_downing).await;
+    let (c, _rc, _pc) = node_with(&[seed], no_downing).await;
+    wait_for("three members Up", || {
+        a.cluster()
+            .view()
+            .members_with_status(MemberStatus::Up)
+            .count()
+            == 3
+    })
+    .await;
+    wait_journal_settled(&[&a, &b, &c]).await;
+    for i in 0..5 {
+        assert_eq!(ask(&ra, &format!("g{i}"), Cmd::Add(1)).await, Ok(1));
+    }
+    let lost: Vec<String> = [&b, &c]
+        .iter()
+        .map(|n| n.self_address().to_string())
+        .collect();
+    for (n, addr) in [b, c].into_iter().zip([&lost[0], &lost[1]]) {
+        n.stop().await;
+        a.cluster().down(addr.parse().unwrap()).await.unwrap();
+    }
+    wait_for("b and c removed", || a.cluster().view().members.len() == 1).await;
+    let base = format!("http://{}", a.management_addr().unwrap());
+    let http = reqwest::Client::new();
+    let waits = || async {
+        let v: serde_json::Value = http
+            .get(format!("{base}/persistence/journal/waits"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["waits"].as_array().unwrap().clone()
+    };
+    let waiting = waits().await;
+    assert!(!waiting.is_empty(), "the survivor waits for its lost peers");
+    assert!(waiting.iter().all(|w| w["awaited"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| lost.contains(&a.as_str().unwrap().to_string()))));
+    assert!(
+        ask(&ra, "g0", Cmd::Add(1)).await.is_err(),
+        "no increment while the segments wait"
+    );
+    let r = http
+        .post(format!("{base}/persistence/journal/give-up"))
+        .json(&serde_json::json!({ "lost": lost }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["told"], 0);
+    assert!(!body["released"].as_array().unwrap().is_empty());
+    assert!(waits().await.is_empty(), "no wait left");
+    // The counters take increments again (a counter whose entity stopped on the refused
+    // increment starts again on the next message).
+    for i in 0..5 {
+        let id = format!("g{i}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while ask(&ra, &id, Cmd::Add(1)).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id} takes no increment"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    a.shutdown().await;
+}

@@ -371,10 +371,8 @@ impl Handoffs {
                     self.owed_dirty = true;
                 }
                 p.forget(&self.given_up);
-                if !p.done() {
-                    self.pending.insert(s, p);
-                    self.marks_dirty |= self.marks.joined(s);
-                }
+                self.pending.insert(s, p);
+                self.marks_dirty |= self.marks.joined(s);
             }
             for x in new_l.iter().filter(|x| !old_l.contains(x)) {
                 let x: &UniqueAddress = x;
