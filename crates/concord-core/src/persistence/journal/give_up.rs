@@ -9,8 +9,8 @@
 //! unavailable (`Unable` answers with the reason "synchronising"). An operator who knows
 //! those nodes are lost names their addresses: every node then stops waiting for them —
 //! they no longer count among a wait's previous replicas, a wait needs complete copies
-//! from at most those left, and it waits for no member whose copy its needs do not await
-//! — so the segments complete with what the survivors hold.
+//! from at most those left, and a wait they were part of waits for no member whose copy
+//! its needs do not await — so the segments complete with what the survivors hold.
 //!
 //! **What it costs**: a write accepted only by the lost replicas' disks is gone; one that
 //! any survivor holds is kept. Only addresses outside the ring (downed and removed) may be
@@ -88,6 +88,10 @@ impl Handoffs {
         self.owed.retain(|_, needs| !needs.is_empty());
         let mut released = Vec::new();
         self.pending.retain(|s, p| {
+            let named = |set: &BTreeSet<Address>| set.iter().any(|a| lost.contains(a));
+            if !named(&p.previous) && !p.inherited.iter().any(|n| named(&n.previous)) {
+                return true; // A wait the lost had no part in.
+            }
             p.forget(lost);
             // Wait only for the copies the needs still await: a member outside them (a
             // new replica of the segment too, waiting like this node and handing nothing
