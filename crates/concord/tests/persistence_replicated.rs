@@ -72,6 +72,22 @@ async fn ask(region: &Region, id: &str, cmd: Cmd) -> Result<i64, PersistenceErro
     }
 }
 
+/// Waits until each of `nodes` sees all of them Up and they report their journal's
+/// handoffs done.
+async fn wait_up_and_settled(nodes: &[&concord::Node]) {
+    for n in nodes {
+        wait_for("every member Up", || {
+            n.cluster()
+                .view()
+                .members_with_status(MemberStatus::Up)
+                .count()
+                == nodes.len()
+        })
+        .await;
+    }
+    wait_journal_settled(nodes).await;
+}
+
 /// Waits until `nodes` report their journal's handoffs done (a replica answers once they
 /// are).
 async fn wait_journal_settled(nodes: &[&concord::Node]) {
@@ -90,17 +106,7 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
     let seed = port_of(&a);
     let (b, rb, pb) = node(&[seed]).await;
     let (c, _rc, _pc) = node(&[seed]).await;
-    for n in [&a, &b, &c] {
-        wait_for("three members Up", || {
-            n.cluster()
-                .view()
-                .members_with_status(MemberStatus::Up)
-                .count()
-                == 3
-        })
-        .await;
-    }
-    wait_journal_settled(&[&a, &b, &c]).await;
+    wait_up_and_settled(&[&a, &b, &c]).await;
     let mut totals = BTreeMap::new();
     for i in 1..=60i64 {
         let id = format!("c{}", i % 12);
@@ -345,19 +351,9 @@ async fn in_a_split_brain_the_second_writer_is_refused() {
     let seed = port_of(&a);
     let (b, _rb, pb) = node_with(&[seed], no_downing).await;
     let (c, _rc, pc) = node_with(&[seed], no_downing).await;
-    for n in [&a, &b, &c] {
-        wait_for("three members Up", || {
-            n.cluster()
-                .view()
-                .members_with_status(MemberStatus::Up)
-                .count()
-                == 3
-        })
-        .await;
-    }
     // The ring's first handoffs done on all three (during the partition a could not send
     // its part).
-    wait_journal_settled(&[&a, &b, &c]).await;
+    wait_up_and_settled(&[&a, &b, &c]).await;
     let stores = |p: &Persistence| p.stores().unwrap().journal;
     let (ja, jb, jc) = (stores(&pa), stores(&pb), stores(&pc));
     let pid = PersistenceId::new("raw", "split").unwrap();
@@ -409,6 +405,27 @@ async fn in_a_split_brain_the_second_writer_is_refused() {
     }
 }
 
+/// `GET /persistence/journal/waits` of the node whose management API is at `base`.
+async fn journal_waits(base: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = reqwest::get(format!("{base}/persistence/journal/waits"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["waits"].as_array().expect("a list of waits").clone()
+}
+
+/// `POST /persistence/journal/give-up` naming `lost`, to the node at `base`.
+async fn give_up(base: &str, lost: &[String]) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/persistence/journal/give-up"))
+        .json(&serde_json::json!({ "lost": lost }))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// The operator's routes: the waits after a ring change (none once the handoffs ended),
 /// and a give-up that refuses a member that is up and takes an address that is not one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,28 +433,12 @@ async fn the_journal_routes_show_the_waits_and_give_up_only_replicas_not_up() {
     let (a, _ra, _pa) = node(&[]).await;
     wait_journal_settled(&[&a]).await;
     let base = format!("http://{}", a.management_addr().unwrap());
-    let http = reqwest::Client::new();
-    let waits: serde_json::Value = http
-        .get(format!("{base}/persistence/journal/waits"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(waits, serde_json::json!({"waits": []}));
-    let give_up = |lost: String| {
-        http.post(format!("{base}/persistence/journal/give-up"))
-            .json(&serde_json::json!({ "lost": [lost] }))
-            .send()
-    };
-    let r = give_up(a.self_address().to_string()).await.unwrap();
+    assert!(journal_waits(&base).await.is_empty());
+    let r = give_up(&base, &[a.self_address().to_string()]).await;
     assert_eq!(r.status(), 400);
     let why = r.text().await.unwrap();
     assert!(why.contains("member of the ring"), "{why}");
-    let r = give_up("concord://journal@127.0.0.1:1".into())
-        .await
-        .unwrap();
+    let r = give_up(&base, &["concord://journal@127.0.0.1:1".into()]).await;
     assert_eq!(r.status(), 200);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body, serde_json::json!({"released": [], "told": 0}));
@@ -455,15 +456,7 @@ async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
     let seed = port_of(&a);
     let (b, _rb, _pb) = node_with(&[seed], no_downing).await;
     let (c, _rc, _pc) = node_with(&[seed], no_downing).await;
-    wait_for("three members Up", || {
-        a.cluster()
-            .view()
-            .members_with_status(MemberStatus::Up)
-            .count()
-            == 3
-    })
-    .await;
-    wait_journal_settled(&[&a, &b, &c]).await;
+    wait_up_and_settled(&[&a, &b, &c]).await;
     for i in 0..5 {
         assert_eq!(ask(&ra, &format!("g{i}"), Cmd::Add(1)).await, Ok(1));
     }
@@ -471,46 +464,29 @@ async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
         .iter()
         .map(|n| n.self_address().to_string())
         .collect();
-    for (n, addr) in [b, c].into_iter().zip([&lost[0], &lost[1]]) {
+    for (n, addr) in [b, c].into_iter().zip(&lost) {
         n.stop().await;
         a.cluster().down(addr.parse().unwrap()).await.unwrap();
     }
     wait_for("b and c removed", || a.cluster().view().members.len() == 1).await;
     let base = format!("http://{}", a.management_addr().unwrap());
-    let http = reqwest::Client::new();
-    let waits = || async {
-        let v: serde_json::Value = http
-            .get(format!("{base}/persistence/journal/waits"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["waits"].as_array().unwrap().clone()
-    };
-    let waiting = waits().await;
+    let waiting = journal_waits(&base).await;
     assert!(!waiting.is_empty(), "the survivor waits for its lost peers");
     assert!(waiting.iter().all(|w| w["awaited"]
         .as_array()
         .unwrap()
         .iter()
-        .all(|a| lost.contains(&a.as_str().unwrap().to_string()))));
+        .all(|a| lost.iter().any(|l| a == l))));
     assert!(
         ask(&ra, "g0", Cmd::Add(1)).await.is_err(),
         "no increment while the segments wait"
     );
-    let r = http
-        .post(format!("{base}/persistence/journal/give-up"))
-        .json(&serde_json::json!({ "lost": lost }))
-        .send()
-        .await
-        .unwrap();
+    let r = give_up(&base, &lost).await;
     assert_eq!(r.status(), 200);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["told"], 0);
     assert!(!body["released"].as_array().unwrap().is_empty());
-    assert!(waits().await.is_empty(), "no wait left");
+    assert!(journal_waits(&base).await.is_empty(), "no wait left");
     // The counters take increments again (a counter whose entity stopped on the refused
     // increment starts again on the next message).
     for i in 0..5 {
