@@ -72,6 +72,17 @@ async fn ask(region: &Region, id: &str, cmd: Cmd) -> Result<i64, PersistenceErro
     }
 }
 
+/// Three nodes (the first joins itself, the others it) with nothing that downs anyone
+/// (`downing-provider = "none"`).
+async fn three_without_downing() -> [(concord::Node, Region, Persistence); 3] {
+    let no_downing = |c: &mut concord::Config| c.cluster.downing_provider = "none".into();
+    let a = node_with(&[], no_downing).await;
+    let seed = port_of(&a.0);
+    let b = node_with(&[seed], no_downing).await;
+    let c = node_with(&[seed], no_downing).await;
+    [a, b, c]
+}
+
 /// Waits until each of `nodes` sees all of them Up and they report their journal's
 /// handoffs done.
 async fn wait_up_and_settled(nodes: &[&concord::Node]) {
@@ -346,11 +357,7 @@ async fn journal_settled(addr: std::net::SocketAddr, nodes: &[String]) -> bool {
 /// fences it, and after the heal the old writer is refused — the log holds one history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_split_brain_the_second_writer_is_refused() {
-    let no_downing = |c: &mut concord::Config| c.cluster.downing_provider = "none".into();
-    let (a, _ra, pa) = node_with(&[], no_downing).await;
-    let seed = port_of(&a);
-    let (b, _rb, pb) = node_with(&[seed], no_downing).await;
-    let (c, _rc, pc) = node_with(&[seed], no_downing).await;
+    let [(a, _ra, pa), (b, _rb, pb), (c, _rc, pc)] = three_without_downing().await;
     // The ring's first handoffs done on all three (during the partition a could not send
     // its part).
     wait_up_and_settled(&[&a, &b, &c]).await;
@@ -445,17 +452,13 @@ async fn the_journal_routes_show_the_waits_and_give_up_only_replicas_not_up() {
     a.shutdown().await;
 }
 
-/// Two of three nodes destroyed at once, their disks gone: every segment lost a majority
-/// of its replicas, so the survivor waits for them and its counters take no increment;
+/// Two of three nodes destroyed, their disks gone: every segment lost a majority of its
+/// replicas, so the survivor waits for them and its counters take no increment;
 /// once they are downed and removed, a give-up ends the waits and the counters take
 /// increments again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
-    let no_downing = |c: &mut concord::Config| c.cluster.downing_provider = "none".into();
-    let (a, ra, _pa) = node_with(&[], no_downing).await;
-    let seed = port_of(&a);
-    let (b, _rb, _pb) = node_with(&[seed], no_downing).await;
-    let (c, _rc, _pc) = node_with(&[seed], no_downing).await;
+    let [(a, ra, _pa), (b, _rb, _pb), (c, _rc, _pc)] = three_without_downing().await;
     wait_up_and_settled(&[&a, &b, &c]).await;
     for i in 0..5 {
         assert_eq!(ask(&ra, &format!("g{i}"), Cmd::Add(1)).await, Ok(1));
@@ -491,14 +494,10 @@ async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
     // increment starts again on the next message).
     for i in 0..5 {
         let id = format!("g{i}");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while ask(&ra, &id, Cmd::Add(1)).await.is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{id} takes no increment"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        common::wait_for_async(&format!("{id} taking an increment"), || async {
+            ask(&ra, &id, Cmd::Add(1)).await.is_ok()
+        })
+        .await;
     }
     a.shutdown().await;
 }

@@ -80,10 +80,12 @@ impl Handoffs {
         }
         for needs in self.owed.values_mut() {
             for n in needs.iter_mut() {
-                n.forget(lost);
+                if n.previous.iter().any(|a| lost.contains(a)) {
+                    n.forget(lost);
+                    self.owed_dirty = true;
+                }
             }
             needs.retain(|n| !n.previous.is_empty());
-            self.owed_dirty = true;
         }
         self.owed.retain(|_, needs| !needs.is_empty());
         let mut released = Vec::new();
@@ -133,10 +135,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 lost.len()
             )));
         }
-        if let Some(up) = lost
-            .iter()
-            .find(|a| self.ring.members().iter().any(|m| m.address == **a))
-        {
+        if let Some(up) = lost.iter().find(|a| self.in_ring(a)) {
             return Err(JournalError::Rejected(format!(
                 "{up} is a member of the ring: a replica that is up is not given up \
                  (down it and wait until it is removed)"
@@ -172,15 +171,19 @@ impl<S: KvStorage> JournalMachine<S> {
     /// members of this node's ring; a message from outside the ring or naming too many is
     /// refused (counted in [`super::JournalStats::rejected`]).
     pub(super) fn on_give_up(&mut self, from: &Address, lost: Vec<Address>) {
-        let member = |a: &Address| self.ring.members().iter().any(|m| m.address == *a);
-        if lost.len() > MAX_GIVE_UP || !member(from) {
+        if lost.len() > MAX_GIVE_UP || !self.in_ring(from) {
             self.stats.rejected += 1;
             return;
         }
-        let lost: BTreeSet<Address> = lost.into_iter().filter(|a| !member(a)).collect();
+        let lost: BTreeSet<Address> = lost.into_iter().filter(|a| !self.in_ring(a)).collect();
         if !lost.is_empty() {
             self.apply_give_up(&lost);
         }
+    }
+
+    /// True if a node of address `a` is a member of this node's ring.
+    fn in_ring(&self, a: &Address) -> bool {
+        self.ring.members().iter().any(|m| m.address == *a)
     }
 
     fn apply_give_up(&mut self, lost: &BTreeSet<Address>) -> Vec<u16> {
