@@ -276,6 +276,16 @@ fn run_in(
 /// 12 %, starts of a node at a free address (a restart or a new member) 16 %, graceful
 /// leaves 8 %, pauses 18 %. At least two nodes are left running by crashes and leaves.
 pub fn pick_any_fault(sim: &mut Simulation, addrs: &[Address]) -> Fault {
+    pick_any_fault_leaving(sim, addrs, 2)
+}
+
+/// [`pick_any_fault`], crashes and leaves leaving at least `running_at_least` nodes running
+/// (1: a cluster may shrink to its last node).
+pub fn pick_any_fault_leaving(
+    sim: &mut Simulation,
+    addrs: &[Address],
+    running_at_least: usize,
+) -> Fault {
     let running: Vec<Address> = sim.running().map(|(a, _)| a.clone()).collect();
     let free: Vec<Address> = addrs
         .iter()
@@ -299,9 +309,9 @@ pub fn pick_any_fault(sim: &mut Simulation, addrs: &[Address]) -> Fault {
         }
         26..=31 if running.len() >= 2 => Fault::Flap(group(sim)),
         32..=45 => Fault::Heal,
-        46..=57 if running.len() > 2 => Fault::Crash(pick(sim, &running)),
+        46..=57 if running.len() > running_at_least => Fault::Crash(pick(sim, &running)),
         58..=73 if !free.is_empty() => Fault::Restart(pick(sim, &free)),
-        74..=81 if running.len() > 2 => Fault::Leave(pick(sim, &running)),
+        74..=81 if running.len() > running_at_least => Fault::Leave(pick(sim, &running)),
         82..=99 if !running.is_empty() => {
             let ms = sim.rng.random_range(500..15_000);
             Fault::Pause(pick(sim, &running), ms)

@@ -20,9 +20,12 @@ use concord_core::persistence::journal::{
 };
 use concord_core::Address;
 use concord_sim::network::NetworkConfig;
-use concord_sim::schedule::{apply, pick_any_fault, recover_everyone, sim_settings, Fault};
+use concord_sim::schedule::{apply, pick_any_fault_leaving, recover_everyone, sim_settings, Fault};
 use concord_sim::{Hosted, Simulation};
 use rand::Rng;
+
+#[path = "journal/dump.rs"]
+mod dump;
 
 type Journal = Hosted<JournalMachine<MemoryStorage>>;
 type Disks = Rc<RefCell<BTreeMap<Address, MemoryStorage>>>;
@@ -390,43 +393,6 @@ fn final_check(
     last
 }
 
-/// Every node's journal records (for `CONCORD_SIM_TRACE`).
-fn dump(sim: &Simulation, disks: &Disks) {
-    use concord_core::kv::Table;
-    for (a, d) in disks.borrow().iter() {
-        let running = sim.nodes.get(a).is_some_and(|n| n.is_running());
-        eprintln!(
-            "{} running={running} ring={:?}",
-            a.host,
-            sim.machine::<Journal>(a).map(|j| j
-                .machine
-                .ring()
-                .members()
-                .iter()
-                .map(|m| (m.address.host.clone(), m.uid))
-                .collect::<Vec<_>>())
-        );
-        for (k, v) in d.records(Table::Journal) {
-            let log = String::from_utf8_lossy(&k[2..k.len() - 10]).into_owned();
-            let kind = k[k.len() - 9];
-            let seq = u64::from_be_bytes(k[k.len() - 8..].try_into().unwrap());
-            let detail = if kind == 1 {
-                let e = Entry::decode(seq, &v).unwrap();
-                format!(
-                    "{}..={} b={}.{}",
-                    e.first_seq,
-                    e.last_seq(),
-                    e.ballot.round,
-                    e.ballot.node
-                )
-            } else {
-                format!("{v:?}")
-            };
-            eprintln!("   {log} kind={kind} seq={seq} {detail}");
-        }
-    }
-}
-
 fn seeds(default: u64) -> u64 {
     std::env::var("CONCORD_SIM_SEEDS")
         .ok()
@@ -437,10 +403,16 @@ fn seeds(default: u64) -> u64 {
 /// One seed: faults under load, then heal and check every log; (events acknowledged,
 /// recoveries, writers stopped).
 fn run_seed(seed: u64) -> (usize, u64, u64) {
+    run_cluster(seed, 5, 2, 2)
+}
+
+/// One seed on a cluster formed of `nodes` nodes, with `spare` more that faults may
+/// start during the run; crashes and leaves leave at least `running_at_least` running.
+fn run_cluster(seed: u64, nodes: u32, spare: u32, running_at_least: usize) -> (usize, u64, u64) {
     let disks: Disks = Rc::default();
     let mut sim = sim(3_000 + seed, 0.01, &disks);
-    let mut addrs = sim.form_cluster(5, 60_000).expect("forms");
-    addrs.extend((5..7).map(concord_sim::node_address));
+    let mut addrs = sim.form_cluster(nodes, 60_000).expect("forms");
+    addrs.extend((nodes..nodes + spare).map(concord_sim::node_address));
     sim.run_for(2_000);
     let mut h = History::default();
     let mut faults: Vec<Fault> = Vec::new();
@@ -454,12 +426,12 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
             sim.run_for(100);
             if let Err(e) = collect(&sim, &mut h) {
                 if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
-                    dump(&sim, &disks);
+                    dump::records(&sim, &disks);
                 }
                 fail(e, &faults);
             }
         }
-        let f = pick_any_fault(&mut sim, &addrs);
+        let f = pick_any_fault_leaving(&mut sim, &addrs, running_at_least);
         apply(&mut sim, &f, &addrs);
         faults.push(f);
     }
@@ -483,45 +455,7 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
         })
     });
     if quiet.is_none() {
-        for (a, _) in sim.running() {
-            let j = &sim.machine::<Journal>(a).unwrap().machine;
-            let standings: Vec<_> = (0..4).map(|s| j.standing(s)).collect();
-            let lists: Vec<Vec<String>> = (0..2)
-                .map(|s| {
-                    j.ring()
-                        .preference_list(s, 3)
-                        .iter()
-                        .map(|m| m.address.host.clone())
-                        .collect()
-                })
-                .collect();
-            eprintln!("{} standing {standings:?} lists {lists:?}", a.host);
-            for (seg, p) in j.pending().iter().take(2) {
-                eprintln!(
-                    "{} pending {seg}: from {:?} previous {:?} received {:?} first {}",
-                    a.host,
-                    p.from
-                        .iter()
-                        .map(|f| f.address.host.clone())
-                        .collect::<Vec<_>>(),
-                    p.previous
-                        .iter()
-                        .map(|f| f.host.clone())
-                        .collect::<Vec<_>>(),
-                    p.received
-                        .iter()
-                        .map(|(f, standing)| (f.host.clone(), *standing))
-                        .collect::<Vec<_>>(),
-                    p.first_ring
-                );
-            }
-            eprintln!(
-                "{} pending {} outgoing {}",
-                a.host,
-                j.pending_segments(),
-                j.outgoing_handoffs()
-            );
-        }
+        dump::waits(&sim);
         fail("handoffs do not finish".into(), &faults);
     }
     if let Err(e) = collect(&sim, &mut h) {
@@ -535,7 +469,7 @@ fn run_seed(seed: u64) -> (usize, u64, u64) {
     for l in 0..LOGS {
         if let Err(e) = final_check(&mut sim, &mut h, &at, l) {
             if std::env::var_os("CONCORD_SIM_TRACE").is_some() {
-                dump(&sim, &disks);
+                dump::records(&sim, &disks);
             }
             fail(e, &faults);
         }
@@ -566,6 +500,28 @@ fn random_faults_never_give_a_log_two_histories_nor_lose_an_acknowledged_write()
         "{acked} events acknowledged in {count} seeds"
     );
     eprintln!("{acked} events acknowledged, {recoveries} recoveries, {conflicts} writers stopped");
+}
+
+/// The same on three nodes and one spare, where N = 3: a crash, a leave or a downing
+/// shrinks every replica list (three to two, two to one), so the replicas that stay must
+/// catch up from one another before the next one leaves
+/// (`concord_core::persistence::journal::handoff::catches_up`).
+#[test]
+fn random_faults_on_three_nodes_where_every_replica_list_shrinks() {
+    let first: u64 = std::env::var("CONCORD_SIM_SEED_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let count = seeds(40);
+    let mut acked = 0usize;
+    for seed in first..first + count {
+        acked += run_cluster(seed, 3, 1, 1).0;
+    }
+    assert!(
+        acked > 50 * count as usize,
+        "{acked} events acknowledged in {count} seeds"
+    );
+    eprintln!("{acked} events acknowledged on three nodes");
 }
 
 /// Seed 355 lost acknowledged writes before handoffs stated whether the sender's copy is

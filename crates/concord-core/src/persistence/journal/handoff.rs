@@ -46,6 +46,38 @@ pub fn meets_every_majority(n: usize) -> usize {
     n - n / 2
 }
 
+/// A replica list went from `old` to `new`: `None` if every write chosen on a majority of
+/// `old` is, once `new`'s new replicas caught up, on a majority of `new` too (the list kept
+/// its size or grew, or it shrank to one); otherwise the replicas that stay must catch up
+/// from one another first — `Some(true)` if they can answer meanwhile (every majority of
+/// `new` that they form alone meets every majority of `old`), `Some(false)` if not.
+///
+/// A write chosen on a majority `Q` of `old` is, after the change, on `Q`'s members that
+/// stay and on every new replica once it caught up (each merges copies that meet every
+/// majority of `old`): at least `⌊|old|/2⌋ + 1 − departed + joined` of `new`'s replicas,
+/// which is a majority of `new` unless the list shrank (three replicas of which one left:
+/// the write may be on one of the two left, and once that one leaves too the other would
+/// answer without it — docs/PERSISTENCE.md, "The limit to state precisely"). Meanwhile a
+/// majority of `new` formed by replicas that stay meets every majority of `old` if
+/// `⌊|new|/2⌋ + 1 + ⌊|old|/2⌋ + 1 > |old|` (three to two: yes; five to three: no).
+pub fn catches_up(old: &[&UniqueAddress], new: &[&UniqueAddress]) -> Option<bool> {
+    let majority = |n: usize| n / 2 + 1;
+    if old.is_empty() || new.is_empty() {
+        return None;
+    }
+    let departed = old.iter().filter(|a| !new.contains(a)).count();
+    let joined = new.iter().filter(|a| !old.contains(a)).count();
+    if (majority(old.len()) + joined).saturating_sub(departed) >= majority(new.len()) {
+        return None;
+    }
+    Some(majority(new.len()) + majority(old.len()) > old.len())
+}
+
+/// True if `a` and `b` name the same replicas (in any order).
+fn same_replicas(a: &[&UniqueAddress], b: &[&UniqueAddress]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x))
+}
+
 /// Needs one last page may carry per segment, at most (more: the page is refused as bad
 /// input).
 pub const MAX_NEEDS: usize = 64;
@@ -113,6 +145,21 @@ impl Need {
         self
     }
 
+    /// Counts the copies `other` (a need for the same previous replicas, carried by a copy
+    /// merged here) received as received here too.
+    fn carry(&mut self, other: &Need) {
+        self.delivered.extend(other.delivered.iter().cloned());
+        self.partial.extend(
+            other
+                .partial
+                .iter()
+                .filter(|a| !self.delivered.contains(*a))
+                .cloned(),
+        );
+        let delivered = &self.delivered;
+        self.partial.retain(|a| !delivered.contains(a));
+    }
+
     /// Within the bounds a page may carry ([`MAX_NEED_ADDRESSES`] addresses per set,
     /// `required` at most the previous replicas).
     pub fn is_bounded(&self) -> bool {
@@ -143,6 +190,17 @@ pub struct Pending {
     pub received: BTreeMap<Address, Standing>,
     /// Needs taken over from incomplete copies merged here ([`Need`]); each must be met too.
     pub inherited: Vec<Need>,
+    /// Copies of its previous replicas merged here inside another replica's copy: an
+    /// incomplete copy whose last page carried a need for the same previous replicas
+    /// brought what that need had received ([`Need::delivered`], [`Need::partial`]).
+    pub carried: Need,
+    /// A replica that stays in the segment's list while replicas of it left: its copy is as
+    /// complete as before the change, so it hands it over meanwhile (its last page says
+    /// incomplete, and carries its need, which names its own copy as delivered).
+    pub staying: bool,
+    /// It answers proposers meanwhile: the list shrank, but every majority of the new list
+    /// still meets every majority of the old one ([`catches_up`]).
+    pub answers: bool,
 }
 
 impl Pending {
@@ -153,7 +211,8 @@ impl Pending {
         Need {
             previous: self.previous.clone(),
             required: self.required,
-            ..Need::default()
+            delivered: self.carried.delivered.clone(),
+            partial: self.carried.partial.clone(),
         }
     }
 
@@ -182,10 +241,17 @@ impl Pending {
             .collect()
     }
 
-    /// Takes over `needs` (from an incomplete copy merged here), each once.
+    /// Takes over `needs` (from an incomplete copy merged here), each once. A need for
+    /// the same previous replicas as one held here is merged into it instead: the copies it
+    /// received are merged here now, inside the copy it came with.
     fn inherit(&mut self, needs: &[Need]) {
         for n in needs {
-            if !n.met(&self.received) && !self.inherited.contains(n) {
+            if n.previous == self.previous {
+                self.carried.carry(n);
+            } else if let Some(q) = self.inherited.iter_mut().find(|q| q.previous == n.previous) {
+                q.required = q.required.max(n.required);
+                q.carry(n);
+            } else if !n.met(&self.received) {
                 self.inherited.push(n.clone());
             }
         }
@@ -241,11 +307,26 @@ pub struct Handoffs {
 impl Handoffs {
     /// True if this node does not answer about `segment` yet.
     pub fn is_pending(&self, segment: u16) -> bool {
+        self.pending.get(&segment).is_some_and(|p| !p.answers)
+    }
+
+    /// True if this node waits for copies of `segment` (answering meanwhile or not).
+    pub fn is_waiting(&self, segment: u16) -> bool {
         self.pending.contains_key(&segment)
     }
 
-    /// True if this node must not hand `segment` over yet: it waits for it after a ring
-    /// change, so what it holds may lack writes that others must not miss.
+    /// True if this node must not hand `segment` over yet: it became a replica of it in a
+    /// ring change and waits for it, so what it holds may lack writes that others must not
+    /// miss. (In its first ring it hands over what its disk holds; a replica that stays
+    /// hands over its copy as it stood before the change.)
+    pub fn holds_back(&self, segment: u16) -> bool {
+        self.pending
+            .get(&segment)
+            .is_some_and(|p| !p.first_ring && !p.staying)
+    }
+
+    /// True if this node's copy of `segment` may lack writes chosen before: it waits for it
+    /// after a ring change.
     pub fn is_incomplete(&self, segment: u16) -> bool {
         self.pending.get(&segment).is_some_and(|p| !p.first_ring)
     }
@@ -319,7 +400,13 @@ impl Handoffs {
             if p.done() {
                 return false;
             }
-            if new.preference_list(*s, n).contains(&me) {
+            let new_l = new.preference_list(*s, n);
+            if new_l.contains(&me) {
+                // Its list changes again before it caught up: the arithmetic that let it
+                // answer meanwhile was for the earlier change only.
+                if p.answers && !same_replicas(&old.preference_list(*s, n), &new_l) {
+                    p.answers = false;
+                }
                 return true;
             }
             // It leaves the list still waiting: its copy owes what it waited for.
@@ -344,11 +431,15 @@ impl Handoffs {
             let old_l = old.preference_list(s, n);
             let new_l = new.preference_list(s, n);
             // A replica that stays, in a segment that lost a majority of its replicas at
-            // once, cannot answer for it alone either: it waits for them too.
+            // once, cannot answer for it alone either: it waits for them too. In a list that
+            // shrank, it waits for the copies of the others that stay, answering meanwhile
+            // where that is safe ([`catches_up`]).
             let staying = old_l.iter().filter(|a| members.contains(*a)).count();
+            let lost_majority = staying < old_l.len() / 2 + 1;
+            let shrank = catches_up(&old_l, &new_l);
             if old_l.contains(&me)
                 && new_l.contains(&me)
-                && staying < old_l.len() / 2 + 1
+                && (lost_majority || shrank.is_some())
                 && !self.pending.contains_key(&s)
             {
                 let previous: BTreeSet<Address> = old_l.iter().map(|a| a.address.clone()).collect();
@@ -361,6 +452,8 @@ impl Handoffs {
                     required: meets_every_majority(previous.len()),
                     previous,
                     first_ring: false,
+                    staying: true,
+                    answers: !lost_majority && shrank == Some(true),
                     ..Pending::default()
                 };
                 // Its copy stands for the old list, but lacks what only the departed held:
@@ -371,6 +464,16 @@ impl Handoffs {
                     self.owed_dirty = true;
                 }
                 p.forget(&self.given_up);
+                // On disk too: after a restart its copy, marked incomplete, still says
+                // (its need names its own copy delivered) that it was complete for the old
+                // list.
+                let o = self.owed.entry(s).or_default();
+                for need in p.unmet_needs() {
+                    if !o.contains(&need) && o.len() < MAX_NEEDS {
+                        o.push(need);
+                        self.owed_dirty = true;
+                    }
+                }
                 self.pending.insert(s, p);
                 self.marks_dirty |= self.marks.joined(s);
             }

@@ -302,3 +302,79 @@ fn a_last_page_carries_needs_within_its_bounds() {
     h.marks.completed(3);
     assert!(h.needs_of(3).is_empty());
 }
+
+#[test]
+fn a_list_catches_up_only_where_a_write_chosen_before_could_miss_a_majority_after() {
+    let n: Vec<UniqueAddress> = (1..=7).map(|i| node(i, i as u64)).collect();
+    let l = |ix: &[usize]| -> Vec<&UniqueAddress> { ix.iter().map(|i| &n[*i]).collect() };
+    // Kept its size, grew, or shrank to one of two: nothing to catch up.
+    assert_eq!(catches_up(&l(&[0, 1, 2]), &l(&[1, 2, 3])), None);
+    assert_eq!(catches_up(&l(&[0, 1]), &l(&[0, 1, 2])), None);
+    assert_eq!(catches_up(&l(&[0, 1]), &l(&[1])), None);
+    assert_eq!(catches_up(&l(&[0, 1, 2, 3]), &l(&[1, 2, 3])), None);
+    assert_eq!(catches_up(&[], &l(&[1])), None);
+    // Three to two: they catch up, answering meanwhile (both are every majority of two).
+    assert_eq!(catches_up(&l(&[0, 1, 2]), &l(&[1, 2])), Some(true));
+    // Five to four: answering meanwhile; five to three: not (two of the three that stay
+    // may miss a write three of five chose).
+    assert_eq!(
+        catches_up(&l(&[0, 1, 2, 3, 4]), &l(&[1, 2, 3, 4])),
+        Some(true)
+    );
+    assert_eq!(
+        catches_up(&l(&[0, 1, 2, 3, 4]), &l(&[2, 3, 4])),
+        Some(false)
+    );
+}
+
+#[test]
+fn replicas_that_stay_in_a_shrunk_list_answer_hand_over_and_complete_from_each_other() {
+    let (a, b, c) = (node(1, 1), node(2, 2), node(3, 3));
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let two = Ring::new([b.clone(), c.clone()], 16);
+    let (mut at_b, mut at_c) = (Handoffs::default(), Handoffs::default());
+    for h in [&mut at_b, &mut at_c] {
+        // Complete replicas of every segment of the three.
+        for s in 0..SEGMENTS {
+            h.marks.completed(s);
+        }
+    }
+    at_b.ring_changed(&three, &two, &b, 3, 16);
+    at_c.ring_changed(&three, &two, &c, 3, 16);
+    let s = 7;
+    for h in [&at_b, &at_c] {
+        assert!(h.is_waiting(s) && !h.is_pending(s), "waits, answering");
+        assert!(!h.holds_back(s), "hands its copy over meanwhile");
+        assert_eq!(h.standing(s), Standing::Incomplete);
+        assert_eq!(
+            h.pending.len(),
+            usize::from(SEGMENTS),
+            "every segment shrank"
+        );
+    }
+    // c's copy says incomplete, and its need names c's own copy delivered: it counts for b.
+    let needs = at_c.needs_of(s);
+    assert!(needs.iter().any(|n| n.delivered.contains(&c.address)));
+    assert_eq!(
+        at_c.owed[&s], needs,
+        "kept on disk: a restart keeps what c's copy stood for"
+    );
+    at_b.received_last(s, &c, Standing::Incomplete, &needs);
+    assert!(!at_b.is_waiting(s), "b holds two complete copies of three");
+    assert_eq!(at_b.standing(s), Standing::Complete);
+    assert!(!at_b.owed.contains_key(&s));
+    // A copy that says incomplete with a need for other replicas does not count.
+    let other = Need {
+        previous: [b.address.clone(), c.address.clone()].into(),
+        required: 1,
+        delivered: [b.address.clone()].into(),
+        partial: BTreeSet::new(),
+    };
+    let t = 8;
+    at_c.received_last(t, &b, Standing::Incomplete, &[other]);
+    assert!(at_c.is_waiting(t));
+    // The list changes again before c caught up (b leaves too): c stops answering.
+    let one = Ring::new([c.clone()], 16);
+    at_c.ring_changed(&two, &one, &c, 3, 16);
+    assert!(at_c.is_pending(t), "waits for a or b, not answering");
+}

@@ -1,8 +1,8 @@
 //! The **needs a node owes**, kept on disk: for each segment it left while it still
-//! waited there ([`super::handoff::Handoffs::owed`]), the waits it had not finished, so
-//! that its incomplete copy still carries them ([`super::handoff::Need`]) after a
-//! restart — and so that, should it become a replica of the segment again, it waits for
-//! them itself.
+//! waited there ([`super::handoff::Handoffs::owed`]), or stays in while it catches up after
+//! the segment's list shrank, the waits it had not finished, so that its incomplete copy
+//! still carries them ([`super::handoff::Need`]) after a restart — and so that, should it
+//! become a replica of the segment again, it waits for them itself.
 //!
 //! One record of [`Table::JournalMeta`]: postcard of (segment, needs) pairs, written with
 //! the commit after they change (with the standing marks, [`super::standing`]).

@@ -268,9 +268,10 @@ impl<S: KvStorage> JournalMachine<S> {
         // Segments with no record here close in one message per new replica.
         let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing, Vec<Need>)>> = BTreeMap::new();
         for (segment, to) in &keys {
-            // A node still waiting for a segment after a ring change has nothing complete
-            // to give; a node in its first ring gives what its disk holds.
-            if self.handoffs.is_incomplete(*segment) {
+            // A node that became a replica in a ring change and still waits has nothing
+            // complete to give; a node in its first ring gives what its disk holds, and a
+            // replica that stays its copy as it stood before the change.
+            if self.handoffs.holds_back(*segment) {
                 continue;
             }
             let Some(o) = self.handoffs.outgoing.get_mut(&(*segment, to.clone())) else {
@@ -327,7 +328,7 @@ impl<S: KvStorage> JournalMachine<S> {
             if in_flight >= handoff::MAX_IN_FLIGHT {
                 return;
             }
-            if self.handoffs.is_incomplete(segment) {
+            if self.handoffs.holds_back(segment) {
                 continue;
             }
             let Some(o) = self.handoffs.outgoing.get(&(segment, to.clone())) else {

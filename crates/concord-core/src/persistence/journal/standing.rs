@@ -17,7 +17,9 @@
 //! - [`Standing::Incomplete`]: anything else: a brand-new node, a replica that came back
 //!   to the list and has not caught up (even after it left the list again), a replica that
 //!   waits because a majority of the segment's replicas left at once (its copy lacks what
-//!   only they held).
+//!   only they held), or because the segment's list shrank (its copy may lack a write the
+//!   departed replica and another chose: [`super::handoff::catches_up`]; its need says its
+//!   copy is complete for the old list).
 //!
 //! The receiver counts complete copies towards meeting every majority of the previous
 //! replicas; an incomplete copy counts only once *every* previous replica has delivered

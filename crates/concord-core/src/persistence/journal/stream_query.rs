@@ -140,7 +140,7 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         let segments: Vec<u16> = (0..SEGMENTS)
             .filter(|s| {
-                !self.handoffs.is_pending(*s)
+                !self.handoffs.is_waiting(*s)
                     && self
                         .ring
                         .preference_list(*s, self.settings.n)

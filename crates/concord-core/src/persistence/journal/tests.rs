@@ -19,6 +19,8 @@ use stream_check::{check_stream, Reader};
 mod commit;
 #[path = "tests_held.rs"]
 mod held;
+#[path = "tests_shrink.rs"]
+mod shrink;
 #[path = "tests_snapshot.rs"]
 mod snapshot;
 #[path = "tests_stream.rs"]
