@@ -46,6 +46,7 @@ mod stats;
 pub mod stream;
 mod stream_query;
 pub mod unable;
+pub mod wait;
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -1,0 +1,234 @@
+//! What a replica waits for after a ring change ([`super::handoff`]): its wait for a
+//! segment ([`Pending`]), the needs an incomplete copy carries on to whoever merges it
+//! ([`Need`]), and the arithmetic of quorums that says when a change needs a wait
+//! ([`meets_every_majority`], [`catches_up`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::standing::Standing;
+use crate::address::{Address, UniqueAddress};
+
+/// Of `n` replicas, how many a set must hold to share one with every majority of them:
+/// `n − (n / 2 + 1) + 1`, i.e. ⌈n / 2⌉ (0 of 0, 1 of 1 or 2, 2 of 3).
+pub fn meets_every_majority(n: usize) -> usize {
+    n - n / 2
+}
+
+/// A replica list went from `old` to `new`: `None` if every write chosen on a majority of
+/// `old` is, once `new`'s new replicas caught up, on a majority of `new` too (the list kept
+/// its size or grew, or it shrank to one); otherwise the replicas that stay must catch up
+/// from one another first — `Some(true)` if they can answer meanwhile (every majority of
+/// `new` that they form alone meets every majority of `old`), `Some(false)` if not.
+///
+/// A write chosen on a majority `Q` of `old` is, after the change, on `Q`'s members that
+/// stay and on every new replica once it caught up (each merges copies that meet every
+/// majority of `old`): at least `⌊|old|/2⌋ + 1 − departed + joined` of `new`'s replicas,
+/// which is a majority of `new` unless the list shrank (three replicas of which one left:
+/// the write may be on one of the two left, and once that one leaves too the other would
+/// answer without it — docs/PERSISTENCE.md, "The limit to state precisely"). Meanwhile a
+/// majority of `new` formed by replicas that stay meets every majority of `old` if
+/// `⌊|new|/2⌋ + 1 + ⌊|old|/2⌋ + 1 > |old|` (three to two: yes; five to three: no).
+pub fn catches_up(old: &[&UniqueAddress], new: &[&UniqueAddress]) -> Option<bool> {
+    let majority = |n: usize| n / 2 + 1;
+    if old.is_empty() || new.is_empty() {
+        return None;
+    }
+    let departed = old.iter().filter(|a| !new.contains(a)).count();
+    let joined = new.iter().filter(|a| !old.contains(a)).count();
+    if (majority(old.len()) + joined).saturating_sub(departed) >= majority(new.len()) {
+        return None;
+    }
+    Some(majority(new.len()) + majority(old.len()) > old.len())
+}
+
+/// True if `a` and `b` name the same replicas (in any order).
+pub(super) fn same_replicas(a: &[&UniqueAddress], b: &[&UniqueAddress]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x))
+}
+
+/// Needs one last page may carry per segment, at most (more: the page is refused as bad
+/// input).
+pub const MAX_NEEDS: usize = 64;
+/// Addresses in one need's sets, at most: a segment's previous replicas are at most two
+/// preference lists (n ≤ 255 each).
+pub const MAX_NEED_ADDRESSES: usize = 512;
+/// Addresses in all the needs one segment's last page carries, at most: with addresses of
+/// at most 270 bytes of text they take under 600 KB, so a last page (1 MiB of records)
+/// still fits in a frame of the large lane (2 MiB).
+pub const MAX_PAGE_NEED_ADDRESSES: usize = 2048;
+
+/// A wait an incomplete copy still owes: of the segment's `previous` replicas (by
+/// address), `required` must have delivered complete copies, or every one of them a copy;
+/// `delivered` and `partial` already delivered to the copy's holder (complete, and maybe
+/// incomplete). A last page of an incomplete copy carries its holder's unmet needs, and
+/// the new replica that merges it takes them over: what the copy lacks must still come
+/// from there (simulator seeds 3647 and 3810: a replica that left a segment's list while
+/// it still waited for the replicas holding the last writes handed its copy on, and the
+/// next replica counted it as if nothing were missing).
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct Need {
+    /// The replicas whose copies were awaited (addresses).
+    pub previous: BTreeSet<Address>,
+    /// How many of them must deliver complete copies.
+    pub required: usize,
+    /// Those that delivered complete copies.
+    pub delivered: BTreeSet<Address>,
+    /// Those that delivered copies that may be incomplete.
+    pub partial: BTreeSet<Address>,
+}
+
+impl Need {
+    /// Met, counting also the copies `received` by the node that holds the need now.
+    pub fn met(&self, received: &BTreeMap<Address, Standing>) -> bool {
+        let complete = |a: &&Address| {
+            self.delivered.contains(*a) || received.get(*a) == Some(&Standing::Complete)
+        };
+        self.previous.iter().filter(complete).count() >= self.required
+            || self.previous.iter().all(|a| {
+                self.delivered.contains(a) || self.partial.contains(a) || received.contains_key(a)
+            })
+    }
+
+    /// Addresses in its sets.
+    pub fn addresses(&self) -> usize {
+        self.previous.len() + self.delivered.len() + self.partial.len()
+    }
+
+    /// The need with the copies of its replicas that `received` holds counted in.
+    pub(super) fn with_received(mut self, received: &BTreeMap<Address, Standing>) -> Need {
+        for a in &self.previous {
+            match received.get(a) {
+                Some(Standing::Complete) => {
+                    self.partial.remove(a);
+                    self.delivered.insert(a.clone());
+                }
+                Some(Standing::Incomplete) if !self.delivered.contains(a) => {
+                    self.partial.insert(a.clone());
+                }
+                _ => {}
+            }
+        }
+        self
+    }
+
+    /// Counts the copies `other` (a need for the same previous replicas, carried by a copy
+    /// merged here) received as received here too.
+    pub(super) fn carry(&mut self, other: &Need) {
+        self.delivered.extend(other.delivered.iter().cloned());
+        self.partial.extend(
+            other
+                .partial
+                .iter()
+                .filter(|a| !self.delivered.contains(*a))
+                .cloned(),
+        );
+        let delivered = &self.delivered;
+        self.partial.retain(|a| !delivered.contains(a));
+    }
+
+    /// Within the bounds a page may carry ([`MAX_NEED_ADDRESSES`] addresses per set,
+    /// `required` at most the previous replicas).
+    pub fn is_bounded(&self) -> bool {
+        self.previous.len() <= MAX_NEED_ADDRESSES
+            && self.delivered.len() <= MAX_NEED_ADDRESSES
+            && self.partial.len() <= MAX_NEED_ADDRESSES
+            && self.required <= self.previous.len()
+    }
+}
+
+/// A segment this node became a replica of and does not answer about yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Replicas in the ring whose last page it waits for.
+    pub from: BTreeSet<UniqueAddress>,
+    /// The addresses of the segment's previous replicas (by address: a restarted node
+    /// brings its disk back).
+    pub previous: BTreeSet<Address>,
+    /// How many of them must have delivered complete copies (this node's own disk counts
+    /// if it is one): enough to meet every majority of them ([`meets_every_majority`]), so
+    /// that every write chosen before is among what this node merged.
+    pub required: usize,
+    /// Pending since this node's first ring (it just started: what its disk holds is all
+    /// it knows, and it hands that over while it waits); otherwise it hands nothing over
+    /// until it is complete itself.
+    pub first_ring: bool,
+    /// Every copy received (this node's own included), by address, standing so.
+    pub received: BTreeMap<Address, Standing>,
+    /// Needs taken over from incomplete copies merged here ([`Need`]); each must be met too.
+    pub inherited: Vec<Need>,
+    /// Copies of its previous replicas merged here inside another replica's copy: an
+    /// incomplete copy whose last page carried a need for the same previous replicas
+    /// brought what that need had received ([`Need::delivered`], [`Need::partial`]).
+    pub carried: Need,
+    /// A replica that stays in the segment's list while replicas of it left: its copy is as
+    /// complete as before the change, so it hands it over meanwhile (its last page says
+    /// incomplete, and carries its need, which names its own copy as delivered).
+    pub staying: bool,
+    /// It answers proposers meanwhile: the list shrank, but every majority of the new list
+    /// still meets every majority of the old one ([`catches_up`]).
+    pub answers: bool,
+}
+
+impl Pending {
+    /// Its own need: `required` complete copies of the previous replicas', or every
+    /// previous replica's copy, complete or not (then this node holds everything any of
+    /// them holds).
+    pub(super) fn own(&self) -> Need {
+        Need {
+            previous: self.previous.clone(),
+            required: self.required,
+            delivered: self.carried.delivered.clone(),
+            partial: self.carried.partial.clone(),
+        }
+    }
+
+    /// Everything awaited arrived: its own need and every need taken over from an
+    /// incomplete copy are met.
+    pub fn done(&self) -> bool {
+        self.from.is_empty()
+            && self.own().met(&self.received)
+            && self.inherited.iter().all(|n| n.met(&self.received))
+    }
+
+    /// True if a copy from `a` is still awaited: a replica of its own or of an inherited
+    /// need that has not delivered a complete copy.
+    pub fn awaits(&self, a: &Address) -> bool {
+        self.received.get(a) != Some(&Standing::Complete)
+            && (self.previous.contains(a) || self.inherited.iter().any(|n| n.previous.contains(a)))
+    }
+
+    /// Its own need and those it took over that are not met, with the copies received
+    /// here counted in.
+    pub fn unmet_needs(&self) -> Vec<Need> {
+        std::iter::once(self.own())
+            .chain(self.inherited.iter().cloned())
+            .filter(|n| !n.met(&self.received))
+            .map(|n| n.with_received(&self.received))
+            .collect()
+    }
+
+    /// Takes over `needs` (from an incomplete copy merged here), each once. A need for
+    /// the same previous replicas as one held here is merged into it instead: the copies it
+    /// received are merged here now, inside the copy it came with.
+    pub(super) fn inherit(&mut self, needs: &[Need]) {
+        for n in needs {
+            if n.previous == self.previous {
+                self.carried.carry(n);
+            } else if let Some(q) = self.inherited.iter_mut().find(|q| q.previous == n.previous) {
+                q.required = q.required.max(n.required);
+                q.carry(n);
+            } else if !n.met(&self.received) {
+                self.inherited.push(n.clone());
+            }
+        }
+    }
+
+    /// Counts `from`'s copy by where it stands (a complete copy stays counted complete).
+    pub(super) fn count(&mut self, from: &Address, standing: Standing) {
+        if self.received.get(from) != Some(&Standing::Complete) {
+            self.received.insert(from.clone(), standing);
+        }
+    }
+}
