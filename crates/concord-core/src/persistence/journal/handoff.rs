@@ -244,18 +244,23 @@ impl Handoffs {
                     self.owed_dirty = true;
                 }
                 p.forget(&self.given_up);
-                // On disk too: after a restart its copy, marked incomplete, still says
-                // (its need names its own copy delivered) that it was complete for the old
-                // list.
-                let o = self.owed.entry(s).or_default();
-                for need in p.unmet_needs() {
-                    if !o.contains(&need) && o.len() < MAX_NEEDS {
-                        o.push(need);
-                        self.owed_dirty = true;
+                // Met at once only by its own complete copy of a list of two (it stays, the
+                // other left): every write chosen there needed both, and every write chosen
+                // before was on both once they caught up — nothing to wait for.
+                if !p.done() {
+                    // On disk too: after a restart its copy, marked incomplete, still says
+                    // (its need names its own copy delivered) that it was complete for the
+                    // old list.
+                    let o = self.owed.entry(s).or_default();
+                    for need in p.unmet_needs() {
+                        if !o.contains(&need) && o.len() < MAX_NEEDS {
+                            o.push(need);
+                            self.owed_dirty = true;
+                        }
                     }
+                    self.pending.insert(s, p);
+                    self.marks_dirty |= self.marks.joined(s);
                 }
-                self.pending.insert(s, p);
-                self.marks_dirty |= self.marks.joined(s);
             }
             for x in new_l.iter().filter(|x| !old_l.contains(x)) {
                 let x: &UniqueAddress = x;

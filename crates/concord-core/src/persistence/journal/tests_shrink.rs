@@ -80,10 +80,12 @@ fn replicas_left_by_a_shrinking_list_catch_up_before_the_next_leaves() {
     for i in [1, 2] {
         assert_eq!(net.machines[i].pending_segments(), 0, "node {i} caught up");
     }
-    // Node 1 leaves too: node 2 alone holds the log, and a new node 3 joins it.
+    // Node 1 leaves too: node 2 alone holds the log and answers at once, with every
+    // write; then a new node 3 joins it.
     destroy(&mut net, 1);
     net.publish_view();
     net.run_until(net.now + 1_000);
+    assert_eq!(recovered(&mut net, 2, 9, &log, 1_000), Some(3));
     back(&mut net, 3);
     net.run_until(net.now + 5_000);
     for i in [2, 3] {
