@@ -3,7 +3,8 @@
 //! acknowledged increment is recovered on the nodes that remain, and the events-by-slices
 //! stream (`GET /persistence/events/counter`, `concord events`), read before and resumed
 //! after the leave, holds every increment; and a second writer of one persistence id on
-//! another node fences the first, whose next append is refused.
+//! another node fences the first, whose next append is refused; and three nodes scaled
+//! down to one, one node after the other, the last answering with every increment.
 
 mod common;
 
@@ -500,4 +501,36 @@ async fn after_a_give_up_a_lone_survivor_takes_writes_again() {
         .await;
     }
     a.shutdown().await;
+}
+
+/// Scaling down to one node: two of three leave one after the other (each list shrinks,
+/// and the replicas that stay catch up from one another before the next leaves), and the
+/// last node alone answers for every counter at once, with every increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_of_three_nodes_left_one_by_one_answers_with_every_increment() {
+    let (a, ra, _pa) = node(&[]).await;
+    let seed = port_of(&a);
+    let (b, rb, _pb) = node(&[seed]).await;
+    let (c, _rc, _pc) = node(&[seed]).await;
+    wait_up_and_settled(&[&a, &b, &c]).await;
+    let mut totals = BTreeMap::new();
+    for i in 1..=24i64 {
+        let id = format!("c{}", i % 8);
+        let total = totals.entry(id.clone()).or_insert(0i64);
+        *total += i;
+        assert_eq!(ask(&rb, &id, Cmd::Add(i)).await, Ok(*total), "{id}");
+    }
+    c.shutdown().await;
+    wait_for("two members", || a.cluster().view().members.len() == 2).await;
+    wait_journal_settled(&[&a, &b]).await;
+    b.shutdown().await;
+    wait_for("one member", || a.cluster().view().members.len() == 1).await;
+    for (id, total) in &totals {
+        assert_eq!(
+            ask(&ra, id, Cmd::Get).await,
+            Ok(*total),
+            "{id} on the last node"
+        );
+    }
+    assert_eq!(ask(&ra, "c1", Cmd::Add(100)).await, Ok(totals["c1"] + 100));
 }
