@@ -136,6 +136,9 @@ pub enum JournalMessage {
     Done {
         /// Request id.
         request: u64,
+        /// The log's replica list in the acceptor's view, as a digest (as in
+        /// [`JournalMessage::Accepted`]; 0: not stated, from a node of an earlier version).
+        replicas: u64,
     },
     /// The acceptor cannot answer (its storage failed, the segment is still being
     /// synchronised after a ring change, …: `reason`); counted as no answer.
@@ -264,7 +267,7 @@ impl JournalMessage {
             | JournalMessage::Nack { request, .. }
             | JournalMessage::ReadReply { request, .. }
             | JournalMessage::SnapshotReply { request, .. }
-            | JournalMessage::Done { request }
+            | JournalMessage::Done { request, .. }
             | JournalMessage::StreamReply { request, .. }
             | JournalMessage::Unable { request, .. } => Some(*request),
             _ => None,

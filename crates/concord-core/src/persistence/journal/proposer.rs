@@ -257,7 +257,8 @@ impl<S: KvStorage> JournalMachine<S> {
             req.local_turn = Some(self.turns);
         }
         if let JournalMessage::Promise { replicas, .. }
-        | JournalMessage::Accepted { replicas, .. } = &msg
+        | JournalMessage::Accepted { replicas, .. }
+        | JournalMessage::Done { replicas, .. } = &msg
         {
             if *replicas != 0 && *replicas != req.replicas_digest {
                 // The replier sees another replica list for the log: one of the two views

@@ -20,8 +20,9 @@ use crate::protocol::{Lane, Transmit};
 /// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
 /// a promise or an accepted.
 fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
-    if let JournalMessage::Promise { replicas, .. } | JournalMessage::Accepted { replicas, .. } =
-        &mut m
+    if let JournalMessage::Promise { replicas, .. }
+    | JournalMessage::Accepted { replicas, .. }
+    | JournalMessage::Done { replicas, .. } = &mut m
     {
         *replicas = view;
     }
@@ -90,7 +91,10 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             if matches!(
                 msg,
-                JournalMessage::Prepare { .. } | JournalMessage::Accept { .. }
+                JournalMessage::Prepare { .. }
+                    | JournalMessage::Accept { .. }
+                    | JournalMessage::SaveSnapshot { .. }
+                    | JournalMessage::Delete { .. }
             ) {
                 view = replicas_digest(replicas);
             }
@@ -139,13 +143,19 @@ impl<S: KvStorage> JournalMachine<S> {
                 log,
                 snapshot,
             } => acceptor::save_snapshot(st, &log, &snapshot)
-                .map(|()| JournalMessage::Done { request })
+                .map(|()| JournalMessage::Done {
+                    request,
+                    replicas: view,
+                })
                 .map_err(|e| (request, e)),
             JournalMessage::LoadSnapshot { request, log } => acceptor::load_snapshot(st, &log)
                 .map(|snapshot| JournalMessage::SnapshotReply { request, snapshot })
                 .map_err(|e| (request, e)),
             JournalMessage::Delete { request, log, to } => acceptor::delete_to(st, &log, to)
-                .map(|()| JournalMessage::Done { request })
+                .map(|()| JournalMessage::Done {
+                    request,
+                    replicas: view,
+                })
                 .map_err(|e| (request, e)),
             JournalMessage::Handoff {
                 segment,

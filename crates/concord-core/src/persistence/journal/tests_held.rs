@@ -184,7 +184,7 @@ fn a_held_recovery_answers_once_a_replica_holds_the_write_again() {
 
 /// Gives the machines `to` a view of the cluster without node `removed` (their ring changes;
 /// the others keep theirs).
-fn view_without(net: &mut Net, removed: usize, to: &[usize]) {
+pub(super) fn view_without(net: &mut Net, removed: usize, to: &[usize]) {
     let members: Vec<usize> = (0..NODES as usize).filter(|i| *i != removed).collect();
     view_of(net, &members, to);
 }

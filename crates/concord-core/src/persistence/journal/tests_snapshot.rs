@@ -209,3 +209,34 @@ fn a_write_or_snapshot_larger_than_a_promise_can_carry_is_refused_and_nothing_is
     net.machines[0].save_snapshot(net.now, 13, log.clone(), snapshot);
     assert_eq!(net.answer(0, 13, 1_000).result, Ok(JournalOutput::Done));
 }
+
+/// Simulator seed 2501 (three nodes): a writer removed from the ring, its view not yet
+/// changed, saved a snapshot counting its own answer and that of a replica whose view had
+/// changed; the replicas of the new list did not hold it, and a recovery returned an older
+/// one. A save's answer states the answering replica's list as an accept's does, and one
+/// from another view is not counted.
+#[test]
+fn a_snapshot_save_answered_from_another_view_of_the_replicas_is_not_counted() {
+    let mut net = Net::new(22, 0.0);
+    let log = log_name(2);
+    net.run_until(net.now + 3_000);
+    four_events(&mut net, &log);
+    let replicas = net.machines[0].replicas(&log);
+    let removed = (1..NODES as usize)
+        .find(|i| replicas.contains(&ua(*i, net.uids[*i])))
+        .expect("another replica");
+    // Node 0 still sees the old list; every other node sees `removed` gone.
+    let others: Vec<usize> = (1..NODES as usize).collect();
+    super::held::view_without(&mut net, removed, &others);
+    net.machines[0].save_snapshot(net.now, 20, log.clone(), snap(4));
+    let answer = net.answer(0, 20, 3_000);
+    assert!(
+        matches!(answer.result, Err(JournalError::Unavailable(_))),
+        "not counted through another view: {answer:?}"
+    );
+    assert!(net.machines[0].stats().view_mismatches > 0);
+    // Its view catches up: the save is counted.
+    super::held::view_without(&mut net, removed, &[0]);
+    net.machines[0].save_snapshot(net.now, 21, log.clone(), snap(4));
+    assert_eq!(net.answer(0, 21, 3_000).result, Ok(JournalOutput::Done));
+}

@@ -113,21 +113,6 @@ impl Need {
         self
     }
 
-    /// Counts the copies `other` (a need for the same previous replicas, carried by a copy
-    /// merged here) received as received here too.
-    pub(super) fn carry(&mut self, other: &Need) {
-        self.delivered.extend(other.delivered.iter().cloned());
-        self.partial.extend(
-            other
-                .partial
-                .iter()
-                .filter(|a| !self.delivered.contains(*a))
-                .cloned(),
-        );
-        let delivered = &self.delivered;
-        self.partial.retain(|a| !delivered.contains(a));
-    }
-
     /// Within the bounds a page may carry ([`MAX_NEED_ADDRESSES`] addresses per set,
     /// `required` at most the previous replicas).
     pub fn is_bounded(&self) -> bool {
@@ -158,10 +143,10 @@ pub struct Pending {
     pub received: BTreeMap<Address, Standing>,
     /// Needs taken over from incomplete copies merged here ([`Need`]); each must be met too.
     pub inherited: Vec<Need>,
-    /// Copies of its previous replicas merged here inside another replica's copy: an
-    /// incomplete copy whose last page carried a need for the same previous replicas
-    /// brought what that need had received ([`Need::delivered`], [`Need::partial`]).
-    pub carried: Need,
+    /// Previous replicas whose copies count as complete for its own need although their
+    /// pages said incomplete: each named itself delivered in a need for the same previous
+    /// replicas ([`Pending::inherit`]).
+    pub credited: BTreeSet<Address>,
     /// A replica that stays in the segment's list while replicas of it left: its copy is as
     /// complete as before the change, so it hands it over meanwhile (its last page says
     /// incomplete, and carries its need, which names its own copy as delivered).
@@ -179,8 +164,8 @@ impl Pending {
         Need {
             previous: self.previous.clone(),
             required: self.required,
-            delivered: self.carried.delivered.clone(),
-            partial: self.carried.partial.clone(),
+            delivered: self.credited.clone(),
+            partial: BTreeSet::new(),
         }
     }
 
@@ -209,18 +194,39 @@ impl Pending {
             .collect()
     }
 
-    /// Takes over `needs` (from an incomplete copy merged here), each once. A need for
-    /// the same previous replicas as one held here is merged into it instead: the copies it
-    /// received are merged here now, inside the copy it came with.
-    pub(super) fn inherit(&mut self, needs: &[Need]) {
+    /// Takes over `needs` (from an incomplete copy merged here: `sender`'s, or with `None`
+    /// this node's own disk's needs owed), each once.
+    ///
+    /// A need that names `sender` delivered says its copy was complete for that need's
+    /// previous replicas (a replica that stays in a shrunk list sends its copy so while it
+    /// catches up): it counts as a complete copy for this node's needs of the same previous
+    /// replicas. Only the sender itself: copies it merged after it began sending may not
+    /// have reached here. This node's own needs owed credit every copy they name delivered
+    /// (each was merged into this disk before it was named).
+    pub(super) fn inherit(&mut self, sender: Option<&Address>, needs: &[Need]) {
         for n in needs {
+            let credited: Vec<&Address> = match sender {
+                None => n.delivered.iter().collect(),
+                Some(x) => n.delivered.get(x).into_iter().collect(),
+            };
             if n.previous == self.previous {
-                self.carried.carry(n);
-            } else if let Some(q) = self.inherited.iter_mut().find(|q| q.previous == n.previous) {
-                q.required = q.required.max(n.required);
-                q.carry(n);
-            } else if !n.met(&self.received) {
-                self.inherited.push(n.clone());
+                self.credited.extend(credited.iter().map(|a| (*a).clone()));
+            }
+            for q in self
+                .inherited
+                .iter_mut()
+                .filter(|q| q.previous == n.previous)
+            {
+                q.delivered.extend(credited.iter().map(|a| (*a).clone()));
+                q.partial.retain(|a| !q.delivered.contains(a));
+            }
+            let mut n = n.clone();
+            if n.previous == self.previous {
+                n.delivered.extend(self.credited.iter().cloned());
+                n.partial.retain(|a| !n.delivered.contains(a));
+            }
+            if !n.met(&self.received) && !self.inherited.contains(&n) {
+                self.inherited.push(n);
             }
         }
     }

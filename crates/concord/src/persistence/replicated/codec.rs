@@ -202,14 +202,6 @@ impl Codec for JournalCodec {
 
     fn encode(&self, msg: &JournalMessage) -> (u32, Bytes) {
         use JournalMessage as M;
-        let id = |request: u64| {
-            wire::JournalRequestId {
-                request,
-                replicas: 0,
-                unable_reason: 0,
-            }
-            .encode_to_vec()
-        };
         let (m, bytes) = match msg {
             M::Prepare {
                 request,
@@ -281,7 +273,15 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Done { request } => (manifest::DONE, id(*request)),
+            M::Done { request, replicas } => (
+                manifest::DONE,
+                wire::JournalRequestId {
+                    request: *request,
+                    replicas: *replicas,
+                    unable_reason: 0,
+                }
+                .encode_to_vec(),
+            ),
             M::Unable { request, reason } => (
                 manifest::UNABLE,
                 wire::JournalRequestId {
@@ -434,11 +434,6 @@ impl Codec for JournalCodec {
 
     fn decode(&self, manifest: u32, payload: &[u8]) -> Result<JournalMessage, DecodeError> {
         use JournalMessage as M;
-        let id = |p: &[u8]| {
-            wire::JournalRequestId::decode(p)
-                .map(|m| m.request)
-                .map_err(invalid)
-        };
         let segments = |p: &[u8]| -> Result<Vec<u16>, DecodeError> {
             let m = wire::JournalSegments::decode(p).map_err(invalid)?;
             if m.segments.len() > usize::from(concord_core::kv::SEGMENTS) {
@@ -489,9 +484,13 @@ impl Codec for JournalCodec {
                     replicas: m.replicas,
                 }
             }
-            manifest::DONE => M::Done {
-                request: id(payload)?,
-            },
+            manifest::DONE => {
+                let m = wire::JournalRequestId::decode(payload).map_err(invalid)?;
+                M::Done {
+                    request: m.request,
+                    replicas: m.replicas,
+                }
+            }
             manifest::UNABLE => {
                 let m = wire::JournalRequestId::decode(payload).map_err(invalid)?;
                 M::Unable {

@@ -103,7 +103,10 @@ fn messages_round_trip_and_garbage_is_an_error() {
             log: "ex|1".into(),
             to: 3,
         },
-        JournalMessage::Done { request: 6 },
+        JournalMessage::Done {
+            request: 6,
+            replicas: 77,
+        },
         JournalMessage::Unable {
             request: 7,
             reason: UnableReason::Synchronising,
