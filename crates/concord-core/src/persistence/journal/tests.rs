@@ -106,6 +106,17 @@ impl Net {
         }
     }
 
+    /// Destroys node `g` (cut from every node, out of the membership; the view is not
+    /// published).
+    fn destroy(&mut self, g: usize) {
+        self.gone.insert(g);
+        for i in 0..NODES as usize {
+            if i != g {
+                self.cut.insert((i.min(g), i.max(g)));
+            }
+        }
+    }
+
     fn restart(&mut self, i: usize) {
         self.uids[i] += 100;
         let settings = self.machines[i].settings.clone();

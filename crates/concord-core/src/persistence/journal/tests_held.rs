@@ -97,18 +97,24 @@ fn three_writes(net: &mut Net) -> String {
     net.run_until(net.now + 3_000);
     assert_eq!(net.machines[0].pending_segments(), 0, "handoffs ended");
     let log = log_name(2);
-    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
+    three_writes_to(net, &log, 1_000);
+    log
+}
+
+/// Node 0 recovers `log` (empty; within `ms`) and writes three writes to it (requests 1
+/// to 4), then the network runs 1 s more.
+pub(super) fn three_writes_to(net: &mut Net, log: &str, ms: u64) {
+    net.machines[0].recover(net.now, 1, log.to_owned(), 1, 10);
     assert!(matches!(
-        net.answer(0, 1, 1_000).result,
+        net.answer(0, 1, ms).result,
         Ok(JournalOutput::Recovered { highest: 0, .. })
     ));
     for seq in 1..=3 {
-        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
+        net.machines[0].append(net.now, 1 + seq, log.to_owned(), write(seq, "w"), false);
         let answer = net.answer(0, 1 + seq, 1_000);
         assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
     }
     net.run_until(net.now + 1_000);
-    log
 }
 
 /// Node `at` recovers `log` (request `r`), and `ms` later it has not answered.
@@ -312,12 +318,7 @@ fn giving_up_replicas_lost_for_good_ends_the_waits_they_held_up() {
     three_writes(&mut net);
     // Two nodes destroyed at once with their disks, and removed from the membership.
     for g in [3usize, 4] {
-        net.gone.insert(g);
-        for i in 0..NODES as usize {
-            if i != g {
-                net.cut.insert((i.min(g), i.max(g)));
-            }
-        }
+        net.destroy(g);
     }
     net.publish_view();
     net.run_until(net.now + 10_000);

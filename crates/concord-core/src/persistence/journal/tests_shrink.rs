@@ -6,7 +6,7 @@
 //! whose list shrinks again before it caught up waits until a replica of the earlier list
 //! is back.
 
-use super::held::write;
+use super::held::three_writes_to;
 use super::*;
 
 /// A ring of nodes 0, 1 and 2 (3 and 4 destroyed and given up), its handoffs ended; node 0 writes
@@ -14,12 +14,7 @@ use super::*;
 /// Returns the log's name.
 fn writes_on_two_of_three(net: &mut Net) -> String {
     for g in [3usize, 4] {
-        net.gone.insert(g);
-        for i in 0..NODES as usize {
-            if i != g {
-                net.cut.insert((i.min(g), i.max(g)));
-            }
-        }
+        net.destroy(g);
     }
     net.publish_view();
     // Segments that had two replicas on nodes 3 and 4 would wait for them: given up.
@@ -33,28 +28,8 @@ fn writes_on_two_of_three(net: &mut Net) -> String {
     net.cut.insert((0, 2));
     net.cut.insert((1, 2));
     let log = log_name(7);
-    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
-    assert!(matches!(
-        net.answer(0, 1, 2_000).result,
-        Ok(JournalOutput::Recovered { highest: 0, .. })
-    ));
-    for seq in 1..=3 {
-        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
-        let answer = net.answer(0, 1 + seq, 1_000);
-        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
-    }
-    net.run_until(net.now + 1_000);
+    three_writes_to(net, &log, 2_000);
     log
-}
-
-/// Destroys node `g` (cut from every node, out of the membership).
-fn destroy(net: &mut Net, g: usize) {
-    net.gone.insert(g);
-    for i in 0..NODES as usize {
-        if i != g {
-            net.cut.insert((i.min(g), i.max(g)));
-        }
-    }
 }
 
 /// Node `i` recovers `log` (request `r`): the highest sequence number it answers, or
@@ -73,7 +48,7 @@ fn replicas_left_by_a_shrinking_list_catch_up_before_the_next_leaves() {
     let mut net = Net::new(41, 0.0);
     let log = writes_on_two_of_three(&mut net);
     // Node 0 leaves; nodes 1 and 2 are the log's replicas now, and 2 hears from 1 again.
-    destroy(&mut net, 0);
+    net.destroy(0);
     net.cut.remove(&(1, 2));
     net.publish_view();
     net.run_until(net.now + 5_000);
@@ -82,7 +57,7 @@ fn replicas_left_by_a_shrinking_list_catch_up_before_the_next_leaves() {
     }
     // Node 1 leaves too: node 2 alone holds the log and answers at once, with every
     // write; then a new node 3 joins it.
-    destroy(&mut net, 1);
+    net.destroy(1);
     net.publish_view();
     net.run_until(net.now + 1_000);
     assert_eq!(recovered(&mut net, 2, 9, &log, 1_000), Some(3));
@@ -99,9 +74,9 @@ fn replicas_left_by_a_shrinking_list_catch_up_before_the_next_leaves() {
 fn shrunk_twice_then_one_back(seed: u64, joiner: bool) -> (Net, String) {
     let mut net = Net::new(seed, 0.0);
     let log = writes_on_two_of_three(&mut net);
-    destroy(&mut net, 0);
+    net.destroy(0);
     net.publish_view();
-    destroy(&mut net, 1);
+    net.destroy(1);
     net.publish_view();
     net.run_until(net.now + 1_000);
     assert_eq!(recovered(&mut net, 2, 9, &log, 1_500), None);

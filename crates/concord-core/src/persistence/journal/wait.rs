@@ -123,7 +123,9 @@ impl Need {
     }
 }
 
-/// A segment this node became a replica of and does not answer about yet.
+/// A segment this node waits for copies of after a ring change: it became a replica of it,
+/// or it stays in a list that lost replicas. It answers nothing about it meanwhile, unless
+/// [`Pending::answers`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pending {
     /// Replicas in the ring whose last page it waits for.
@@ -137,7 +139,7 @@ pub struct Pending {
     pub required: usize,
     /// Pending since this node's first ring (it just started: what its disk holds is all
     /// it knows, and it hands that over while it waits); otherwise it hands nothing over
-    /// until it is complete itself.
+    /// until it is complete itself, unless [`Pending::staying`].
     pub first_ring: bool,
     /// Every copy received (this node's own included), by address, standing so.
     pub received: BTreeMap<Address, Standing>,
