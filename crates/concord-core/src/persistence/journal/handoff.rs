@@ -240,7 +240,7 @@ impl Handoffs {
                 // incomplete for anyone who counts it after this change, until it is done.
                 p.count(&me.address, self.standing(s));
                 if let Some(o) = self.owed.remove(&s) {
-                    p.inherit(None, &o);
+                    p.inherit(&me.address, &o);
                     self.owed_dirty = true;
                 }
                 p.forget(&self.given_up);
@@ -298,7 +298,7 @@ impl Handoffs {
                     // A restarted node's own disk, by address.
                     p.count(&me.address, self.marks.standing(s));
                     if let Some(o) = self.owed.remove(&s) {
-                        p.inherit(None, &o);
+                        p.inherit(&me.address, &o);
                         self.owed_dirty = true;
                     }
                     p.forget(&self.given_up);
@@ -312,7 +312,7 @@ impl Handoffs {
                         match self.pending.get_mut(&s) {
                             Some(q) => {
                                 q.from.extend(p.from);
-                                q.inherit(None, &p.inherited);
+                                q.inherit(&me.address, &p.inherited);
                             }
                             None => {
                                 self.pending.insert(s, p);
@@ -358,7 +358,7 @@ impl Handoffs {
         if let Some(p) = self.pending.get_mut(&segment) {
             p.from.remove(from);
             p.count(&from.address, standing);
-            p.inherit(Some(&from.address), needs);
+            p.inherit(&from.address, needs);
             p.forget(&self.given_up);
             if p.done() {
                 self.pending.remove(&segment);

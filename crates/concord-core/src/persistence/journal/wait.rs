@@ -196,21 +196,17 @@ impl Pending {
             .collect()
     }
 
-    /// Takes over `needs` (from an incomplete copy merged here: `sender`'s, or with `None`
-    /// this node's own disk's needs owed), each once.
+    /// Takes over `needs` (from an incomplete copy merged here: `sender`'s, this node's
+    /// own for its needs owed), each once.
     ///
     /// A need that names `sender` delivered says its copy was complete for that need's
     /// previous replicas (a replica that stays in a shrunk list sends its copy so while it
     /// catches up): it counts as a complete copy for this node's needs of the same previous
     /// replicas. Only the sender itself: copies it merged after it began sending may not
-    /// have reached here. This node's own needs owed credit every copy they name delivered
-    /// (each was merged into this disk before it was named).
-    pub(super) fn inherit(&mut self, sender: Option<&Address>, needs: &[Need]) {
+    /// have reached here.
+    pub(super) fn inherit(&mut self, sender: &Address, needs: &[Need]) {
         for n in needs {
-            let credited: Vec<&Address> = match sender {
-                None => n.delivered.iter().collect(),
-                Some(x) => n.delivered.get(x).into_iter().collect(),
-            };
+            let credited: Vec<&Address> = n.delivered.get(sender).into_iter().collect();
             if n.previous == self.previous {
                 self.credited.extend(credited.iter().map(|a| (*a).clone()));
             }
