@@ -18,7 +18,7 @@ use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, Transmit};
 
 /// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
-/// a promise or an accepted.
+/// a promise, an accepted or a done (a snapshot saved, a delete).
 fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
     if let JournalMessage::Promise { replicas, .. }
     | JournalMessage::Accepted { replicas, .. }
