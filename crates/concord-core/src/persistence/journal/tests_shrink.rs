@@ -9,8 +9,8 @@
 use super::held::three_writes_to;
 use super::*;
 
-/// A ring of nodes 0, 1 and 2 (3 and 4 destroyed and given up), its handoffs ended; node 0 writes
-/// three writes of a log while node 2 is cut off, so only nodes 0 and 1 hold them.
+/// A ring of nodes 0, 1 and 2 (3 and 4 destroyed and given up), its handoffs ended; node 0
+/// writes three writes of a log while node 2 is cut off, so only nodes 0 and 1 hold them.
 /// Returns the log's name.
 fn writes_on_two_of_three(net: &mut Net) -> String {
     for g in [3usize, 4] {
