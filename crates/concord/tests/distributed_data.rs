@@ -394,12 +394,7 @@ async fn management_lists_keys_and_subscribers_hear_changes() {
         other => panic!("{other:?}"),
     }
     let addr = members[0].node.management_addr().unwrap();
-    let body: serde_json::Value = reqwest::get(format!("http://{addr}/cluster/ddata"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = common::get_json(&format!("http://{addr}/cluster/ddata")).await;
     let keys = body["keys"].as_array().unwrap();
     assert_eq!(keys[0]["key"], "rooms");
     assert!(keys[0]["type"].as_str().unwrap().contains("ORSet"));

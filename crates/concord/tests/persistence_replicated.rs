@@ -415,12 +415,7 @@ async fn in_a_split_brain_the_second_writer_is_refused() {
 
 /// `GET /persistence/journal/waits` of the node whose management API is at `base`.
 async fn journal_waits(base: &str) -> Vec<serde_json::Value> {
-    let v: serde_json::Value = reqwest::get(format!("{base}/persistence/journal/waits"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::get_json(&format!("{base}/persistence/journal/waits")).await;
     v["waits"].as_array().expect("a list of waits").clone()
 }
 

@@ -545,3 +545,8 @@ pub async fn events_cli(url: &str, entity_type: &str, max: usize) -> Vec<serde_j
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// `GET url`, its body as JSON (a test's failure if the request or the body fails).
+pub async fn get_json(url: &str) -> serde_json::Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}

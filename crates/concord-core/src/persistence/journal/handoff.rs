@@ -45,6 +45,20 @@ pub struct Outgoing {
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
 }
 
+/// Adds `needs` to what this node's copy of `segment` owes (each once, at most
+/// [`MAX_NEEDS`]); true if that changed.
+fn owe(owed: &mut BTreeMap<u16, Vec<Need>>, segment: u16, needs: Vec<Need>) -> bool {
+    let o = owed.entry(segment).or_default();
+    let mut changed = false;
+    for need in needs {
+        if !o.contains(&need) && o.len() < MAX_NEEDS {
+            o.push(need);
+            changed = true;
+        }
+    }
+    changed
+}
+
 /// This node's handoffs; see the module docs.
 #[derive(Debug, Default)]
 pub struct Handoffs {
@@ -190,13 +204,7 @@ impl Handoffs {
                 return true;
             }
             // It leaves the list still waiting: its copy owes what it waited for.
-            let o = owed.entry(*s).or_default();
-            for need in p.unmet_needs() {
-                if !o.contains(&need) && o.len() < MAX_NEEDS {
-                    o.push(need);
-                    *owed_dirty = true;
-                }
-            }
+            *owed_dirty |= owe(owed, *s, p.unmet_needs());
             false
         });
         self.outgoing.retain(|(_, to), _| members.contains(to));
@@ -251,13 +259,7 @@ impl Handoffs {
                     // On disk too: after a restart its copy, marked incomplete, still says
                     // (its need names its own copy delivered) that it was complete for the
                     // old list.
-                    let o = self.owed.entry(s).or_default();
-                    for need in p.unmet_needs() {
-                        if !o.contains(&need) && o.len() < MAX_NEEDS {
-                            o.push(need);
-                            self.owed_dirty = true;
-                        }
-                    }
+                    self.owed_dirty |= owe(&mut self.owed, s, p.unmet_needs());
                     self.pending.insert(s, p);
                     self.marks_dirty |= self.marks.joined(s);
                 }
