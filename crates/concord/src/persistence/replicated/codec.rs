@@ -202,6 +202,14 @@ impl Codec for JournalCodec {
 
     fn encode(&self, msg: &JournalMessage) -> (u32, Bytes) {
         use JournalMessage as M;
+        let request_id = |request: u64, replicas: u64, unable_reason: u32| {
+            wire::JournalRequestId {
+                request,
+                replicas,
+                unable_reason,
+            }
+            .encode_to_vec()
+        };
         let (m, bytes) = match msg {
             M::Prepare {
                 request,
@@ -264,33 +272,13 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::Accepted { request, replicas } => (
-                manifest::ACCEPTED,
-                wire::JournalRequestId {
-                    request: *request,
-                    replicas: *replicas,
-                    unable_reason: 0,
-                }
-                .encode_to_vec(),
-            ),
-            M::Done { request, replicas } => (
-                manifest::DONE,
-                wire::JournalRequestId {
-                    request: *request,
-                    replicas: *replicas,
-                    unable_reason: 0,
-                }
-                .encode_to_vec(),
-            ),
-            M::Unable { request, reason } => (
-                manifest::UNABLE,
-                wire::JournalRequestId {
-                    request: *request,
-                    replicas: 0,
-                    unable_reason: reason.code(),
-                }
-                .encode_to_vec(),
-            ),
+            M::Accepted { request, replicas } => {
+                (manifest::ACCEPTED, request_id(*request, *replicas, 0))
+            }
+            M::Done { request, replicas } => (manifest::DONE, request_id(*request, *replicas, 0)),
+            M::Unable { request, reason } => {
+                (manifest::UNABLE, request_id(*request, 0, reason.code()))
+            }
             M::Nack { request, promised } => (
                 manifest::NACK,
                 wire::JournalNack {
