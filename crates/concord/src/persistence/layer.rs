@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::config::{PersistenceConfig, PostgresConfig};
 use super::durable_state::{DurableState, DurableStateEntity};
@@ -15,6 +15,7 @@ use super::memory::InMemoryStore;
 use super::postgres::PostgresStore;
 use super::store::Stores;
 use crate::config::ConfigSection;
+use crate::coordinated_shutdown::Phase;
 use crate::layer::{Layer, LayerContext, LayerError, LayerStarted};
 use crate::remote::{ProtocolRegistry, TransportSettings};
 use crate::sharding::{ShardRegion, Sharding};
@@ -197,6 +198,21 @@ impl Layer for PersistenceLayer {
                 };
                 let store = super::replicated::start(&ctx, inbound, journal)?;
                 info!(%node, "persistence: the replicated journal runs here");
+                // A leaving node hands its copies to the replicas left before it goes (in
+                // a list that shrank they may be the only way to the last writes).
+                let leaving = store.clone();
+                let exiting = node.clone();
+                if let Err(e) = ctx.coordinated_shutdown.add_task(
+                    Phase::ClusterExiting,
+                    "journal-handoff",
+                    move || async move {
+                        if !leaving.wait_handed_over().await {
+                            warn!(node = %exiting, "replicated journal: leaving before every copy was handed over");
+                        }
+                    },
+                ) {
+                    warn!(error = %e, "cannot add the journal's handoff to coordinated shutdown");
+                }
                 started.routes = started
                     .routes
                     .map(|r| r.merge(super::replicated::routes(store.clone())));

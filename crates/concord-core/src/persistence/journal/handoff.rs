@@ -189,9 +189,13 @@ impl Handoffs {
         self.given_up
             .retain(|a| !members.iter().any(|m| m.address == *a));
         let (owed, owed_dirty) = (&mut self.owed, &mut self.owed_dirty);
+        let mut done = Vec::new();
         self.pending.retain(|s, p| {
             p.from.retain(|a| members.contains(a));
             if p.done() {
+                // All it still awaited was a replica's last page that left the ring: its
+                // copy is complete (counted so by the wait this change may start).
+                done.push(*s);
                 return false;
             }
             let new_l = new.preference_list(*s, n);
@@ -207,6 +211,9 @@ impl Handoffs {
             *owed_dirty |= owe(owed, *s, p.unmet_needs());
             false
         });
+        for s in done {
+            self.completed(s);
+        }
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.misplaced_sent.clear();
         self.next_misplaced_ms = 0;
@@ -262,6 +269,18 @@ impl Handoffs {
                     self.owed_dirty |= owe(&mut self.owed, s, p.unmet_needs());
                     self.pending.insert(s, p);
                     self.marks_dirty |= self.marks.joined(s);
+                }
+            }
+            // A replica that leaves a list that shrank, or that was short of `n` (it shrank
+            // before, and those left may still catch up from one another), hands its copy
+            // to the replicas that stay: their waits may count on it, and it is the last
+            // chance (a node that leaves the cluster waits for this before it goes).
+            if old_l.contains(&me)
+                && !new_l.contains(&me)
+                && (new_l.len() < old_l.len() || old_l.len() < usize::from(n))
+            {
+                for r in new_l.iter().filter(|r| old_l.contains(r)) {
+                    self.outgoing.entry((s, (*r).clone())).or_default();
                 }
             }
             for x in new_l.iter().filter(|x| !old_l.contains(x)) {

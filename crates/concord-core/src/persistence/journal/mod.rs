@@ -257,6 +257,17 @@ impl<S: KvStorage> JournalMachine<S> {
         self.handoffs.outgoing.len()
     }
 
+    /// True once this node replicates no segment in its view of the ring (it left it, or
+    /// never was in it), has looked for the segments it holds since the last ring change,
+    /// and has handed every copy it sends over: what a node that leaves the cluster waits
+    /// for (bounded by coordinated shutdown's `cluster-exiting` phase) before it goes, so
+    /// that replicas left in a shrunk list get its copy.
+    pub fn handed_over(&self) -> bool {
+        !self.ring.members().contains(&self.self_node)
+            && self.handoffs.outgoing.is_empty()
+            && (self.ring.is_empty() || self.handoffs.next_misplaced_ms > 0)
+    }
+
     /// The replicas of `log`.
     pub fn replicas(&self, log: &str) -> Vec<UniqueAddress> {
         self.ring

@@ -49,6 +49,9 @@ pub enum JournalOutput {
     /// The segments this node waits for, each with the replicas it still awaits
     /// ([`JournalMachine::waits`]).
     Waits(Vec<(u16, Vec<crate::address::Address>)>),
+    /// This node replicates nothing and handed every copy it holds over
+    /// ([`JournalMachine::handed_over`]).
+    HandedOver,
 }
 
 /// The answer to a caller's request.

@@ -47,6 +47,8 @@ struct Net {
     cut: BTreeSet<(usize, usize)>,
     /// Nodes removed from the membership (destroyed).
     gone: BTreeSet<usize>,
+    /// Nodes that left the membership gracefully: out of the ring, still running.
+    left: BTreeSet<usize>,
     events: Vec<(usize, JournalEvent)>,
 }
 
@@ -78,6 +80,7 @@ impl Net {
             loss,
             cut: BTreeSet::new(),
             gone: BTreeSet::new(),
+            left: BTreeSet::new(),
             events: Vec::new(),
         };
         net.publish_view();
@@ -86,7 +89,8 @@ impl Net {
 
     fn publish_view(&mut self) {
         let mut g = Gossip::empty();
-        for i in (0..NODES as usize).filter(|i| !self.gone.contains(i)) {
+        let member = |i: &usize| !self.gone.contains(i) && !self.left.contains(i);
+        for i in (0..NODES as usize).filter(member) {
             let m = Member::joining(ua(i, self.uids[i]), BTreeSet::new(), "1")
                 .with_up(i as u32 + 1)
                 .with_status(MemberStatus::Up);

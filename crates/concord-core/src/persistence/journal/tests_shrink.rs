@@ -68,6 +68,56 @@ fn replicas_left_by_a_shrinking_list_catch_up_before_the_next_leaves() {
     }
 }
 
+#[test]
+fn a_replica_that_leaves_a_shrinking_list_hands_its_copy_to_those_left_before_it_goes() {
+    let mut net = Net::new(45, 0.0);
+    let log = writes_on_two_of_three(&mut net);
+    // Nodes 0 and 1 leave gracefully, one right after the other, before 1 and 2 could
+    // exchange anything (node 0 never reaches node 2); they keep running meanwhile.
+    net.cut.remove(&(1, 2));
+    net.left.insert(0);
+    net.publish_view();
+    net.left.insert(1);
+    net.publish_view();
+    assert!(
+        !net.machines[1].handed_over(),
+        "node 1 has copies to hand over"
+    );
+    net.run_until(net.now + 5_000);
+    // Node 1 handed its copy of every segment to node 2, the only replica left, which
+    // waits for nothing and answers with every write.
+    assert!(net.machines[1].handed_over());
+    // Node 0, cut off from node 2, could not (its exiting phase would end on its timeout).
+    assert!(!net.machines[0].handed_over());
+    assert_eq!(net.machines[2].pending_segments(), 0);
+    assert_eq!(recovered(&mut net, 2, 9, &log, 1_000), Some(3));
+    assert!(
+        !net.machines[2].handed_over(),
+        "a replica never counts as handed over"
+    );
+}
+
+#[test]
+fn a_replica_that_caught_up_from_a_departed_one_stands_complete_when_its_list_shrinks_again() {
+    let mut net = Net::new(46, 0.0);
+    let log = writes_on_two_of_three(&mut net);
+    // Node 0 leaves and hands its copy to node 2, which still hears nothing from node 1:
+    // its own copy and node 0's meet every majority, but it waits for node 1's last page.
+    net.cut.remove(&(0, 2));
+    net.left.insert(0);
+    net.publish_view();
+    net.run_until(net.now + 3_000);
+    assert!(net.machines[2].pending_segments() > 0);
+    // Node 1 leaves too before node 2 heard from it (nothing reaches node 2 from it): the
+    // wait ends with node 1's departure, and node 2's copy stands complete for the list
+    // of one it is now.
+    net.left.insert(1);
+    net.publish_view();
+    net.run_until(net.now + 3_000);
+    assert_eq!(net.machines[2].pending_segments(), 0);
+    assert_eq!(recovered(&mut net, 2, 9, &log, 1_000), Some(3));
+}
+
 /// Nodes 0 and 1 leave one right after the other, before 1 and 2 could exchange anything;
 /// with `joiner`, a new node 3 joins node 2, and neither answers for the log without
 /// writes 1–3. Then node 1 comes back with its disk.

@@ -86,6 +86,9 @@ pub enum JournalOp {
     },
     /// `JournalMachine::waits` (answered at once).
     Waits,
+    /// Answered with `JournalOutput::HandedOver` once `JournalMachine::handed_over` (a
+    /// leaving node's last handoffs are done).
+    HandedOver,
     /// `JournalMachine::events_by_type`.
     Events {
         /// The entity type.
@@ -111,6 +114,8 @@ pub struct JournalCommand {
 /// The layer's effects over storage `S`; see the module docs.
 pub struct JournalEffects<S> {
     pending: HashMap<u64, (Reply, Instant, &'static str)>,
+    /// Callers waiting for [`JournalOp::HandedOver`].
+    handed_over: Vec<Reply>,
     next_request: u64,
     node: String,
     warnings: LogLimiter,
@@ -123,6 +128,7 @@ impl<S> JournalEffects<S> {
     pub fn new(node: String) -> Self {
         JournalEffects {
             pending: HashMap::new(),
+            handed_over: Vec::new(),
             next_request: 1,
             node,
             warnings: LogLimiter::new(Duration::from_secs(10)),
@@ -223,6 +229,10 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
                 let _ = command.reply.send(Ok(JournalOutput::Waits(m.waits())));
                 return;
             }
+            JournalOp::HandedOver => {
+                self.handed_over.push(command.reply);
+                return;
+            }
         };
         self.pending.insert(id, (command.reply, Instant::now(), op));
     }
@@ -245,6 +255,11 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
     }
 
     fn before_outputs(&mut self, fx: &mut Effects<'_, Self>) {
+        if !self.handed_over.is_empty() && fx.machine.handed_over() {
+            for w in self.handed_over.drain(..) {
+                let _ = w.send(Ok(JournalOutput::HandedOver));
+            }
+        }
         let errors_before = fx.machine.stats().storage_errors;
         fx.machine.commit();
         if fx.machine.stats().storage_errors > errors_before {
@@ -267,9 +282,11 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
             metrics::disk(&self.node, d.bytes());
         }
         self.pending.retain(|_, (tx, ..)| !tx.is_canceled());
+        self.handed_over.retain(|tx| !tx.is_canceled());
     }
 
     fn stopped(&mut self, _machine: &mut JournalMachine<S>) {
         self.pending.clear();
+        self.handed_over.clear();
     }
 }

@@ -105,6 +105,17 @@ impl ReplicatedStore {
         }
     }
 
+    /// Waits until this node replicates no segment and has handed every copy it holds
+    /// over ([`concord_core::persistence::journal::JournalMachine::handed_over`]), or the
+    /// journal stopped: a leaving node's coordinated-shutdown task (`cluster-exiting`,
+    /// bounded by that phase's timeout). True if handed over.
+    pub async fn wait_handed_over(&self) -> bool {
+        matches!(
+            self.ask(JournalOp::HandedOver).await,
+            Ok(JournalOutput::HandedOver)
+        )
+    }
+
     fn error(pid: &PersistenceId, seq_nr: u64, e: JournalError) -> PersistenceError {
         match e {
             JournalError::Conflict(_) => PersistenceError::Conflict {
