@@ -55,11 +55,12 @@ fn sim(seed: u64, loss: f64, disks: &Disks) -> Simulation {
             ..JournalSettings::default()
         };
         let machine = JournalMachine::new(settings, me.clone(), disk, 0);
-        // Like a leaving node: hand every segment over first (at most 10 s).
+        // Like a leaving node (the persistence layer's cluster-exiting task): hand every
+        // copy over first (at most 10 s, the phase's timeout).
         let mut since: Option<u64> = None;
         Box::new(Hosted::new(machine).with_exiting(move |m, now| {
             let start = *since.get_or_insert(now);
-            m.outgoing_handoffs() == 0 || now >= start + 10_000
+            m.handed_over() || now >= start + 10_000
         }))
     });
     sim
