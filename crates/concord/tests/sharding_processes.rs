@@ -224,9 +224,10 @@ fn a_sigkilled_node_loses_no_acknowledged_counter_increment() {
     );
     let (acked, sent) = load.stop();
     for c in 0..counters {
-        // A read may find the counter's entity restarting after a journal write that timed
-        // out under load (503): that is no lost increment, so it is asked again (6 s at
-        // most); what counts is the value it answers.
+        // A read may get a 503 (e.g. the counter's entity stopped on a journal request that
+        // timed out under load; the next message starts it again): that is no lost
+        // increment, so it is asked again (30 tries, 200 ms apart); what counts is the
+        // value it answers.
         let mut v = serde_json::Value::Null;
         for _ in 0..30 {
             v = rt
