@@ -226,29 +226,30 @@ fn a_sigkilled_node_loses_no_acknowledged_counter_increment() {
     for c in 0..counters {
         // A read may get a 503 (e.g. the counter's entity stopped on a journal request that
         // timed out under load; the next message starts it again): that is no lost
-        // increment, so it is asked again (30 tries, 200 ms apart); what counts is the
-        // value it answers.
+        // increment, so it waits for an answer with a value; what counts is that value.
         let mut v = serde_json::Value::Null;
-        for _ in 0..30 {
-            v = rt
-                .block_on(async {
-                    reqwest::Client::new()
-                        .get(format!(
-                            "http://127.0.0.1:{}/sample/counter/c{c}",
-                            n1.management_port
-                        ))
-                        .timeout(Duration::from_secs(10))
-                        .send()
-                        .await?
-                        .json::<serde_json::Value>()
-                        .await
-                })
-                .unwrap();
-            if v["value"].is_i64() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_until(
+            &format!("counter c{c} answering with its value"),
+            Duration::from_secs(30),
+            &[&n1, &n2],
+            || {
+                v = rt
+                    .block_on(async {
+                        reqwest::Client::new()
+                            .get(format!(
+                                "http://127.0.0.1:{}/sample/counter/c{c}",
+                                n1.management_port
+                            ))
+                            .timeout(Duration::from_secs(10))
+                            .send()
+                            .await?
+                            .json::<serde_json::Value>()
+                            .await
+                    })
+                    .unwrap_or_default();
+                v["value"].is_i64()
+            },
+        );
         let value = v["value"].as_i64().unwrap_or(-1);
         let (a, s) = (
             acked.get(&c).copied().unwrap_or(0),

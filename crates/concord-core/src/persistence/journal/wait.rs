@@ -206,16 +206,16 @@ impl Pending {
     /// have reached here.
     pub(super) fn inherit(&mut self, sender: &Address, needs: &[Need]) {
         for n in needs {
-            let credited: Vec<&Address> = n.delivered.get(sender).into_iter().collect();
+            let credited = n.delivered.get(sender);
             if n.previous == self.previous {
-                self.credited.extend(credited.iter().map(|a| (*a).clone()));
+                self.credited.extend(credited.cloned());
             }
             for q in self
                 .inherited
                 .iter_mut()
                 .filter(|q| q.previous == n.previous)
             {
-                q.delivered.extend(credited.iter().map(|a| (*a).clone()));
+                q.delivered.extend(credited.cloned());
                 q.partial.retain(|a| !q.delivered.contains(a));
             }
             let mut n = n.clone();
