@@ -261,7 +261,9 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
             }
         }
         let errors_before = fx.machine.stats().storage_errors;
+        let started = Instant::now();
         fx.machine.commit();
+        metrics::commit(&self.node, started.elapsed());
         if fx.machine.stats().storage_errors > errors_before {
             if let Some(suppressed) = self.warnings.allow("storage") {
                 warn!(
