@@ -111,5 +111,9 @@ impl Drop for TreeInner {
 
         log::trace!("Sending stop signal to compactors");
         self.stop_signal.send();
+
+        // Concord's patch (vendor/README.md): versions this tree's GC retired are dropped
+        // (their deleted tables' files removed) before the tree is gone.
+        crate::version::retired_dropped();
     }
 }

@@ -13,6 +13,8 @@ pub use blob_file_list::BlobFileList;
 pub use persist::persist_version;
 pub use run::Run;
 pub use super_version::{SuperVersion, SuperVersions};
+// Concord's patch (vendor/README.md).
+pub(crate) use super_version::retired_dropped;
 
 use crate::blob_tree::{FragmentationEntry, FragmentationMap};
 use crate::checksum::ChecksumType;

@@ -8,7 +8,11 @@ use crate::{
     version::{persist_version, Version},
     SeqNo, SequenceNumberCounter,
 };
-use std::{collections::VecDeque, path::Path, sync::Arc};
+use std::{
+    collections::VecDeque,
+    path::Path,
+    sync::{mpsc, Arc, Mutex, OnceLock},
+};
 
 /// A super version is a point-in-time snapshot of memtables and a [`Version`] (list of disk files)
 #[derive(Clone)]
@@ -36,38 +40,82 @@ pub struct SuperVersions(VecDeque<SuperVersion>);
 /// 0.25-0.6 s, and every write of the tree (`append_entry` takes the read lock) waited
 /// for it. Here the drop happens on the `lsm-tree-retire` thread, outside the lock. At most
 /// [`RETIRE_QUEUE`] batches wait for that thread; if it is that far behind, cannot be
-/// started or is gone, the versions are dropped here, as before the patch.
+/// started or is gone, the versions are dropped here, as before the patch. A tree that is
+/// dropped waits for every batch sent before ([`retired_dropped`]), so that no table
+/// file of it is deleted after it is gone (a tree reopened on the same folder could have
+/// reused the file's name).
 fn retire(retired: Vec<SuperVersion>) {
-    use std::sync::{mpsc, Mutex, OnceLock};
-
-    static RETIRE: OnceLock<Option<Mutex<mpsc::SyncSender<Vec<SuperVersion>>>>> =
-        OnceLock::new();
-
     if retired.is_empty() {
         return;
     }
-    let sender = RETIRE.get_or_init(|| {
-        let (tx, rx) = mpsc::sync_channel::<Vec<SuperVersion>>(RETIRE_QUEUE);
-        std::thread::Builder::new()
-            .name("lsm-tree-retire".into())
-            .spawn(move || {
-                for versions in rx {
-                    drop(versions);
-                }
-            })
-            .ok()
-            .map(|_| Mutex::new(tx))
-    });
-    let unsent = match sender {
+    let unsent = match retirer() {
         Some(tx) => match tx.lock() {
-            Ok(tx) => tx.try_send(retired).err().map(|e| match e {
-                mpsc::TrySendError::Full(v) | mpsc::TrySendError::Disconnected(v) => v,
+            Ok(tx) => tx.try_send(Retire::Versions(retired)).err().and_then(|e| match e {
+                mpsc::TrySendError::Full(r) | mpsc::TrySendError::Disconnected(r) => match r {
+                    Retire::Versions(v) => Some(v),
+                    Retire::Barrier(_) => None,
+                },
             }),
             Err(_) => Some(retired),
         },
         None => Some(retired),
     };
     drop(unsent);
+}
+
+/// Returns once every batch [`retire`] sent before is dropped (at once on the retire
+/// thread itself, or if it is gone).
+pub(crate) fn retired_dropped() {
+    let Some(Some((_, thread))) = RETIRE.get() else {
+        return;
+    };
+    if std::thread::current().id() == *thread {
+        return;
+    }
+    let Some(tx) = retirer() else {
+        return;
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let sent = match tx.lock() {
+        Ok(tx) => tx.send(Retire::Barrier(done_tx)).is_ok(),
+        Err(_) => false,
+    };
+    if sent {
+        let _ = done_rx.recv();
+    }
+}
+
+/// What the retire thread is sent.
+enum Retire {
+    Versions(Vec<SuperVersion>),
+    Barrier(mpsc::Sender<()>),
+}
+
+static RETIRE: OnceLock<Option<(Mutex<mpsc::SyncSender<Retire>>, std::thread::ThreadId)>> =
+    OnceLock::new();
+
+/// The retire thread's queue, started on first use (`None`: it could not be started).
+fn retirer() -> Option<&'static Mutex<mpsc::SyncSender<Retire>>> {
+    RETIRE
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::sync_channel::<Retire>(RETIRE_QUEUE);
+            std::thread::Builder::new()
+                .name("lsm-tree-retire".into())
+                .spawn(move || {
+                    for r in rx {
+                        match r {
+                            Retire::Versions(v) => drop(v),
+                            Retire::Barrier(done) => {
+                                let _ = done.send(());
+                            }
+                        }
+                    }
+                })
+                .ok()
+                .map(|h| (Mutex::new(tx), h.thread().id()))
+        })
+        .as_ref()
+        .map(|(tx, _)| tx)
 }
 
 /// Batches of removed versions waiting for the `lsm-tree-retire` thread, at most.
