@@ -126,21 +126,26 @@ async fn counters_survive_a_node_leaving_and_a_second_writer_is_fenced() {
         *total += i;
         assert_eq!(ask(&ra, &id, Cmd::Add(i)).await, Ok(*total), "{id}");
     }
-    // The node's share of the journal is on disk, and its gauge says how much.
+    // The node's share of the journal is on disk, and its gauge says how much; its
+    // commits are timed.
     let addr = a.management_addr().unwrap();
     let label = format!("node=\"{}\"", a.self_address());
-    common::wait_for_async("the journal's disk gauge", || {
+    common::wait_for_async("the journal's disk gauge and commit summary", || {
         let label = label.clone();
         async move {
             let Ok(r) = reqwest::get(format!("http://{addr}/metrics")).await else {
                 return false;
             };
             r.text().await.is_ok_and(|t| {
-                t.lines().any(|l| {
-                    l.starts_with("concord_journal_disk_bytes")
-                        && l.contains(&label)
-                        && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0)
-                })
+                let positive = |name: &str| {
+                    t.lines().any(|l| {
+                        l.starts_with(name)
+                            && l.contains(&label)
+                            && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0)
+                    })
+                };
+                positive("concord_journal_disk_bytes")
+                    && positive("concord_journal_commit_seconds_count")
             })
         }
     })

@@ -120,12 +120,15 @@ pub struct JournalEffects<S> {
     node: String,
     warnings: LogLimiter,
     disk: Option<DiskUsage>,
+    /// `concord_journal_commit_seconds` of this node.
+    commit_seconds: ::metrics::Histogram,
     _storage: std::marker::PhantomData<fn() -> S>,
 }
 
 impl<S> JournalEffects<S> {
     /// Effects on the node labelled `node`.
     pub fn new(node: String) -> Self {
+        let commit_seconds = metrics::commit_seconds(&node);
         JournalEffects {
             pending: HashMap::new(),
             handed_over: Vec::new(),
@@ -133,6 +136,7 @@ impl<S> JournalEffects<S> {
             node,
             warnings: LogLimiter::new(Duration::from_secs(10)),
             disk: None,
+            commit_seconds,
             _storage: std::marker::PhantomData,
         }
     }
@@ -263,7 +267,7 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
         let errors_before = fx.machine.stats().storage_errors;
         let started = Instant::now();
         fx.machine.commit();
-        metrics::commit(&self.node, started.elapsed());
+        metrics::commit(&self.commit_seconds, started.elapsed());
         if fx.machine.stats().storage_errors > errors_before {
             if let Some(suppressed) = self.warnings.allow("storage") {
                 warn!(

@@ -30,17 +30,20 @@ pub(super) fn request(
     metrics::histogram!("concord_journal_request_seconds", &l).record(took.as_secs_f64());
 }
 
-/// A turn's commit (its writes made durable at once, fsync included) took `took`. What
-/// every answer of the turn waited for: a slow disk or a storage engine stall shows here
-/// first. Commits under 50 µs are not recorded (a turn without writes has nothing to
-/// make durable, and would fill the summary with zeros).
-pub(super) fn commit(node: &str, took: Duration) {
-    if took < Duration::from_micros(50) {
-        return;
-    }
+/// The node's `concord_journal_commit_seconds` summary: each turn's commit (its writes made
+/// durable at once, fsync included), what every answer of the turn waited for — a slow disk
+/// or a storage engine stall shows here first. Taken once per host, recorded per turn.
+pub(super) fn commit_seconds(node: &str) -> metrics::Histogram {
     crate::metrics::ensure_recorder();
     metrics::histogram!("concord_journal_commit_seconds", "node" => node.to_string())
-        .record(took.as_secs_f64());
+}
+
+/// Records a commit that took `took` in `h`; commits under 50 µs are not recorded (a turn
+/// without writes has nothing to make durable, and would fill the summary with zeros).
+pub(super) fn commit(h: &metrics::Histogram, took: Duration) {
+    if took >= Duration::from_micros(50) {
+        h.record(took.as_secs_f64());
+    }
 }
 
 /// The machine's gauges and counters.
