@@ -46,6 +46,39 @@ impl std::fmt::Debug for DiskUsage {
     }
 }
 
+/// The nice value of the tree's background threads (flushes, compactions): the lowest
+/// priority, so that they take the CPU the node's own threads leave idle.
+pub const BACKGROUND_NICE: i32 = 19;
+
+/// Opens the database on a thread of its own whose nice value is [`BACKGROUND_NICE`], so
+/// that the background threads the database starts (which inherit it, as every thread
+/// does its creator's on Linux) run at that priority, while no thread of the node does.
+///
+/// Why: a flush encodes a whole memtable (64 MiB, ~1 s of one core) at once; at the
+/// default priority it takes a core from the threads that answer writes, and on a loaded
+/// machine every write waits for it (docs/BENCHMARKS.md, "The flush burst"). RocksDB's
+/// `Env::LowerThreadPoolCPUPriority` does the same. Where the nice value cannot be set, the
+/// threads run at the default priority.
+fn open_with_background_niced(
+    builder: fjall::DatabaseBuilder<Database>,
+) -> Result<Database, String> {
+    std::thread::Builder::new()
+        .name("concord-lsm-open".into())
+        .spawn(move || {
+            set_own_nice(BACKGROUND_NICE);
+            builder.open().map_err(|e| format!("cannot open: {e}"))
+        })
+        .map_err(|e| format!("cannot start the opening thread: {e}"))?
+        .join()
+        .unwrap_or_else(|_| Err("the opening thread panicked".into()))
+}
+
+/// Sets the calling thread's nice value (Linux: `setpriority(PRIO_PROCESS, 0, ..)` names
+/// the calling thread); a failure is ignored.
+fn set_own_nice(nice: i32) {
+    let _ = rustix::process::setpriority_process(None, nice);
+}
+
 fn error(e: impl std::fmt::Display) -> StorageError {
     StorageError(e.to_string())
 }
@@ -81,12 +114,11 @@ impl LsmStorage {
         let named = |e: String| StorageError(format!("{}: {e}", dir.display()));
         std::fs::create_dir_all(dir)
             .map_err(|e| named(format!("cannot create the directory: {e}")))?;
-        let db = Database::builder(dir)
+        let builder = Database::builder(dir)
             .manual_journal_persist(true)
             .worker_threads(WORKER_THREADS)
-            .cache_size(CACHE_BYTES)
-            .open()
-            .map_err(|e| named(format!("cannot open: {e}")))?;
+            .cache_size(CACHE_BYTES);
+        let db = open_with_background_niced(builder).map_err(named)?;
         let mut opened = BTreeMap::new();
         for &t in tables {
             let ks = db
@@ -318,13 +350,57 @@ mod tests {
 
     /// The names of this process's threads (Linux).
     fn thread_names() -> Vec<String> {
+        threads().into_iter().map(|(_, name)| name).collect()
+    }
+
+    /// Each thread's id and name.
+    fn threads() -> Vec<(i32, String)> {
         std::fs::read_dir("/proc/self/task")
             .map(|d| {
-                d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                    .map(|n| n.trim().to_string())
-                    .collect()
+                d.filter_map(|t| {
+                    let t = t.ok()?;
+                    let tid = t.file_name().to_str()?.parse().ok()?;
+                    let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                    Some((tid, name.trim().to_string()))
+                })
+                .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The tree's background threads (flushes, compactions) run at the lowest priority;
+    /// the thread that opened the store keeps its own.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn background_threads_run_at_the_lowest_priority_and_the_opener_keeps_its_own() {
+        use rustix::process::{getpriority_process, Pid};
+        let before = getpriority_process(None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let _st = LsmStorage::open(dir.path(), &TABLES).unwrap();
+        assert_eq!(getpriority_process(None).unwrap(), before);
+        // A worker names itself once it runs: wait for it (the wait is the test's only
+        // clock; a worker that never appears fails it).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let workers = loop {
+            let w: Vec<i32> = threads()
+                .into_iter()
+                .filter(|(_, n)| n == "fjall:worker")
+                .map(|(tid, _)| tid)
+                .collect();
+            if !w.is_empty() {
+                break w;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no worker thread: {:?}",
+                threads()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        for tid in workers {
+            let nice = getpriority_process(Pid::from_raw(tid)).unwrap();
+            assert_eq!(nice, BACKGROUND_NICE, "worker thread {tid}");
+        }
     }
 
     /// The patched lsm-tree (vendor/README.md): versions removed at a memtable rotation

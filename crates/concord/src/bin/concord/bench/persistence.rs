@@ -74,6 +74,9 @@ pub struct StoreResult {
     pub p50_ms: f64,
     /// Command latency, ms.
     pub p99_ms: f64,
+    /// The p99 of the asks started in each second of the measured window, ms (second 0
+    /// first): whether a p99 comes from a steady state or from bursts.
+    pub p99_ms_by_second: Vec<f64>,
     /// CPU time of this process (user + system) per persisted event over the measured
     /// window, µs, all nodes and askers together (`None` for PostgreSQL: its server is
     /// another process).
@@ -310,6 +313,7 @@ struct Throughput {
     per_node: f64,
     p50_ms: f64,
     p99_ms: f64,
+    p99_ms_by_second: Vec<f64>,
     errors: u64,
     /// CPU µs per persisted event (see the module docs).
     cpu_us_per_event: Option<f64>,
@@ -369,7 +373,7 @@ fn closed_loop(
     region: &Region,
     s: &PersistenceBenchSettings,
     c: &Counters,
-) -> Vec<tokio::task::JoinHandle<Vec<Duration>>> {
+) -> Vec<tokio::task::JoinHandle<Vec<Timed>>> {
     (0..s.clients)
         .map(|_| {
             let (region, c, entities, pad) = asker(region, s, c);
@@ -378,7 +382,7 @@ fn closed_loop(
                 while !c.stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
                     if c.count(append(&region, entities, pad.clone()).await) {
-                        lat.push(t.elapsed());
+                        lat.push((t, t.elapsed()));
                     }
                 }
                 lat
@@ -394,7 +398,7 @@ fn open_loop(
     s: &PersistenceBenchSettings,
     rate: f64,
     c: &Counters,
-) -> tokio::task::JoinHandle<Vec<Duration>> {
+) -> tokio::task::JoinHandle<Vec<Timed>> {
     let (region, c, entities, pad) = asker(region, s, c);
     tokio::spawn(async move {
         let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -411,7 +415,8 @@ fn open_loop(
             tokio::spawn(async move {
                 if c.count(append(&region, entities, pad).await) {
                     let took = due.elapsed();
-                    lat.lock().unwrap_or_else(|p| p.into_inner()).push(took);
+                    let timed = (due.into_std(), took);
+                    lat.lock().unwrap_or_else(|p| p.into_inner()).push(timed);
                 }
                 drop(permit);
             });
@@ -422,6 +427,27 @@ fn open_loop(
         let mut lat = lat.lock().unwrap_or_else(|p| p.into_inner());
         std::mem::take(&mut *lat)
     })
+}
+
+/// An ask's start and latency.
+type Timed = (Instant, Duration);
+
+/// The p99 of the asks started in each whole second from `from`, ms.
+fn p99_by_second(timed: &[Timed], from: Instant) -> Vec<f64> {
+    let mut seconds: Vec<Vec<Duration>> = Vec::new();
+    for (at, took) in timed {
+        let Some(i) = at
+            .checked_duration_since(from)
+            .map(|d| d.as_secs() as usize)
+        else {
+            continue;
+        };
+        if seconds.len() <= i {
+            seconds.resize_with(i + 1, Vec::new);
+        }
+        seconds[i].push(*took);
+    }
+    seconds.iter_mut().map(|v| percentile_ms(v, 99.0)).collect()
 }
 
 async fn throughput(
@@ -455,10 +481,13 @@ async fn throughput(
         lat.extend(t.await.unwrap_or_default());
     }
     let per_node = events as f64 / took / nodes.len() as f64;
+    let p99_ms_by_second = p99_by_second(&lat, started);
+    let mut lat: Vec<Duration> = lat.into_iter().map(|(_, took)| took).collect();
     Throughput {
         per_node,
         p50_ms: percentile_ms(&mut lat, 50.0),
         p99_ms: percentile_ms(&mut lat, 99.0),
+        p99_ms_by_second,
         errors: c.errors.load(Ordering::Relaxed),
         cpu_us_per_event: cpu.filter(|_| events > 0).map(|c| c * 1e6 / events as f64),
     }
@@ -590,6 +619,7 @@ pub async fn run_persistence(
             events_per_s_per_node: t.per_node,
             p50_ms: t.p50_ms,
             p99_ms: t.p99_ms,
+            p99_ms_by_second: t.p99_ms_by_second,
             cpu_us_per_event,
             events_per_s_per_2_cores: cpu_us_per_event.filter(|c| *c > 0.0).map(|c| 2e6 / c),
             errors: t.errors,
@@ -639,6 +669,21 @@ pub fn report(r: &PersistenceBenchResult) -> String {
             or_dash(x.cpu_us_per_event),
             or_dash(x.events_per_s_per_2_cores),
         ));
+    }
+    for x in &r.stores {
+        let worst = x
+            .p99_ms_by_second
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1));
+        if let Some((second, ms)) = worst {
+            let over = x.p99_ms_by_second.iter().filter(|v| **v > 34.0).count();
+            out.push_str(&format!(
+                "{}: p99 per second: worst {ms:.1} ms (second {second}); {over} of {} seconds over 34 ms\n",
+                x.store,
+                x.p99_ms_by_second.len()
+            ));
+        }
     }
     out
 }
