@@ -92,7 +92,17 @@ pub struct Writer {
     linked_blob_files: Vec<LinkedFile>,
 
     initial_level: u8,
+
+    /// Concord's patch (vendor/README.md): the file position up to which the table's data
+    /// was last synced ([`SYNC_EVERY_BYTES`]).
+    synced_to: u64,
 }
+
+/// Concord's patch (vendor/README.md): a table being written syncs its data every this
+/// many bytes (RocksDB's `bytes_per_sync`), so that a flush or compaction sends its file
+/// to the disk a little at a time rather than all at its final sync — a burst that other
+/// writers' fsyncs on the same disk (the database journal's) would queue behind.
+pub const SYNC_EVERY_BYTES: u64 = 1 << 20;
 
 impl Writer {
     pub fn new(path: PathBuf, table_id: TableId, initial_level: u8) -> crate::Result<Self> {
@@ -103,6 +113,8 @@ impl Writer {
 
         Ok(Self {
             initial_level,
+
+            synced_to: 0,
 
             meta: meta::Metadata::default(),
 
@@ -340,6 +352,13 @@ impl Writer {
         self.meta.file_pos += u64::from(bytes_written);
         self.meta.item_count += self.chunk.len();
         self.meta.data_block_count += 1;
+
+        // Concord's patch: sync what was written so far every `SYNC_EVERY_BYTES`.
+        if *self.meta.file_pos - self.synced_to >= SYNC_EVERY_BYTES {
+            std::io::Write::flush(self.file_writer.get_mut().inner_mut())?;
+            self.file_writer.get_mut().inner_mut().get_ref().sync_data()?;
+            self.synced_to = *self.meta.file_pos;
+        }
 
         // Back link stuff
         self.prev_pos.0 = self.prev_pos.1;
