@@ -57,8 +57,13 @@ pub const BACKGROUND_NICE: i32 = 19;
 /// Why: a flush encodes a whole memtable (64 MiB, ~1 s of one core) at once; at the
 /// default priority it takes a core from the threads that answer writes, and on a loaded
 /// machine every write waits for it (docs/BENCHMARKS.md, "The flush burst"). RocksDB's
-/// `Env::LowerThreadPoolCPUPriority` does the same. Where the nice value cannot be set, the
-/// threads run at the default priority.
+/// `Env::LowerThreadPoolCPUPriority` does the same. Where the nice value cannot be set (or
+/// on systems other than Linux), the threads run at the default priority.
+///
+/// The cost: the opening itself — replaying the write-ahead journal into memtables after a
+/// crash — runs at that priority too (the workers start inside it), so a node restarting on
+/// a machine whose cores other busy processes hold replays more slowly than they run; on a
+/// node's own machine, where nothing else competes while it starts, it does not.
 fn open_with_background_niced(
     builder: fjall::DatabaseBuilder<Database>,
 ) -> Result<Database, String> {
@@ -73,10 +78,14 @@ fn open_with_background_niced(
         .unwrap_or_else(|_| Err("the opening thread panicked".into()))
 }
 
-/// Sets the calling thread's nice value (Linux: `setpriority(PRIO_PROCESS, 0, ..)` names
-/// the calling thread); a failure is ignored.
+/// Sets the calling thread's nice value; a failure is ignored. Linux only: there
+/// `setpriority(PRIO_PROCESS, 0, ..)` names the calling thread, where other systems would
+/// renice the whole process.
 fn set_own_nice(nice: i32) {
+    #[cfg(target_os = "linux")]
     let _ = rustix::process::setpriority_process(None, nice);
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
 }
 
 fn error(e: impl std::fmt::Display) -> StorageError {
