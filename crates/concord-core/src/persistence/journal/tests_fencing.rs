@@ -42,45 +42,28 @@ fn a_second_writer_fences_the_first() {
         net.run_until(net.now + 500);
         net.events.pop().expect("answered").1.result
     };
+    // Node `i` appends one event, `tag`, at `first` (request `r`).
+    let append = |net: &mut Net, i: usize, r: u64, first: u64, tag: &str| {
+        let w = write(first, tag);
+        result(net, i, &|m, now| {
+            m.append(now, r, log.clone(), w.clone(), false)
+        })
+    };
     assert!(matches!(
         result(&mut net, 0, &|m, now| m.recover(now, 1, log.clone(), 1, 10)),
         Ok(JournalOutput::Recovered { highest: 0, .. })
     ));
-    assert_eq!(
-        result(&mut net, 0, &|m, now| m.append(
-            now,
-            2,
-            log.clone(),
-            write(1, "a"),
-            false
-        )),
-        Ok(JournalOutput::Appended)
-    );
+    assert_eq!(append(&mut net, 0, 2, 1, "a"), Ok(JournalOutput::Appended));
     // A second incarnation elsewhere recovers: the first is fenced.
     assert!(matches!(
         result(&mut net, 3, &|m, now| m.recover(now, 3, log.clone(), 1, 10)),
         Ok(JournalOutput::Recovered { highest: 1, .. })
     ));
     assert!(matches!(
-        result(&mut net, 0, &|m, now| m.append(
-            now,
-            4,
-            log.clone(),
-            write(2, "stale"),
-            false
-        )),
+        append(&mut net, 0, 4, 2, "stale"),
         Err(JournalError::Conflict(_))
     ));
-    assert_eq!(
-        result(&mut net, 3, &|m, now| m.append(
-            now,
-            5,
-            log.clone(),
-            write(2, "b"),
-            false
-        )),
-        Ok(JournalOutput::Appended)
-    );
+    assert_eq!(append(&mut net, 3, 5, 2, "b"), Ok(JournalOutput::Appended));
     // The fenced writer, recovering again, sees the winner's history.
     let Ok(JournalOutput::Recovered { page, highest, .. }) =
         result(&mut net, 0, &|m, now| m.recover(now, 6, log.clone(), 1, 10))
@@ -96,13 +79,7 @@ fn a_second_writer_fences_the_first() {
     );
     // A write that does not follow is a conflict; snapshots come back newest first.
     assert!(matches!(
-        result(&mut net, 0, &|m, now| m.append(
-            now,
-            7,
-            log.clone(),
-            write(5, "gap"),
-            false
-        )),
+        append(&mut net, 0, 7, 5, "gap"),
         Err(JournalError::Conflict(_))
     ));
     let snap = |seq| StoredSnapshot {

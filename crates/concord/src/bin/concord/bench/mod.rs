@@ -23,6 +23,7 @@ pub mod flow;
 pub mod kv;
 pub mod layer;
 pub mod persistence;
+pub mod persistence_report;
 pub mod pg_server;
 pub mod remote;
 pub mod sharding;
