@@ -78,12 +78,14 @@ fn open_with_background_niced(
         .unwrap_or_else(|_| Err("the opening thread panicked".into()))
 }
 
-/// Sets the calling thread's nice value; a failure is ignored. Linux only: there
-/// `setpriority(PRIO_PROCESS, 0, ..)` names the calling thread, where other systems would
-/// renice the whole process.
+/// Sets the calling thread's nice value; a failure is logged (debug) and otherwise
+/// ignored. Linux only: there `setpriority(PRIO_PROCESS, 0, ..)` names the calling thread,
+/// where other systems would renice the whole process.
 fn set_own_nice(nice: i32) {
     #[cfg(target_os = "linux")]
-    let _ = rustix::process::setpriority_process(None, nice);
+    if let Err(e) = rustix::process::setpriority_process(None, nice) {
+        tracing::debug!(nice, error = %e, "cannot lower the storage engine's background threads' priority");
+    }
     #[cfg(not(target_os = "linux"))]
     let _ = nice;
 }
