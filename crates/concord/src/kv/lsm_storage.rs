@@ -408,10 +408,16 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
+        // A worker of another test's store may end meanwhile: only the threads still there
+        // are read (this store's own live as long as it does).
+        let mut read = 0;
         for tid in workers {
-            let nice = getpriority_process(Pid::from_raw(tid)).unwrap();
-            assert_eq!(nice, BACKGROUND_NICE, "worker thread {tid}");
+            if let Ok(nice) = getpriority_process(Pid::from_raw(tid)) {
+                assert_eq!(nice, BACKGROUND_NICE, "worker thread {tid}");
+                read += 1;
+            }
         }
+        assert!(read > 0, "no worker thread's priority could be read");
     }
 
     /// The patched lsm-tree (vendor/README.md): versions removed at a memtable rotation
