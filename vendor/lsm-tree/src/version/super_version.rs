@@ -11,7 +11,7 @@ use crate::{
 use std::{
     collections::VecDeque,
     path::Path,
-    sync::{mpsc, Arc, Mutex, OnceLock},
+    sync::{mpsc, Arc, OnceLock},
 };
 
 /// A super version is a point-in-time snapshot of memtables and a [`Version`] (list of disk files)
@@ -49,38 +49,29 @@ fn retire(retired: Vec<SuperVersion>) {
         return;
     }
     let unsent = match retirer() {
-        Some(tx) => match tx.lock() {
-            Ok(tx) => tx.try_send(Retire::Versions(retired)).err().and_then(|e| match e {
-                mpsc::TrySendError::Full(r) | mpsc::TrySendError::Disconnected(r) => match r {
-                    Retire::Versions(v) => Some(v),
-                    Retire::Barrier(_) => None,
-                },
-            }),
-            Err(_) => Some(retired),
-        },
+        Some(tx) => tx.try_send(Retire::Versions(retired)).err().and_then(|e| match e {
+            mpsc::TrySendError::Full(r) | mpsc::TrySendError::Disconnected(r) => match r {
+                Retire::Versions(v) => Some(v),
+                Retire::Barrier(_) => None,
+            },
+        }),
         None => Some(retired),
     };
     drop(unsent);
 }
 
 /// Returns once every batch [`retire`] sent before is dropped (at once on the retire
-/// thread itself, or if it is gone).
+/// thread itself, or if it was never started or is gone). The wait holds no lock: a full
+/// queue delays only the tree being dropped, never another tree's `maintenance`.
 pub(crate) fn retired_dropped() {
-    let Some(Some((_, thread))) = RETIRE.get() else {
+    let Some(Some((tx, thread))) = RETIRE.get() else {
         return;
     };
     if std::thread::current().id() == *thread {
         return;
     }
-    let Some(tx) = retirer() else {
-        return;
-    };
     let (done_tx, done_rx) = mpsc::channel();
-    let sent = match tx.lock() {
-        Ok(tx) => tx.send(Retire::Barrier(done_tx)).is_ok(),
-        Err(_) => false,
-    };
-    if sent {
+    if tx.send(Retire::Barrier(done_tx)).is_ok() {
         let _ = done_rx.recv();
     }
 }
@@ -91,11 +82,13 @@ enum Retire {
     Barrier(mpsc::Sender<()>),
 }
 
-static RETIRE: OnceLock<Option<(Mutex<mpsc::SyncSender<Retire>>, std::thread::ThreadId)>> =
+/// The retire thread's queue and the thread's id (`None`: it could not be started). A
+/// `SyncSender` is shared by reference (it is `Sync`), so no sender waits on a lock.
+static RETIRE: OnceLock<Option<(mpsc::SyncSender<Retire>, std::thread::ThreadId)>> =
     OnceLock::new();
 
 /// The retire thread's queue, started on first use (`None`: it could not be started).
-fn retirer() -> Option<&'static Mutex<mpsc::SyncSender<Retire>>> {
+fn retirer() -> Option<&'static mpsc::SyncSender<Retire>> {
     RETIRE
         .get_or_init(|| {
             let (tx, rx) = mpsc::sync_channel::<Retire>(RETIRE_QUEUE);
@@ -112,7 +105,7 @@ fn retirer() -> Option<&'static Mutex<mpsc::SyncSender<Retire>>> {
                     }
                 })
                 .ok()
-                .map(|h| (Mutex::new(tx), h.thread().id()))
+                .map(|h| (tx, h.thread().id()))
         })
         .as_ref()
         .map(|(tx, _)| tx)
