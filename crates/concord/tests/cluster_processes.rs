@@ -264,3 +264,35 @@ fn cli_reports_an_unreachable_management_api_with_nonzero_exit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the management API"));
 }
+
+/// The `THP_enabled` line of a process's `/proc/<pid>/status` (Linux ≥ 5.0: 0 once the
+/// process turned transparent huge pages off with `prctl(PR_SET_THP_DISABLE)`).
+#[cfg(target_os = "linux")]
+fn thp_enabled(node: &Node) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", node.child.id())).ok()?;
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1)?.to_owned())
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_node_runs_without_transparent_huge_pages_unless_mimalloc_is_told_otherwise() {
+    let _s = serial();
+    let plain = Node::start_bound("thp", &[], &[]);
+    let Some(flag) = thp_enabled(&plain) else {
+        eprintln!(
+            "this kernel does not report THP_enabled in /proc/<pid>/status: nothing to check"
+        );
+        return;
+    };
+    assert_eq!(
+        flag, "0",
+        "a node turns transparent huge pages off for itself"
+    );
+    let allowed = Node::start_bound("thp", &[], &[("MIMALLOC_ALLOW_THP", "1")]);
+    assert_eq!(
+        thp_enabled(&allowed).as_deref(),
+        Some("1"),
+        "MIMALLOC_ALLOW_THP=1 leaves the choice to the allocator"
+    );
+}

@@ -25,6 +25,7 @@ mod bench;
 mod cli;
 mod client;
 mod demo;
+mod huge_pages;
 mod sample;
 
 #[derive(Parser)]
@@ -146,8 +147,14 @@ enum Commands {
     },
 }
 
+fn main() -> ExitCode {
+    // Before the runtime's threads start allocating (see the module's docs).
+    let huge_pages = huge_pages::configure();
+    run(huge_pages)
+}
+
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
     concord::tls::install_default_provider();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -164,6 +171,7 @@ async fn main() -> ExitCode {
             kv_port,
         } => {
             init_logging("info");
+            tracing::debug!(?huge_pages, "transparent huge pages");
             let mut overrides = node_overrides(
                 system,
                 host,
