@@ -411,6 +411,7 @@ pub fn read<S: KvStorage>(
         request,
         page: entries,
         covered_to,
+        replicas: 0,
     })
 }
 

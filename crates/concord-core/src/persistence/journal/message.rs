@@ -99,6 +99,9 @@ pub enum JournalMessage {
         page: Vec<Entry>,
         /// Every entry with a slot in `from ..= covered_to` is in `page`.
         covered_to: u64,
+        /// The log's replica list in the acceptor's view, as a digest (as in
+        /// [`JournalMessage::Accepted`]; 0: not stated, from a node of an earlier version).
+        replicas: u64,
     },
     /// Keep `snapshot` if it is newer than the one kept.
     SaveSnapshot {
@@ -122,6 +125,9 @@ pub enum JournalMessage {
         request: u64,
         /// It, if any.
         snapshot: Option<StoredSnapshot>,
+        /// The log's replica list in the acceptor's view, as a digest (as in
+        /// [`JournalMessage::Accepted`]; 0: not stated, from a node of an earlier version).
+        replicas: u64,
     },
     /// Delete the committed entries ending at or before `to` (the tail stays).
     Delete {

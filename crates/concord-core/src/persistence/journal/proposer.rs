@@ -258,14 +258,17 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         if let JournalMessage::Promise { replicas, .. }
         | JournalMessage::Accepted { replicas, .. }
-        | JournalMessage::Done { replicas, .. } = &msg
+        | JournalMessage::Done { replicas, .. }
+        | JournalMessage::ReadReply { replicas, .. }
+        | JournalMessage::SnapshotReply { replicas, .. } = &msg
         {
             if *replicas != 0 && *replicas != req.replicas_digest {
                 // The replier sees another replica list for the log: one of the two views
                 // lags a ring change. Its answer does not count towards this list's
                 // majority (that may not intersect the majority that chose the last
-                // writes, or that a newer writer prepared); a lost phase 1 is held and
-                // sent again with this node's view then, a lost accept fails.
+                // writes, or that a newer writer prepared); a lost phase 1 or single
+                // round (a read, a snapshot saved or loaded, a delete) is held and sent
+                // again with this node's view then, a lost accept fails.
                 self.stats.view_mismatches += 1;
                 req.refused.insert(from.clone(), None);
                 return self.after_answer(now_ms, wire, req);

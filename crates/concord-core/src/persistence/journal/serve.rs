@@ -18,11 +18,13 @@ use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, Transmit};
 
 /// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
-/// a promise, an accepted or a done (a snapshot saved, a delete).
+/// a promise, an accepted, a done (a snapshot saved, a delete) or a read's answer.
 fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
     if let JournalMessage::Promise { replicas, .. }
     | JournalMessage::Accepted { replicas, .. }
-    | JournalMessage::Done { replicas, .. } = &mut m
+    | JournalMessage::Done { replicas, .. }
+    | JournalMessage::ReadReply { replicas, .. }
+    | JournalMessage::SnapshotReply { replicas, .. } = &mut m
     {
         *replicas = view;
     }
@@ -95,6 +97,8 @@ impl<S: KvStorage> JournalMachine<S> {
                     | JournalMessage::Accept { .. }
                     | JournalMessage::SaveSnapshot { .. }
                     | JournalMessage::Delete { .. }
+                    | JournalMessage::Read { .. }
+                    | JournalMessage::LoadSnapshot { .. }
             ) {
                 view = replicas_digest(replicas);
             }
@@ -135,9 +139,9 @@ impl<S: KvStorage> JournalMachine<S> {
                 log,
                 from: f,
                 max_events,
-            } => {
-                acceptor::read(st, request, &log, f, max_events as usize).map_err(|e| (request, e))
-            }
+            } => acceptor::read(st, request, &log, f, max_events as usize)
+                .map(|m| with_view(m, view))
+                .map_err(|e| (request, e)),
             JournalMessage::SaveSnapshot {
                 request,
                 log,
@@ -149,7 +153,11 @@ impl<S: KvStorage> JournalMachine<S> {
                 })
                 .map_err(|e| (request, e)),
             JournalMessage::LoadSnapshot { request, log } => acceptor::load_snapshot(st, &log)
-                .map(|snapshot| JournalMessage::SnapshotReply { request, snapshot })
+                .map(|snapshot| JournalMessage::SnapshotReply {
+                    request,
+                    snapshot,
+                    replicas: view,
+                })
                 .map_err(|e| (request, e)),
             JournalMessage::Delete { request, log, to } => acceptor::delete_to(st, &log, to)
                 .map(|()| JournalMessage::Done {

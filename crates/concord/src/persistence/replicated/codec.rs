@@ -306,12 +306,14 @@ impl Codec for JournalCodec {
                 request,
                 page,
                 covered_to,
+                replicas,
             } => (
                 manifest::READ_REPLY,
                 wire::JournalReadReply {
                     request: *request,
                     page: entries_to(page),
                     covered_to: *covered_to,
+                    replicas: *replicas,
                 }
                 .encode_to_vec(),
             ),
@@ -325,6 +327,7 @@ impl Codec for JournalCodec {
                     request: *request,
                     log: log.clone(),
                     snapshot: Some(snapshot.encode().into()),
+                    replicas: 0,
                 }
                 .encode_to_vec(),
             ),
@@ -334,15 +337,21 @@ impl Codec for JournalCodec {
                     request: *request,
                     log: log.clone(),
                     snapshot: None,
+                    replicas: 0,
                 }
                 .encode_to_vec(),
             ),
-            M::SnapshotReply { request, snapshot } => (
+            M::SnapshotReply {
+                request,
+                snapshot,
+                replicas,
+            } => (
                 manifest::SNAPSHOT_REPLY,
                 wire::JournalSnapshot {
                     request: *request,
                     log: String::new(),
                     snapshot: snapshot.as_ref().map(|s| s.encode().into()),
+                    replicas: *replicas,
                 }
                 .encode_to_vec(),
             ),
@@ -508,6 +517,7 @@ impl Codec for JournalCodec {
                     request: m.request,
                     page: entries_from(m.page)?,
                     covered_to: m.covered_to,
+                    replicas: m.replicas,
                 }
             }
             manifest::SAVE_SNAPSHOT => {
@@ -531,6 +541,7 @@ impl Codec for JournalCodec {
                 M::SnapshotReply {
                     request: m.request,
                     snapshot: snapshot_from(m.snapshot)?,
+                    replicas: m.replicas,
                 }
             }
             manifest::DELETE => {

@@ -80,6 +80,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
             request: 3,
             page: vec![e],
             covered_to: 7,
+            replicas: 0xfeed,
         },
         JournalMessage::SaveSnapshot {
             request: 4,
@@ -93,10 +94,12 @@ fn messages_round_trip_and_garbage_is_an_error() {
         JournalMessage::SnapshotReply {
             request: 5,
             snapshot: Some(snap),
+            replicas: 0xbeef,
         },
         JournalMessage::SnapshotReply {
             request: 5,
             snapshot: None,
+            replicas: 0,
         },
         JournalMessage::Delete {
             request: 6,
@@ -273,6 +276,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
             record: Bytes::from_static(b"xx"),
         }],
         covered_to: 1,
+        replicas: 0,
     };
     assert!(JournalCodec
         .decode(manifest::READ_REPLY, &bad.encode_to_vec())
