@@ -18,7 +18,8 @@ use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, Transmit};
 
 /// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
-/// a promise, an accepted, a done (a snapshot saved, a delete) or a read's answer.
+/// a promise, an accepted, a done (a snapshot saved, a delete), or a read's or a snapshot
+/// load's answer.
 fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
     if let JournalMessage::Promise { replicas, .. }
     | JournalMessage::Accepted { replicas, .. }
