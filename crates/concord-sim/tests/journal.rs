@@ -5,8 +5,9 @@
 //! brain — recover and append under message loss, duplication and reordering, partitions,
 //! one-way links, crashes, restarts, pauses and graceful leaves (so the ring changes and
 //! segments are handed off). At every step no sequence number of a log is known with two
-//! different events (known: acknowledged to a writer or returned by a recovery), and a
-//! recovery reaches every write acknowledged before it began. After the faults heal and
+//! different events (known: acknowledged to a writer or returned by a recovery or a read),
+//! a recovery or a read reaches every write acknowledged before it began, and a snapshot
+//! load returns the newest snapshot saved before it began, or a newer one. After the faults heal and
 //! every node is back, a recovery of each log holds every acknowledged write, once, in
 //! order, without a gap.
 
@@ -86,6 +87,16 @@ enum Writer {
     Saving {
         next: u64,
         seq: u64,
+    },
+    /// A read of the whole log, which must hold every write acknowledged before it began.
+    Reading {
+        next: u64,
+        acked_before: u64,
+    },
+    /// A snapshot load, which must return the newest saved before it began, or a newer one.
+    Loading {
+        next: u64,
+        snapshot_before: u64,
     },
 }
 
@@ -193,6 +204,31 @@ fn client_ops(sim: &mut Simulation, h: &mut History, faults: bool) {
                     j.machine
                         .recover_from_snapshot(now, r, log_name(l), 100_000)
                 });
+            }
+            Writer::Ready { next } if next > 1 && sim.rng.random_bool(0.03) => {
+                h.next_request += 1;
+                let r = h.next_request;
+                h.requests.insert(r, key.clone());
+                if sim.rng.random_bool(0.5) {
+                    let acked_before = h.acked_max(l);
+                    h.writers
+                        .insert(key, Writer::Reading { next, acked_before });
+                    sim.with_machine::<Journal, _>(&a, |j, now| {
+                        j.machine.read(now, r, log_name(l), 1, u64::MAX, 100_000)
+                    });
+                } else {
+                    let snapshot_before = h.snapshots.get(&l).copied().unwrap_or(0);
+                    h.writers.insert(
+                        key,
+                        Writer::Loading {
+                            next,
+                            snapshot_before,
+                        },
+                    );
+                    sim.with_machine::<Journal, _>(&a, |j, now| {
+                        j.machine.load_snapshot(now, r, log_name(l))
+                    });
+                }
             }
             Writer::Ready { next } if next > 1 && sim.rng.random_bool(0.05) => {
                 h.next_request += 1;
@@ -322,6 +358,47 @@ fn collect(sim: &Simulation, h: &mut History) -> Result<(), String> {
                 (Writer::Saving { next, seq }, Ok(JournalOutput::Done)) => {
                     let best = h.snapshots.entry(l).or_default();
                     *best = (*best).max(seq);
+                    h.writers.insert(key, Writer::Ready { next });
+                }
+                (Writer::Reading { next, acked_before }, Ok(JournalOutput::Read(page))) => {
+                    // Every slot up to `acked_before` was chosen before the read began.
+                    let chosen: Vec<Entry> = page
+                        .into_iter()
+                        .filter(|e| e.first_seq <= acked_before)
+                        .collect();
+                    h.learn(l, &chosen, "read")?;
+                    let seqs: BTreeSet<u64> = chosen
+                        .iter()
+                        .flat_map(|e| e.first_seq..=e.last_seq())
+                        .collect();
+                    if let Some(missing) = (1..=acked_before).find(|s| !seqs.contains(s)) {
+                        return Err(format!(
+                            "log {l}: a read lacks {missing}, {acked_before} was acknowledged before (at {} {})",
+                            a.host,
+                            uid % 1000
+                        ));
+                    }
+                    h.writers.insert(key, Writer::Ready { next });
+                }
+                (
+                    Writer::Loading {
+                        next,
+                        snapshot_before,
+                    },
+                    Ok(JournalOutput::Snapshot(s)),
+                ) => {
+                    let seq = s.as_ref().map_or(0, |s| s.seq_nr);
+                    if seq < snapshot_before
+                        || s.is_some_and(|s| s.payload != snapshot_payload(l, s.seq_nr))
+                    {
+                        return Err(format!(
+                            "log {l}: loaded snapshot {seq}, {snapshot_before} was saved before"
+                        ));
+                    }
+                    h.writers.insert(key, Writer::Ready { next });
+                }
+                (Writer::Reading { next, .. } | Writer::Loading { next, .. }, Err(_)) => {
+                    // Unavailable (a majority could not answer in time): no harm done.
                     h.writers.insert(key, Writer::Ready { next });
                 }
                 (_, Err(_)) => {
