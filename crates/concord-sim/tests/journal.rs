@@ -7,9 +7,10 @@
 //! segments are handed off). At every step no sequence number of a log is known with two
 //! different events (known: acknowledged to a writer or returned by a recovery or a read),
 //! a recovery or a read reaches every write acknowledged before it began, and a snapshot
-//! load returns the newest snapshot saved before it began, or a newer one. After the faults heal and
-//! every node is back, a recovery of each log holds every acknowledged write, once, in
-//! order, without a gap.
+//! load returns the newest snapshot saved before it began, or a newer one. After the faults
+//! heal and every node is back, a recovery of each log holds every acknowledged write,
+//! once, in order, without a gap. [`history`] keeps what the writers were told and checks
+//! each answer against it.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
