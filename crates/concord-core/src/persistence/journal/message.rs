@@ -265,6 +265,21 @@ impl JournalMessage {
         }
     }
 
+    /// The digest of the answering replica's list for the log ([`super::replicas_digest`];
+    /// 0: not stated), in an answer to a request of [`Self::request_log`] that states it:
+    /// a promise, an accepted, a done, a read's or a snapshot load's answer (`None` for
+    /// other messages).
+    pub fn replicas_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            JournalMessage::Promise { replicas, .. }
+            | JournalMessage::Accepted { replicas, .. }
+            | JournalMessage::Done { replicas, .. }
+            | JournalMessage::ReadReply { replicas, .. }
+            | JournalMessage::SnapshotReply { replicas, .. } => Some(replicas),
+            _ => None,
+        }
+    }
+
     /// The request id of a reply (`None` for requests and handoff).
     pub fn reply_to(&self) -> Option<u64> {
         match self {

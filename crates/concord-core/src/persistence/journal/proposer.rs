@@ -244,7 +244,7 @@ impl<S: KvStorage> JournalMachine<S> {
 
     // ---- answers to this node's requests ----
 
-    pub(super) fn on_reply(&mut self, now_ms: u64, from: &UniqueAddress, msg: JournalMessage) {
+    pub(super) fn on_reply(&mut self, now_ms: u64, from: &UniqueAddress, mut msg: JournalMessage) {
         let Some(wire) = msg.reply_to() else { return };
         let Some(mut req) = self.requests.remove(&wire) else {
             return;
@@ -256,13 +256,8 @@ impl<S: KvStorage> JournalMachine<S> {
         if *from == self.self_node {
             req.local_turn = Some(self.turns);
         }
-        if let JournalMessage::Promise { replicas, .. }
-        | JournalMessage::Accepted { replicas, .. }
-        | JournalMessage::Done { replicas, .. }
-        | JournalMessage::ReadReply { replicas, .. }
-        | JournalMessage::SnapshotReply { replicas, .. } = &msg
-        {
-            if *replicas != 0 && *replicas != req.replicas_digest {
+        if let Some(&mut replicas) = msg.replicas_mut() {
+            if replicas != 0 && replicas != req.replicas_digest {
                 // The replier sees another replica list for the log: one of the two views
                 // lags a ring change. Its answer does not count towards this list's
                 // majority (that may not intersect the majority that chose the last

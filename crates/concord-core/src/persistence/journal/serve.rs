@@ -18,15 +18,9 @@ use crate::membership_view::MembershipView;
 use crate::protocol::{Lane, Transmit};
 
 /// `m` naming `view` (the digest of the log's replica list in this node's view) if it is
-/// a promise, an accepted, a done (a snapshot saved, a delete), or a read's or a snapshot
-/// load's answer.
+/// an answer that states it ([`JournalMessage::replicas_mut`]).
 fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
-    if let JournalMessage::Promise { replicas, .. }
-    | JournalMessage::Accepted { replicas, .. }
-    | JournalMessage::Done { replicas, .. }
-    | JournalMessage::ReadReply { replicas, .. }
-    | JournalMessage::SnapshotReply { replicas, .. } = &mut m
-    {
+    if let Some(replicas) = m.replicas_mut() {
         *replicas = view;
     }
     m
@@ -92,17 +86,7 @@ impl<S: KvStorage> JournalMachine<S> {
             if let Some(reason) = refusal {
                 return Some(self.unable(request, reason));
             }
-            if matches!(
-                msg,
-                JournalMessage::Prepare { .. }
-                    | JournalMessage::Accept { .. }
-                    | JournalMessage::SaveSnapshot { .. }
-                    | JournalMessage::Delete { .. }
-                    | JournalMessage::Read { .. }
-                    | JournalMessage::LoadSnapshot { .. }
-            ) {
-                view = replicas_digest(replicas);
-            }
+            view = replicas_digest(replicas);
         }
         let st = &mut self.storage;
         let result = match msg {
@@ -114,7 +98,6 @@ impl<S: KvStorage> JournalMachine<S> {
                 max_events,
                 snapshot,
             } => acceptor::prepare(st, request, &log, ballot, f, max_events as usize, snapshot)
-                .map(|m| with_view(m, view))
                 .map_err(|e| (request, e)),
             JournalMessage::Accept {
                 request,
@@ -133,16 +116,15 @@ impl<S: KvStorage> JournalMachine<S> {
                 &writes,
                 Some(now_ms),
             )
-            .map(|m| with_view(m, view))
             .map_err(|e| (request, e)),
             JournalMessage::Read {
                 request,
                 log,
                 from: f,
                 max_events,
-            } => acceptor::read(st, request, &log, f, max_events as usize)
-                .map(|m| with_view(m, view))
-                .map_err(|e| (request, e)),
+            } => {
+                acceptor::read(st, request, &log, f, max_events as usize).map_err(|e| (request, e))
+            }
             JournalMessage::SaveSnapshot {
                 request,
                 log,
@@ -150,20 +132,20 @@ impl<S: KvStorage> JournalMachine<S> {
             } => acceptor::save_snapshot(st, &log, &snapshot)
                 .map(|()| JournalMessage::Done {
                     request,
-                    replicas: view,
+                    replicas: 0,
                 })
                 .map_err(|e| (request, e)),
             JournalMessage::LoadSnapshot { request, log } => acceptor::load_snapshot(st, &log)
                 .map(|snapshot| JournalMessage::SnapshotReply {
                     request,
                     snapshot,
-                    replicas: view,
+                    replicas: 0,
                 })
                 .map_err(|e| (request, e)),
             JournalMessage::Delete { request, log, to } => acceptor::delete_to(st, &log, to)
                 .map(|()| JournalMessage::Done {
                     request,
-                    replicas: view,
+                    replicas: 0,
                 })
                 .map_err(|e| (request, e)),
             JournalMessage::Handoff {
@@ -222,7 +204,7 @@ impl<S: KvStorage> JournalMachine<S> {
         };
         Some(match result {
             Ok(JournalMessage::Unable { request, reason }) => self.unable(request, reason),
-            Ok(m) => m,
+            Ok(m) => with_view(m, view),
             Err((request, _)) => {
                 self.stats.storage_errors += 1;
                 self.unable(request, UnableReason::Storage)
