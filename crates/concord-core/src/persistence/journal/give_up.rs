@@ -18,16 +18,23 @@
 //! member of its ring (a [`JournalMessage::GiveUp`], best effort: asking again is
 //! harmless), and each remembers the addresses (at most [`MAX_REMEMBERED`], the oldest
 //! forgotten first) so that copies and needs arriving later do not wait for them again —
-//! until a node of that address is in the ring again.
+//! until a node of that address is in the ring again. The addresses are kept on disk (one
+//! record of [`Table::JournalMeta`]), so that a node restarted later still skips them: a
+//! copy that waited for them when its holder stopped carries that wait after the restart
+//! ([`super::owed`]).
 
 use std::collections::BTreeSet;
 
+use super::entry::{from_bytes, to_bytes};
 use super::handoff::{Handoffs, Need, Pending};
 use super::message::JournalMessage;
 use super::{JournalError, JournalMachine};
 use crate::address::Address;
-use crate::kv::storage::KvStorage;
+use crate::kv::storage::{KvStorage, StorageError, Table};
 use crate::protocol::{Lane, Transmit};
+
+/// The key of the addresses given up in [`Table::JournalMeta`].
+const GIVEN_UP_KEY: &[u8] = b"given-up";
 
 /// Addresses one give-up names, at most.
 pub const MAX_GIVE_UP: usize = 64;
@@ -63,10 +70,37 @@ impl Pending {
         self.from.retain(|a| !lost.contains(&a.address));
         self.previous.retain(|a| !lost.contains(a));
         self.required = self.required.min(self.previous.len());
-        for n in &mut self.inherited {
+        for n in self.inherited.iter_mut().chain(&mut self.debts) {
             n.forget(lost);
         }
     }
+}
+
+/// Reads the addresses given up from `st` (none stored: empty).
+///
+/// # Errors
+/// The storage failed, or the record is corrupt or holds more than [`MAX_REMEMBERED`].
+pub fn load<S: KvStorage>(st: &mut S) -> Result<BTreeSet<Address>, StorageError> {
+    let Some(b) = st.get(Table::JournalMeta, GIVEN_UP_KEY)? else {
+        return Ok(BTreeSet::new());
+    };
+    let given_up: Vec<Address> = from_bytes(&b).map_err(super::acceptor::corrupt)?;
+    if given_up.len() > MAX_REMEMBERED {
+        return Err(super::acceptor::corrupt("too many addresses given up"));
+    }
+    Ok(given_up.into_iter().collect())
+}
+
+/// Writes `given_up` (durable with the next commit); empty removes the record.
+///
+/// # Errors
+/// The storage failed.
+pub fn store<S: KvStorage>(st: &mut S, given_up: &BTreeSet<Address>) -> Result<(), StorageError> {
+    if given_up.is_empty() {
+        return st.remove(Table::JournalMeta, GIVEN_UP_KEY);
+    }
+    let v: Vec<&Address> = given_up.iter().collect();
+    st.put(Table::JournalMeta, GIVEN_UP_KEY, &to_bytes(&v))
 }
 
 impl Handoffs {
@@ -78,6 +112,7 @@ impl Handoffs {
                 self.given_up.pop_first();
             }
         }
+        self.given_up_dirty = true;
         for needs in self.owed.values_mut() {
             for n in needs.iter_mut() {
                 if n.previous.iter().any(|a| lost.contains(a)) {
@@ -91,7 +126,13 @@ impl Handoffs {
         let mut released = Vec::new();
         self.pending.retain(|s, p| {
             let named = |set: &BTreeSet<Address>| set.iter().any(|a| lost.contains(a));
-            if !named(&p.previous) && !p.inherited.iter().any(|n| named(&n.previous)) {
+            if !named(&p.previous)
+                && !p
+                    .inherited
+                    .iter()
+                    .chain(&p.debts)
+                    .any(|n| named(&n.previous))
+            {
                 return true; // A wait the lost had no part in.
             }
             p.forget(lost);
@@ -116,6 +157,8 @@ impl Handoffs {
         for s in &released {
             self.completed(*s);
         }
+        // The waits it shortened go to disk with the next commit.
+        self.owed_dirty = true;
         released
     }
 }
@@ -207,7 +250,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 awaited.extend(
                     p.previous
                         .iter()
-                        .chain(p.inherited.iter().flat_map(|n| n.previous.iter()))
+                        .chain(
+                            p.inherited
+                                .iter()
+                                .chain(&p.debts)
+                                .flat_map(|n| n.previous.iter()),
+                        )
                         .filter(|a| p.awaits(a))
                         .cloned(),
                 );

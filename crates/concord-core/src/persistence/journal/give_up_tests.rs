@@ -111,3 +111,35 @@ fn what_is_remembered_is_bounded() {
     }
     assert_eq!(h.given_up.len(), MAX_REMEMBERED);
 }
+
+#[test]
+fn what_is_remembered_survives_a_restart_and_a_bad_record_is_refused() {
+    use crate::kv::storage::MemoryStorage;
+    let mut st = MemoryStorage::default();
+    assert!(load(&mut st).unwrap().is_empty());
+    let mut h = Handoffs::default();
+    h.give_up(&set(&[&node(4), &node(5)]));
+    assert!(h.given_up_dirty, "stored with the next commit");
+    store(&mut st, &h.given_up).unwrap();
+    assert_eq!(load(&mut st).unwrap(), set(&[&node(4), &node(5)]));
+    // A node of that address in the ring again: remembered no more, on disk too.
+    h.given_up_dirty = false;
+    let (a, b) = (node(1), node(2));
+    let empty = Ring::new(std::iter::empty(), 16);
+    let with_4 = Ring::new([a.clone(), b.clone(), node(4)], 16);
+    h.ring_changed(&empty, &with_4, &a, 3, 16);
+    assert!(h.given_up_dirty);
+    store(&mut st, &h.given_up).unwrap();
+    assert_eq!(load(&mut st).unwrap(), set(&[&node(5)]));
+    store(&mut st, &BTreeSet::new()).unwrap();
+    assert!(st.is_empty(Table::JournalMeta));
+    let too_many: Vec<Address> = (0..=MAX_REMEMBERED as u16)
+        .map(|p| node(p).address)
+        .collect();
+    st.put(Table::JournalMeta, GIVEN_UP_KEY, &to_bytes(&too_many))
+        .unwrap();
+    assert!(load(&mut st).is_err());
+    st.put(Table::JournalMeta, GIVEN_UP_KEY, b"\x05garbage")
+        .unwrap();
+    assert!(load(&mut st).is_err());
+}

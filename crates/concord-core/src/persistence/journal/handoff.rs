@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::standing::{Marks, Standing};
 use super::wait::same_replicas;
 pub use super::wait::{
-    catches_up, meets_every_majority, Need, Pending, MAX_NEEDS, MAX_NEED_ADDRESSES,
-    MAX_PAGE_NEED_ADDRESSES,
+    catches_up, fold, meets_every_majority, Need, Pending, MAX_NEEDS, MAX_NEED_ADDRESSES,
+    MAX_PAGE_NEED_ADDRESSES, MAX_STORED_NEED_ADDRESSES,
 };
 use crate::address::{Address, UniqueAddress};
 use crate::kv::ring::{Ring, SEGMENTS};
@@ -45,18 +45,18 @@ pub struct Outgoing {
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
 }
 
-/// Adds `needs` to what this node's copy of `segment` owes (each once, at most
-/// [`MAX_NEEDS`]); true if that changed.
+/// Adds `needs` to what this node's copy of `segment` owes (each once; beyond
+/// [`MAX_NEEDS`] folded, [`fold`]); true if that changed.
 fn owe(owed: &mut BTreeMap<u16, Vec<Need>>, segment: u16, needs: Vec<Need>) -> bool {
     let o = owed.entry(segment).or_default();
-    let mut changed = false;
+    let before = o.clone();
     for need in needs {
-        if !o.contains(&need) && o.len() < MAX_NEEDS {
+        if !o.contains(&need) {
             o.push(need);
-            changed = true;
         }
     }
-    changed
+    *o = fold(std::mem::take(o));
+    *o != before
 }
 
 /// This node's handoffs; see the module docs.
@@ -88,14 +88,21 @@ pub struct Handoffs {
     /// The last ring with members this incarnation saw.
     pub last_seen: Option<Ring>,
     /// Segment → the unmet needs of a wait this node gave up when it left the segment's
-    /// list (its copy is incomplete; its last pages carry them), until it completes there
-    /// (on disk: [`super::owed`]).
+    /// list, or — read from disk after a restart — of the wait it was in (its copy is
+    /// incomplete; its last pages carry them), until it completes there; a wait that
+    /// begins there takes them over as its debts ([`Pending::debts`]). On disk with the
+    /// waits' own needs: [`Handoffs::needs_on_disk`], [`super::owed`].
     pub owed: BTreeMap<u16, Vec<Need>>,
-    /// `owed` changed since it was last stored.
+    /// What the disk keeps of the needs ([`Handoffs::needs_on_disk`]) may have changed
+    /// since it was last stored.
     pub owed_dirty: bool,
+    /// The needs on disk as of the last commit ([`super::owed`]).
+    pub owed_on_disk: BTreeMap<u16, Vec<Need>>,
     /// Addresses the operator gave up as lost for good ([`super::give_up`]): no wait
     /// counts them, until a node of that address is in the ring again.
     pub given_up: BTreeSet<Address>,
+    /// `given_up` changed since it was last stored ([`super::give_up::store`]).
+    pub given_up_dirty: bool,
 }
 
 impl Handoffs {
@@ -141,7 +148,7 @@ impl Handoffs {
 
     /// What a last page of `segment` from this node carries: the unmet needs of its
     /// incomplete copy (none if complete), at most [`MAX_NEEDS`] with at most
-    /// [`MAX_PAGE_NEED_ADDRESSES`] addresses in all.
+    /// [`MAX_PAGE_NEED_ADDRESSES`] addresses in all, those beyond folded ([`fold`]).
     pub fn needs_of(&self, segment: u16) -> Vec<Need> {
         if self.standing(segment) == Standing::Complete {
             return Vec::new();
@@ -155,13 +162,37 @@ impl Handoffs {
                 needs.push(n.clone());
             }
         }
-        needs.truncate(MAX_NEEDS);
-        let mut addresses = 0usize;
-        needs.retain(|n| {
-            addresses = addresses.saturating_add(n.addresses());
-            addresses <= MAX_PAGE_NEED_ADDRESSES
-        });
-        needs
+        fold(needs)
+    }
+
+    /// The needs this node's disk keeps ([`super::owed`]): for every segment where its copy
+    /// is incomplete, what its last pages carry ([`Handoffs::needs_of`]: its wait's unmet
+    /// needs and those owed); where it is complete, those owed as they stand.
+    ///
+    /// Its own wait is among them from the turn it begins, before any page of that turn
+    /// leaves: a node restarted before that wait ended inherits it, and so waits for the
+    /// replicas that held the segment even when its first ring after the restart holds
+    /// none of them and no ring of its own is on disk ([`super::last_ring`] is stored only
+    /// once nothing waits) — for instance when every member it sees is as new as it is,
+    /// their copies as empty as its own.
+    pub fn needs_on_disk(&self) -> BTreeMap<u16, Vec<Need>> {
+        let segments: BTreeSet<u16> = self
+            .owed
+            .keys()
+            .chain(self.pending.keys())
+            .copied()
+            .collect();
+        segments
+            .into_iter()
+            .filter_map(|s| {
+                let needs = if self.standing(s) == Standing::Incomplete {
+                    self.needs_of(s)
+                } else {
+                    self.owed.get(&s).cloned().unwrap_or_default()
+                };
+                (!needs.is_empty()).then_some((s, needs))
+            })
+            .collect()
     }
 
     /// Recomputes pending segments and handoffs after the ring went from `old` to `new`.
@@ -186,8 +217,10 @@ impl Handoffs {
             _ => old,
         };
         let members: BTreeSet<&UniqueAddress> = new.members().iter().collect();
+        let remembered = self.given_up.len();
         self.given_up
             .retain(|a| !members.iter().any(|m| m.address == *a));
+        self.given_up_dirty |= self.given_up.len() != remembered;
         let (owed, owed_dirty) = (&mut self.owed, &mut self.owed_dirty);
         let mut done = Vec::new();
         self.pending.retain(|s, p| {
@@ -255,7 +288,7 @@ impl Handoffs {
                 // incomplete for anyone who counts it after this change, until it is done.
                 p.count(&me.address, self.standing(s));
                 if let Some(o) = self.owed.remove(&s) {
-                    p.inherit(&me.address, &o);
+                    p.owe(&me.address, &o);
                     self.owed_dirty = true;
                 }
                 p.forget(&self.given_up);
@@ -263,10 +296,9 @@ impl Handoffs {
                 // other left): every write chosen there needed both, and every write chosen
                 // before was on both once they caught up — nothing to wait for.
                 if !p.done() {
-                    // On disk too: after a restart its copy, marked incomplete, still says
-                    // (its need names its own copy delivered) that it was complete for the
-                    // old list.
-                    self.owed_dirty |= owe(&mut self.owed, s, p.unmet_needs());
+                    // On disk too ([`Handoffs::needs_on_disk`]): after a restart its copy,
+                    // marked incomplete, still says (its need names its own copy
+                    // delivered) that it was complete for the old list.
                     self.pending.insert(s, p);
                     self.marks_dirty |= self.marks.joined(s);
                 }
@@ -319,7 +351,7 @@ impl Handoffs {
                     // A restarted node's own disk, by address.
                     p.count(&me.address, self.marks.standing(s));
                     if let Some(o) = self.owed.remove(&s) {
-                        p.inherit(&me.address, &o);
+                        p.owe(&me.address, &o);
                         self.owed_dirty = true;
                     }
                     p.forget(&self.given_up);
@@ -333,7 +365,7 @@ impl Handoffs {
                         match self.pending.get_mut(&s) {
                             Some(q) => {
                                 q.from.extend(p.from);
-                                q.inherit(&me.address, &p.inherited);
+                                q.owe(&me.address, &p.debts);
                             }
                             None => {
                                 self.pending.insert(s, p);
@@ -348,6 +380,8 @@ impl Handoffs {
                 self.completed(s);
             }
         }
+        // The waits this change began, ended or changed go to disk with its commit.
+        self.owed_dirty = true;
     }
 
     /// Sends the records of segments held here but not replicated here (after a ring
@@ -377,6 +411,7 @@ impl Handoffs {
         needs: &[Need],
     ) {
         if let Some(p) = self.pending.get_mut(&segment) {
+            self.owed_dirty = true;
             p.from.remove(from);
             p.count(&from.address, standing);
             p.inherit(&from.address, needs);

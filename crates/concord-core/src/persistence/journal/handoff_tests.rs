@@ -182,16 +182,19 @@ fn a_copy_handed_on_while_it_waited_carries_its_need_to_the_next_replica() {
     assert_eq!(owed[0].delivered, [a.address.clone()].into());
     assert!(at_d.owed_dirty, "stored with the next commit");
     // Restarted with its disk (marks and needs owed) into a ring where it replicates s
-    // again, d waits for what it owes as well as for a.
+    // again, d waits for what it owes as well as for a, while a's copy is incomplete (a
+    // lost its majority when b and c left: it waits for them too).
     let d2 = node(4, 44);
-    let mut again = Handoffs {
+    let restarted = || Handoffs {
         marks: at_d.marks.clone(),
         owed: at_d.owed.clone(),
         ..Handoffs::default()
     };
     let back = Ring::new([a.clone(), d2.clone()], 16);
-    again.ring_changed(&Ring::new(std::iter::empty(), 16), &back, &d2, 3, 16);
-    again.received_last(s, &a, Standing::Complete, &[]);
+    let nothing = Ring::new(std::iter::empty(), 16);
+    let mut again = restarted();
+    again.ring_changed(&nothing, &back, &d2, 3, 16);
+    again.received_last(s, &a, Standing::Incomplete, &[]);
     assert!(again.is_pending(s), "it still owes b's or c's copy");
     assert!(
         again.owed.is_empty() && again.owed_dirty,
@@ -199,6 +202,11 @@ fn a_copy_handed_on_while_it_waited_carries_its_need_to_the_next_replica() {
     );
     again.received_last(s, &node(3, 33), Standing::Complete, &[]);
     assert!(!again.is_pending(s));
+    // A complete copy of a (its own handoff ended: it met whatever it owed) settles it.
+    let mut settled = restarted();
+    settled.ring_changed(&nothing, &back, &d2, 3, 16);
+    settled.received_last(s, &a, Standing::Complete, &[]);
+    assert!(!settled.is_pending(s));
     // e waits for a and d (the list it joins), takes d's need over with d's copy, and
     // is not done until b or c is back.
     let mut at_e = Handoffs {
@@ -284,20 +292,112 @@ fn marks_follow_the_ring_and_the_handoffs() {
 }
 
 #[test]
-fn a_last_page_carries_needs_within_its_bounds() {
-    let need = |k: u16| Need {
-        previous: (0..100)
-            .map(|p| Address::new("s", "h", k * 100 + p + 1))
-            .collect(),
+fn a_wait_kept_on_disk_outlives_a_restart_among_members_as_new_as_it_is() {
+    // d and e join a, b and c, become replicas of s, and receive nothing before a, b and
+    // c are downed; then d and e restart (with their disks) and find each other only.
+    let (a, b, c, d, e) = (node(1, 1), node(2, 2), node(3, 3), node(4, 4), node(5, 5));
+    let three = Ring::new([a.clone(), b.clone(), c.clone()], 16);
+    let five = Ring::new([a, b, c, d.clone(), e.clone()], 16);
+    let s = (0..SEGMENTS)
+        .find(|s| {
+            let l = five.preference_list(*s, 3);
+            l.contains(&&d) && l.contains(&&e)
+        })
+        .expect("a segment on d and e");
+    let (mut at_d, mut at_e) = (Handoffs::default(), Handoffs::default());
+    at_d.ring_changed(&three, &five, &d, 3, 16);
+    at_e.ring_changed(&three, &five, &e, 3, 16);
+    assert!(at_d.is_pending(s) && at_e.is_pending(s));
+    assert!(
+        at_d.owed_dirty,
+        "the wait goes to disk with the turn's commit"
+    );
+    let on_disk = at_d.needs_on_disk();
+    let abc: BTreeSet<Address> = (1..=3).map(|p| node(p, 0).address).collect();
+    assert!(on_disk[&s]
+        .iter()
+        .any(|n| n.previous == abc && n.required == 2));
+    let restarted = |h: &Handoffs| Handoffs {
+        marks: h.marks.clone(),
+        owed: h.needs_on_disk(),
+        ..Handoffs::default()
+    };
+    let (d2, e2) = (node(4, 44), node(5, 55));
+    let nothing = Ring::new(std::iter::empty(), 16);
+    let two = Ring::new([d2.clone(), e2.clone()], 16);
+    let (mut at_d2, mut at_e2) = (restarted(&at_d), restarted(&at_e));
+    at_d2.ring_changed(&nothing, &two, &d2, 3, 16);
+    at_e2.ring_changed(&nothing, &two, &e2, 3, 16);
+    // Each hands the other its empty copy, incomplete, with the wait it owes: not enough.
+    let from_e = at_e2.needs_of(s);
+    assert!(from_e.iter().any(|n| n.previous == abc));
+    at_d2.received_last(s, &e2, Standing::Incomplete, &from_e);
+    assert!(at_d2.is_pending(s), "d still owes a majority of a, b and c");
+    // Without the wait on disk the two empty copies were enough: the hole it closes.
+    let mut forgetful = Handoffs {
+        marks: at_d.marks.clone(),
+        ..Handoffs::default()
+    };
+    forgetful.ring_changed(&nothing, &two, &d2, 3, 16);
+    forgetful.received_last(s, &e2, Standing::Incomplete, &[]);
+    assert!(!forgetful.is_pending(s));
+    // a and b come back with their disks: their complete copies meet the wait.
+    at_d2.received_last(s, &node(1, 11), Standing::Complete, &[]);
+    assert!(at_d2.is_pending(s));
+    at_d2.received_last(s, &node(2, 22), Standing::Complete, &[]);
+    assert!(!at_d2.is_pending(s));
+    assert!(
+        !at_d2.needs_on_disk().contains_key(&s),
+        "nothing owed once complete"
+    );
+}
+
+#[test]
+fn a_last_page_carries_needs_within_its_bounds_folded_never_dropped() {
+    let addr = |p: u16| Address::new("s", "h", p);
+    // Seventy different needs over the same five replicas: folded to at most MAX_NEEDS,
+    // and met only where every one of the seventy is.
+    let over_five = |k: u16| Need {
+        previous: (1..=5).map(addr).collect(),
+        required: usize::from(1 + k / 25),
+        delivered: [addr(1 + k % 5)].into(),
+        partial: [addr(1 + (k / 5) % 5)].into(),
+    };
+    let many: Vec<Need> = (0..70).map(over_five).collect();
+    let mut h = Handoffs::default();
+    h.owed.insert(3, many.clone());
+    assert_eq!(h.standing(3), Standing::Incomplete);
+    let needs = h.needs_of(3);
+    assert_eq!(needs.len(), MAX_NEEDS);
+    assert!(needs.iter().all(Need::is_bounded));
+    for mask in 0u32..(1 << 10) {
+        // Each of the five replicas delivered nothing, an incomplete or a complete copy.
+        let received: BTreeMap<Address, Standing> = (0..5u16)
+            .filter_map(|i| match (mask >> (2 * i)) & 3 {
+                1 => Some((addr(i + 1), Standing::Incomplete)),
+                2 | 3 => Some((addr(i + 1), Standing::Complete)),
+                _ => None,
+            })
+            .collect();
+        if needs.iter().all(|n| n.met(&received)) {
+            assert!(many.iter().all(|n| n.met(&received)), "{received:?}");
+        }
+    }
+    // Seventy needs of a hundred replicas each, none shared: beyond the page's bound of
+    // addresses they fold into one that names every replica (its page will be refused
+    // as too large: the copy is never counted, rather than counted short).
+    let disjoint = |k: u16| Need {
+        previous: (0..100).map(|p| addr(k * 100 + p + 1)).collect(),
         required: 51,
         ..Need::default()
     };
-    let mut h = Handoffs::default();
-    h.owed.insert(3, (0..70).map(need).collect());
-    assert_eq!(h.standing(3), Standing::Incomplete);
-    let needs = h.needs_of(3);
-    assert_eq!(needs.len(), MAX_PAGE_NEED_ADDRESSES / 100);
-    assert!(needs.iter().map(Need::addresses).sum::<usize>() <= MAX_PAGE_NEED_ADDRESSES);
+    h.owed.insert(4, (0..70).map(disjoint).collect());
+    let needs = h.needs_of(4);
+    let named: BTreeSet<&Address> = needs.iter().flat_map(|n| &n.previous).collect();
+    assert_eq!(named.len(), 7_000, "no replica dropped");
+    assert_eq!(needs.len(), 1);
+    assert_eq!(needs[0].required, 7_000);
+    assert!(!needs[0].is_bounded() && needs[0].is_stored_bounded());
     // A complete copy carries none.
     h.marks.completed(3);
     assert!(h.needs_of(3).is_empty());
@@ -356,7 +456,8 @@ fn replicas_that_stay_in_a_shrunk_list_answer_hand_over_and_complete_from_each_o
     let needs = at_c.needs_of(s);
     assert!(needs.iter().any(|n| n.delivered.contains(&c.address)));
     assert_eq!(
-        at_c.owed[&s], needs,
+        at_c.needs_on_disk()[&s],
+        needs,
         "kept on disk: a restart keeps what c's copy stood for"
     );
     at_b.received_last(s, &c, Standing::Incomplete, &needs);

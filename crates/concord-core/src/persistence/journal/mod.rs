@@ -163,6 +163,12 @@ impl<S: KvStorage> JournalMachine<S> {
             stats.storage_errors += 1;
             std::collections::BTreeMap::new()
         });
+        // Unreadable addresses given up are forgotten: waits count them again until the
+        // operator gives them up again.
+        let given_up = give_up::load(&mut storage).unwrap_or_else(|_| {
+            stats.storage_errors += 1;
+            BTreeSet::new()
+        });
         JournalMachine {
             ring: Ring::new(std::iter::empty(), settings.virtual_nodes),
             settings,
@@ -178,7 +184,9 @@ impl<S: KvStorage> JournalMachine<S> {
             handoffs: handoff::Handoffs {
                 marks,
                 last_ring,
+                owed_on_disk: owed.clone(),
                 owed,
+                given_up,
                 ..handoff::Handoffs::default()
             },
             held_transmits: Vec::new(),
@@ -412,9 +420,17 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
+        let mut owed_written = None;
         if self.handoffs.owed_dirty {
-            match owed::store(&mut self.storage, &self.handoffs.owed) {
-                Ok(()) => self.handoffs.owed_dirty = false,
+            let now = self.handoffs.needs_on_disk();
+            match owed::store(&mut self.storage, &self.handoffs.owed_on_disk, &now) {
+                Ok(()) => owed_written = Some(now),
+                Err(_) => self.stats.storage_errors += 1,
+            }
+        }
+        if self.handoffs.given_up_dirty {
+            match give_up::store(&mut self.storage, &self.handoffs.given_up) {
+                Ok(()) => self.handoffs.given_up_dirty = false,
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
@@ -429,6 +445,10 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         match self.storage.commit() {
             Ok(()) => {
+                if let Some(now) = owed_written {
+                    self.handoffs.owed_on_disk = now;
+                    self.handoffs.owed_dirty = false;
+                }
                 self.out.transmits.extend(self.held_transmits.drain(..));
                 self.out.events.extend(self.held_events.drain(..));
             }
@@ -439,6 +459,7 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.handoffs.marks_dirty = true;
                 self.handoffs.ring_unsaved = true;
                 self.handoffs.owed_dirty = true;
+                self.handoffs.given_up_dirty = true;
                 self.held_transmits.clear();
                 self.writers.clear();
                 let failed: Vec<u64> = self

@@ -1,11 +1,18 @@
-//! The **needs a node owes**, kept on disk: for each segment it left while it still
-//! waited there ([`super::handoff::Handoffs::owed`]), or stays in while it catches up after
-//! the segment's list shrank, the waits it had not finished, so that its incomplete copy
-//! still carries them ([`super::handoff::Need`]) after a restart — and so that, should it
-//! become a replica of the segment again, it waits for them itself.
+//! The **needs a node owes**, kept on disk: for each segment where its copy is
+//! incomplete, the waits it has not finished — the one it waits in now (as a new replica,
+//! or one that stays in a list that shrank or lost a majority) and those it left unfinished
+//! when it left the segment's list ([`super::handoff::Handoffs::owed`]) — so that after a
+//! restart its incomplete copy still carries them ([`super::handoff::Need`]), and, as a
+//! replica of the segment again, it waits for them itself: a node restarted before its
+//! first handoff ended still names the replicas that held the segment, though every
+//! member it now sees is as new as it is ([`super::handoff::Handoffs::needs_on_disk`]).
 //!
-//! One record of [`Table::JournalMeta`]: postcard of (segment, needs) pairs, written with
-//! the commit after they change (with the standing marks, [`super::standing`]).
+//! One record of [`Table::JournalMeta`] per segment (`owed/` and the segment, big-endian):
+//! postcard of its needs, written with the commit after they change (with the standing
+//! marks, [`super::standing`]), before any handoff page of that turn leaves; only the
+//! segments that changed are written, so a new replica's handoff of hundreds of segments
+//! writes each segment's record a few times, not the whole map at each page. (Earlier
+//! versions kept one record of every segment, under `owed`: read once and rewritten so.)
 
 use std::collections::BTreeMap;
 
@@ -16,49 +23,80 @@ use super::handoff::{Need, MAX_NEEDS};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 use crate::kv::SEGMENTS;
 
-/// The key of the needs owed in [`Table::JournalMeta`].
+/// The key of the needs owed of every segment, as earlier versions kept them.
 const OWED_KEY: &[u8] = b"owed";
+/// The prefix of one segment's needs owed.
+const PREFIX: &[u8] = b"owed/";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
     owed: Vec<(u16, Vec<Need>)>,
 }
 
-/// Reads the needs owed from `st` (none stored: empty).
+fn key(segment: u16) -> Vec<u8> {
+    let mut k = PREFIX.to_vec();
+    k.extend_from_slice(&segment.to_be_bytes());
+    k
+}
+
+fn check(segment: u16, needs: &[Need]) -> Result<(), StorageError> {
+    if segment >= SEGMENTS || needs.len() > MAX_NEEDS || !needs.iter().all(Need::is_stored_bounded)
+    {
+        return Err(super::acceptor::corrupt("needs owed out of bounds"));
+    }
+    Ok(())
+}
+
+/// Reads the needs owed from `st` (none stored: empty); a record of an earlier version is
+/// rewritten as one record per segment (durable with the next commit).
 ///
 /// # Errors
-/// The storage failed, or the record is corrupt or out of bounds (a segment out of
-/// range, more than [`MAX_NEEDS`] needs for one, a need out of [`Need::is_bounded`]).
+/// The storage failed, or a record is corrupt or out of bounds (a segment out of range,
+/// more than [`MAX_NEEDS`] needs for one, a need out of [`Need::is_stored_bounded`]).
 pub fn load<S: KvStorage>(st: &mut S) -> Result<BTreeMap<u16, Vec<Need>>, StorageError> {
-    let Some(b) = st.get(Table::JournalMeta, OWED_KEY)? else {
-        return Ok(BTreeMap::new());
-    };
-    let s: Stored = from_bytes(&b).map_err(super::acceptor::corrupt)?;
     let mut owed = BTreeMap::new();
-    for (segment, needs) in s.owed {
-        if segment >= SEGMENTS || needs.len() > MAX_NEEDS || !needs.iter().all(Need::is_bounded) {
-            return Err(super::acceptor::corrupt("needs owed out of bounds"));
-        }
+    let mut end = PREFIX.to_vec();
+    end.extend_from_slice(&SEGMENTS.to_be_bytes());
+    for (k, v) in st.range(Table::JournalMeta, &key(0), &end, usize::from(SEGMENTS))? {
+        let segment = match k.get(PREFIX.len()..) {
+            Some(&[hi, lo]) => u16::from_be_bytes([hi, lo]),
+            _ => return Err(super::acceptor::corrupt("a key of needs owed")),
+        };
+        let needs: Vec<Need> = from_bytes(&v).map_err(super::acceptor::corrupt)?;
+        check(segment, &needs)?;
         owed.insert(segment, needs);
+    }
+    if let Some(b) = st.get(Table::JournalMeta, OWED_KEY)? {
+        let s: Stored = from_bytes(&b).map_err(super::acceptor::corrupt)?;
+        for (segment, needs) in s.owed {
+            check(segment, &needs)?;
+            st.put(Table::JournalMeta, &key(segment), &to_bytes(&needs))?;
+            owed.insert(segment, needs);
+        }
+        st.remove(Table::JournalMeta, OWED_KEY)?;
     }
     Ok(owed)
 }
 
-/// Writes `owed` (durable with the next commit); empty removes the record.
+/// Writes `now` over `before` (what the disk holds): the records of the segments whose
+/// needs changed (durable with the next commit); a segment with none loses its record.
 ///
 /// # Errors
 /// The storage failed.
 pub fn store<S: KvStorage>(
     st: &mut S,
-    owed: &BTreeMap<u16, Vec<Need>>,
+    before: &BTreeMap<u16, Vec<Need>>,
+    now: &BTreeMap<u16, Vec<Need>>,
 ) -> Result<(), StorageError> {
-    if owed.is_empty() {
-        return st.remove(Table::JournalMeta, OWED_KEY);
+    for s in before.keys().filter(|s| !now.contains_key(s)) {
+        st.remove(Table::JournalMeta, &key(*s))?;
     }
-    let s = Stored {
-        owed: owed.iter().map(|(s, n)| (*s, n.clone())).collect(),
-    };
-    st.put(Table::JournalMeta, OWED_KEY, &to_bytes(&s))
+    for (s, needs) in now {
+        if before.get(s) != Some(needs) {
+            st.put(Table::JournalMeta, &key(*s), &to_bytes(needs))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -78,11 +116,28 @@ mod tests {
             delivered: [a(1)].into(),
             partial: Default::default(),
         };
-        let owed: BTreeMap<u16, Vec<Need>> = [(7, vec![need.clone()])].into();
-        store(&mut st, &owed).unwrap();
+        let owed: BTreeMap<u16, Vec<Need>> =
+            [(7, vec![need.clone()]), (1023, vec![need.clone()])].into();
+        store(&mut st, &BTreeMap::new(), &owed).unwrap();
         assert_eq!(load(&mut st).unwrap(), owed);
-        store(&mut st, &BTreeMap::new()).unwrap();
+        // Only what changed is written: one segment's record goes, the other stays.
+        let one: BTreeMap<u16, Vec<Need>> = [(7, vec![need.clone()])].into();
+        store(&mut st, &owed, &one).unwrap();
+        assert_eq!(load(&mut st).unwrap(), one);
+        store(&mut st, &one, &BTreeMap::new()).unwrap();
         assert!(load(&mut st).unwrap().is_empty());
+        assert!(st.is_empty(Table::JournalMeta));
+        // An earlier version's single record is read, and rewritten per segment.
+        let old = Stored {
+            owed: vec![(3, vec![need.clone()])],
+        };
+        st.put(Table::JournalMeta, OWED_KEY, &to_bytes(&old))
+            .unwrap();
+        let three: BTreeMap<u16, Vec<Need>> = [(3, vec![need.clone()])].into();
+        assert_eq!(load(&mut st).unwrap(), three);
+        assert_eq!(st.get(Table::JournalMeta, OWED_KEY).unwrap(), None);
+        assert_eq!(load(&mut st).unwrap(), three);
+        st.remove(Table::JournalMeta, &key(3)).unwrap();
         for bad in [
             Stored {
                 owed: vec![(SEGMENTS, vec![need.clone()])],
@@ -107,5 +162,14 @@ mod tests {
         st.put(Table::JournalMeta, OWED_KEY, b"\x01garbage")
             .unwrap();
         assert!(load(&mut st).is_err());
+        st.remove(Table::JournalMeta, OWED_KEY).unwrap();
+        st.put(Table::JournalMeta, &key(5), b"\x01garbage").unwrap();
+        assert!(load(&mut st).is_err());
+        let mut wrong = PREFIX.to_vec();
+        wrong.push(1);
+        st.remove(Table::JournalMeta, &key(5)).unwrap();
+        st.put(Table::JournalMeta, &wrong, &to_bytes(&vec![need]))
+            .unwrap();
+        assert!(load(&mut st).is_err(), "a key of one byte");
     }
 }

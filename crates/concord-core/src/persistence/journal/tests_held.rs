@@ -6,7 +6,7 @@ use super::*;
 use crate::kv::storage::Table;
 use crate::persistence::journal::give_up::MAX_GIVE_UP;
 
-fn with_timeout(net: &mut Net, ms: u64) {
+pub(super) fn with_timeout(net: &mut Net, ms: u64) {
     for m in &mut net.machines {
         m.settings.request_timeout_ms = ms;
     }
@@ -118,7 +118,7 @@ pub(super) fn three_writes_to(net: &mut Net, log: &str, ms: u64) {
 }
 
 /// Node `at` recovers `log` (request `r`), and `ms` later it has not answered.
-fn recovery_held(net: &mut Net, at: usize, r: u64, log: &str, ms: u64) {
+pub(super) fn recovery_held(net: &mut Net, at: usize, r: u64, log: &str, ms: u64) {
     net.machines[at].recover(net.now, r, log.to_owned(), 1, 10);
     net.drain(at);
     net.run_until(net.now + ms);
@@ -315,7 +315,7 @@ fn an_accept_answered_from_another_view_of_the_replicas_fails_and_the_writer_rec
 }
 
 /// Shows nodes `to` a ring of `members` only (the others downed and removed).
-fn view_of(net: &mut Net, members: &[usize], to: &[usize]) {
+pub(super) fn view_of(net: &mut Net, members: &[usize], to: &[usize]) {
     let mut g = Gossip::empty();
     for &i in members {
         let m = Member::joining(ua(i, net.uids[i]), BTreeSet::new(), "1")

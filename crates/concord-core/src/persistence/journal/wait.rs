@@ -47,7 +47,7 @@ pub(super) fn same_replicas(a: &[&UniqueAddress], b: &[&UniqueAddress]) -> bool 
 }
 
 /// Needs one last page may carry per segment, at most (more: the page is refused as bad
-/// input).
+/// input). A copy that owes more folds them ([`fold`]), never drops one.
 pub const MAX_NEEDS: usize = 64;
 /// Addresses in one need's sets, at most: a segment's previous replicas are at most two
 /// preference lists (n ≤ 255 each).
@@ -91,6 +91,15 @@ impl Need {
             })
     }
 
+    /// Met by complete copies alone (at least one required), counting also the copies
+    /// `received` by the node that holds the need now.
+    pub fn met_by_complete_copies(&self, received: &BTreeMap<Address, Standing>) -> bool {
+        let complete = |a: &&Address| {
+            self.delivered.contains(*a) || received.get(*a) == Some(&Standing::Complete)
+        };
+        self.required >= 1 && self.previous.iter().filter(complete).count() >= self.required
+    }
+
     /// Addresses in its sets.
     pub fn addresses(&self) -> usize {
         self.previous.len() + self.delivered.len() + self.partial.len()
@@ -113,6 +122,30 @@ impl Need {
         self
     }
 
+    /// A need met only where both `self` and `other` are ([`fold`]): every replica either
+    /// names must have delivered a complete copy (or every one of them a copy), counting
+    /// as delivered only those both count so.
+    ///
+    /// Sound because a copy named delivered in a need of this holder is merged into its
+    /// copy whichever need names it: if every replica of the union delivered a complete
+    /// copy, each of `self` and `other` had all of its previous replicas' complete copies
+    /// (at least its `required`); if every one delivered a copy, each had every copy.
+    pub fn union(self, other: Need) -> Need {
+        let previous: BTreeSet<Address> = self.previous.union(&other.previous).cloned().collect();
+        let delivered = self
+            .delivered
+            .intersection(&other.delivered)
+            .filter(|a| previous.contains(*a))
+            .cloned()
+            .collect();
+        Need {
+            required: previous.len(),
+            previous,
+            delivered,
+            partial: BTreeSet::new(),
+        }
+    }
+
     /// Within the bounds a page may carry ([`MAX_NEED_ADDRESSES`] addresses per set,
     /// `required` at most the previous replicas).
     pub fn is_bounded(&self) -> bool {
@@ -121,6 +154,43 @@ impl Need {
             && self.partial.len() <= MAX_NEED_ADDRESSES
             && self.required <= self.previous.len()
     }
+
+    /// Within the bounds a need may have on disk ([`MAX_STORED_NEED_ADDRESSES`] addresses
+    /// per set: a folded need may exceed a page's).
+    pub fn is_stored_bounded(&self) -> bool {
+        self.previous.len() <= MAX_STORED_NEED_ADDRESSES
+            && self.delivered.len() <= MAX_STORED_NEED_ADDRESSES
+            && self.partial.len() <= MAX_STORED_NEED_ADDRESSES
+            && self.required <= self.previous.len()
+    }
+}
+
+/// Addresses in one need's sets on disk, at most: a need folded from others ([`fold`])
+/// may name more replicas than a page may carry ([`MAX_NEED_ADDRESSES`]); kept, it makes
+/// its holder's last pages of the segment refused, and so never counted (the segment
+/// waits for the operator's give-up rather than counting a copy short of a write).
+pub const MAX_STORED_NEED_ADDRESSES: usize = MAX_NEEDS * MAX_NEED_ADDRESSES;
+
+/// `needs` within the bounds of one last page: at most [`MAX_NEEDS`], and at most
+/// [`MAX_PAGE_NEED_ADDRESSES`] addresses in all where folding can reach it. Needs beyond
+/// are folded ([`Need::union`]) into one that implies them all, never dropped: a copy
+/// that owed a need it no longer carried would count as holding writes it lacks.
+pub fn fold(mut needs: Vec<Need>) -> Vec<Need> {
+    let total = |ns: &[Need]| {
+        ns.iter()
+            .map(Need::addresses)
+            .fold(0usize, usize::saturating_add)
+    };
+    while needs.len() > MAX_NEEDS || (needs.len() > 1 && total(&needs) > MAX_PAGE_NEED_ADDRESSES) {
+        let (Some(a), Some(b)) = (needs.pop(), needs.pop()) else {
+            break;
+        };
+        let u = b.union(a);
+        if !needs.contains(&u) {
+            needs.push(u);
+        }
+    }
+    needs
 }
 
 /// A segment this node waits for copies of after a ring change: it became a replica of it,
@@ -145,6 +215,12 @@ pub struct Pending {
     pub received: BTreeMap<Address, Standing>,
     /// Needs taken over from incomplete copies merged here ([`Need`]); each must be met too.
     pub inherited: Vec<Need>,
+    /// The needs this node's own copy owed when the wait began ([`Handoffs::owed`]: waits
+    /// it left unfinished, or — after a restart — the wait it was in): each must be met
+    /// too, unless its own need is met by complete copies ([`Pending::done`]).
+    ///
+    /// [`Handoffs::owed`]: super::handoff::Handoffs::owed
+    pub debts: Vec<Need>,
     /// Previous replicas whose copies count as complete for its own need although their
     /// pages said incomplete: each named itself delivered in a need for the same previous
     /// replicas ([`Pending::inherit`]).
@@ -172,28 +248,67 @@ impl Pending {
     }
 
     /// Everything awaited arrived: its own need and every need taken over from an
-    /// incomplete copy are met.
+    /// incomplete copy are met, and so are its debts unless its own need is met by
+    /// complete copies.
+    ///
+    /// A debt names the replicas of a configuration this node's copy was to catch up
+    /// from. Complete copies meeting every majority of the segment's previous replicas
+    /// — the replicas of the list before this change, whose own handoffs met whatever
+    /// their copies owed — hold every write chosen since then too, so they settle it; a
+    /// debt decides where the wait has nothing better: no previous replica known (a node
+    /// restarted alone, its disk's ring as old as its debt or absent), or only incomplete
+    /// copies (every member it sees as new as it is, after a whole cluster's restart).
     pub fn done(&self) -> bool {
         self.from.is_empty()
             && self.own().met(&self.received)
             && self.inherited.iter().all(|n| n.met(&self.received))
+            && (self.debts_settled() || self.debts.iter().all(|n| n.met(&self.received)))
     }
 
-    /// True if a copy from `a` is still awaited: a replica of its own or of an inherited
-    /// need that has not delivered a complete copy.
+    /// Its own need is met by complete copies: its debts no longer count.
+    fn debts_settled(&self) -> bool {
+        self.own().met_by_complete_copies(&self.received)
+    }
+
+    /// The needs that still count: those taken over, and its debts unless settled.
+    fn counted(&self) -> impl Iterator<Item = &Need> {
+        let debts: &[Need] = if self.debts_settled() {
+            &[]
+        } else {
+            &self.debts
+        };
+        self.inherited.iter().chain(debts)
+    }
+
+    /// True if a copy from `a` is still awaited: a replica of its own need, of an inherited
+    /// one or of a debt that has not delivered a complete copy.
     pub fn awaits(&self, a: &Address) -> bool {
         self.received.get(a) != Some(&Standing::Complete)
-            && (self.previous.contains(a) || self.inherited.iter().any(|n| n.previous.contains(a)))
+            && (self.previous.contains(a) || self.counted().any(|n| n.previous.contains(a)))
     }
 
-    /// Its own need and those it took over that are not met, with the copies received
-    /// here counted in.
+    /// Its own need, those it took over and its debts that are not met (or settled), with
+    /// the copies received here counted in.
     pub fn unmet_needs(&self) -> Vec<Need> {
         std::iter::once(self.own())
-            .chain(self.inherited.iter().cloned())
+            .chain(self.counted().cloned())
             .filter(|n| !n.met(&self.received))
             .map(|n| n.with_received(&self.received))
             .collect()
+    }
+
+    /// Takes over `needs` as debts of this node's own copy (each once); one for the same
+    /// previous replicas that names `me` delivered credits its own copy as complete, as
+    /// [`Pending::inherit`] does for a sender.
+    pub(super) fn owe(&mut self, me: &Address, needs: &[Need]) {
+        for n in needs {
+            if n.previous == self.previous && n.delivered.contains(me) {
+                self.credited.insert(me.clone());
+            }
+            if !self.debts.contains(n) {
+                self.debts.push(n.clone());
+            }
+        }
     }
 
     /// Takes over `needs` (from an incomplete copy merged here: `sender`'s, this node's
