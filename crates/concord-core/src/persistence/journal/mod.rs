@@ -30,6 +30,7 @@ pub mod chain;
 pub mod entry;
 pub mod give_up;
 pub mod handoff;
+mod handoff_records;
 pub mod last_ring;
 pub mod learn;
 pub mod message;
@@ -157,8 +158,10 @@ impl<S: KvStorage> JournalMachine<S> {
                 None
             })
             .map(|members| last_ring::ring_of(members, settings.virtual_nodes));
-        // Unreadable needs owed are forgotten: this node's incomplete copies then carry
-        // none (as before they were kept).
+        // Unreadable needs are forgotten (counted as a storage error): this node's
+        // incomplete copies then carry none, and a wait it was in before it stopped is not
+        // taken up again — its marks still say incomplete, so its copies count only as
+        // incomplete ones (as before the needs were kept).
         let owed = owed::load(&mut storage).unwrap_or_else(|_| {
             stats.storage_errors += 1;
             std::collections::BTreeMap::new()
@@ -414,35 +417,7 @@ impl<S: KvStorage> JournalMachine<S> {
         self.turns = self.turns.wrapping_add(1);
         // The turn's learns leave (they state what is chosen, whatever this commit does).
         self.flush_learns();
-        if self.handoffs.marks_dirty {
-            match self.handoffs.marks.store(&mut self.storage) {
-                Ok(()) => self.handoffs.marks_dirty = false,
-                Err(_) => self.stats.storage_errors += 1,
-            }
-        }
-        let mut owed_written = None;
-        if self.handoffs.owed_dirty {
-            let now = self.handoffs.needs_on_disk();
-            match owed::store(&mut self.storage, &self.handoffs.owed_on_disk, &now) {
-                Ok(()) => owed_written = Some(now),
-                Err(_) => self.stats.storage_errors += 1,
-            }
-        }
-        if self.handoffs.given_up_dirty {
-            match give_up::store(&mut self.storage, &self.handoffs.given_up) {
-                Ok(()) => self.handoffs.given_up_dirty = false,
-                Err(_) => self.stats.storage_errors += 1,
-            }
-        }
-        if self.handoffs.ring_unsaved
-            && self.handoffs.pending.is_empty()
-            && self.ring.members().contains(&self.self_node)
-        {
-            match last_ring::store(&mut self.storage, self.ring.members()) {
-                Ok(()) => self.handoffs.ring_unsaved = false,
-                Err(_) => self.stats.storage_errors += 1,
-            }
-        }
+        let owed_written = self.write_handoff_records();
         match self.storage.commit() {
             Ok(()) => {
                 if let Some(now) = owed_written {
@@ -454,12 +429,8 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             Err(StorageError(e)) => {
                 self.stats.storage_errors += 1;
-                // The marks, the ring and the needs owed written in the failed
-                // transaction are written again.
-                self.handoffs.marks_dirty = true;
-                self.handoffs.ring_unsaved = true;
-                self.handoffs.owed_dirty = true;
-                self.handoffs.given_up_dirty = true;
+                // The records written in the failed transaction are written again.
+                self.handoffs.rewrite_records();
                 self.held_transmits.clear();
                 self.writers.clear();
                 let failed: Vec<u64> = self
