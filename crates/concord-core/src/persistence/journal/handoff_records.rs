@@ -38,7 +38,14 @@ impl<S: KvStorage> JournalMachine<S> {
             let now = self.handoffs.needs_on_disk();
             match owed::store(&mut self.storage, &self.handoffs.owed_on_disk, &now) {
                 Ok(()) => owed_written = Some(now),
-                Err(_) => self.stats.storage_errors += 1,
+                Err(_) => {
+                    self.stats.storage_errors += 1;
+                    // Some records may be written and others not: every segment either
+                    // names is rewritten (or removed) next time — no stored record is
+                    // empty, so none compares equal.
+                    let keys = self.handoffs.owed_on_disk.keys().chain(now.keys());
+                    self.handoffs.owed_on_disk = keys.map(|s| (*s, Vec::new())).collect();
+                }
             }
         }
         if self.handoffs.given_up_dirty {
