@@ -94,8 +94,11 @@ pub struct Handoffs {
     /// waits' own needs: [`Handoffs::needs_on_disk`], [`super::owed`].
     pub owed: BTreeMap<u16, Vec<Need>>,
     /// What the disk keeps of the needs ([`Handoffs::needs_on_disk`]) may have changed
-    /// since it was last stored.
+    /// since it was last stored, for any segment (a ring change, a give-up).
     pub owed_dirty: bool,
+    /// Segments whose needs on disk may have changed since they were last stored (a last
+    /// page arrived, a wait ended): only those are computed again.
+    pub owed_dirty_segments: BTreeSet<u16>,
     /// The needs on disk as of the last commit ([`super::owed`]).
     pub owed_on_disk: BTreeMap<u16, Vec<Need>>,
     /// Addresses the operator gave up as lost for good ([`super::give_up`]): no wait
@@ -142,7 +145,9 @@ impl Handoffs {
     }
 
     pub(super) fn completed(&mut self, segment: u16) {
-        self.owed_dirty |= self.owed.remove(&segment).is_some();
+        if self.owed.remove(&segment).is_some() {
+            self.owed_dirty_segments.insert(segment);
+        }
         self.marks_dirty |= self.marks.completed(segment);
     }
 
@@ -182,6 +187,14 @@ impl Handoffs {
             .chain(self.pending.keys())
             .copied()
             .collect();
+        self.needs_on_disk_of(segments)
+    }
+
+    /// [`Handoffs::needs_on_disk`] for `segments` only (those with none left out).
+    pub fn needs_on_disk_of(
+        &self,
+        segments: impl IntoIterator<Item = u16>,
+    ) -> BTreeMap<u16, Vec<Need>> {
         segments
             .into_iter()
             .filter_map(|s| {
@@ -296,9 +309,12 @@ impl Handoffs {
                 // other left): every write chosen there needed both, and every write chosen
                 // before was on both once they caught up — nothing to wait for.
                 if !p.done() {
-                    // On disk too ([`Handoffs::needs_on_disk`]): after a restart its copy,
-                    // marked incomplete, still says (its need names its own copy
-                    // delivered) that it was complete for the old list.
+                    // Owed from now on, and on disk: its pages carry this need (which names
+                    // its own copy delivered: complete for the old list) even once the
+                    // wait's own need is met while it still waits for a last page — the
+                    // receiver credits its copy by it — and after a restart its copy,
+                    // marked incomplete, still says so.
+                    self.owed_dirty |= owe(&mut self.owed, s, p.unmet_needs());
                     self.pending.insert(s, p);
                     self.marks_dirty |= self.marks.joined(s);
                 }
@@ -411,7 +427,7 @@ impl Handoffs {
         needs: &[Need],
     ) {
         if let Some(p) = self.pending.get_mut(&segment) {
-            self.owed_dirty = true;
+            self.owed_dirty_segments.insert(segment);
             p.from.remove(from);
             p.count(&from.address, standing);
             p.inherit(&from.address, needs);

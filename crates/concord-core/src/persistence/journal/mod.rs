@@ -420,9 +420,8 @@ impl<S: KvStorage> JournalMachine<S> {
         let owed_written = self.write_handoff_records();
         match self.storage.commit() {
             Ok(()) => {
-                if let Some(now) = owed_written {
-                    self.handoffs.owed_on_disk = now;
-                    self.handoffs.owed_dirty = false;
+                if let Some(written) = owed_written {
+                    self.handoffs.needs_committed(written);
                 }
                 self.out.transmits.extend(self.held_transmits.drain(..));
                 self.out.events.extend(self.held_events.drain(..));

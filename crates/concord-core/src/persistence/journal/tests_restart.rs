@@ -48,6 +48,7 @@ fn a_new_replica_restarted_before_its_handoff_ended_waits_for_the_replicas_that_
     view_of(&mut net, &[0, 1, 2, 3, 4], &[0, 1, 2, 3, 4]);
     net.run_until(net.now + 1_000);
     assert!(net.machines[4].pending().contains_key(&segment));
+    needs_on_disk_as_computed(&mut net);
     // Every other node is downed; node 4 restarts on its disk and forms a cluster alone.
     net.uids[4] += 100;
     let settings = net.machines[4].settings.clone();
@@ -76,4 +77,16 @@ fn a_new_replica_restarted_before_its_handoff_ended_waits_for_the_replicas_that_
         ),
         "{answer:?}"
     );
+    needs_on_disk_as_computed(&mut net);
+}
+
+/// On every node, the needs on disk are those its handoffs compute (written segment by
+/// segment as pages arrive, all of them at a ring change).
+fn needs_on_disk_as_computed(net: &mut Net) {
+    for (i, m) in net.machines.iter().enumerate() {
+        let mut disk = net.disks[i].clone();
+        let stored = owed::load(&mut disk).expect("readable");
+        assert_eq!(stored, m.handoffs.owed_on_disk, "node {i}");
+        assert_eq!(stored, m.handoffs.needs_on_disk(), "node {i}");
+    }
 }
