@@ -314,6 +314,14 @@ fn an_accept_answered_from_another_view_of_the_replicas_fails_and_the_writer_rec
     assert_eq!(net.answer(0, 22, 1_000).result, Ok(JournalOutput::Appended));
 }
 
+/// The answer to request `r` among the events so far (they are drained).
+pub(super) fn answer_to(net: &mut Net, r: u64) -> Option<Result<JournalOutput, JournalError>> {
+    net.events
+        .drain(..)
+        .find(|(_, e)| e.request == r)
+        .map(|(_, e)| e.result)
+}
+
 /// Shows nodes `to` a ring of `members` only (the others downed and removed).
 pub(super) fn view_of(net: &mut Net, members: &[usize], to: &[usize]) {
     let mut g = Gossip::empty();
@@ -350,11 +358,7 @@ fn a_restarted_replica_alone_in_its_ring_waits_for_the_replicas_its_disk_last_sa
     // Another replica of its last ring comes back and hands its records over.
     view_of(&mut net, &[r, q], &[r, q]);
     net.run_until(net.now + 3_000);
-    let answer = net
-        .events
-        .drain(..)
-        .find(|(_, e)| e.request == 40)
-        .map(|(_, e)| e.result);
+    let answer = answer_to(&mut net, 40);
     assert!(
         matches!(
             answer,

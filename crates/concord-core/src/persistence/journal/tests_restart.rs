@@ -2,7 +2,7 @@
 //! ([`super::super::owed`]), so it does not answer from its empty copy although no ring of
 //! its own is on disk and none of the replicas that held the segment is in its ring.
 
-use super::held::{recovery_held, three_writes_to, view_of, with_timeout};
+use super::held::{answer_to, recovery_held, three_writes_to, view_of, with_timeout};
 use super::*;
 
 #[test]
@@ -65,11 +65,7 @@ fn a_new_replica_restarted_before_its_handoff_ended_waits_for_the_replicas_that_
     back.push(4);
     view_of(&mut net, &back, &back);
     net.run_until(net.now + 5_000);
-    let answer = net
-        .events
-        .drain(..)
-        .find(|(_, e)| e.request == 40)
-        .map(|(_, e)| e.result);
+    let answer = answer_to(&mut net, 40);
     assert!(
         matches!(
             answer,

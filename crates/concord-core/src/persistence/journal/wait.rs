@@ -311,8 +311,8 @@ impl Pending {
         }
     }
 
-    /// Takes over `needs` (from an incomplete copy merged here: `sender`'s, this node's
-    /// own for its needs owed), each once.
+    /// Takes over `needs` (from `sender`'s incomplete copy merged here), each once; what
+    /// this node's own copy owes is taken over by [`Pending::owe`] instead.
     ///
     /// A need that names `sender` delivered says its copy was complete for that need's
     /// previous replicas (a replica that stays in a shrunk list sends its copy so while it
