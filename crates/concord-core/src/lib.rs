@@ -26,6 +26,7 @@ pub mod address;
 pub mod cluster_core;
 pub mod cluster_identity;
 pub mod ddata;
+pub mod delivery;
 pub mod events;
 pub mod failure_detector;
 pub mod gossip;

@@ -1,0 +1,34 @@
+//! Reliable delivery: at-least-once, ordered, deduplicated, flow-controlled messaging from
+//! a producer to consumers (Akka's `akka.actor.typed.delivery`: `ProducerController`,
+//! `ConsumerController`, `ShardingProducerController`; docs/RELIABLE_DELIVERY.md).
+//!
+//! - [`ProducerController`] numbers one producer's messages to one consumer, keeps them
+//!   until confirmed, sends only as far as the consumer's demand (the flow control window)
+//!   and resends on timeout (exponential backoff with jitter, [`ResendBackoff`]) or when
+//!   the consumer asks.
+//! - [`ShardingProducerController`] is one producer to many sharded entities: a
+//!   controller per entity, one buffer bound over all, idle controllers forgotten.
+//! - [`ConsumerController`] delivers each producer's messages in order, each once, drops
+//!   duplicates, asks for what is missing, and confirms after the handler finished.
+//!
+//! The messages ([`SequencedMessage`], [`ConsumerMessage`]) are plain data: the runtime
+//! carries them (through sharding for sharded entities).
+
+mod backoff;
+mod consumer;
+mod message;
+mod producer;
+mod settings;
+mod sharding_producer;
+#[cfg(test)]
+mod tests;
+
+pub use backoff::ResendBackoff;
+pub use consumer::{ConsumerController, ConsumerStats, ProducerProgress, Verdict};
+pub use message::{ConsumerMessage, Incarnation, SequencedMessage, MAX_PRODUCER_ID_BYTES};
+pub use producer::{ProducerController, ProducerEvent, ProducerStats, SendError};
+pub use settings::DeliverySettings;
+pub use sharding_producer::{
+    Accepted, EntityTransmit, ShardingProducerController, ShardingProducerEvent, ShardingSendError,
+    MAX_ENTITY_ID_BYTES,
+};
