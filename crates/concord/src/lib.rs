@@ -142,6 +142,8 @@ pub mod config;
 pub mod coordinated_shutdown;
 pub mod ddata;
 #[cfg(feature = "runtime")]
+pub mod delivery;
+#[cfg(feature = "runtime")]
 pub mod discovery;
 pub mod host;
 pub mod kv;

@@ -239,6 +239,15 @@ impl<E: Entity> ShardRegion<E> {
         ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
     ) -> Result<(), ShardingError> {
         let payload = encode(message).map_err(ShardingError::Encoding)?;
+        self.send_payload(entity, payload, ask).await
+    }
+
+    async fn send_payload(
+        &self,
+        entity: &str,
+        payload: Vec<u8>,
+        ask: Option<oneshot::Sender<Result<Vec<u8>, AskFailure>>>,
+    ) -> Result<(), ShardingError> {
         self.commands
             .send(ShardingCommand::Tell {
                 type_name: self.type_name.clone(),
@@ -282,22 +291,64 @@ impl<E: Entity> EntityRef<E> {
         message: &E::Message,
         timeout: Duration,
     ) -> Result<E::Reply, ShardingError> {
-        let (tx, rx) = oneshot::channel();
-        let send = self.region.send(&self.entity_id, message, Some(tx));
-        let run = async {
-            send.await?;
-            match rx.await {
-                Err(_) => Err(ShardingError::Stopped),
-                Ok(Err(AskFailure::Dropped(reason))) => {
-                    Err(ShardingError::Dropped(reason.as_str().to_string()))
-                }
-                Ok(Err(AskFailure::Failed(why))) => Err(ShardingError::Failed(why)),
-                Ok(Ok(bytes)) => decode(&bytes).map_err(ShardingError::Encoding),
-            }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let pending = match tokio::time::timeout_at(deadline, self.send_ask(message)).await {
+            Ok(p) => p?,
+            Err(_) => return Err(ShardingError::Timeout(timeout)),
         };
-        match tokio::time::timeout(timeout, run).await {
+        match tokio::time::timeout_at(deadline, pending.reply()).await {
             Ok(r) => r,
             Err(_) => Err(ShardingError::Timeout(timeout)),
+        }
+    }
+
+    /// Sends `message` as an ask and returns once this node's region has taken it (in send
+    /// order with this node's other messages to the entity, like [`EntityRef::tell`]); the
+    /// reply is awaited separately with [`PendingReply::reply`]. Lets a caller keep several
+    /// asks in flight to one entity in a known order (reliable delivery does).
+    ///
+    /// # Errors
+    /// [`ShardingError::Encoding`], [`ShardingError::Stopped`].
+    pub fn send_ask(
+        &self,
+        message: &E::Message,
+    ) -> impl std::future::Future<Output = Result<PendingReply<E::Reply>, ShardingError>> + Send + '_
+    {
+        // Encoded before the future: it holds no reference to the message.
+        let payload = encode(message).map_err(ShardingError::Encoding);
+        async move {
+            let (tx, rx) = oneshot::channel();
+            self.region
+                .send_payload(&self.entity_id, payload?, Some(tx))
+                .await?;
+            Ok(PendingReply {
+                rx,
+                _reply: PhantomData,
+            })
+        }
+    }
+}
+
+/// The reply of an ask sent with [`EntityRef::send_ask`].
+pub struct PendingReply<R> {
+    rx: oneshot::Receiver<Result<Vec<u8>, AskFailure>>,
+    _reply: PhantomData<fn() -> R>,
+}
+
+impl<R: serde::de::DeserializeOwned> PendingReply<R> {
+    /// Waits for the reply (bound it with a timeout: a reply lost with a crashed node
+    /// never comes).
+    ///
+    /// # Errors
+    /// As [`EntityRef::ask`], but for the timeout.
+    pub async fn reply(self) -> Result<R, ShardingError> {
+        match self.rx.await {
+            Err(_) => Err(ShardingError::Stopped),
+            Ok(Err(AskFailure::Dropped(reason))) => {
+                Err(ShardingError::Dropped(reason.as_str().to_string()))
+            }
+            Ok(Err(AskFailure::Failed(why))) => Err(ShardingError::Failed(why)),
+            Ok(Ok(bytes)) => decode(&bytes).map_err(ShardingError::Encoding),
         }
     }
 }

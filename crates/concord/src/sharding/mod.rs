@@ -43,6 +43,6 @@ pub use effects::ShardingEffects;
 pub use entity::{Entity, EntityContext};
 pub use error::ShardingError;
 #[cfg(feature = "runtime")]
-pub use layer::{EntityRef, ShardRegion, Sharding, DURABLE_FILE};
+pub use layer::{EntityRef, PendingReply, ShardRegion, Sharding, DURABLE_FILE};
 #[cfg(feature = "runtime")]
 pub use routes::{ShardInfoJson, ShardRegionJson, ShardRegionsJson};

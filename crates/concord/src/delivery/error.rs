@@ -1,0 +1,28 @@
+//! [`DeliveryError`]: why a message was not accepted or not confirmed.
+
+use std::time::Duration;
+
+/// Why a message was not accepted by a producer, or its confirmation not awaited.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// The producer holds `limit` unconfirmed messages (`buffer-size`): nothing was taken;
+    /// send again later (a slow or unreachable consumer fills it).
+    #[error("the producer's buffer is full: {limit} messages wait for confirmation")]
+    BufferFull {
+        /// The limit, messages.
+        limit: u32,
+    },
+    /// The entity id is empty or longer than 512 bytes.
+    #[error("entity id is empty or longer than 512 bytes")]
+    BadEntityId,
+    /// The message does not encode.
+    #[error("encoding: {0}")]
+    Encoding(String),
+    /// Accepted, but not confirmed within the timeout: it stays in the producer and is
+    /// still delivered.
+    #[error("accepted, not confirmed within {0:?}")]
+    Timeout(Duration),
+    /// The producer has stopped (its node stopped).
+    #[error("the producer has stopped")]
+    Stopped,
+}

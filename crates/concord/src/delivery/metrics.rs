@@ -1,0 +1,54 @@
+//! The reliable delivery metrics (`concord_delivery_*`, labels `node` and `producer` or
+//! `type`).
+
+use super::producer::ProducerStatus;
+
+/// A producer's gauges and counters, refreshed about once a second by its task.
+pub(super) fn producer(node: &str, producer_id: &str, s: &ProducerStatus) {
+    crate::metrics::ensure_recorder();
+    let l = [
+        ("node", node.to_string()),
+        ("producer", producer_id.to_string()),
+    ];
+    metrics::gauge!("concord_delivery_producer_unconfirmed", &l).set(s.unconfirmed as f64);
+    metrics::gauge!("concord_delivery_producer_in_flight", &l).set(s.in_flight as f64);
+    metrics::gauge!("concord_delivery_producer_entities", &l).set(s.entities as f64);
+    metrics::counter!("concord_delivery_producer_sent_total", &l).absolute(s.sent);
+    metrics::counter!("concord_delivery_producer_resent_total", &l).absolute(s.resent);
+    metrics::counter!("concord_delivery_producer_confirmed_total", &l).absolute(s.confirmed);
+}
+
+/// A `send` was refused: the buffer was full.
+pub(super) fn producer_refused(node: &str, producer_id: &str) {
+    crate::metrics::ensure_recorder();
+    metrics::counter!(
+        "concord_delivery_producer_refused_total",
+        "node" => node.to_string(),
+        "producer" => producer_id.to_string()
+    )
+    .increment(1);
+}
+
+/// A consumer handed a message to its entity.
+pub(super) fn consumer_delivered(node: &str, entity_type: &str) {
+    crate::metrics::ensure_recorder();
+    metrics::counter!(
+        "concord_delivery_consumer_delivered_total",
+        "node" => node.to_string(),
+        "type" => entity_type.to_string()
+    )
+    .increment(1);
+}
+
+/// A consumer dropped a message: `duplicate`, `gap` (a resend asked), `stale`, `invalid`
+/// or `undecodable`.
+pub(super) fn consumer_dropped(node: &str, entity_type: &str, why: &'static str) {
+    crate::metrics::ensure_recorder();
+    metrics::counter!(
+        "concord_delivery_consumer_dropped_total",
+        "node" => node.to_string(),
+        "type" => entity_type.to_string(),
+        "reason" => why
+    )
+    .increment(1);
+}

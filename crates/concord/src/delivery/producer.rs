@@ -1,0 +1,351 @@
+//! [`ShardingProducer`]: reliable delivery to sharded entities from this node (Akka's
+//! `ShardingProducerController`). A task owns the core's
+//! [`ShardingProducerController`] and moves its messages: each becomes an ask of the
+//! entity's [`ReliableConsumer`] through sharding, sent in order, and the answer (a
+//! confirmation with demand, a resend request) goes back into the machine. Every decision
+//! — numbering, windows, resends, backoff, the buffer bound — is the machine's.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use concord_core::delivery::{
+    Accepted, DeliverySettings, SendError, ShardingProducerController, ShardingProducerEvent,
+    ShardingSendError,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::consumer::{ConsumerEnvelope, ConsumerReply, ReliableConsumer, Sequenced};
+use super::error::DeliveryError;
+use super::metrics;
+use crate::sharding::entity::{decode, encode};
+use crate::sharding::{Entity, ShardRegion, ShardingError};
+
+/// Commands queued to a producer's task.
+const COMMAND_QUEUE: usize = 1024;
+
+type Confirmation = oneshot::Sender<Result<Option<Vec<u8>>, DeliveryError>>;
+
+/// A `send_and_confirm` caller, and the entity's answer (encoded) once known.
+type Waiter = (Confirmation, Option<Vec<u8>>);
+
+enum Command {
+    Send {
+        entity_id: String,
+        payload: Vec<u8>,
+        accepted: oneshot::Sender<Result<u64, DeliveryError>>,
+        confirmed: Option<Confirmation>,
+    },
+    Stats(oneshot::Sender<ProducerStatus>),
+}
+
+/// A producer's state, for tests and operators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProducerStatus {
+    /// Messages held, not confirmed yet.
+    pub unconfirmed: usize,
+    /// Messages sent, not confirmed yet.
+    pub in_flight: u64,
+    /// Entities with a controller.
+    pub entities: usize,
+    /// Messages sent the first time, in all.
+    pub sent: u64,
+    /// Messages sent again, in all.
+    pub resent: u64,
+    /// Messages confirmed, in all.
+    pub confirmed: u64,
+}
+
+/// A reliable producer to the entities of one sharded type (see the module docs). Cheap to
+/// clone; its task runs while a clone is alive or messages are unconfirmed.
+pub struct ShardingProducer<E: Entity> {
+    producer_id: String,
+    commands: mpsc::Sender<Command>,
+    _types: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> Clone for ShardingProducer<E> {
+    fn clone(&self) -> Self {
+        ShardingProducer {
+            producer_id: self.producer_id.clone(),
+            commands: self.commands.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<E: Entity> ShardingProducer<E> {
+    /// Starts producer `producer_id` to `region`'s entities. The id must be unique in the
+    /// cluster while the producer runs (a name and the node's address, e.g.
+    /// `format!("orders@{}", node.self_address())`): consumers number each id's messages.
+    /// `node` labels the metrics. Runs on the current tokio runtime.
+    pub fn start(
+        producer_id: impl Into<String>,
+        node: &concord_core::Address,
+        region: ShardRegion<ReliableConsumer<E>>,
+        settings: DeliverySettings,
+    ) -> Self {
+        let producer_id = producer_id.into();
+        let started_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let machine = ShardingProducerController::new(
+            producer_id.clone(),
+            started_ms,
+            rand::random(),
+            settings.clone(),
+        );
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let task = Task::<E> {
+            machine,
+            region,
+            base: Instant::now(),
+            ask_timeout: Duration::from_millis(settings.resend_interval_max_ms.max(1_000)),
+            waiters: HashMap::new(),
+            node: node.to_string(),
+            producer_id: producer_id.clone(),
+        };
+        tokio::spawn(task.run(rx));
+        ShardingProducer {
+            producer_id,
+            commands: tx,
+            _types: PhantomData,
+        }
+    }
+
+    /// The producer's id.
+    pub fn producer_id(&self) -> &str {
+        &self.producer_id
+    }
+
+    /// Takes `message` for entity `entity_id`; returns its sequence number once the
+    /// producer holds it (it is then delivered at least once, in order with this
+    /// producer's other messages to the entity, unless this node crashes first).
+    ///
+    /// # Errors
+    /// [`DeliveryError::BufferFull`] (nothing taken), [`DeliveryError::BadEntityId`],
+    /// [`DeliveryError::Encoding`], [`DeliveryError::Stopped`].
+    pub async fn send(&self, entity_id: &str, message: &E::Message) -> Result<u64, DeliveryError> {
+        self.submit(entity_id, message, None).await
+    }
+
+    /// Like [`ShardingProducer::send`], then waits up to `timeout` for the entity to
+    /// confirm it: its answer when it handled the message on this delivery (`None` when
+    /// the confirmation came another way, e.g. with a later message's).
+    ///
+    /// # Errors
+    /// As `send`; [`DeliveryError::Timeout`] if not confirmed within `timeout` (the
+    /// message stays with the producer and is still delivered).
+    pub async fn send_and_confirm(
+        &self,
+        entity_id: &str,
+        message: &E::Message,
+        timeout: Duration,
+    ) -> Result<Option<E::Reply>, DeliveryError> {
+        let (tx, rx) = oneshot::channel();
+        let deadline = Instant::now() + timeout;
+        tokio::time::timeout_at(deadline, self.submit(entity_id, message, Some(tx)))
+            .await
+            .map_err(|_| DeliveryError::Timeout(timeout))??;
+        match tokio::time::timeout_at(deadline, rx).await {
+            Err(_) => Err(DeliveryError::Timeout(timeout)),
+            Ok(Err(_)) => Err(DeliveryError::Stopped),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Ok(Ok(None))) => Ok(None),
+            Ok(Ok(Ok(Some(bytes)))) => decode(&bytes).map(Some).map_err(DeliveryError::Encoding),
+        }
+    }
+
+    /// The producer's counters and what it holds.
+    ///
+    /// # Errors
+    /// [`DeliveryError::Stopped`].
+    pub async fn status(&self) -> Result<ProducerStatus, DeliveryError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Stats(tx))
+            .await
+            .map_err(|_| DeliveryError::Stopped)?;
+        rx.await.map_err(|_| DeliveryError::Stopped)
+    }
+
+    async fn submit(
+        &self,
+        entity_id: &str,
+        message: &E::Message,
+        confirmed: Option<Confirmation>,
+    ) -> Result<u64, DeliveryError> {
+        let payload = encode(message).map_err(DeliveryError::Encoding)?;
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Send {
+                entity_id: entity_id.to_string(),
+                payload,
+                accepted: tx,
+                confirmed,
+            })
+            .await
+            .map_err(|_| DeliveryError::Stopped)?;
+        rx.await.map_err(|_| DeliveryError::Stopped)?
+    }
+}
+
+/// An answer (or its failure) to one sent message.
+struct Answer<R> {
+    entity_id: String,
+    seq_nr: u64,
+    result: Result<ConsumerReply<R>, ShardingError>,
+}
+
+struct Task<E: Entity> {
+    machine: ShardingProducerController,
+    region: ShardRegion<ReliableConsumer<E>>,
+    base: Instant,
+    ask_timeout: Duration,
+    /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
+    waiters: HashMap<(String, u64), Waiter>,
+    node: String,
+    producer_id: String,
+}
+
+impl<E: Entity> Task<E> {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let (answers_tx, mut answers) = mpsc::unbounded_channel::<Answer<E::Reply>>();
+        let mut open = true;
+        let mut last_metrics = Instant::now();
+        loop {
+            if !open && self.machine.unconfirmed() == 0 {
+                break;
+            }
+            let deadline = self
+                .machine
+                .poll_timeout()
+                .map(|ms| self.base + Duration::from_millis(ms));
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                c = commands.recv(), if open => match c {
+                    Some(c) => self.command(c),
+                    None => open = false,
+                },
+                Some(a) = answers.recv() => self.answer(a),
+                () = sleep => {
+                    let now = self.now_ms();
+                    self.machine.handle_timeout(now);
+                }
+            }
+            self.flush(&answers_tx).await;
+            if last_metrics.elapsed() >= Duration::from_secs(1) {
+                last_metrics = Instant::now();
+                metrics::producer(&self.node, &self.producer_id, &self.status());
+            }
+        }
+        metrics::producer(&self.node, &self.producer_id, &self.status());
+    }
+
+    fn status(&self) -> ProducerStatus {
+        let s = self.machine.stats();
+        ProducerStatus {
+            unconfirmed: self.machine.unconfirmed(),
+            in_flight: self.machine.in_flight(),
+            entities: self.machine.entities(),
+            sent: s.sent,
+            resent: s.resent,
+            confirmed: s.confirmed,
+        }
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Send {
+                entity_id,
+                payload,
+                accepted,
+                confirmed,
+            } => {
+                let now = self.now_ms();
+                let r = match self.machine.send(now, &entity_id, payload) {
+                    Ok(Accepted { seq_nr, .. }) => {
+                        if let Some(c) = confirmed {
+                            self.waiters.insert((entity_id, seq_nr), (c, None));
+                        }
+                        Ok(seq_nr)
+                    }
+                    Err(ShardingSendError::Full(SendError::BufferFull { limit })) => {
+                        metrics::producer_refused(&self.node, &self.producer_id);
+                        Err(DeliveryError::BufferFull { limit })
+                    }
+                    Err(ShardingSendError::BadEntityId) => Err(DeliveryError::BadEntityId),
+                };
+                let _ = accepted.send(r);
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.status());
+            }
+        }
+    }
+
+    fn answer(&mut self, a: Answer<E::Reply>) {
+        let reply = match a.result {
+            Ok(r) => r,
+            // Lost or refused on the way: the machine resends on its timeout.
+            Err(_) => return,
+        };
+        if let Some(r) = reply.reply {
+            if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), a.seq_nr)) {
+                w.1 = encode(&r).ok();
+            }
+        }
+        if let Some(control) = reply.control {
+            let now = self.now_ms();
+            self.machine.handle_message(now, &a.entity_id, control);
+        }
+    }
+
+    /// Sends what the machine queued (in order, each an ask whose answer comes back as an
+    /// [`Answer`]) and completes the waiters of what it confirmed.
+    async fn flush(&mut self, answers: &mpsc::UnboundedSender<Answer<E::Reply>>) {
+        while let Some(t) = self.machine.poll_transmit() {
+            let seq_nr = t.message.seq_nr;
+            let entity_id = t.entity_id;
+            let envelope = ConsumerEnvelope::<E::Message>::Sequenced(Sequenced::from(t.message));
+            let entity = self.region.entity_ref(entity_id.clone());
+            match entity.send_ask(&envelope).await {
+                Ok(pending) => {
+                    let answers = answers.clone();
+                    let timeout = self.ask_timeout;
+                    tokio::spawn(async move {
+                        let result = match tokio::time::timeout(timeout, pending.reply()).await {
+                            Ok(r) => r,
+                            Err(_) => Err(ShardingError::Timeout(timeout)),
+                        };
+                        let _ = answers.send(Answer {
+                            entity_id,
+                            seq_nr,
+                            result,
+                        });
+                    });
+                }
+                // The node is stopping; the machine resends while it runs.
+                Err(e) => tracing::debug!(error = %e, "a reliable message was not sent"),
+            }
+        }
+        while let Some(ShardingProducerEvent::Confirmed {
+            entity_id, seq_nr, ..
+        }) = self.machine.poll_event()
+        {
+            if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {
+                let _ = tx.send(Ok(reply));
+            }
+        }
+    }
+}
