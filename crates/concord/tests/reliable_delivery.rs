@@ -290,3 +290,78 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
     assert!(direct.control.is_none());
     members[0].node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_rest_once() {
+    use concord::persistence::{InMemoryStore, Stores};
+    let deliveries: Deliveries = Arc::default();
+    // A slow consumer, so that much is unconfirmed when the producer stops.
+    let members = cluster("rd-durable", 1, &deliveries, 10).await;
+    let stores = Stores::of(InMemoryStore::new());
+    let node = members[0].node.self_address().clone();
+    let first = ShardingProducer::start_durable(
+        "orders",
+        &node,
+        members[0].region.clone(),
+        settings(),
+        &stores,
+    )
+    .await
+    .unwrap();
+    let entities = ["a".to_string(), "b".to_string()];
+    send_all(&first, &entities, 1..101).await;
+    wait_for("some delivered", || {
+        deliveries
+            .lock()
+            .unwrap()
+            .values()
+            .map(Vec::len)
+            .sum::<usize>()
+            >= 20
+    })
+    .await;
+    let before = first.status().await.unwrap();
+    assert!(before.unconfirmed > 50, "{before:?}");
+    first.stop().await;
+    assert_eq!(first.send("a", &1).await, Err(DeliveryError::Stopped));
+    // Started again with the same id: it sends what was never confirmed.
+    let second = ShardingProducer::start_durable(
+        "orders",
+        &node,
+        members[0].region.clone(),
+        settings(),
+        &stores,
+    )
+    .await
+    .unwrap();
+    let restored = second.status().await.unwrap();
+    assert!(restored.unconfirmed > 0, "{restored:?}");
+    send_all(&second, &entities, 101..111).await;
+    wait_all_confirmed(&second).await;
+    let d = deliveries.lock().unwrap().clone();
+    for e in &entities {
+        let values: Vec<u64> = d[e].iter().map(|(v, _)| *v).collect();
+        // The consumer still knows what it handled: nothing twice, nothing lost.
+        assert_eq!(values, (1..=110).collect::<Vec<_>>(), "{e}");
+    }
+    // A second producer with the same id while the first runs: its first write fails and
+    // it stops; the first goes on.
+    let third = ShardingProducer::start_durable(
+        "orders",
+        &node,
+        members[0].region.clone(),
+        settings(),
+        &stores,
+    )
+    .await
+    .unwrap();
+    second.send("a", &111).await.unwrap();
+    match third.send("a", &112).await {
+        Err(DeliveryError::Store(why)) => assert!(why.contains("writing"), "{why}"),
+        other => panic!("the second writer was not refused: {other:?}"),
+    }
+    assert_eq!(third.send("a", &113).await, Err(DeliveryError::Stopped));
+    second.send("a", &112).await.unwrap();
+    wait_all_confirmed(&second).await;
+    members[0].node.stop().await;
+}

@@ -8,6 +8,8 @@
 //!   the consumer asks.
 //! - [`ShardingProducerController`] is one producer to many sharded entities: a
 //!   controller per entity, one buffer bound over all, idle controllers forgotten.
+//! - [`DurableQueueState`] is a durable producer queue's state, the fold of its
+//!   [`QueueEvent`]s: what a restarted producer sends again.
 //! - [`ConsumerController`] delivers each producer's messages in order, each once, drops
 //!   duplicates, asks for what is missing, and confirms after the handler finished.
 //!
@@ -16,6 +18,7 @@
 
 mod backoff;
 mod consumer;
+mod durable_queue;
 mod message;
 mod producer;
 mod settings;
@@ -25,6 +28,7 @@ mod tests;
 
 pub use backoff::ResendBackoff;
 pub use consumer::{ConsumerController, ConsumerStats, ProducerProgress, Verdict};
+pub use durable_queue::{DurableQueueState, QueueEvent, QueuedEntity};
 pub use message::{ConsumerMessage, Incarnation, SequencedMessage, MAX_PRODUCER_ID_BYTES};
 pub use producer::{ProducerController, ProducerEvent, ProducerStats, SendError};
 pub use settings::DeliverySettings;

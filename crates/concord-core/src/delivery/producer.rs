@@ -67,6 +67,9 @@ pub struct ProducerController {
     sent_seq_nr: u64,
     /// Highest number the consumer asked for.
     requested_up_to: u64,
+    /// Highest number restored from a durable queue (0: none): an earlier run may have
+    /// sent up to it, so a consumer may confirm up to it.
+    restored_up_to: u64,
     resend_at: Option<u64>,
     /// The number a `Resend` last resent from, until the next confirmation or timeout: a
     /// second ask for it is ignored (it is already on its way).
@@ -96,6 +99,7 @@ impl ProducerController {
             unconfirmed: VecDeque::new(),
             sent_seq_nr: 0,
             requested_up_to: 1,
+            restored_up_to: 0,
             resend_at: None,
             resent_from: None,
             backoff: ResendBackoff::new(
@@ -107,6 +111,24 @@ impl ProducerController {
             events: VecDeque::new(),
             stats: ProducerStats::default(),
         }
+    }
+
+    /// This new controller, restored from a durable queue: `confirmed_seq_nr` confirmed,
+    /// then `unconfirmed` (in order) held and sent again — the first at once, the rest as
+    /// the consumer grants demand.
+    pub fn restored(
+        mut self,
+        now_ms: u64,
+        confirmed_seq_nr: u64,
+        unconfirmed: Vec<Vec<u8>>,
+    ) -> Self {
+        self.confirmed_seq_nr = confirmed_seq_nr;
+        self.sent_seq_nr = confirmed_seq_nr;
+        self.requested_up_to = confirmed_seq_nr.saturating_add(1);
+        self.unconfirmed = unconfirmed.into();
+        self.restored_up_to = self.next_seq_nr() - 1;
+        self.send_permitted(now_ms);
+        self
     }
 
     /// The incarnation its messages carry.
@@ -170,7 +192,7 @@ impl ProducerController {
                 request_up_to_seq_nr,
             } => {
                 if incarnation != self.incarnation
-                    || confirmed_seq_nr > self.sent_seq_nr
+                    || confirmed_seq_nr > self.sent_by_any_run()
                     || request_up_to_seq_nr < confirmed_seq_nr
                 {
                     self.stats.invalid += 1;
@@ -187,7 +209,7 @@ impl ProducerController {
             } => {
                 if incarnation != self.incarnation
                     || from_seq_nr == 0
-                    || from_seq_nr > self.sent_seq_nr
+                    || from_seq_nr > self.sent_by_any_run()
                 {
                     self.stats.invalid += 1;
                     return;
@@ -199,6 +221,10 @@ impl ProducerController {
                 }
                 self.resent_from = Some(from_seq_nr);
                 self.resend_from(from_seq_nr);
+                // The consumer waits for `from_seq_nr`: never sent in this run (a restored
+                // controller), it is sent now.
+                self.requested_up_to = self.requested_up_to.max(from_seq_nr);
+                self.send_permitted(now_ms);
                 self.resend_at = Some(self.backoff.next_deadline(now_ms));
             }
             ConsumerMessage::Stale { current } => {
@@ -251,10 +277,17 @@ impl ProducerController {
         self.resend_at
     }
 
+    /// Highest number this run or a restored earlier one may have sent.
+    fn sent_by_any_run(&self) -> u64 {
+        self.sent_seq_nr.max(self.restored_up_to)
+    }
+
     fn confirm(&mut self, up_to: u64) {
         if up_to <= self.confirmed_seq_nr {
             return;
         }
+        // A restored controller's earlier run sent these; confirmed, they need no sending.
+        self.sent_seq_nr = self.sent_seq_nr.max(up_to);
         while self.confirmed_seq_nr < up_to {
             self.unconfirmed.pop_front();
             self.confirmed_seq_nr += 1;

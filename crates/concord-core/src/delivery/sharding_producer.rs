@@ -153,6 +153,45 @@ impl ShardingProducerController {
         s
     }
 
+    /// Restores `entity_id`'s controller from a durable queue (see
+    /// [`ProducerController::restored`]); its messages count towards the buffer, and new
+    /// controllers get generations above `incarnation`'s.
+    pub fn restore(
+        &mut self,
+        now_ms: u64,
+        entity_id: &str,
+        incarnation: Incarnation,
+        confirmed_seq_nr: u64,
+        unconfirmed: Vec<Vec<u8>>,
+    ) {
+        if let Some(old) = self.entities.remove(entity_id) {
+            self.held = self.held.saturating_sub(old.controller.unconfirmed());
+            if let Some(d) = old.deadline {
+                self.deadlines.remove(&(d, entity_id.to_string()));
+            }
+        }
+        self.generation = self.generation.max(incarnation.generation);
+        self.held += unconfirmed.len();
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let controller = ProducerController::new(
+            self.producer_id.clone(),
+            incarnation,
+            &self.settings,
+            self.settings.buffer_size.max(unconfirmed.len() as u32),
+            self.seed,
+        )
+        .restored(now_ms, confirmed_seq_nr, unconfirmed);
+        self.entities.insert(
+            entity_id.to_string(),
+            Entry {
+                controller,
+                deadline: None,
+                last_used_ms: now_ms,
+            },
+        );
+        self.after(entity_id, now_ms);
+    }
+
     /// Takes `payload` for `entity_id`.
     ///
     /// # Errors

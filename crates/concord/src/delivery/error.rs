@@ -22,7 +22,12 @@ pub enum DeliveryError {
     /// still delivered.
     #[error("accepted, not confirmed within {0:?}")]
     Timeout(Duration),
-    /// The producer has stopped (its node stopped).
+    /// The durable queue could not be read or written (the store is unavailable, or
+    /// another producer with this id wrote first): the producer stopped; start it again to
+    /// recover what it held.
+    #[error("durable producer queue: {0}")]
+    Store(String),
+    /// The producer has stopped (its node stopped, or its durable queue failed).
     #[error("the producer has stopped")]
     Stopped,
 }

@@ -52,3 +52,14 @@ pub(super) fn consumer_dropped(node: &str, entity_type: &str, why: &'static str)
     )
     .increment(1);
 }
+
+/// A producer stopped: its durable queue failed.
+pub(super) fn producer_failed(node: &str, producer_id: &str) {
+    crate::metrics::ensure_recorder();
+    metrics::counter!(
+        "concord_delivery_producer_failed_total",
+        "node" => node.to_string(),
+        "producer" => producer_id.to_string()
+    )
+    .increment(1);
+}

@@ -54,6 +54,7 @@
 
 mod config;
 mod consumer;
+mod durable_queue;
 mod error;
 mod metrics;
 mod producer;
@@ -65,6 +66,7 @@ use concord_core::sharding::ShardingSettings;
 
 pub use config::ReliableDeliveryConfig;
 pub use consumer::{ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer, Sequenced};
+pub use durable_queue::QUEUE_ENTITY_TYPE;
 pub use error::DeliveryError;
 pub use producer::{ProducerStatus, ShardingProducer};
 

@@ -10,15 +10,18 @@ use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use concord_core::delivery::{
-    Accepted, DeliverySettings, SendError, ShardingProducerController, ShardingProducerEvent,
-    ShardingSendError,
+    Accepted, DeliverySettings, QueueEvent, SendError, ShardingProducerController,
+    ShardingProducerEvent, ShardingSendError,
 };
+use concord_core::persistence::AtomicWrite;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::consumer::{ConsumerEnvelope, ConsumerReply, ReliableConsumer, Sequenced};
+use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
+use crate::persistence::Stores;
 use crate::sharding::entity::{decode, encode};
 use crate::sharding::{Entity, ShardRegion, ShardingError};
 
@@ -38,6 +41,7 @@ enum Command {
         confirmed: Option<Confirmation>,
     },
     Stats(oneshot::Sender<ProducerStatus>),
+    Stop,
 }
 
 /// A producer's state, for tests and operators.
@@ -76,8 +80,9 @@ impl<E: Entity> Clone for ShardingProducer<E> {
 }
 
 impl<E: Entity> ShardingProducer<E> {
-    /// Starts producer `producer_id` to `region`'s entities. The id must be unique in the
-    /// cluster while the producer runs (a name and the node's address, e.g.
+    /// Starts producer `producer_id` to `region`'s entities, without a durable queue:
+    /// what it holds unconfirmed is lost if this node crashes. The id must be unique in
+    /// the cluster while the producer runs (a name and the node's address, e.g.
     /// `format!("orders@{}", node.self_address())`): consumers number each id's messages.
     /// `node` labels the metrics. Runs on the current tokio runtime.
     pub fn start(
@@ -86,16 +91,72 @@ impl<E: Entity> ShardingProducer<E> {
         region: ShardRegion<ReliableConsumer<E>>,
         settings: DeliverySettings,
     ) -> Self {
+        Self::spawn(producer_id.into(), node, region, settings, None)
+    }
+
+    /// Starts producer `producer_id` with a **durable queue** in `stores` (the node's
+    /// persistence store: [`crate::persistence::Persistence::stores_within`]): every
+    /// message is stored before `send` returns, and a producer started again with the same
+    /// id — after a crash, on this node or another — first sends what was never
+    /// confirmed (docs/RELIABLE_DELIVERY.md). Give it an id that is the same after a
+    /// restart (a name, or a name and the node's address when each node has its own
+    /// producer), and run one producer per id at a time: a second one's first write fails
+    /// and it stops.
+    ///
+    /// # Errors
+    /// [`DeliveryError::Store`] if the queue cannot be read (the store is unavailable, an
+    /// event does not decode, the id is not a valid persistence id).
+    pub async fn start_durable(
+        producer_id: impl Into<String>,
+        node: &concord_core::Address,
+        region: ShardRegion<ReliableConsumer<E>>,
+        settings: DeliverySettings,
+        stores: &Stores,
+    ) -> Result<Self, DeliveryError> {
         let producer_id = producer_id.into();
+        let queue = DurableQueue::recover(stores, &producer_id).await?;
+        let held = queue.state().unconfirmed();
+        if held > 0 {
+            tracing::info!(producer = %producer_id, messages = held, "durable queue recovered: sending unconfirmed messages again");
+        }
+        Ok(Self::spawn(
+            producer_id,
+            node,
+            region,
+            settings,
+            Some(queue),
+        ))
+    }
+
+    fn spawn(
+        producer_id: String,
+        node: &concord_core::Address,
+        region: ShardRegion<ReliableConsumer<E>>,
+        settings: DeliverySettings,
+        queue: Option<DurableQueue>,
+    ) -> Self {
         let started_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let machine = ShardingProducerController::new(
+        let mut machine = ShardingProducerController::new(
             producer_id.clone(),
             started_ms,
             rand::random(),
             settings.clone(),
         );
+        if let Some(q) = &queue {
+            for (entity_id, held) in q.state().entities() {
+                if let Some(incarnation) = held.incarnation {
+                    machine.restore(
+                        0,
+                        entity_id,
+                        incarnation,
+                        held.confirmed_seq_nr,
+                        held.unconfirmed.iter().map(|(_, p, _)| p.clone()).collect(),
+                    );
+                }
+            }
+        }
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let task = Task::<E> {
             machine,
@@ -105,6 +166,10 @@ impl<E: Entity> ShardingProducer<E> {
             waiters: HashMap::new(),
             node: node.to_string(),
             producer_id: producer_id.clone(),
+            queue,
+            to_write: Vec::new(),
+            accepts: Vec::new(),
+            stopping: false,
         };
         tokio::spawn(task.run(rx));
         ShardingProducer {
@@ -170,6 +235,14 @@ impl<E: Entity> ShardingProducer<E> {
         rx.await.map_err(|_| DeliveryError::Stopped)
     }
 
+    /// Stops the producer at once, as a crash would: nothing more is sent, resent or
+    /// recorded. With a durable queue, a producer started again with the same id sends
+    /// what was not confirmed; without one it is lost.
+    pub async fn stop(&self) {
+        let _ = self.commands.send(Command::Stop).await;
+        self.commands.closed().await;
+    }
+
     async fn submit(
         &self,
         entity_id: &str,
@@ -207,6 +280,14 @@ struct Task<E: Entity> {
     waiters: HashMap<(String, u64), Waiter>,
     node: String,
     producer_id: String,
+    /// The durable queue, if any.
+    queue: Option<DurableQueue>,
+    /// Messages taken, to record in the queue before they leave.
+    to_write: Vec<QueueEvent>,
+    /// Their callers, answered once the record is written.
+    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
+    /// [`ShardingProducer::stop`] was called.
+    stopping: bool,
 }
 
 impl<E: Entity> Task<E> {
@@ -234,7 +315,16 @@ impl<E: Entity> Task<E> {
             };
             tokio::select! {
                 c = commands.recv(), if open => match c {
-                    Some(c) => self.command(c),
+                    Some(c) => {
+                        self.command(c);
+                        // Take what else is queued, so that one write records them all.
+                        for _ in 0..AtomicWrite::MAX_EVENTS {
+                            match commands.try_recv() {
+                                Ok(c) => self.command(c),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => open = false,
                 },
                 Some(a) = answers.recv() => self.answer(a),
@@ -243,10 +333,32 @@ impl<E: Entity> Task<E> {
                     self.machine.handle_timeout(now);
                 }
             }
+            if self.stopping {
+                // As a crash would: nothing more is sent or written.
+                for (tx, _) in self.accepts.drain(..) {
+                    let _ = tx.send(Err(DeliveryError::Stopped));
+                }
+                return;
+            }
+            if let Err(e) = self.record().await {
+                self.fail(&e);
+                break;
+            }
             self.flush(&answers_tx).await;
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 metrics::producer(&self.node, &self.producer_id, &self.status());
+                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+                    if let Err(e) = q.write(Vec::new()).await {
+                        self.fail(&e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+            if let Err(e) = q.write(Vec::new()).await {
+                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
             }
         }
         metrics::producer(&self.node, &self.producer_id, &self.status());
@@ -273,10 +385,25 @@ impl<E: Entity> Task<E> {
                 confirmed,
             } => {
                 let now = self.now_ms();
+                let record = self.queue.is_some().then(|| payload.clone());
                 let r = match self.machine.send(now, &entity_id, payload) {
-                    Ok(Accepted { seq_nr, .. }) => {
+                    Ok(Accepted {
+                        seq_nr,
+                        incarnation,
+                    }) => {
                         if let Some(c) = confirmed {
-                            self.waiters.insert((entity_id, seq_nr), (c, None));
+                            self.waiters.insert((entity_id.clone(), seq_nr), (c, None));
+                        }
+                        if let Some(payload) = record {
+                            // Answered once recorded.
+                            self.to_write.push(QueueEvent::Sent {
+                                entity_id,
+                                incarnation,
+                                seq_nr,
+                                payload,
+                            });
+                            self.accepts.push((accepted, seq_nr));
+                            return;
                         }
                         Ok(seq_nr)
                     }
@@ -291,6 +418,7 @@ impl<E: Entity> Task<E> {
             Command::Stats(reply) => {
                 let _ = reply.send(self.status());
             }
+            Command::Stop => self.stopping = true,
         }
     }
 
@@ -308,6 +436,35 @@ impl<E: Entity> Task<E> {
         if let Some(control) = reply.control {
             let now = self.now_ms();
             self.machine.handle_message(now, &a.entity_id, control);
+        }
+    }
+
+    /// Records the messages taken since the last call in the durable queue, then answers
+    /// their callers.
+    async fn record(&mut self) -> Result<(), DeliveryError> {
+        let Some(q) = self.queue.as_mut() else {
+            return Ok(());
+        };
+        if self.to_write.is_empty() {
+            return Ok(());
+        }
+        q.write(std::mem::take(&mut self.to_write)).await?;
+        for (tx, seq_nr) in self.accepts.drain(..) {
+            let _ = tx.send(Ok(seq_nr));
+        }
+        Ok(())
+    }
+
+    /// The durable queue failed: nothing the producer holds may be on disk, so it stops;
+    /// every caller waiting learns why.
+    fn fail(&mut self, e: &DeliveryError) {
+        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
+        metrics::producer_failed(&self.node, &self.producer_id);
+        for (tx, _) in self.accepts.drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+        for (_, (tx, _)) in self.waiters.drain() {
+            let _ = tx.send(Err(e.clone()));
         }
     }
 
@@ -340,9 +497,14 @@ impl<E: Entity> Task<E> {
             }
         }
         while let Some(ShardingProducerEvent::Confirmed {
-            entity_id, seq_nr, ..
+            entity_id,
+            incarnation,
+            seq_nr,
         }) = self.machine.poll_event()
         {
+            if let Some(q) = self.queue.as_mut() {
+                q.confirmed(entity_id.clone(), incarnation, seq_nr);
+            }
             if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {
                 let _ = tx.send(Ok(reply));
             }
