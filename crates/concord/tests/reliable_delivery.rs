@@ -3,7 +3,8 @@
 //! order: the consumer's memory moves with the entity) and the crash of the entity's node
 //! (at least once, no gap, nothing lost); a slow consumer holds its producer to the flow
 //! control window; a full buffer refuses with a clear error; `send_and_confirm` answers
-//! with the entity's reply.
+//! with the entity's reply; a durable producer stopped like a crash sends the rest once.
+//! Event-sourced consumers: `reliable_delivery_effectively_once.rs`.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::delivery::{settings, tune};
 use common::{fast_config, port_of, wait_for};
 use concord::delivery::{
     init_sharded_consumer, ConsumerEnvelope, DeliveryError, ReliableConsumer, ShardingProducer,
@@ -56,29 +58,9 @@ impl Entity for Log {
     }
 }
 
-fn settings() -> DeliverySettings {
-    DeliverySettings {
-        flow_control_window: 10,
-        resend_interval_min_ms: 300,
-        resend_interval_max_ms: 3_000,
-        buffer_size: 2_000,
-        ..DeliverySettings::default()
-    }
-}
-
 struct Member {
     node: Node,
     region: ShardRegion<ReliableConsumer<Log>>,
-}
-
-fn tune(c: &mut Config) {
-    c.cluster.split_brain_resolver.stable_after = Duration::from_secs(2);
-    c.update_section(|s: &mut concord::sharding::ShardingConfig| {
-        s.rebalance_interval = Duration::from_millis(500);
-        s.retry_interval = Duration::from_millis(200);
-        s.number_of_shards = 30;
-    })
-    .expect("the section parses");
 }
 
 async fn start(c: Config, deliveries: &Deliveries, first: bool, slow_ms: u64) -> Member {
@@ -134,7 +116,7 @@ async fn cluster(system: &str, n: usize, deliveries: &Deliveries, slow_ms: u64) 
 
 /// Sends `values` to every entity in turn, retrying while the buffer is full.
 async fn send_all(
-    producer: &ShardingProducer<Log>,
+    producer: &ShardingProducer<ReliableConsumer<Log>>,
     entities: &[String],
     values: std::ops::Range<u64>,
 ) {
@@ -153,7 +135,7 @@ async fn send_all(
     }
 }
 
-async fn wait_all_confirmed(producer: &ShardingProducer<Log>) {
+async fn wait_all_confirmed(producer: &ShardingProducer<ReliableConsumer<Log>>) {
     for _ in 0..600 {
         if producer.status().await.unwrap().unconfirmed == 0 {
             return;

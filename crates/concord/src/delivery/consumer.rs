@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::metrics;
 use crate::sharding::entity::decode;
 use crate::sharding::{Entity, EntityContext};
+use crate::singleton::Wire;
 
 /// A producer's message as it travels through sharding (the core's
 /// [`SequencedMessage`], the payload as MessagePack bytes).
@@ -86,6 +87,34 @@ pub struct ConsumerState<S> {
     pub entity: Option<S>,
     /// The highest number handled per producer.
     pub producers: Vec<ProducerProgress>,
+}
+
+/// A sharded entity that takes a reliable producer's messages: what a
+/// [`super::ShardingProducer`] sends to. Implemented by [`ReliableConsumer`] and by the
+/// event-sourced [`super::ReliableEventSourced`].
+pub trait ConsumerEntity: Entity {
+    /// The messages a producer sends it.
+    type Payload: Wire;
+    /// Its own answer to one.
+    type Answer: Wire;
+    /// The entity's message carrying a producer's.
+    fn sequenced(message: Sequenced) -> Self::Message;
+    /// The consumer controller's answer and the entity's own, out of its reply (`None`,
+    /// `None` when it failed: the producer sends the message again).
+    fn control(reply: Self::Reply) -> (Option<ConsumerMessage>, Option<Self::Answer>);
+}
+
+impl<E: Entity> ConsumerEntity for ReliableConsumer<E> {
+    type Payload = E::Message;
+    type Answer = E::Reply;
+
+    fn sequenced(message: Sequenced) -> Self::Message {
+        ConsumerEnvelope::Sequenced(message)
+    }
+
+    fn control(reply: Self::Reply) -> (Option<ConsumerMessage>, Option<Self::Answer>) {
+        (reply.control, reply.reply)
+    }
 }
 
 /// An entity `E` behind a consumer controller. Start it with

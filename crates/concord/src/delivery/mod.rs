@@ -56,6 +56,7 @@ mod config;
 mod consumer;
 mod durable_queue;
 mod error;
+mod event_sourced_consumer;
 mod metrics;
 mod producer;
 
@@ -65,11 +66,15 @@ use concord_core::delivery::DeliverySettings;
 use concord_core::sharding::ShardingSettings;
 
 pub use config::ReliableDeliveryConfig;
-pub use consumer::{ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer, Sequenced};
+pub use consumer::{
+    ConsumerEntity, ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer, Sequenced,
+};
 pub use durable_queue::QUEUE_ENTITY_TYPE;
 pub use error::DeliveryError;
+pub use event_sourced_consumer::{ReliableEvent, ReliableEventSourced, ReliableState};
 pub use producer::{ProducerStatus, ShardingProducer};
 
+use crate::persistence::{EventSourced, EventSourcedEntity, Persistence};
 use crate::sharding::{Entity, ShardRegion, Sharding};
 
 /// Runs entity type `entity_type` behind a consumer controller on this node (Akka's
@@ -91,6 +96,32 @@ where
     sharding.init(
         entity_type,
         consumer::consumer_factory::<E, F>(factory, settings, type_name),
+        sharding_settings,
+    )
+}
+
+/// Runs event-sourced entity type `entity_type` as a reliable consumer, **effectively
+/// once** ([`ReliableEventSourced`]): like [`Persistence::init_event_sourced`], with the
+/// highest number handled per producer persisted with the events each message caused.
+pub fn init_event_sourced_consumer<B, F>(
+    persistence: &Persistence,
+    sharding: &mut Sharding,
+    entity_type: &str,
+    behavior: F,
+    sharding_settings: Option<ShardingSettings>,
+    settings: DeliverySettings,
+) -> ShardRegion<EventSourcedEntity<ReliableEventSourced<B>>>
+where
+    B: EventSourced,
+    F: Fn(&str) -> B + Send + Sync + 'static,
+{
+    let type_name: Arc<str> = Arc::from(entity_type);
+    persistence.init_event_sourced(
+        sharding,
+        entity_type,
+        move |id: &str| {
+            ReliableEventSourced::new(behavior(id), settings.clone(), type_name.clone())
+        },
         sharding_settings,
     )
 }

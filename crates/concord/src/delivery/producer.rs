@@ -1,7 +1,8 @@
 //! [`ShardingProducer`]: reliable delivery to sharded entities from this node (Akka's
 //! `ShardingProducerController`). A task owns the core's
 //! [`ShardingProducerController`] and moves its messages: each becomes an ask of the
-//! entity's [`ReliableConsumer`] through sharding, sent in order, and the answer (a
+//! entity's consumer ([`ConsumerEntity`]: a [`super::ReliableConsumer`], or an
+//! event-sourced [`super::ReliableEventSourced`]) through sharding, sent in order, and the answer (a
 //! confirmation with demand, a resend request) goes back into the machine. Every decision
 //! — numbering, windows, resends, backoff, the buffer bound — is the machine's.
 
@@ -17,13 +18,13 @@ use concord_core::persistence::AtomicWrite;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::consumer::{ConsumerEnvelope, ConsumerReply, ReliableConsumer, Sequenced};
+use super::consumer::{ConsumerEntity, Sequenced};
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
 use crate::persistence::Stores;
 use crate::sharding::entity::{decode, encode};
-use crate::sharding::{Entity, ShardRegion, ShardingError};
+use crate::sharding::{ShardRegion, ShardingError};
 
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
@@ -63,13 +64,13 @@ pub struct ProducerStatus {
 
 /// A reliable producer to the entities of one sharded type (see the module docs). Cheap to
 /// clone; its task runs while a clone is alive or messages are unconfirmed.
-pub struct ShardingProducer<E: Entity> {
+pub struct ShardingProducer<E: ConsumerEntity> {
     producer_id: String,
     commands: mpsc::Sender<Command>,
     _types: PhantomData<fn() -> E>,
 }
 
-impl<E: Entity> Clone for ShardingProducer<E> {
+impl<E: ConsumerEntity> Clone for ShardingProducer<E> {
     fn clone(&self) -> Self {
         ShardingProducer {
             producer_id: self.producer_id.clone(),
@@ -79,7 +80,7 @@ impl<E: Entity> Clone for ShardingProducer<E> {
     }
 }
 
-impl<E: Entity> ShardingProducer<E> {
+impl<E: ConsumerEntity> ShardingProducer<E> {
     /// Starts producer `producer_id` to `region`'s entities, without a durable queue:
     /// what it holds unconfirmed is lost if this node crashes. The id must be unique in
     /// the cluster while the producer runs (a name and the node's address, e.g.
@@ -88,7 +89,7 @@ impl<E: Entity> ShardingProducer<E> {
     pub fn start(
         producer_id: impl Into<String>,
         node: &concord_core::Address,
-        region: ShardRegion<ReliableConsumer<E>>,
+        region: ShardRegion<E>,
         settings: DeliverySettings,
     ) -> Self {
         Self::spawn(producer_id.into(), node, region, settings, None)
@@ -109,7 +110,7 @@ impl<E: Entity> ShardingProducer<E> {
     pub async fn start_durable(
         producer_id: impl Into<String>,
         node: &concord_core::Address,
-        region: ShardRegion<ReliableConsumer<E>>,
+        region: ShardRegion<E>,
         settings: DeliverySettings,
         stores: &Stores,
     ) -> Result<Self, DeliveryError> {
@@ -131,7 +132,7 @@ impl<E: Entity> ShardingProducer<E> {
     fn spawn(
         producer_id: String,
         node: &concord_core::Address,
-        region: ShardRegion<ReliableConsumer<E>>,
+        region: ShardRegion<E>,
         settings: DeliverySettings,
         queue: Option<DurableQueue>,
     ) -> Self {
@@ -191,7 +192,7 @@ impl<E: Entity> ShardingProducer<E> {
     /// # Errors
     /// [`DeliveryError::BufferFull`] (nothing taken), [`DeliveryError::BadEntityId`],
     /// [`DeliveryError::Encoding`], [`DeliveryError::Stopped`].
-    pub async fn send(&self, entity_id: &str, message: &E::Message) -> Result<u64, DeliveryError> {
+    pub async fn send(&self, entity_id: &str, message: &E::Payload) -> Result<u64, DeliveryError> {
         self.submit(entity_id, message, None).await
     }
 
@@ -205,9 +206,9 @@ impl<E: Entity> ShardingProducer<E> {
     pub async fn send_and_confirm(
         &self,
         entity_id: &str,
-        message: &E::Message,
+        message: &E::Payload,
         timeout: Duration,
-    ) -> Result<Option<E::Reply>, DeliveryError> {
+    ) -> Result<Option<E::Answer>, DeliveryError> {
         let (tx, rx) = oneshot::channel();
         let deadline = Instant::now() + timeout;
         tokio::time::timeout_at(deadline, self.submit(entity_id, message, Some(tx)))
@@ -246,7 +247,7 @@ impl<E: Entity> ShardingProducer<E> {
     async fn submit(
         &self,
         entity_id: &str,
-        message: &E::Message,
+        message: &E::Payload,
         confirmed: Option<Confirmation>,
     ) -> Result<u64, DeliveryError> {
         let payload = encode(message).map_err(DeliveryError::Encoding)?;
@@ -264,16 +265,16 @@ impl<E: Entity> ShardingProducer<E> {
     }
 }
 
-/// An answer (or its failure) to one sent message.
+/// An answer (or its failure) to one sent message: the consumer entity's reply.
 struct Answer<R> {
     entity_id: String,
     seq_nr: u64,
-    result: Result<ConsumerReply<R>, ShardingError>,
+    result: Result<R, ShardingError>,
 }
 
-struct Task<E: Entity> {
+struct Task<E: ConsumerEntity> {
     machine: ShardingProducerController,
-    region: ShardRegion<ReliableConsumer<E>>,
+    region: ShardRegion<E>,
     base: Instant,
     ask_timeout: Duration,
     /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
@@ -290,7 +291,7 @@ struct Task<E: Entity> {
     stopping: bool,
 }
 
-impl<E: Entity> Task<E> {
+impl<E: ConsumerEntity> Task<E> {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -423,17 +424,17 @@ impl<E: Entity> Task<E> {
     }
 
     fn answer(&mut self, a: Answer<E::Reply>) {
-        let reply = match a.result {
-            Ok(r) => r,
+        let (control, reply) = match a.result {
+            Ok(r) => E::control(r),
             // Lost or refused on the way: the machine resends on its timeout.
             Err(_) => return,
         };
-        if let Some(r) = reply.reply {
+        if let Some(r) = reply {
             if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), a.seq_nr)) {
                 w.1 = encode(&r).ok();
             }
         }
-        if let Some(control) = reply.control {
+        if let Some(control) = control {
             let now = self.now_ms();
             self.machine.handle_message(now, &a.entity_id, control);
         }
@@ -474,7 +475,7 @@ impl<E: Entity> Task<E> {
         while let Some(t) = self.machine.poll_transmit() {
             let seq_nr = t.message.seq_nr;
             let entity_id = t.entity_id;
-            let envelope = ConsumerEnvelope::<E::Message>::Sequenced(Sequenced::from(t.message));
+            let envelope = E::sequenced(Sequenced::from(t.message));
             let entity = self.region.entity_ref(entity_id.clone());
             match entity.send_ask(&envelope).await {
                 Ok(pending) => {

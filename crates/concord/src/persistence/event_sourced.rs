@@ -140,6 +140,34 @@ impl<B: EventSourced> Effect<B> {
     }
 }
 
+impl<B: EventSourced> Effect<B> {
+    /// This effect as behaviour `C`'s, for a behaviour that wraps `B` (reliable
+    /// delivery's event-sourced consumer): each event mapped by `event`, then `extra`
+    /// persisted in the same atomic write; the answer mapped by `reply`, a function of
+    /// the state computed from `C`'s state through `state`; stopping as before.
+    pub fn map<C: EventSourced>(
+        self,
+        event: impl Fn(B::Event) -> C::Event,
+        extra: Vec<C::Event>,
+        state: fn(&C::State) -> &B::State,
+        reply: impl FnOnce(B::Reply) -> C::Reply + Send + 'static,
+    ) -> Effect<C> {
+        let mut events: Vec<C::Event> = self.events.into_iter().map(event).collect();
+        events.extend(extra);
+        let reply = match self.reply {
+            ReplyWith::Value(v) => ReplyWith::Value(reply(v)),
+            ReplyWith::FromState(f) => {
+                ReplyWith::FromState(Box::new(move |s: &C::State| reply(f(state(s)))))
+            }
+        };
+        Effect {
+            events,
+            reply,
+            stop: self.stop,
+        }
+    }
+}
+
 impl<B: EventSourced> EffectBuilder<B> {
     /// … stop the entity (passivate) after answering; its next message recovers it.
     pub fn then_stop(mut self) -> Self {

@@ -12,6 +12,7 @@ pub mod bench_layer;
 pub mod client;
 pub mod counter_entity;
 pub mod counter_load;
+pub mod delivery;
 pub mod docker;
 pub mod postgres;
 

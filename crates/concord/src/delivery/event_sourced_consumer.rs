@@ -1,0 +1,226 @@
+//! [`ReliableEventSourced`]: an event-sourced entity as a reliable consumer, **effectively
+//! once**. The highest number handled per producer is part of the entity's own state, and
+//! is persisted in the same atomic write as the events the message caused
+//! ([`ReliableEvent::Delivered`]). After a crash the entity recovers it with its state, so
+//! a message sent again — handled before the crash, its confirmation lost — is recognised
+//! and not applied twice (Akka's advice for its `ConsumerController`: keep the sequence
+//! numbers with the entity's events).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use concord_core::delivery::{
+    ConsumerController, ConsumerMessage, DeliverySettings, Incarnation, ProducerProgress,
+    SequencedMessage, Verdict,
+};
+use concord_core::persistence::RetentionCriteria;
+use serde::{Deserialize, Serialize};
+
+use super::consumer::{ConsumerEntity, ConsumerEnvelope, ConsumerReply, Sequenced};
+use super::metrics;
+use crate::persistence::{Effect, EventSourced, EventSourcedEntity, PersistenceError};
+use crate::sharding::entity::decode;
+use crate::sharding::EntityContext;
+
+/// An event of a [`ReliableEventSourced`] entity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ReliableEvent<E> {
+    /// The wrapped entity's own event.
+    Event(E),
+    /// A producer's message was handled (persisted with the events it caused).
+    Delivered(ProducerProgress),
+}
+
+/// The state of a [`ReliableEventSourced`] entity: the wrapped entity's, and the highest
+/// number handled per producer (at most `max-producers-per-consumer`'s default, 1000; the
+/// least recently delivered is forgotten beyond it).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReliableState<S> {
+    /// The wrapped entity's state.
+    pub state: S,
+    /// Producer id → (incarnation, highest number handled, when last delivered in
+    /// deliveries counted).
+    pub producers: BTreeMap<String, (Incarnation, u64, u64)>,
+    /// Deliveries counted (orders `producers` by recency).
+    pub deliveries: u64,
+}
+
+impl<S> ReliableState<S> {
+    fn progress(&self) -> Vec<ProducerProgress> {
+        self.producers
+            .iter()
+            .map(|(id, (incarnation, seq_nr, _))| ProducerProgress {
+                producer_id: id.clone(),
+                incarnation: *incarnation,
+                delivered_seq_nr: *seq_nr,
+            })
+            .collect()
+    }
+}
+
+fn inner_state<S>(s: &ReliableState<S>) -> &S {
+    &s.state
+}
+
+/// An event-sourced behaviour `B` behind a consumer controller (see the module docs). Run
+/// it with [`super::init_event_sourced_consumer`].
+pub struct ReliableEventSourced<B: EventSourced> {
+    behavior: B,
+    settings: DeliverySettings,
+    /// Built from the state on the first producer's message after recovery, then kept in
+    /// step with it.
+    controller: Option<ConsumerController>,
+    type_name: Arc<str>,
+}
+
+impl<B: EventSourced> ReliableEventSourced<B> {
+    /// `behavior` as a reliable consumer.
+    pub fn new(behavior: B, settings: DeliverySettings, type_name: Arc<str>) -> Self {
+        ReliableEventSourced {
+            behavior,
+            settings,
+            controller: None,
+            type_name,
+        }
+    }
+}
+
+type Reply<B> = ConsumerReply<<B as EventSourced>::Reply>;
+
+impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
+    type Command = ConsumerEnvelope<B::Command>;
+    type Event = ReliableEvent<B::Event>;
+    type State = ReliableState<B::State>;
+    type Reply = Reply<B>;
+
+    async fn handle_command(
+        &mut self,
+        ctx: &mut EntityContext,
+        state: &Self::State,
+        command: Self::Command,
+    ) -> Effect<Self> {
+        let sequenced = match command {
+            ConsumerEnvelope::Direct(c) => {
+                let effect = self.behavior.handle_command(ctx, &state.state, c).await;
+                return effect.map(ReliableEvent::Event, Vec::new(), inner_state, |r| {
+                    ConsumerReply {
+                        control: None,
+                        reply: Some(r),
+                    }
+                });
+            }
+            ConsumerEnvelope::Sequenced(s) => SequencedMessage::from(s),
+        };
+        let node = ctx.node().to_string();
+        let settings = &self.settings;
+        let controller = self
+            .controller
+            .get_or_insert_with(|| ConsumerController::restore(settings, state.progress()));
+        match controller.receive(&sequenced) {
+            Verdict::Deliver => {
+                let control = controller.delivered(&sequenced);
+                metrics::consumer_delivered(&node, &self.type_name);
+                let delivered = ReliableEvent::Delivered(ProducerProgress {
+                    producer_id: sequenced.producer_id.clone(),
+                    incarnation: sequenced.incarnation,
+                    delivered_seq_nr: sequenced.seq_nr,
+                });
+                match decode::<B::Command>(&sequenced.payload) {
+                    Ok(c) => {
+                        let effect = self.behavior.handle_command(ctx, &state.state, c).await;
+                        effect.map(
+                            ReliableEvent::Event,
+                            vec![delivered],
+                            inner_state,
+                            move |r| ConsumerReply {
+                                control: Some(control),
+                                reply: Some(r),
+                            },
+                        )
+                    }
+                    Err(e) => {
+                        metrics::consumer_dropped(&node, &self.type_name, "undecodable");
+                        tracing::warn!(
+                            entity = %ctx.entity_id(),
+                            producer = %sequenced.producer_id,
+                            seq_nr = sequenced.seq_nr,
+                            error = %e,
+                            "a reliably delivered command does not decode; it is confirmed and skipped"
+                        );
+                        Effect::persist(delivered).reply(ConsumerReply {
+                            control: Some(control),
+                            reply: None,
+                        })
+                    }
+                }
+            }
+            Verdict::Drop(answer) => {
+                let why = match answer {
+                    ConsumerMessage::Request { .. } => "duplicate",
+                    ConsumerMessage::Resend { .. } => "gap",
+                    ConsumerMessage::Stale { .. } => "stale",
+                };
+                metrics::consumer_dropped(&node, &self.type_name, why);
+                Effect::reply(ConsumerReply {
+                    control: Some(answer),
+                    reply: None,
+                })
+            }
+            Verdict::Invalid => {
+                metrics::consumer_dropped(&node, &self.type_name, "invalid");
+                Effect::reply(ConsumerReply {
+                    control: None,
+                    reply: None,
+                })
+            }
+        }
+    }
+
+    fn apply_event(state: &mut Self::State, event: &Self::Event) {
+        match event {
+            ReliableEvent::Event(e) => B::apply_event(&mut state.state, e),
+            ReliableEvent::Delivered(p) => {
+                state.deliveries += 1;
+                state.producers.insert(
+                    p.producer_id.clone(),
+                    (p.incarnation, p.delivered_seq_nr, state.deliveries),
+                );
+                let max = DeliverySettings::default().max_producers_per_consumer as usize;
+                if state.producers.len() > max {
+                    if let Some(oldest) = state
+                        .producers
+                        .iter()
+                        .min_by_key(|(_, (_, _, at))| *at)
+                        .map(|(id, _)| id.clone())
+                    {
+                        state.producers.remove(&oldest);
+                    }
+                }
+            }
+        }
+    }
+
+    fn retention(&self) -> Option<RetentionCriteria> {
+        self.behavior.retention()
+    }
+}
+
+impl<B: EventSourced> ConsumerEntity for EventSourcedEntity<ReliableEventSourced<B>> {
+    type Payload = B::Command;
+    type Answer = B::Reply;
+
+    fn sequenced(message: Sequenced) -> Self::Message {
+        ConsumerEnvelope::Sequenced(message)
+    }
+
+    fn control(
+        reply: Result<Reply<B>, PersistenceError>,
+    ) -> (Option<ConsumerMessage>, Option<Self::Answer>) {
+        match reply {
+            Ok(r) => (r.control, r.reply),
+            // Not stored (or not known to be): not confirmed; sent again, and recognised
+            // if it was stored after all.
+            Err(_) => (None, None),
+        }
+    }
+}
