@@ -15,6 +15,7 @@ use concord_core::delivery::{
     ShardingProducerEvent, ShardingSendError,
 };
 use concord_core::persistence::AtomicWrite;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -265,6 +266,10 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
     }
 }
 
+/// The awaited answer of one sent message (polled by the producer's task itself: no task
+/// per message).
+type AnswerFuture<R> = std::pin::Pin<Box<dyn std::future::Future<Output = Answer<R>> + Send>>;
+
 /// An answer (or its failure) to one sent message: the consumer entity's reply.
 struct Answer<R> {
     entity_id: String,
@@ -297,7 +302,7 @@ impl<E: ConsumerEntity> Task<E> {
     }
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
-        let (answers_tx, mut answers) = mpsc::unbounded_channel::<Answer<E::Reply>>();
+        let mut answers: FuturesUnordered<AnswerFuture<E::Reply>> = FuturesUnordered::new();
         let mut open = true;
         let mut last_metrics = Instant::now();
         loop {
@@ -328,7 +333,7 @@ impl<E: ConsumerEntity> Task<E> {
                     }
                     None => open = false,
                 },
-                Some(a) = answers.recv() => self.answer(a),
+                Some(a) = answers.next(), if !answers.is_empty() => self.answer(a),
                 () = sleep => {
                     let now = self.now_ms();
                     self.machine.handle_timeout(now);
@@ -345,7 +350,7 @@ impl<E: ConsumerEntity> Task<E> {
                 self.fail(&e);
                 break;
             }
-            self.flush(&answers_tx).await;
+            self.flush(&mut answers).await;
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 metrics::producer(&self.node, &self.producer_id, &self.status());
@@ -471,7 +476,7 @@ impl<E: ConsumerEntity> Task<E> {
 
     /// Sends what the machine queued (in order, each an ask whose answer comes back as an
     /// [`Answer`]) and completes the waiters of what it confirmed.
-    async fn flush(&mut self, answers: &mpsc::UnboundedSender<Answer<E::Reply>>) {
+    async fn flush(&mut self, answers: &mut FuturesUnordered<AnswerFuture<E::Reply>>) {
         while let Some(t) = self.machine.poll_transmit() {
             let seq_nr = t.message.seq_nr;
             let entity_id = t.entity_id;
@@ -479,19 +484,18 @@ impl<E: ConsumerEntity> Task<E> {
             let entity = self.region.entity_ref(entity_id.clone());
             match entity.send_ask(&envelope).await {
                 Ok(pending) => {
-                    let answers = answers.clone();
                     let timeout = self.ask_timeout;
-                    tokio::spawn(async move {
+                    answers.push(Box::pin(async move {
                         let result = match tokio::time::timeout(timeout, pending.reply()).await {
                             Ok(r) => r,
                             Err(_) => Err(ShardingError::Timeout(timeout)),
                         };
-                        let _ = answers.send(Answer {
+                        Answer {
                             entity_id,
                             seq_nr,
                             result,
-                        });
-                    });
+                        }
+                    }));
                 }
                 // The node is stopping; the machine resends while it runs.
                 Err(e) => tracing::debug!(error = %e, "a reliable message was not sent"),

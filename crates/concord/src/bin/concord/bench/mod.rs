@@ -9,6 +9,8 @@
 //!   steady-state traffic on 5 nodes.
 //! - [`sharding`]: entity tell throughput (local, remote) next to the raw TCP baseline, ask
 //!   latency at half the peak, rebalance time to a new node, memory per idle entity.
+//! - [`delivery`]: reliable delivery's confirmed messages/s into sharded entities, with and
+//!   without the durable queue, next to plain tell; send-to-confirm latency.
 //! - [`kv`]: the key-value store's puts and gets per second and latency at two value
 //!   sizes, keys transferred per second to a joining node, bytes on disk per key.
 //! - [`cluster`]: in-process clusters for the benchmarks.
@@ -19,6 +21,7 @@
 pub mod baseline;
 pub mod cluster;
 pub mod ddata;
+pub mod delivery;
 pub mod flow;
 pub mod kv;
 pub mod layer;

@@ -121,7 +121,7 @@ async fn stores_for(store: &str, url: &str, memory: &InMemoryStore) -> anyhow::R
 }
 
 /// A fresh data directory for a benchmark node (removed by [`remove_data_dirs`]).
-fn data_dir(system: &str) -> String {
+pub(crate) fn data_dir(system: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     std::env::temp_dir()
         .join(format!("concord-bench-{}", std::process::id()))
@@ -131,7 +131,7 @@ fn data_dir(system: &str) -> String {
 }
 
 /// Removes every data directory [`data_dir`] made.
-fn remove_data_dirs() {
+pub(crate) fn remove_data_dirs() {
     let _ = std::fs::remove_dir_all(
         std::env::temp_dir().join(format!("concord-bench-{}", std::process::id())),
     );

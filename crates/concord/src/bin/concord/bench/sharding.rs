@@ -76,6 +76,13 @@ pub struct Counted {
     handled: Arc<AtomicU64>,
 }
 
+impl Counted {
+    /// A fresh entity counting into `handled` too.
+    pub(crate) fn new(handled: Arc<AtomicU64>) -> Self {
+        Counted { n: 0, handled }
+    }
+}
+
 impl Entity for Counted {
     type Message = Ping;
     type Reply = u16;
@@ -168,7 +175,7 @@ fn sharding_with(handled: Arc<AtomicU64>) -> (Sharding, ShardRegion<Counted>) {
 
 /// Finds `count` entity ids hosted on the node with remoting port `port` (`local`) or
 /// elsewhere, by asking them where they run.
-async fn entities_where(
+pub(crate) async fn entities_where(
     region: &ShardRegion<Counted>,
     port: u16,
     local: bool,
@@ -193,7 +200,7 @@ async fn entities_where(
 }
 
 /// Tells/s from `SENDERS` tasks to `ids`, counted where they are handled.
-async fn tell_rate(
+pub(crate) async fn tell_rate(
     region: &ShardRegion<Counted>,
     ids: &[String],
     handled: &[Arc<AtomicU64>],

@@ -39,6 +39,20 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Reliable delivery: confirmed messages/s into sharded entities on 3 nodes, with and
+    /// without the durable queue (replicated journal), next to plain tell; send-to-confirm
+    /// latency.
+    Delivery {
+        /// Message size, bytes.
+        #[arg(long, default_value_t = 100)]
+        payload_bytes: usize,
+        /// Measured time of each run, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cluster Sharding: entity tell throughput local and remote on 3 nodes next to raw
     /// TCP, ask latency at half the peak, rebalance time to a 4th node (1000 shards,
     /// default settings), memory per idle entity.
@@ -148,6 +162,24 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             json,
             crate::bench::singleton::report,
         ),
+        BenchCommand::Delivery {
+            payload_bytes,
+            duration,
+            json,
+        } => {
+            if !(8..=1 << 20).contains(&payload_bytes) {
+                anyhow::bail!("--payload-bytes must be from 8 to 1048576");
+            }
+            let settings = crate::bench::delivery::DeliveryBenchSettings {
+                payload_bytes,
+                duration,
+            };
+            print_report(
+                crate::bench::delivery::run_delivery(&settings).await,
+                json,
+                crate::bench::delivery::report,
+            )
+        }
         BenchCommand::Sharding {
             payload_bytes,
             duration,
