@@ -6,14 +6,17 @@
 //!   Distributed Data (the `PNCounter` `sample-counter-entity-{id}`) before it answers, so
 //!   an acknowledged increment survives the crash of the node hosting it; a new
 //!   incarnation reads its value with `ReadMajority` before anything else.
-//! - `log` — the values it was told, in the order it received them, in memory only; they
-//!   move with the entity when its shard moves (no idle passivation: a passivated log
-//!   would forget them).
+//! - `log` — when the node runs persistence, event-sourced and fed by each node's reliable
+//!   producer with a durable queue ([`super::reliable_log`]): every value a node accepted
+//!   once, in that node's order, across crashes; otherwise the values it was told, in the
+//!   order it received them, in memory only; they move with the entity when its shard moves
+//!   (no idle passivation: a passivated log would forget them).
 //!
 //! Routes (management port, the management API's access rules for writes):
 //! `POST /sample/counter/{id}` (form `delta=<i64>`) → `{"id", "value", "node"}` once
 //! written; `GET /sample/counter/{id}` → the same without a change; `POST /sample/log/{id}`
-//! (form `value=<string>`) → 202 once this node's region has the message;
+//! (form `value=<string>`) → 202 once this node's reliable producer stored it (or, without
+//! persistence, once this node's region has the message);
 //! `GET /sample/log/{id}` → `{"id", "values": [...], "node"}`.
 
 use std::time::Duration;
@@ -30,6 +33,7 @@ use concord::persistence::{DurableStateEntity, Persistence};
 use concord::sharding::{Entity, EntityContext, ShardRegion, Sharding, ShardingError};
 
 use super::persistent::{Cart, Counters, PersistentCounter, CART_TYPE};
+use super::reliable_log::{LogBehavior, ReliableLogs};
 
 /// The counter entity type's name.
 pub const COUNTER_TYPE: &str = "counter";
@@ -189,12 +193,22 @@ impl Entity for Log {
     }
 }
 
+/// The sample's `log`: in memory and told directly, or (when the node runs persistence)
+/// event-sourced and fed by each node's reliable producer ([`ReliableLogs`]).
+#[derive(Clone)]
+pub enum Logs {
+    /// In memory, `tell`.
+    Plain(ShardRegion<Log>),
+    /// Event-sourced, reliable delivery with a durable queue.
+    Reliable(ReliableLogs),
+}
+
 /// The sample's entity types, as started.
 pub struct SampleEntities {
     /// `counter`.
     pub counters: Counters,
     /// `log`.
-    pub logs: ShardRegion<Log>,
+    pub logs: Logs,
     /// `cart`, when the node runs persistence.
     pub carts: Option<ShardRegion<DurableStateEntity<Cart>>>,
 }
@@ -232,13 +246,29 @@ pub fn init(
         .section::<concord::sharding::ShardingConfig>()?
         .settings(LOG_TYPE, config);
     log_settings.passivation_idle_timeout_ms = None;
-    let logs = sharding.init(
-        LOG_TYPE,
-        |_id: &str, state: Option<Vec<String>>| Log {
-            values: state.unwrap_or_default(),
-        },
-        Some(log_settings),
-    );
+    let logs = match persistence {
+        Some(p) => {
+            let settings = config
+                .section::<concord::delivery::ReliableDeliveryConfig>()?
+                .settings();
+            let region = concord::delivery::init_event_sourced_consumer(
+                p,
+                sharding,
+                LOG_TYPE,
+                |_| LogBehavior,
+                Some(log_settings),
+                settings.clone(),
+            );
+            Logs::Reliable(ReliableLogs::new(region, p.clone(), settings))
+        }
+        None => Logs::Plain(sharding.init(
+            LOG_TYPE,
+            |_id: &str, state: Option<Vec<String>>| Log {
+                values: state.unwrap_or_default(),
+            },
+            Some(log_settings),
+        )),
+    };
     Ok(SampleEntities {
         counters,
         logs,
@@ -250,7 +280,7 @@ pub fn init(
 #[derive(Clone)]
 pub(crate) struct EntityRoutes {
     pub(crate) counters: Counters,
-    pub(crate) logs: ShardRegion<Log>,
+    pub(crate) logs: Logs,
 }
 
 pub(crate) fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
@@ -323,20 +353,22 @@ pub(crate) async fn post_log(
             format!("a value is at most {MAX_LOG_VALUE} bytes"),
         );
     }
-    match s
-        .logs
-        .entity_ref(id)
-        .tell(&LogMessage::Append(f.value))
-        .await
-    {
+    let logs = match s.logs {
+        Logs::Reliable(r) => return r.append(&id, f.value).await,
+        Logs::Plain(logs) => logs,
+    };
+    match logs.entity_ref(id).tell(&LogMessage::Append(f.value)).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
         Err(e) => sharding_error(e),
     }
 }
 
 pub(crate) async fn get_log(State(s): State<EntityRoutes>, Path(id): Path<String>) -> Response {
-    match s
-        .logs
+    let logs = match s.logs {
+        Logs::Reliable(r) => return r.read(&id).await,
+        Logs::Plain(logs) => logs,
+    };
+    match logs
         .entity_ref(id.clone())
         .ask(&LogMessage::Get, TIMEOUT)
         .await

@@ -34,6 +34,7 @@ use concord::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
 
 pub mod entities;
 pub mod persistent;
+pub mod reliable_log;
 
 pub use entities::SampleEntities;
 
@@ -125,7 +126,10 @@ impl Layer for SampleLayer {
         Ok(())
     }
 
-    fn start(self: Box<Self>, _ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+    fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
+        if let entities::Logs::Reliable(r) = &self.entities.logs {
+            r.set_node(ctx.cluster.self_address().clone());
+        }
         let state = SampleState {
             replicator: self.replicator,
             singleton: self.singleton,
