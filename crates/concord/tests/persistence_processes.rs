@@ -11,48 +11,10 @@ use std::time::Duration;
 
 use common::counter_load::CounterLoad;
 use common::postgres::PgServer;
+use common::sample_cluster::SampleCluster;
 use common::{all_up, runtime, serial, wait_until, Node};
 
 const SYS: &str = "persist-proc";
-
-struct Cluster {
-    env: Vec<(String, String)>,
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    fn env(&self) -> Vec<(&str, &str)> {
-        self.env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect()
-    }
-
-    fn args(&self, i: usize) -> Vec<String> {
-        let data = self.dir.join(format!("node-{i}")).display().to_string();
-        vec!["--sample".into(), "--data-dir".into(), data]
-    }
-
-    fn start(&self, i: usize, seeds: &[u16]) -> Node {
-        let args = self.args(i);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Node::start_bound_with_args(SYS, seeds, &self.env(), &args)
-    }
-
-    fn restart(&self, i: usize, old: &Node, seeds: &[u16]) -> Node {
-        let args = self.args(i);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Node::start_with_args(
-            "127.0.0.1",
-            SYS,
-            old.port,
-            old.management_port,
-            seeds,
-            &self.env(),
-            &args,
-        )
-    }
-}
 
 fn counter_regions(rt: &tokio::runtime::Runtime, via: &Node) -> BTreeMap<String, usize> {
     rt.block_on(via.client().shards("counter"))
@@ -131,7 +93,8 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
         ("CONCORD__PERSISTENCE__SNAPSHOT_EVERY".into(), "25".into()),
     ];
     env.extend(store_env);
-    let c = Cluster {
+    let c = SampleCluster {
+        system: SYS,
         env,
         dir: dir.to_path_buf(),
     };

@@ -77,14 +77,25 @@ impl DurableQueueState {
                 payload,
             } => {
                 let e = self.entities.entry(entity_id).or_default();
+                let next = e
+                    .unconfirmed
+                    .back()
+                    .map_or(e.confirmed_seq_nr + 1, |(s, _, _)| s + 1);
                 if e.incarnation != Some(incarnation) {
-                    // A new controller for this consumer: what the old one held was
-                    // confirmed (a controller is replaced only when it holds nothing).
-                    *e = QueuedEntity {
-                        incarnation: Some(incarnation),
-                        confirmed_seq_nr: seq_nr.saturating_sub(1),
-                        unconfirmed: VecDeque::new(),
-                    };
+                    if e.incarnation.is_some_and(|i| i < incarnation) && seq_nr == next {
+                        // The same controller, moved above a newer incarnation a consumer
+                        // knew (a `Stale` answer): its numbering goes on, and so does what
+                        // it holds.
+                        e.incarnation = Some(incarnation);
+                    } else {
+                        // A new controller for this consumer: what the old one held was
+                        // confirmed (a controller is replaced only when it holds nothing).
+                        *e = QueuedEntity {
+                            incarnation: Some(incarnation),
+                            confirmed_seq_nr: seq_nr.saturating_sub(1),
+                            unconfirmed: VecDeque::new(),
+                        };
+                    }
                 }
                 let next = e
                     .unconfirmed
@@ -230,10 +241,19 @@ mod tests {
             rest.apply(i as u64 + 1, e);
         }
         assert_eq!(rest, whole);
-        // A newer controller replaces an older one; a number out of order is skipped.
-        whole.apply(6, sent("a", 4, 1));
+        // A controller moved above a newer incarnation numbers on and keeps what it holds;
+        // a newer controller numbered from 1 replaces an older one; a number out of order
+        // is skipped.
+        whole.apply(6, sent("a", 2, 4));
+        let (_, a) = whole.entities().next().unwrap();
+        assert_eq!(
+            a.unconfirmed.iter().map(|(n, _, _)| *n).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        whole.apply(7, confirmed("a", 2, 4));
+        whole.apply(8, sent("a", 4, 1));
         assert_eq!(whole.max_generation(), 4);
-        whole.apply(7, sent("a", 4, 3));
+        whole.apply(9, sent("a", 4, 3));
         assert_eq!(whole.skipped, 1);
     }
 }

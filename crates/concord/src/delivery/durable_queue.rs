@@ -6,11 +6,15 @@
 //! Every message is recorded before its `send` returns and before it leaves; confirmations
 //! are recorded in batches (a confirmation lost with a crash only sends a message again,
 //! which its consumer drops). The log's events up to the oldest unconfirmed message are
-//! deleted as confirmations come in. Appends are conditional on the sequence number, so
+//! deleted as confirmations come in — only after a whole write (a journal keeps writes
+//! whole: cutting inside one lost its later events) — after an empty marker snapshot there: a
+//! recovery starts after the newest marker and requires every event from there (reading
+//! from 1 after a deletion found nothing on the replicated journal, and a restarted
+//! producer took its queue for empty — found by `tests/delivery_processes.rs`). Appends are conditional on the sequence number, so
 //! two producers running with one id cannot interleave: the second's write fails and it
 //! stops.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +22,7 @@ use concord_core::delivery::{DurableQueueState, Incarnation, QueueEvent};
 use concord_core::persistence::{AtomicWrite, PersistenceId};
 
 use super::error::DeliveryError;
-use crate::persistence::{Journal, Stores};
+use crate::persistence::{Journal, PersistenceError, Snapshot, SnapshotStore, Stores};
 use crate::sharding::entity::{decode, encode};
 
 /// The entity type of producer queues' persistence ids.
@@ -33,9 +37,14 @@ const DELETE_EVERY: u64 = 256;
 /// A producer's queue log.
 pub(super) struct DurableQueue {
     journal: Arc<dyn Journal>,
+    snapshots: Arc<dyn SnapshotStore>,
     pid: PersistenceId,
     highest: u64,
     deleted_to: u64,
+    /// The last event of each write above `deleted_to` that this run knows (those it made,
+    /// and the log's end when it was read): a journal keeps a write whole, so the log is
+    /// cut only after one.
+    ends: VecDeque<u64>,
     state: DurableQueueState,
     /// Confirmations not written yet: the highest per (consumer, incarnation).
     confirmations: BTreeMap<(String, Incarnation), u64>,
@@ -62,43 +71,63 @@ impl DurableQueue {
             .map_err(|e| store_error("producer id", e))?;
         let journal = stores.journal.clone();
         let read = async {
-            let (mut batch, highest) = journal.replay_with_highest(&pid, 1, PAGE).await?;
+            let failed = |seq_nr: u64, reason: String| PersistenceError::RecoveryFailed {
+                persistence_id: pid.to_string(),
+                seq_nr,
+                reason,
+            };
+            // Where the log starts: after the newest marker snapshot (the events up to it
+            // were deleted, not needed), with the first page in the same query where the
+            // journal keeps the snapshots.
+            let start = if stores.snapshots_in_journal {
+                journal.replay_from_snapshot(&pid, PAGE).await?
+            } else {
+                None
+            };
+            let (snapshot, first) = match start {
+                Some(s) => (s.snapshot, Some((s.events, s.highest))),
+                None => (stores.snapshots.load_latest(&pid).await?, None),
+            };
+            let from = snapshot.map_or(1, |s| s.seq_nr.saturating_add(1));
+            let (mut batch, highest) = match first {
+                Some(first) => first,
+                None => journal.replay_with_highest(&pid, from, PAGE).await?,
+            };
+            if batch.first().is_none_or(|e| e.seq_nr != from) && from <= highest {
+                batch = journal.replay(&pid, from, PAGE).await?;
+            }
             let mut state = DurableQueueState::new();
-            let mut first = None;
-            let mut next = 0u64;
-            loop {
+            let mut next = from;
+            while next <= highest {
                 let before = next;
-                for event in batch.into_iter().take_while(|e| e.seq_nr <= highest) {
-                    // Events before the first were deleted (not needed); after it, none may
-                    // be missing.
-                    if first.is_some() && event.seq_nr != next {
-                        return Err(crate::persistence::PersistenceError::RecoveryFailed {
-                            persistence_id: pid.to_string(),
-                            seq_nr: next,
-                            reason: format!("event {next} is missing (found {})", event.seq_nr),
-                        });
+                for event in std::mem::take(&mut batch)
+                    .into_iter()
+                    .take_while(|e| e.seq_nr <= highest)
+                {
+                    // Every event from the start on: one missing would lose messages.
+                    if event.seq_nr != next {
+                        return Err(failed(
+                            next,
+                            format!("event {next} is missing (found {})", event.seq_nr),
+                        ));
                     }
-                    first.get_or_insert(event.seq_nr);
                     let e: QueueEvent = decode(&event.payload).map_err(|e| {
-                        crate::persistence::PersistenceError::RecoveryFailed {
-                            persistence_id: pid.to_string(),
-                            seq_nr: event.seq_nr,
-                            reason: format!("the event does not decode: {e}"),
-                        }
+                        failed(event.seq_nr, format!("the event does not decode: {e}"))
                     })?;
                     state.apply(event.seq_nr, e);
                     next = event.seq_nr + 1;
                 }
-                if next == 0 || next > highest || next == before {
-                    break;
+                if next == before {
+                    return Err(failed(
+                        next,
+                        format!("events {next} to {highest} are missing"),
+                    ));
                 }
-                batch = journal.replay(&pid, next, PAGE).await?;
+                if next <= highest {
+                    batch = journal.replay(&pid, next, PAGE).await?;
+                }
             }
-            Ok((
-                state,
-                highest,
-                first.map_or(highest, |f| f.saturating_sub(1)),
-            ))
+            Ok((state, highest, from - 1))
         };
         let (state, highest, deleted_to) = tokio::time::timeout(STORE_TIMEOUT, read)
             .await
@@ -109,9 +138,14 @@ impl DurableQueue {
         }
         Ok(DurableQueue {
             journal,
+            snapshots: stores.snapshots.clone(),
             pid,
             highest,
             deleted_to,
+            ends: (highest > deleted_to)
+                .then_some(highest)
+                .into_iter()
+                .collect(),
             state,
             confirmations: BTreeMap::new(),
         })
@@ -170,24 +204,125 @@ impl DurableQueue {
                 self.state.apply(first + i as u64, e.clone());
             }
             self.highest += chunk.len() as u64;
+            self.ends.push_back(self.highest);
         }
         self.compact().await;
         Ok(())
     }
 
-    /// Deletes the events no longer needed, once enough are (a failure is logged: the next
-    /// call tries again).
+    /// Deletes the events no longer needed, once enough are: first a marker snapshot at
+    /// the new start (empty: the state is the fold of the events after it), then the events
+    /// up to it. A failure is logged: the next call tries again; a marker saved without its
+    /// deletion only makes the next recovery start there.
     async fn compact(&mut self) {
-        let to = self.state.deletable_up_to(self.highest);
+        // The last write boundary at or before the first event still needed.
+        let limit = self.state.deletable_up_to(self.highest);
+        let Some(to) = self.ends.iter().rev().find(|e| **e <= limit).copied() else {
+            return;
+        };
         if to < self.deleted_to + DELETE_EVERY {
             return;
         }
-        match tokio::time::timeout(STORE_TIMEOUT, self.journal.delete_to(&self.pid, to)).await {
-            Ok(Ok(())) => self.deleted_to = to,
+        let marker = Snapshot {
+            seq_nr: to,
+            timestamp_ms: now_ms(),
+            payload: Vec::new(),
+        };
+        let compact = async {
+            self.snapshots.save(&self.pid, marker).await?;
+            self.journal.delete_to(&self.pid, to).await?;
+            // Older markers are of no use (a store that keeps only the newest has none).
+            self.snapshots.delete_to(&self.pid, to - 1).await
+        };
+        match tokio::time::timeout(STORE_TIMEOUT, compact).await {
+            Ok(Ok(())) => {
+                self.deleted_to = to;
+                while self.ends.front().is_some_and(|e| *e <= to) {
+                    self.ends.pop_front();
+                }
+            }
             Ok(Err(e)) => {
                 tracing::debug!(queue = %self.pid, error = %e, "durable queue events not deleted yet")
             }
             Err(_) => tracing::debug!(queue = %self.pid, "deleting durable queue events timed out"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persistence::InMemoryStore;
+
+    fn incarnation() -> Incarnation {
+        Incarnation {
+            started_ms: 1,
+            generation: 1,
+            nonce: 2,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_queue_read_again_after_its_log_was_cut_holds_what_is_unconfirmed() {
+        let stores = Stores::of(InMemoryStore::new());
+        let mut q = DurableQueue::recover(&stores, "p@n").await.unwrap();
+        // 1000 messages to "a" in writes of 7, all confirmed but the last 3; 5 to "b", none
+        // confirmed.
+        for seq in 1..=1000u64 {
+            let sent = |seq: u64| QueueEvent::Sent {
+                entity_id: "a".into(),
+                incarnation: incarnation(),
+                seq_nr: seq,
+                payload: seq.to_be_bytes().to_vec(),
+            };
+            if seq % 7 == 0 || seq == 1000 {
+                let from = seq - (seq - 1) % 7;
+                q.write((from..=seq).map(sent).collect()).await.unwrap();
+                // Confirmed once sent (recorded with the next write).
+                q.confirmed("a".into(), incarnation(), seq.min(997));
+            }
+            if seq % 100 == 0 && seq >= 600 {
+                q.write(vec![QueueEvent::Sent {
+                    entity_id: "b".into(),
+                    incarnation: incarnation(),
+                    seq_nr: (seq - 500) / 100,
+                    payload: vec![],
+                }])
+                .await
+                .unwrap();
+            }
+        }
+        q.write(Vec::new()).await.unwrap();
+        assert!(q.deleted_to > 0, "never cut");
+        let ends: Vec<u64> = q.ends.iter().copied().collect();
+        assert!(ends.windows(2).all(|w| w[0] < w[1]) && ends.first() > Some(&q.deleted_to));
+        let again = DurableQueue::recover(&stores, "p@n").await.unwrap();
+        assert_eq!(again.state(), q.state());
+        let held: Vec<(String, Vec<u64>)> = again
+            .state()
+            .entities()
+            .map(|(id, e)| {
+                (
+                    id.clone(),
+                    e.unconfirmed.iter().map(|(n, _, _)| *n).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            held,
+            vec![
+                ("a".to_string(), vec![998, 999, 1000]),
+                ("b".to_string(), vec![1, 2, 3, 4, 5]),
+            ]
+        );
+        // The events before the cut are gone.
+        let first = stores
+            .journal
+            .replay(&again.pid, 1, 10)
+            .await
+            .unwrap()
+            .first()
+            .map(|e| e.seq_nr);
+        assert!(first.is_none_or(|f| f > 1), "{first:?}");
     }
 }

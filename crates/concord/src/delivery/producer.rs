@@ -245,6 +245,18 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         self.commands.closed().await;
     }
 
+    /// True if `other` is a handle of this very producer (not merely one with the same id,
+    /// e.g. the same producer started again).
+    pub fn is_same(&self, other: &Self) -> bool {
+        self.commands.same_channel(&other.commands)
+    }
+
+    /// Waits until the producer has stopped: [`ShardingProducer::stop`] was called, its
+    /// durable queue failed (start it again to recover), or its node stopped.
+    pub async fn stopped(&self) {
+        self.commands.closed().await;
+    }
+
     async fn submit(
         &self,
         entity_id: &str,

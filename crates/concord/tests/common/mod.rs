@@ -15,6 +15,7 @@ pub mod counter_load;
 pub mod delivery;
 pub mod docker;
 pub mod postgres;
+pub mod sample_cluster;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -128,7 +128,10 @@ impl Layer for SampleLayer {
 
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         if let entities::Logs::Reliable(r) = &self.entities.logs {
-            r.set_node(ctx.cluster.self_address().clone());
+            r.start(
+                ctx.cluster.self_address().clone(),
+                ctx.coordinated_shutdown.clone(),
+            );
         }
         let state = SampleState {
             replicator: self.replicator,

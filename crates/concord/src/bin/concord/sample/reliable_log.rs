@@ -8,7 +8,7 @@
 //! node's order — across rebalances, leaves and the crash of the log's node — and a node
 //! that crashed and is started again with its data sends what it accepted and had not
 //! delivered. 503 while the producer's buffer is full or its store is unavailable (the
-//! producer is started again on the next request). `GET /sample/log/{id}` →
+//! producer is started when the node starts, and again whenever its store failed). `GET /sample/log/{id}` →
 //! `{"id", "values": [...], "node"}`.
 
 use std::sync::{Arc, OnceLock};
@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use concord::coordinated_shutdown::CoordinatedShutdown;
 use concord::delivery::{ConsumerEnvelope, DeliveryError, ReliableEventSourced, ShardingProducer};
 use concord::persistence::{Effect, EventSourced, EventSourcedEntity, Persistence};
 use concord::sharding::{EntityContext, ShardRegion};
@@ -28,6 +29,10 @@ use super::entities::{message, sharding_error, LogMessage, LogValues, TIMEOUT};
 
 /// The name of each node's log producer (`sample-log@<node address>`).
 pub const LOG_PRODUCER: &str = "sample-log";
+/// First wait before the producer is started again after a failed start.
+const SUPERVISOR_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(200);
+/// Longest wait between two starts.
+const SUPERVISOR_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A value appended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,8 +76,8 @@ pub type LogRegion = ShardRegion<EventSourcedEntity<ReliableEventSourced<LogBeha
 
 type LogProducer = ShardingProducer<EventSourcedEntity<ReliableEventSourced<LogBehavior>>>;
 
-/// The reliable logs of this node: the region and the node's producer (started on the
-/// first `POST`, again after it stopped).
+/// The reliable logs of this node: the region and the node's producer (kept running by
+/// [`ReliableLogs::start`]).
 #[derive(Clone)]
 pub struct ReliableLogs {
     region: LogRegion,
@@ -94,9 +99,41 @@ impl ReliableLogs {
         }
     }
 
-    /// The node's address, once it runs (the producer's id and metrics label).
-    pub fn set_node(&self, node: Address) {
+    /// Once the node runs: its address (the producer's id and metrics label), and a task
+    /// that keeps the node's producer running until the node shuts down — started at once
+    /// (a node restarted with its data sends what its durable queue holds without waiting
+    /// for a request) and again, with a backoff, whenever it stops (its store failed).
+    pub fn start(&self, node: Address, shutdown: CoordinatedShutdown) {
         let _ = self.node.set(node);
+        let logs = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.started() => {}
+                () = logs.supervise() => {}
+            }
+        });
+    }
+
+    async fn supervise(&self) {
+        let mut backoff = SUPERVISOR_BACKOFF_MIN;
+        loop {
+            match self.producer().await {
+                Ok(p) => {
+                    backoff = SUPERVISOR_BACKOFF_MIN;
+                    p.stopped().await;
+                    let mut slot = self.producer.lock().await;
+                    if slot.as_ref().is_some_and(|q| q.is_same(&p)) {
+                        *slot = None;
+                    }
+                }
+                Err(e) => {
+                    // At most one line per backoff (5 s at most).
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "the sample log producer did not start; trying again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(SUPERVISOR_BACKOFF_MAX);
+                }
+            }
+        }
     }
 
     /// The node's producer, started (recovering its durable queue) if it is not running.
@@ -150,10 +187,8 @@ impl ReliableLogs {
             Err(e) => {
                 // Stopped (its store failed): the next request starts it again.
                 let mut slot = self.producer.lock().await;
-                if slot
-                    .as_ref()
-                    .is_some_and(|p| p.producer_id() == producer.producer_id())
-                {
+                // Only this very producer: one started meanwhile runs on.
+                if slot.as_ref().is_some_and(|p| p.is_same(&producer)) {
                     *slot = None;
                 }
                 message(StatusCode::SERVICE_UNAVAILABLE, e)
