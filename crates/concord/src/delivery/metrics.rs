@@ -16,6 +16,7 @@ pub(super) fn producer(node: &str, producer_id: &str, s: &ProducerStatus) {
     metrics::counter!("concord_delivery_producer_sent_total", &l).absolute(s.sent);
     metrics::counter!("concord_delivery_producer_resent_total", &l).absolute(s.resent);
     metrics::counter!("concord_delivery_producer_confirmed_total", &l).absolute(s.confirmed);
+    metrics::counter!("concord_delivery_producer_invalid_total", &l).absolute(s.invalid);
 }
 
 /// A `send` was refused: the buffer was full.

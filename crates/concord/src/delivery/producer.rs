@@ -61,6 +61,9 @@ pub struct ProducerStatus {
     pub resent: u64,
     /// Messages confirmed, in all.
     pub confirmed: u64,
+    /// Consumer answers that did not fit (a confirmation beyond what was sent, a resend
+    /// from the future, another incarnation's answer): counted and ignored.
+    pub invalid: u64,
 }
 
 /// A reliable producer to the entities of one sharded type (see the module docs). Cheap to
@@ -360,7 +363,7 @@ impl<E: ConsumerEntity> Task<E> {
             }
             if let Err(e) = self.record().await {
                 self.fail(&e);
-                break;
+                return;
             }
             self.flush(&mut answers).await;
             if last_metrics.elapsed() >= Duration::from_secs(1) {
@@ -369,7 +372,7 @@ impl<E: ConsumerEntity> Task<E> {
                 if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
                     if let Err(e) = q.write(Vec::new()).await {
                         self.fail(&e);
-                        break;
+                        return;
                     }
                 }
             }
@@ -391,6 +394,7 @@ impl<E: ConsumerEntity> Task<E> {
             sent: s.sent,
             resent: s.resent,
             confirmed: s.confirmed,
+            invalid: s.invalid,
         }
     }
 
@@ -473,11 +477,13 @@ impl<E: ConsumerEntity> Task<E> {
         Ok(())
     }
 
-    /// The durable queue failed: nothing the producer holds may be on disk, so it stops;
+    /// The durable queue failed: nothing the producer holds may be on disk, so it stops
+    /// (writing nothing more: a producer started again may be reading the queue already);
     /// every caller waiting learns why.
     fn fail(&mut self, e: &DeliveryError) {
         tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
         metrics::producer_failed(&self.node, &self.producer_id);
+        metrics::producer(&self.node, &self.producer_id, &self.status());
         for (tx, _) in self.accepts.drain(..) {
             let _ = tx.send(Err(e.clone()));
         }
