@@ -127,8 +127,14 @@ impl ReliableLogs {
                     }
                 }
                 Err(e) => {
-                    // At most one line per backoff (5 s at most).
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "the sample log producer did not start; trying again");
+                    // At most one line per backoff; a warning once it keeps failing (the
+                    // first attempts of a starting node wait for the journal).
+                    let retry_in_ms = backoff.as_millis() as u64;
+                    if backoff >= SUPERVISOR_BACKOFF_MAX {
+                        tracing::warn!(error = %e, retry_in_ms, "the sample log producer did not start; trying again");
+                    } else {
+                        tracing::info!(error = %e, retry_in_ms, "the sample log producer did not start yet; trying again");
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(SUPERVISOR_BACKOFF_MAX);
                 }
