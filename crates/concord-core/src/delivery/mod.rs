@@ -25,6 +25,8 @@ mod settings;
 mod sharding_producer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_restart;
 
 pub use backoff::ResendBackoff;
 pub use consumer::{ConsumerController, ConsumerStats, ProducerProgress, Verdict};
