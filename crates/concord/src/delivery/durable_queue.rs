@@ -5,14 +5,15 @@
 //!
 //! Every message is recorded before its `send` returns and before it leaves; confirmations
 //! are recorded in batches (a confirmation lost with a crash only sends a message again,
-//! which its consumer drops). The log's events up to the oldest unconfirmed message are
-//! deleted as confirmations come in — only after a whole write (a journal keeps writes
-//! whole: cutting inside one lost its later events) — after an empty marker snapshot there: a
-//! recovery starts after the newest marker and requires every event from there (reading
-//! from 1 after a deletion found nothing on the replicated journal, and a restarted
-//! producer took its queue for empty — found by `tests/delivery_processes.rs`). Appends are conditional on the sequence number, so
-//! two producers running with one id cannot interleave: the second's write fails and it
-//! stops.
+//! which its consumer drops). The log's events before the oldest unconfirmed message are
+//! deleted as confirmations come in, after an empty marker snapshot at the cut; a recovery
+//! reads from the newest marker on and requires every event after it. The cut is always at
+//! the end of a whole write: a journal answers reads from the first number of a write, so
+//! a recovery starting inside one found nothing there. (Before the marker, a recovery read
+//! from 1 after a deletion found nothing at all on the replicated journal, and a restarted
+//! producer took its queue for empty: `tests/delivery_processes.rs` found both.) Appends are
+//! conditional on the sequence number, so two producers running with one id cannot
+//! interleave: the second's write fails and it stops.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -156,7 +157,8 @@ impl DurableQueue {
         &self.state
     }
 
-    /// Notes a confirmation, written with the next write or [`DurableQueue::flush`].
+    /// Notes a confirmation, written with the next write (the producer writes what is
+    /// noted at least once a second).
     pub(super) fn confirmed(&mut self, entity_id: String, incarnation: Incarnation, seq_nr: u64) {
         let c = self
             .confirmations
