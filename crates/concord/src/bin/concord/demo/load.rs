@@ -213,8 +213,16 @@ impl Finished {
         let deadline = Instant::now() + Duration::from_secs(60);
         for l in 0..LOGS {
             loop {
+                // A log recovering on another node may answer 503 for a moment.
                 let v: serde_json::Value =
-                    get_json(&http, port, &format!("/sample/log/l{l}")).await?;
+                    match get_json(&http, port, &format!("/sample/log/l{l}")).await {
+                        Ok(v) => v,
+                        Err(_) if Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
                 let values: Vec<String> = v["values"]
                     .as_array()
                     .map(|a| {
