@@ -11,6 +11,12 @@
 //!   holds the message (or refuses it: the buffer is bounded), `send_and_confirm` once the
 //!   entity confirmed it; unconfirmed messages are resent with backoff, across rebalances,
 //!   handoffs and crashes of the entity's node.
+//! - [`ShardingProducer::start_durable`] keeps the producer's unconfirmed messages in the
+//!   node's persistence store (a durable producer queue): started again after a crash, it
+//!   sends them again.
+//! - [`init_event_sourced_consumer`] runs an event-sourced entity type as a consumer
+//!   ([`ReliableEventSourced`]) that stores what it handled with its events: each message
+//!   applied once, also across crashes.
 //! - `[reliable-delivery]` ([`ReliableDeliveryConfig`]) and the metrics
 //!   `concord_delivery_*`.
 //!
