@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::sample_cluster::SampleCluster;
+use common::sample_cluster::{kill_and_wait_removed, SampleCluster};
 use common::{all_up, runtime, serial, wait_until, Node};
 
 const SYS: &str = "delivery-proc";
@@ -214,28 +214,8 @@ fn sigkilled_consumer_and_producer_nodes_lose_no_accepted_value_and_apply_none_t
                     .is_some_and(|n| *n >= 2)
             },
         );
-        nodes[victim].kill9();
-        let survivors: Vec<String> = addrs.iter().filter(|a| **a != addr).cloned().collect();
-        {
-            let refs: Vec<&Node> = nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != victim)
-                .map(|(_, n)| n)
-                .collect();
-            wait_until(
-                "the crashed node removed",
-                Duration::from_secs(90),
-                &refs,
-                || all_up(&rt, &refs, &survivors),
-            );
-        }
-        let restarted = c.restart(victim + 1, &nodes[victim], &seeds);
-        nodes[victim] = restarted;
-        let refs: Vec<&Node> = nodes.iter().collect();
-        wait_until("5 Up again", Duration::from_secs(90), &refs, || {
-            all_up(&rt, &refs, &addrs)
-        });
+        kill_and_wait_removed(&rt, &mut nodes, victim, &addrs);
+        c.restart_and_wait_up(&rt, &mut nodes, victim, &addrs, &seeds);
     }
     // The restarted producer's node accepts again (its producer recovered its queue).
     let before = record

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::counter_load::CounterLoad;
 use common::postgres::PgServer;
-use common::sample_cluster::SampleCluster;
+use common::sample_cluster::{kill_and_wait_removed, SampleCluster};
 use common::{all_up, runtime, serial, wait_until, Node};
 
 const SYS: &str = "persist-proc";
@@ -159,22 +159,7 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
                     .is_some_and(|n| *n >= 2)
             },
         );
-        nodes[victim].kill9();
-        let survivors: Vec<String> = addrs.iter().filter(|a| **a != addr).cloned().collect();
-        {
-            let refs: Vec<&Node> = nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != victim)
-                .map(|(_, n)| n)
-                .collect();
-            wait_until(
-                "the crashed node removed",
-                Duration::from_secs(90),
-                &refs,
-                || all_up(&rt, &refs, &survivors),
-            );
-        }
+        kill_and_wait_removed(&rt, &mut nodes, victim, &addrs);
         let after = load.acknowledged();
         wait_until(
             "increments acknowledged after the crash",
@@ -182,12 +167,7 @@ fn run(dir: &std::path::Path, store_env: Vec<(String, String)>) {
             &[&nodes[0]],
             || load.acknowledged() > after + 30,
         );
-        let restarted = c.restart(victim + 1, &nodes[victim], &seeds);
-        nodes[victim] = restarted;
-        let refs: Vec<&Node> = nodes.iter().collect();
-        wait_until("5 Up again", Duration::from_secs(90), &refs, || {
-            all_up(&rt, &refs, &addrs)
-        });
+        c.restart_and_wait_up(&rt, &mut nodes, victim, &addrs, &seeds);
     }
     let (acked, sent) = load.stop();
     assert!(acked.values().sum::<i64>() > 100, "{acked:?}");

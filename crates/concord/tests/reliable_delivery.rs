@@ -273,6 +273,22 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
     members[0].node.stop().await;
 }
 
+/// The durable producer `orders` on `member`'s node, with its queue in `stores`.
+async fn orders(
+    member: &Member,
+    stores: &concord::persistence::Stores,
+) -> ShardingProducer<ReliableConsumer<Log>> {
+    ShardingProducer::start_durable(
+        "orders",
+        member.node.self_address(),
+        member.region.clone(),
+        settings(),
+        stores,
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_rest_once() {
     use concord::persistence::{InMemoryStore, Stores};
@@ -280,16 +296,7 @@ async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_
     // A slow consumer, so that much is unconfirmed when the producer stops.
     let members = cluster("rd-durable", 1, &deliveries, 10).await;
     let stores = Stores::of(InMemoryStore::new());
-    let node = members[0].node.self_address().clone();
-    let first = ShardingProducer::start_durable(
-        "orders",
-        &node,
-        members[0].region.clone(),
-        settings(),
-        &stores,
-    )
-    .await
-    .unwrap();
+    let first = orders(&members[0], &stores).await;
     let entities = ["a".to_string(), "b".to_string()];
     send_all(&first, &entities, 1..101).await;
     wait_for("some delivered", || {
@@ -307,15 +314,7 @@ async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_
     first.stop().await;
     assert_eq!(first.send("a", &1).await, Err(DeliveryError::Stopped));
     // Started again with the same id: it sends what was never confirmed.
-    let second = ShardingProducer::start_durable(
-        "orders",
-        &node,
-        members[0].region.clone(),
-        settings(),
-        &stores,
-    )
-    .await
-    .unwrap();
+    let second = orders(&members[0], &stores).await;
     let restored = second.status().await.unwrap();
     assert!(restored.unconfirmed > 0, "{restored:?}");
     send_all(&second, &entities, 101..111).await;
@@ -328,15 +327,7 @@ async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_
     }
     // A second producer with the same id while the first runs: its first write fails and
     // it stops; the first goes on.
-    let third = ShardingProducer::start_durable(
-        "orders",
-        &node,
-        members[0].region.clone(),
-        settings(),
-        &stores,
-    )
-    .await
-    .unwrap();
+    let third = orders(&members[0], &stores).await;
     second.send("a", &111).await.unwrap();
     match third.send("a", &112).await {
         Err(DeliveryError::Store(why)) => assert!(why.contains("writing"), "{why}"),

@@ -55,36 +55,14 @@ type LedgerRegion = ShardRegion<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_sourced_consumer_applies_each_message_once_across_a_crash_of_its_node() {
-    use concord::persistence::{InMemoryStore, Persistence, Stores};
+    use concord::persistence::{InMemoryStore, Stores};
     // One store shared by the nodes (the journal outlives the crashed node).
     let stores = Stores::of(InMemoryStore::new());
     let system = "rd-es";
     let mut nodes: Vec<(Node, LedgerRegion)> = Vec::new();
-    for i in 0..3 {
+    for _ in 0..3 {
         let seeds: Vec<u16> = nodes.first().map(|(n, _)| port_of(n)).into_iter().collect();
-        let mut c = fast_config(system, &seeds);
-        tune(&mut c);
-        let (layer, persistence) = Persistence::layer_with(stores.clone());
-        let mut sharding = Sharding::new();
-        let region = concord::delivery::init_event_sourced_consumer(
-            &persistence,
-            &mut sharding,
-            "ledger",
-            |_| Ledger,
-            None,
-            settings(),
-        );
-        let node = Node::builder(c)
-            .layer(layer)
-            .layer(sharding)
-            .start()
-            .await
-            .unwrap();
-        if i == 0 {
-            let me = node.self_address().clone();
-            node.cluster().join(me).await.unwrap();
-        }
-        nodes.push((node, region));
+        nodes.push(ledger_node(system, &stores, &seeds).await);
     }
     wait_for("all Up", || {
         nodes.iter().all(|(n, _)| {
@@ -165,9 +143,14 @@ async fn an_event_sourced_consumer_applies_each_message_once_across_a_crash_of_i
     nodes[1].0.stop().await;
 }
 
-/// One node with the ledger as a reliable consumer on `stores`.
-async fn ledger_node(system: &str, stores: &concord::persistence::Stores) -> (Node, LedgerRegion) {
-    let mut c = fast_config(system, &[]);
+/// A node with the ledger as a reliable consumer on `stores`, joining `seeds` (none: it
+/// forms the cluster).
+async fn ledger_node(
+    system: &str,
+    stores: &concord::persistence::Stores,
+    seeds: &[u16],
+) -> (Node, LedgerRegion) {
+    let mut c = fast_config(system, seeds);
     tune(&mut c);
     let (layer, persistence) = concord::persistence::Persistence::layer_with(stores.clone());
     let mut sharding = Sharding::new();
@@ -185,8 +168,10 @@ async fn ledger_node(system: &str, stores: &concord::persistence::Stores) -> (No
         .start()
         .await
         .unwrap();
-    let me = node.self_address().clone();
-    node.cluster().join(me).await.unwrap();
+    if seeds.is_empty() {
+        let me = node.self_address().clone();
+        node.cluster().join(me).await.unwrap();
+    }
     (node, region)
 }
 
@@ -228,7 +213,7 @@ async fn sequenced(
 async fn a_message_sent_again_after_the_consumer_recovered_is_recognised_and_not_applied_twice() {
     use concord_core::delivery::ConsumerMessage;
     let stores = concord::persistence::Stores::of(concord::persistence::InMemoryStore::new());
-    let (node, region) = ledger_node("rd-once", &stores).await;
+    let (node, region) = ledger_node("rd-once", &stores, &[]).await;
     for seq in 1..=3 {
         let r = sequenced(&region, seq, seq - 1).await;
         assert_eq!(r.reply, Some((1..=seq).collect::<Vec<_>>()));
@@ -236,7 +221,7 @@ async fn a_message_sent_again_after_the_consumer_recovered_is_recognised_and_not
     // The node crashes before the confirmation of 3 reached the producer; the entity
     // recovers on a new node from the journal.
     node.stop().await;
-    let (node, region) = ledger_node("rd-once-2", &stores).await;
+    let (node, region) = ledger_node("rd-once-2", &stores, &[]).await;
     // The producer sends 3 again (it knows only 2 confirmed): recognised, not applied.
     let again = sequenced(&region, 3, 2).await;
     assert_eq!(again.reply, None, "handled twice");

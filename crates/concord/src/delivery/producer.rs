@@ -24,23 +24,23 @@ use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
 use crate::persistence::Stores;
-use crate::sharding::entity::{decode, encode};
+use crate::sharding::entity::encode;
 use crate::sharding::{ShardRegion, ShardingError};
 
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
 
-type Confirmation = oneshot::Sender<Result<Option<Vec<u8>>, DeliveryError>>;
+type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
 
-/// A `send_and_confirm` caller, and the entity's answer (encoded) once known.
-type Waiter = (Confirmation, Option<Vec<u8>>);
+/// A `send_and_confirm` caller, and the entity's answer once known.
+type Waiter<A> = (Confirmation<A>, Option<A>);
 
-enum Command {
+enum Command<A> {
     Send {
         entity_id: String,
         payload: Vec<u8>,
         accepted: oneshot::Sender<Result<u64, DeliveryError>>,
-        confirmed: Option<Confirmation>,
+        confirmed: Option<Confirmation<A>>,
     },
     Stats(oneshot::Sender<ProducerStatus>),
     Stop,
@@ -70,7 +70,7 @@ pub struct ProducerStatus {
 /// clone; its task runs while a clone is alive or messages are unconfirmed.
 pub struct ShardingProducer<E: ConsumerEntity> {
     producer_id: String,
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<Command<E::Answer>>,
     _types: PhantomData<fn() -> E>,
 }
 
@@ -223,7 +223,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
             Ok(Err(_)) => Err(DeliveryError::Stopped),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Ok(Ok(None))) => Ok(None),
-            Ok(Ok(Ok(Some(bytes)))) => decode(&bytes).map(Some).map_err(DeliveryError::Encoding),
+            Ok(Ok(Ok(answer))) => Ok(answer),
         }
     }
 
@@ -264,7 +264,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         &self,
         entity_id: &str,
         message: &E::Payload,
-        confirmed: Option<Confirmation>,
+        confirmed: Option<Confirmation<E::Answer>>,
     ) -> Result<u64, DeliveryError> {
         let payload = encode(message).map_err(DeliveryError::Encoding)?;
         let (tx, rx) = oneshot::channel();
@@ -298,7 +298,7 @@ struct Task<E: ConsumerEntity> {
     base: Instant,
     ask_timeout: Duration,
     /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
-    waiters: HashMap<(String, u64), Waiter>,
+    waiters: HashMap<(String, u64), Waiter<E::Answer>>,
     node: String,
     producer_id: String,
     /// The durable queue, if any.
@@ -316,7 +316,7 @@ impl<E: ConsumerEntity> Task<E> {
         u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command<E::Answer>>) {
         let mut answers: FuturesUnordered<AnswerFuture<E::Reply>> = FuturesUnordered::new();
         let mut open = true;
         let mut last_metrics = Instant::now();
@@ -398,7 +398,7 @@ impl<E: ConsumerEntity> Task<E> {
         }
     }
 
-    fn command(&mut self, c: Command) {
+    fn command(&mut self, c: Command<E::Answer>) {
         match c {
             Command::Send {
                 entity_id,
@@ -452,7 +452,7 @@ impl<E: ConsumerEntity> Task<E> {
         };
         if let Some(r) = reply {
             if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), a.seq_nr)) {
-                w.1 = encode(&r).ok();
+                w.1 = Some(r);
             }
         }
         if let Some(control) = control {

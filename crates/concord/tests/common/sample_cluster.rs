@@ -1,7 +1,9 @@
 //! `concord node --sample` processes that keep their data directory across a restart (on
 //! the same ports, so with the same address).
 
-use super::Node;
+use std::time::Duration;
+
+use super::{all_up, wait_until, Node};
 
 /// The nodes' system name, environment and data directories (`<dir>/node-<i>`).
 pub struct SampleCluster {
@@ -43,5 +45,49 @@ impl SampleCluster {
             &self.env(),
             &args,
         )
+    }
+}
+
+/// SIGKILLs `nodes[victim]` and waits until every other node sees only the others Up
+/// (`addrs`: every node's address).
+pub fn kill_and_wait_removed(
+    rt: &tokio::runtime::Runtime,
+    nodes: &mut [Node],
+    victim: usize,
+    addrs: &[String],
+) {
+    let addr = nodes[victim].address();
+    nodes[victim].kill9();
+    let survivors: Vec<String> = addrs.iter().filter(|a| **a != addr).cloned().collect();
+    let refs: Vec<&Node> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, n)| n)
+        .collect();
+    wait_until(
+        "the crashed node removed",
+        Duration::from_secs(90),
+        &refs,
+        || all_up(rt, &refs, &survivors),
+    );
+}
+
+impl SampleCluster {
+    /// Starts `nodes[victim]` (node `victim + 1`) again with its data and waits until every
+    /// node sees all of `addrs` Up.
+    pub fn restart_and_wait_up(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        nodes: &mut [Node],
+        victim: usize,
+        addrs: &[String],
+        seeds: &[u16],
+    ) {
+        nodes[victim] = self.restart(victim + 1, &nodes[victim], seeds);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        wait_until("all Up again", Duration::from_secs(90), &refs, || {
+            all_up(rt, &refs, addrs)
+        });
     }
 }
