@@ -35,6 +35,8 @@ impl ProtocolId {
     pub const KEY_VALUE: ProtocolId = ProtocolId(5);
     /// The replicated journal (persistence's built-in store).
     pub const JOURNAL: ProtocolId = ProtocolId(6);
+    /// Reliable delivery between named endpoints (point-to-point and work pulling).
+    pub const DELIVERY: ProtocolId = ProtocolId(7);
     /// `concord bench remote`: raw payloads for the throughput benchmark.
     pub const BENCH: ProtocolId = ProtocolId(900);
     /// The first id applications may use for their own protocols.
@@ -50,6 +52,7 @@ impl ProtocolId {
             ProtocolId::SHARDING => "sharding".into(),
             ProtocolId::KEY_VALUE => "kv".into(),
             ProtocolId::JOURNAL => "journal".into(),
+            ProtocolId::DELIVERY => "delivery".into(),
             ProtocolId::BENCH => "bench".into(),
             ProtocolId(n) => format!("app-{n}"),
         }

@@ -141,7 +141,6 @@ pub mod config;
 #[cfg(feature = "runtime")]
 pub mod coordinated_shutdown;
 pub mod ddata;
-#[cfg(feature = "runtime")]
 pub mod delivery;
 #[cfg(feature = "runtime")]
 pub mod discovery;

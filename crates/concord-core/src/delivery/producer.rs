@@ -262,6 +262,12 @@ impl ProducerController {
         self.resend_at = Some(self.backoff.next_deadline(now_ms));
     }
 
+    /// The unconfirmed payloads, in order, giving the controller up (a work-pulling
+    /// producer hands a removed worker's messages to others).
+    pub fn into_unconfirmed(self) -> Vec<Vec<u8>> {
+        self.unconfirmed.into()
+    }
+
     /// Next message to send.
     pub fn poll_transmit(&mut self) -> Option<SequencedMessage> {
         self.transmits.pop_front()

@@ -153,6 +153,29 @@ impl ShardingProducerController {
         s
     }
 
+    /// How many more messages `entity_id`'s consumer asked for than were sent (1 for an
+    /// entity without a controller: a first message goes without demand).
+    pub fn demand(&self, entity_id: &str) -> u64 {
+        self.entities
+            .get(entity_id)
+            .map_or(1, |e| e.controller.demand())
+    }
+
+    /// Forgets `entity_id`'s controller; returns its unconfirmed payloads in order (they no
+    /// longer count towards the buffer). A later message to it starts a new generation.
+    pub fn remove(&mut self, entity_id: &str) -> Vec<Vec<u8>> {
+        let Some(e) = self.entities.remove(entity_id) else {
+            return Vec::new();
+        };
+        if let Some(d) = e.deadline {
+            self.deadlines.remove(&(d, entity_id.to_string()));
+        }
+        add(&mut self.retired, &e.controller.stats());
+        let unconfirmed = e.controller.into_unconfirmed();
+        self.held = self.held.saturating_sub(unconfirmed.len());
+        unconfirmed
+    }
+
     /// Restores `entity_id`'s controller from a durable queue (see
     /// [`ProducerController::restored`]); its messages count towards the buffer, and new
     /// controllers get generations above `incarnation`'s.

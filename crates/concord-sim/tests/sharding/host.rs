@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use concord::host::{Clock, HostInput, LayerHost, ManualClock};
+use concord::host::{Clock, HostInput, ManualClock};
 use concord::sharding::{Entity, EntityContext, ShardingCommand, ShardingEffects};
 use concord_core::group::MachineGroup;
 use concord_core::sharding::{ClusterSharding, ShardingSettings};
 use concord_core::{ProtocolId, UniqueAddress};
-use concord_sim::{SimHost, SimRuntime};
-use futures_channel::oneshot;
+use concord_sim::{ShardingExiting, SimHost, SimRuntime};
 
 use super::SHARDS;
 
@@ -85,53 +84,6 @@ impl Drop for Recorder {
     }
 }
 
-/// The `cluster-exiting` work of a node, as its coordinated shutdown runs it: hand the
-/// shards over (`cluster-sharding-shutdown-region`, 10 s, then stop every entity), then
-/// the coordinator (`cluster-exiting`, 10 s).
-#[derive(Default)]
-pub(crate) struct Exiting {
-    since: Option<u64>,
-    graceful: Option<oneshot::Receiver<()>>,
-    graceful_done: bool,
-    exiting: Option<oneshot::Receiver<()>>,
-    exiting_done: bool,
-}
-
-impl Exiting {
-    pub(crate) fn step(&mut self, host: &mut LayerHost<ShardingEffects>, now: u64) -> bool {
-        let started = *self.since.get_or_insert(now);
-        if self.graceful.is_none() && !self.graceful_done {
-            let (done, rx) = oneshot::channel();
-            host.handle(HostInput::Command(ShardingCommand::GracefulShutdown {
-                done,
-            }));
-            self.graceful = Some(rx);
-        }
-        if let Some(rx) = &mut self.graceful {
-            if !matches!(rx.try_recv(), Ok(None)) {
-                self.graceful = None;
-                self.graceful_done = true;
-            }
-        }
-        let timed_out = now >= started + 10_000;
-        if timed_out && !self.graceful_done && self.exiting.is_none() {
-            host.handle(HostInput::Command(ShardingCommand::StopHosting));
-        }
-        if (self.graceful_done || timed_out) && self.exiting.is_none() && !self.exiting_done {
-            let (done, rx) = oneshot::channel();
-            host.handle(HostInput::Command(ShardingCommand::SelfExiting { done }));
-            self.exiting = Some(rx);
-        }
-        if let Some(rx) = &mut self.exiting {
-            if !matches!(rx.try_recv(), Ok(None)) {
-                self.exiting = None;
-                self.exiting_done = true;
-            }
-        }
-        self.exiting_done || now >= started + 20_000
-    }
-}
-
 /// The host of node `me`: the sharding machine of [`TYPE`] with `settings`, the real
 /// sharding effects running [`Recorder`]s that log to `logs`.
 pub(crate) fn node_host(
@@ -178,7 +130,7 @@ pub(crate) fn node_host(
         TYPE,
         ClusterSharding::new(settings, me.clone(), seed, clock.now_ms()),
     );
-    let mut exiting = Exiting::default();
+    let mut exiting = ShardingExiting::default();
     SimHost::new(machines, effects, me.clone(), clock.clone(), runtime)
         .with_exiting(move |h, now| exiting.step(h, now))
 }

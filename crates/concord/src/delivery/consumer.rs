@@ -222,6 +222,7 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
 }
 
 /// The factory of `ReliableConsumer<E>` from `E`'s.
+#[cfg(feature = "runtime")]
 pub(super) fn consumer_factory<E, F>(
     factory: F,
     settings: DeliverySettings,

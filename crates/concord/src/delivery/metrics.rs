@@ -1,10 +1,13 @@
 //! The reliable delivery metrics (`concord_delivery_*`, labels `node` and `producer` or
 //! `type`).
 
+#[cfg(feature = "runtime")]
 use super::producer::ProducerStatus;
 
+#[cfg(feature = "runtime")]
 /// A producer's gauges and counters, refreshed about once a second by its task.
 pub(super) fn producer(node: &str, producer_id: &str, s: &ProducerStatus) {
+    #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     let l = [
         ("node", node.to_string()),
@@ -19,8 +22,10 @@ pub(super) fn producer(node: &str, producer_id: &str, s: &ProducerStatus) {
     metrics::counter!("concord_delivery_producer_invalid_total", &l).absolute(s.invalid);
 }
 
+#[cfg(feature = "runtime")]
 /// A `send` was refused: the buffer was full.
 pub(super) fn producer_refused(node: &str, producer_id: &str) {
+    #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::counter!(
         "concord_delivery_producer_refused_total",
@@ -32,6 +37,7 @@ pub(super) fn producer_refused(node: &str, producer_id: &str) {
 
 /// A consumer handed a message to its entity.
 pub(super) fn consumer_delivered(node: &str, entity_type: &str) {
+    #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::counter!(
         "concord_delivery_consumer_delivered_total",
@@ -44,6 +50,7 @@ pub(super) fn consumer_delivered(node: &str, entity_type: &str) {
 /// A consumer dropped a message: `duplicate`, `gap` (a resend asked), `stale`, `invalid`
 /// or `undecodable`.
 pub(super) fn consumer_dropped(node: &str, entity_type: &str, why: &'static str) {
+    #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::counter!(
         "concord_delivery_consumer_dropped_total",
@@ -54,8 +61,10 @@ pub(super) fn consumer_dropped(node: &str, entity_type: &str, why: &'static str)
     .increment(1);
 }
 
+#[cfg(feature = "runtime")]
 /// A producer stopped: its durable queue failed.
 pub(super) fn producer_failed(node: &str, producer_id: &str) {
+    #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::counter!(
         "concord_delivery_producer_failed_total",

@@ -58,31 +58,48 @@
 //! # }
 //! ```
 
+// Without the tokio runtime only the consumer side exists (the simulator hosts it).
+#[cfg(feature = "runtime")]
 mod config;
 mod consumer;
+#[cfg(feature = "runtime")]
 mod durable_queue;
+#[cfg(feature = "runtime")]
 mod error;
+#[cfg(feature = "runtime")]
 mod event_sourced_consumer;
 mod metrics;
+#[cfg(feature = "runtime")]
 mod producer;
 
+#[cfg(feature = "runtime")]
 use std::sync::Arc;
 
+#[cfg(feature = "runtime")]
 use concord_core::delivery::DeliverySettings;
+#[cfg(feature = "runtime")]
 use concord_core::sharding::ShardingSettings;
 
+#[cfg(feature = "runtime")]
 pub use config::ReliableDeliveryConfig;
 pub use consumer::{
     ConsumerEntity, ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer, Sequenced,
 };
+#[cfg(feature = "runtime")]
 pub use durable_queue::QUEUE_ENTITY_TYPE;
+#[cfg(feature = "runtime")]
 pub use error::DeliveryError;
+#[cfg(feature = "runtime")]
 pub use event_sourced_consumer::{ReliableEvent, ReliableEventSourced, ReliableState};
+#[cfg(feature = "runtime")]
 pub use producer::{ProducerStatus, ShardingProducer};
 
+#[cfg(feature = "runtime")]
 use crate::persistence::{EventSourced, EventSourcedEntity, Persistence};
+#[cfg(feature = "runtime")]
 use crate::sharding::{Entity, ShardRegion, Sharding};
 
+#[cfg(feature = "runtime")]
 /// Runs entity type `entity_type` behind a consumer controller on this node (Akka's
 /// `ShardingConsumerController`): like [`Sharding::init`], with `factory` building the
 /// entity from its id and its own handed-over state. The region's messages are
@@ -106,6 +123,7 @@ where
     )
 }
 
+#[cfg(feature = "runtime")]
 /// Runs event-sourced entity type `entity_type` as a reliable consumer, **effectively
 /// once** ([`ReliableEventSourced`]): like [`Persistence::init_event_sourced`], with the
 /// highest number handled per producer persisted with the events each message caused.
