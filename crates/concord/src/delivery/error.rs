@@ -15,6 +15,9 @@ pub enum DeliveryError {
     /// The entity id is empty or longer than 512 bytes.
     #[error("entity id is empty or longer than 512 bytes")]
     BadEntityId,
+    /// An endpoint name or producer id is empty, too long, or already runs on this node.
+    #[error("{0}")]
+    BadName(String),
     /// The message does not encode.
     #[error("encoding: {0}")]
     Encoding(String),

@@ -73,3 +73,46 @@ pub(super) fn producer_failed(node: &str, producer_id: &str) {
     )
     .increment(1);
 }
+
+/// The delivery layer dropped an envelope for a local endpoint: `unknown-endpoint`,
+/// `endpoint-full` (the producer sends it again) or `malformed`.
+#[cfg(feature = "runtime")]
+pub(super) fn router_dropped(node: &str, reason: &'static str) {
+    crate::metrics::ensure_recorder();
+    metrics::counter!(
+        "concord_delivery_router_dropped_total",
+        "node" => node.to_string(),
+        "reason" => reason
+    )
+    .increment(1);
+}
+
+/// The delivery layer's endpoints and envelopes, refreshed every second.
+#[cfg(feature = "runtime")]
+pub(super) fn router(node: &str, endpoints: usize, s: &concord_core::delivery::RouterStats) {
+    crate::metrics::ensure_recorder();
+    let l = [("node", node.to_string())];
+    metrics::gauge!("concord_delivery_router_endpoints", &l).set(endpoints as f64);
+    metrics::counter!("concord_delivery_router_sent_total", &l).absolute(s.sent);
+    metrics::counter!("concord_delivery_router_received_total", &l).absolute(s.received);
+    metrics::counter!("concord_delivery_router_malformed_total", &l).absolute(s.malformed);
+}
+
+/// A work-pulling (or point-to-point) producer's own gauges, next to [`producer`]'s.
+#[cfg(feature = "runtime")]
+pub(super) fn work_pulling(
+    node: &str,
+    producer_id: &str,
+    waiting: usize,
+    workers: usize,
+    reassigned: u64,
+) {
+    crate::metrics::ensure_recorder();
+    let l = [
+        ("node", node.to_string()),
+        ("producer", producer_id.to_string()),
+    ];
+    metrics::gauge!("concord_delivery_producer_waiting", &l).set(waiting as f64);
+    metrics::gauge!("concord_delivery_producer_workers", &l).set(workers as f64);
+    metrics::counter!("concord_delivery_producer_reassigned_total", &l).absolute(reassigned);
+}

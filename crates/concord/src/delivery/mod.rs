@@ -60,6 +60,8 @@
 
 // Without the tokio runtime only the consumer side exists (the simulator hosts it).
 #[cfg(feature = "runtime")]
+mod codec;
+#[cfg(feature = "runtime")]
 mod config;
 mod consumer;
 #[cfg(feature = "runtime")]
@@ -68,9 +70,17 @@ mod durable_queue;
 mod error;
 #[cfg(feature = "runtime")]
 mod event_sourced_consumer;
+#[cfg(feature = "runtime")]
+mod layer;
 mod metrics;
 #[cfg(feature = "runtime")]
+mod point_consumer;
+#[cfg(feature = "runtime")]
 mod producer;
+#[cfg(feature = "runtime")]
+mod router_effects;
+#[cfg(feature = "runtime")]
+mod work_pulling;
 
 #[cfg(feature = "runtime")]
 use std::sync::Arc;
@@ -92,7 +102,13 @@ pub use error::DeliveryError;
 #[cfg(feature = "runtime")]
 pub use event_sourced_consumer::{ReliableEvent, ReliableEventSourced, ReliableState};
 #[cfg(feature = "runtime")]
+pub use layer::{DeliveryHandle, ReliableDelivery};
+#[cfg(feature = "runtime")]
+pub use point_consumer::{ConsumerRef, Delivery, DeliveryConsumer};
+#[cfg(feature = "runtime")]
 pub use producer::{ProducerStatus, ShardingProducer};
+#[cfg(feature = "runtime")]
+pub use work_pulling::{PointToPointProducer, WorkPullingProducer, WorkPullingStatus};
 
 #[cfg(feature = "runtime")]
 use crate::persistence::{EventSourced, EventSourcedEntity, Persistence};

@@ -1,0 +1,161 @@
+//! The delivery layer's effects: the local endpoints by name (each a queue into the task of
+//! a point-to-point or work-pulling producer, or of a consumer), what the router machine
+//! received handed to them, and their envelopes handed to the machine (or straight to a
+//! local endpoint when the receiver runs on this node).
+
+use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
+
+use concord_core::delivery::{DeliveryEnvelope, DeliveryRouter, RouterEvent};
+use concord_core::{Address, UniqueAddress};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::host::{Effects, LayerEffects};
+
+/// What an endpoint's task receives.
+#[derive(Debug)]
+pub(crate) enum EndpointInput {
+    /// An envelope for it, from node `from`.
+    Envelope {
+        from: UniqueAddress,
+        envelope: DeliveryEnvelope,
+    },
+    /// The cluster's members changed (their addresses, this node's included).
+    Members(BTreeSet<Address>),
+}
+
+/// What a registration answers: this node's address and the members as last seen.
+pub(crate) type Registered = (UniqueAddress, BTreeSet<Address>);
+
+/// What the endpoints' tasks ask the layer.
+pub(crate) enum DeliveryCommand {
+    /// Register endpoint `name`; refused if the name is taken or malformed.
+    Register {
+        name: String,
+        inbox: mpsc::Sender<EndpointInput>,
+        reply: oneshot::Sender<Result<Registered, String>>,
+    },
+    /// Endpoint `name` stopped (only if `inbox` is still the one registered).
+    Unregister {
+        name: String,
+        inbox: mpsc::Sender<EndpointInput>,
+    },
+    /// Send `envelope` to node `to`.
+    Send {
+        to: Address,
+        envelope: DeliveryEnvelope,
+    },
+}
+
+/// See the module docs.
+pub(crate) struct DeliveryEffects {
+    node: String,
+    endpoints: HashMap<String, mpsc::Sender<EndpointInput>>,
+    members: BTreeSet<Address>,
+}
+
+impl DeliveryEffects {
+    pub(crate) fn new(node: String) -> Self {
+        DeliveryEffects {
+            node,
+            endpoints: HashMap::new(),
+            members: BTreeSet::new(),
+        }
+    }
+
+    /// Hands `envelope` to its local endpoint; a missing or full one drops it (counted:
+    /// the producer sends it again).
+    fn deliver(&mut self, from: UniqueAddress, envelope: DeliveryEnvelope) {
+        let reason = match self.endpoints.get(&envelope.to) {
+            None => "unknown-endpoint",
+            Some(inbox) => match inbox.try_send(EndpointInput::Envelope { from, envelope }) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(_)) => "endpoint-full",
+                Err(mpsc::error::TrySendError::Closed(i)) => {
+                    if let EndpointInput::Envelope { envelope, .. } = i {
+                        self.endpoints.remove(&envelope.to);
+                    }
+                    "unknown-endpoint"
+                }
+            },
+        };
+        super::metrics::router_dropped(&self.node, reason);
+    }
+}
+
+impl LayerEffects for DeliveryEffects {
+    type Machine = DeliveryRouter;
+    type Command = DeliveryCommand;
+    type Completion = Infallible;
+
+    fn name(&self) -> &'static str {
+        "reliable-delivery"
+    }
+
+    fn command(&mut self, fx: &mut Effects<'_, Self>, command: DeliveryCommand) {
+        match command {
+            DeliveryCommand::Register { name, inbox, reply } => {
+                let r = if name.is_empty()
+                    || name.len() > concord_core::delivery::MAX_ENDPOINT_NAME_BYTES
+                {
+                    Err(format!(
+                        "endpoint name `{name}` is empty or longer than 256 bytes"
+                    ))
+                } else if self
+                    .endpoints
+                    .get(&name)
+                    .is_some_and(|existing| !existing.is_closed())
+                {
+                    Err(format!("endpoint `{name}` is already running on this node"))
+                } else {
+                    self.endpoints.insert(name, inbox);
+                    Ok((fx.node().clone(), self.members.clone()))
+                };
+                let _ = reply.send(r);
+            }
+            DeliveryCommand::Unregister { name, inbox } => {
+                if self
+                    .endpoints
+                    .get(&name)
+                    .is_some_and(|e| e.same_channel(&inbox))
+                {
+                    self.endpoints.remove(&name);
+                }
+            }
+            DeliveryCommand::Send { to, envelope } => {
+                if to == fx.node().address {
+                    let me = fx.node().clone();
+                    self.deliver(me, envelope);
+                } else if fx.machine.send(&to, envelope).is_err() {
+                    super::metrics::router_dropped(&self.node, "malformed");
+                }
+            }
+        }
+    }
+
+    fn completion(&mut self, _fx: &mut Effects<'_, Self>, never: Infallible) {
+        match never {}
+    }
+
+    fn event(&mut self, _fx: &mut Effects<'_, Self>, event: RouterEvent) {
+        match event {
+            RouterEvent::Inbound { from, envelope } => self.deliver(from, envelope),
+            RouterEvent::Members(members) => {
+                self.members = members.clone();
+                self.endpoints.retain(|_, inbox| {
+                    // A full inbox misses this one; the next change carries the whole set.
+                    !matches!(
+                        inbox.try_send(EndpointInput::Members(members.clone())),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+                });
+            }
+        }
+    }
+
+    fn received(&mut self, _message: &DeliveryEnvelope, _bytes: usize) {}
+
+    fn tick(&mut self, fx: &mut Effects<'_, Self>) {
+        super::metrics::router(&self.node, self.endpoints.len(), &fx.machine.stats());
+    }
+}
