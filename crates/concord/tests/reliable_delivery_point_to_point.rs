@@ -189,3 +189,63 @@ async fn work_pulling_spreads_work_and_moves_a_crashed_workers_messages() {
     members[0].node.stop().await;
     members[1].node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_producer_started_again_sends_what_was_not_confirmed() {
+    use concord::persistence::{InMemoryStore, Stores};
+    let members = cluster("rd-p2p-durable", 2).await;
+    let stores = Stores::of(InMemoryStore::new());
+    let mut consumer = members[1]
+        .delivery
+        .consumer::<u64>("inbox", &settings())
+        .await
+        .unwrap();
+    let reference = consumer.reference().clone();
+    let producer = members[0]
+        .delivery
+        .point_to_point_durable::<u64>("p2p-durable", reference.clone(), settings(), &stores)
+        .await
+        .unwrap();
+    for v in 0..100u64 {
+        producer.send(&v).await.unwrap();
+    }
+    // The first 30 handled and confirmed; the 31st taken, never confirmed.
+    let mut handled = Vec::new();
+    for _ in 0..30 {
+        let d = consumer.recv().await.unwrap();
+        handled.push(d.message);
+        d.confirm();
+    }
+    let held = consumer.recv().await.unwrap();
+    assert_eq!(held.message, 30);
+    // Stopped as by a crash, and started again from its queue.
+    producer.stop().await;
+    drop(held);
+    let again = members[0]
+        .delivery
+        .point_to_point_durable::<u64>("p2p-durable", reference, settings(), &stores)
+        .await
+        .unwrap();
+    let status = again.status().await.unwrap();
+    assert!(
+        (70..=100).contains(&status.producer.unconfirmed),
+        "it holds what was not confirmed: {status:?}"
+    );
+    while handled.len() < 30 || handled.last() != Some(&99) {
+        let d = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("the rest comes")
+            .unwrap();
+        handled.push(d.message);
+        d.confirm();
+    }
+    // Sent again from the first one whose confirmation was not recorded (at most 30),
+    // in order, to the end.
+    let after: Vec<u64> = handled[30..].to_vec();
+    let from = after[0];
+    assert!(from <= 30, "{after:?}");
+    assert_eq!(after, (from..100).collect::<Vec<u64>>());
+    for m in members {
+        m.node.stop().await;
+    }
+}

@@ -6,6 +6,11 @@
 //! confirmed again, under the same incarnations, so consumers drop what they had already
 //! handled.
 //!
+//! A work-pulling (or point-to-point) producer records by its own message ids instead
+//! ([`QueueEvent::Taken`], [`QueueEvent::Done`]): a message may move between workers, so
+//! a worker's numbering is not kept, and a restarted producer gives every message not done
+//! to the workers again (at least once).
+//!
 //! The log is kept short by deleting its events up to the first one still needed
 //! ([`DurableQueueState::deletable_up_to`]): the oldest unconfirmed message's. No snapshot
 //! is needed: the state is rebuilt from the events that remain.
@@ -40,6 +45,20 @@ pub enum QueueEvent {
         /// Highest number confirmed.
         seq_nr: u64,
     },
+    /// A work-pulling (or point-to-point) producer took message `id` (its own numbering,
+    /// not yet given to a worker: a worker's numbers are not kept).
+    Taken {
+        /// The message's id.
+        id: u64,
+        /// The message, encoded.
+        payload: Vec<u8>,
+    },
+    /// These messages of a work-pulling producer were confirmed (by any worker; not
+    /// necessarily in order).
+    Done {
+        /// Their ids.
+        ids: Vec<u64>,
+    },
 }
 
 /// What is unconfirmed for one consumer.
@@ -57,6 +76,11 @@ pub struct QueuedEntity {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableQueueState {
     entities: BTreeMap<String, QueuedEntity>,
+    /// A work-pulling producer's unconfirmed messages: id → (payload, the event that
+    /// recorded it).
+    work: BTreeMap<u64, (Vec<u8>, u64)>,
+    /// The highest work id taken.
+    highest_work_id: u64,
     /// Events that could not apply (a number out of order): counted, skipped.
     pub skipped: u64,
 }
@@ -126,7 +150,30 @@ impl DurableQueueState {
                     self.entities.remove(&entity_id);
                 }
             }
+            QueueEvent::Taken { id, payload } => {
+                if id <= self.highest_work_id {
+                    self.skipped += 1;
+                    return;
+                }
+                self.highest_work_id = id;
+                self.work.insert(id, (payload, event_seq_nr));
+            }
+            QueueEvent::Done { ids } => {
+                for id in ids {
+                    self.work.remove(&id);
+                }
+            }
         }
+    }
+
+    /// A work-pulling producer's unconfirmed messages, by id in order: (id, payload).
+    pub fn work(&self) -> impl Iterator<Item = (u64, &Vec<u8>)> {
+        self.work.iter().map(|(id, (p, _))| (*id, p))
+    }
+
+    /// The highest work id taken (a restarted producer numbers on after it).
+    pub fn highest_work_id(&self) -> u64 {
+        self.highest_work_id
     }
 
     /// Consumers with unconfirmed messages.
@@ -136,7 +183,11 @@ impl DurableQueueState {
 
     /// Unconfirmed messages in all.
     pub fn unconfirmed(&self) -> usize {
-        self.entities.values().map(|e| e.unconfirmed.len()).sum()
+        self.entities
+            .values()
+            .map(|e| e.unconfirmed.len())
+            .sum::<usize>()
+            + self.work.len()
     }
 
     /// The queue's events up to this number are no longer needed (`highest` is the log's
@@ -145,6 +196,7 @@ impl DurableQueueState {
         self.entities
             .values()
             .filter_map(|e| e.unconfirmed.front().map(|(_, _, ev)| ev.saturating_sub(1)))
+            .chain(self.work.values().map(|(_, ev)| ev.saturating_sub(1)))
             .min()
             .unwrap_or(highest)
     }
@@ -187,6 +239,37 @@ mod tests {
             incarnation: inc(g),
             seq_nr: seq,
         }
+    }
+
+    #[test]
+    fn work_items_are_kept_until_done_in_any_order() {
+        let mut s = DurableQueueState::new();
+        let taken = |id: u64| QueueEvent::Taken {
+            id,
+            payload: vec![id as u8],
+        };
+        for (i, e) in [
+            taken(1),
+            taken(2),
+            taken(3),
+            QueueEvent::Done { ids: vec![2] },
+            taken(2),
+            QueueEvent::Done { ids: vec![1, 9] },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            s.apply(i as u64 + 1, e);
+        }
+        // A repeated id is skipped; done ones are gone, in any order.
+        assert_eq!(s.skipped, 1);
+        assert_eq!(s.work().map(|(id, _)| id).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(s.highest_work_id(), 3);
+        assert_eq!(s.unconfirmed(), 1);
+        // Event 3 (message 3) is the oldest still needed.
+        assert_eq!(s.deletable_up_to(6), 2);
+        s.apply(7, QueueEvent::Done { ids: vec![3] });
+        assert_eq!(s.deletable_up_to(7), 7);
     }
 
     #[test]

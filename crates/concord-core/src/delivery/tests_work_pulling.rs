@@ -245,3 +245,26 @@ fn the_router_drops_malformed_envelopes_and_refuses_to_send_them() {
     let t = r.poll_transmit().unwrap();
     assert_eq!((t.to, t.to_uid), (node("b", 2).address, None));
 }
+
+#[test]
+fn a_restored_producer_sends_what_it_held_first_and_numbers_on() {
+    let mut p = producer();
+    p.restore(0, vec![(4, vec![4]), (7, vec![7])], 9);
+    assert_eq!(p.send(0, vec![10]).unwrap(), 10);
+    p.set_workers(0, workers(&["a"]));
+    let mut consumer = ConsumerController::new(&settings());
+    let mut order = Vec::new();
+    let mut queue: std::collections::VecDeque<_> = drain(&mut p).into();
+    while let Some((w, m)) = queue.pop_front() {
+        if consumer.receive(&m) == Verdict::Deliver {
+            order.push(m.payload[0]);
+            p.handle_message(1, &w, consumer.delivered(&m));
+        }
+        queue.extend(drain(&mut p));
+    }
+    assert_eq!(order, vec![4, 7, 10]);
+    let ids: Vec<u64> = std::iter::from_fn(|| p.poll_event())
+        .map(|WorkPullingEvent::Confirmed { id, .. }| id)
+        .collect();
+    assert_eq!(ids, vec![4, 7, 10]);
+}

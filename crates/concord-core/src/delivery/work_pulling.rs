@@ -79,6 +79,18 @@ impl WorkPullingProducerController {
         }
     }
 
+    /// Restores what a durable queue held ([`super::DurableQueueState::work`]): `items`
+    /// wait for workers ahead of anything sent after, in order; new ids come after
+    /// `highest_id`. Their ids are kept (the queue records confirmations by id).
+    pub fn restore(&mut self, now_ms: u64, items: Vec<(u64, Vec<u8>)>, highest_id: u64) {
+        let highest = items.iter().map(|(id, _)| *id).max().unwrap_or(0);
+        self.next_id = self.next_id.max(highest_id.max(highest) + 1);
+        for item in items.into_iter().rev() {
+            self.waiting.push_front(item);
+        }
+        self.assign(now_ms);
+    }
+
     /// The producer's id.
     pub fn producer_id(&self) -> &str {
         self.inner.producer_id()

@@ -49,7 +49,12 @@ pub(super) struct DurableQueue {
     state: DurableQueueState,
     /// Confirmations not written yet: the highest per (consumer, incarnation).
     confirmations: BTreeMap<(String, Incarnation), u64>,
+    /// Work-pulling messages confirmed, not written yet.
+    done: Vec<u64>,
 }
+
+/// Ids per [`QueueEvent::Done`] event.
+const DONE_PER_EVENT: usize = 4_096;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -149,6 +154,7 @@ impl DurableQueue {
                 .collect(),
             state,
             confirmations: BTreeMap::new(),
+            done: Vec::new(),
         })
     }
 
@@ -167,9 +173,14 @@ impl DurableQueue {
         *c = (*c).max(seq_nr);
     }
 
+    /// Notes that work-pulling message `id` was confirmed, written with the next write.
+    pub(super) fn done(&mut self, id: u64) {
+        self.done.push(id);
+    }
+
     /// True if confirmations wait to be written.
     pub(super) fn has_confirmations(&self) -> bool {
-        !self.confirmations.is_empty()
+        !self.confirmations.is_empty() || !self.done.is_empty()
     }
 
     /// Writes `sent` (and the confirmations noted) after the log's end, in atomic writes
@@ -189,6 +200,11 @@ impl DurableQueue {
                 seq_nr,
             })
             .collect();
+        let done = std::mem::take(&mut self.done);
+        events.extend(
+            done.chunks(DONE_PER_EVENT)
+                .map(|ids| QueueEvent::Done { ids: ids.to_vec() }),
+        );
         events.extend(sent);
         for chunk in events.chunks(AtomicWrite::MAX_EVENTS) {
             let payloads = chunk

@@ -16,6 +16,7 @@ use super::point_consumer::{ConsumerRef, DeliveryConsumer};
 use super::router_effects::{DeliveryCommand, DeliveryEffects, EndpointInput, Registered};
 use super::work_pulling::{PointToPointProducer, WorkPullingProducer};
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
+use crate::persistence::Stores;
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
 use crate::runtime::LaneOutbound;
 use crate::singleton::Wire;
@@ -82,7 +83,27 @@ impl DeliveryHandle {
         consumer: ConsumerRef,
         settings: DeliverySettings,
     ) -> Result<PointToPointProducer<M>, DeliveryError> {
-        PointToPointProducer::start(self, producer_id.into(), consumer, settings).await
+        PointToPointProducer::start(self, producer_id.into(), consumer, settings, None).await
+    }
+
+    /// [`DeliveryHandle::point_to_point`] with a **durable queue** in `stores` (the node's
+    /// persistence store, [`crate::persistence::Persistence::stores_within`]): every message
+    /// is stored before `send` returns, and a producer started again with the same id —
+    /// after a crash, on this node or another — first sends what was never confirmed
+    /// (again: the consumer may have handled some of it; docs/RELIABLE_DELIVERY.md).
+    ///
+    /// # Errors
+    /// As [`DeliveryHandle::point_to_point`]; [`DeliveryError::Store`] if the queue cannot
+    /// be read.
+    pub async fn point_to_point_durable<M: Wire>(
+        &self,
+        producer_id: impl Into<String>,
+        consumer: ConsumerRef,
+        settings: DeliverySettings,
+        stores: &Stores,
+    ) -> Result<PointToPointProducer<M>, DeliveryError> {
+        PointToPointProducer::start(self, producer_id.into(), consumer, settings, Some(stores))
+            .await
     }
 
     /// Starts work-pulling producer `producer_id` to the consumers `workers` (Akka's
@@ -97,7 +118,22 @@ impl DeliveryHandle {
         workers: Vec<ConsumerRef>,
         settings: DeliverySettings,
     ) -> Result<WorkPullingProducer<M>, DeliveryError> {
-        WorkPullingProducer::start(self, producer_id.into(), workers, settings).await
+        WorkPullingProducer::start(self, producer_id.into(), workers, settings, None).await
+    }
+
+    /// [`DeliveryHandle::work_pulling`] with a durable queue (as
+    /// [`DeliveryHandle::point_to_point_durable`]).
+    ///
+    /// # Errors
+    /// As [`DeliveryHandle::point_to_point_durable`].
+    pub async fn work_pulling_durable<M: Wire>(
+        &self,
+        producer_id: impl Into<String>,
+        workers: Vec<ConsumerRef>,
+        settings: DeliverySettings,
+        stores: &Stores,
+    ) -> Result<WorkPullingProducer<M>, DeliveryError> {
+        WorkPullingProducer::start(self, producer_id.into(), workers, settings, Some(stores)).await
     }
 
     /// Registers endpoint `name` with its queue.

@@ -13,13 +13,15 @@ use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use concord_core::delivery::{
-    DeliveryBody, DeliveryEnvelope, DeliverySettings, SendError, WorkPullingEvent,
+    DeliveryBody, DeliveryEnvelope, DeliverySettings, QueueEvent, SendError, WorkPullingEvent,
     WorkPullingProducerController,
 };
+use concord_core::persistence::AtomicWrite;
 use concord_core::Address;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::layer::DeliveryHandle;
 use super::metrics;
@@ -83,12 +85,17 @@ impl<M: Wire> WorkPullingProducer<M> {
         producer_id: String,
         workers: Vec<ConsumerRef>,
         settings: DeliverySettings,
+        stores: Option<&crate::persistence::Stores>,
     ) -> Result<Self, DeliveryError> {
         if producer_id.is_empty() || producer_id.len() > MAX_PRODUCER_ID {
             return Err(DeliveryError::BadName(format!(
                 "producer id `{producer_id}` is empty or longer than {MAX_PRODUCER_ID} bytes"
             )));
         }
+        let queue = match stores {
+            Some(stores) => Some(DurableQueue::recover(stores, &producer_id).await?),
+            None => None,
+        };
         let endpoint = format!("producer/{producer_id}");
         let (inbox_tx, inbox) = mpsc::channel(INBOX);
         let (me, members) = handle.register(&endpoint, inbox_tx.clone()).await?;
@@ -111,7 +118,19 @@ impl<M: Wire> WorkPullingProducer<M> {
             router: handle.commands.clone(),
             base: Instant::now(),
             waiters: HashMap::new(),
+            queue,
+            to_write: Vec::new(),
+            accepts: Vec::new(),
         };
+        if let Some(q) = &task.queue {
+            let held: Vec<(u64, Vec<u8>)> =
+                q.state().work().map(|(id, p)| (id, p.clone())).collect();
+            if !held.is_empty() {
+                tracing::info!(producer = %producer_id, messages = held.len(), "durable queue recovered: sending unconfirmed messages again");
+            }
+            let highest = q.state().highest_work_id();
+            task.machine.restore(0, held, highest);
+        }
         task.set_workers(workers);
         tokio::spawn(task.run(rx, inbox, inbox_tx));
         Ok(WorkPullingProducer {
@@ -231,10 +250,16 @@ impl<M: Wire> PointToPointProducer<M> {
         producer_id: String,
         consumer: ConsumerRef,
         settings: DeliverySettings,
+        stores: Option<&crate::persistence::Stores>,
     ) -> Result<Self, DeliveryError> {
-        let inner =
-            WorkPullingProducer::start(handle, producer_id, vec![consumer.clone()], settings)
-                .await?;
+        let inner = WorkPullingProducer::start(
+            handle,
+            producer_id,
+            vec![consumer.clone()],
+            settings,
+            stores,
+        )
+        .await?;
         Ok(PointToPointProducer { inner, consumer })
     }
 
@@ -293,6 +318,12 @@ struct Task {
     router: mpsc::Sender<DeliveryCommand>,
     base: Instant,
     waiters: HashMap<u64, oneshot::Sender<Result<(), DeliveryError>>>,
+    /// The durable queue, if any.
+    queue: Option<DurableQueue>,
+    /// Messages taken, to record before their callers hear so.
+    to_write: Vec<QueueEvent>,
+    /// Those callers.
+    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
 }
 
 impl Task {
@@ -359,8 +390,23 @@ impl Task {
             };
             tokio::select! {
                 c = commands.recv(), if open => match c {
-                    Some(Command::Stop) => break,
-                    Some(c) => self.command(c),
+                    Some(Command::Stop) => {
+                        // As a crash would: nothing more is sent or written.
+                        for (tx, _) in self.accepts.drain(..) {
+                            let _ = tx.send(Err(DeliveryError::Stopped));
+                        }
+                        break;
+                    }
+                    Some(c) => {
+                        self.command(c);
+                        // Take what else is queued, so that one write records them all.
+                        for _ in 0..AtomicWrite::MAX_EVENTS {
+                            match commands.try_recv() {
+                                Ok(Command::Stop) | Err(_) => break,
+                                Ok(c) => self.command(c),
+                            }
+                        }
+                    }
                     None => open = false,
                 },
                 Some(input) = inbox.recv() => self.input(input),
@@ -369,12 +415,27 @@ impl Task {
                     self.machine.handle_timeout(now);
                 }
             }
+            if let Err(e) = self.record().await {
+                self.fail(&e);
+                break;
+            }
             if !self.flush().await {
                 break;
             }
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 self.metrics();
+                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+                    if let Err(e) = q.write(Vec::new()).await {
+                        self.fail(&e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+            if let Err(e) = q.write(Vec::new()).await {
+                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
             }
         }
         self.metrics();
@@ -407,10 +468,17 @@ impl Task {
                 confirmed,
             } => {
                 let now = self.now_ms();
+                let record = self.queue.is_some().then(|| payload.clone());
                 let r = match self.machine.send(now, payload) {
                     Ok(id) => {
                         if let Some(c) = confirmed {
                             self.waiters.insert(id, c);
+                        }
+                        if let Some(payload) = record {
+                            // Answered once recorded.
+                            self.to_write.push(QueueEvent::Taken { id, payload });
+                            self.accepts.push((accepted, id));
+                            return;
                         }
                         Ok(id)
                     }
@@ -446,10 +514,43 @@ impl Task {
         }
     }
 
+    /// Records the messages taken since the last call in the durable queue, then answers
+    /// their callers. Nothing leaves before it is recorded: the machine holds what was
+    /// taken, and its transmits go out after this.
+    async fn record(&mut self) -> Result<(), DeliveryError> {
+        let Some(q) = self.queue.as_mut() else {
+            return Ok(());
+        };
+        if self.to_write.is_empty() {
+            return Ok(());
+        }
+        q.write(std::mem::take(&mut self.to_write)).await?;
+        for (tx, id) in self.accepts.drain(..) {
+            let _ = tx.send(Ok(id));
+        }
+        Ok(())
+    }
+
+    /// The durable queue failed: the producer stops, writing nothing more; every caller
+    /// waiting learns why.
+    fn fail(&mut self, e: &DeliveryError) {
+        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
+        metrics::producer_failed(&self.node, &self.producer_id);
+        for (tx, _) in self.accepts.drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+        for (_, tx) in self.waiters.drain() {
+            let _ = tx.send(Err(e.clone()));
+        }
+    }
+
     /// Sends what the machine wants sent and answers confirmed callers; false if the node
     /// stopped.
     async fn flush(&mut self) -> bool {
         while let Some(WorkPullingEvent::Confirmed { id, .. }) = self.machine.poll_event() {
+            if let Some(q) = self.queue.as_mut() {
+                q.done(id);
+            }
             if let Some(w) = self.waiters.remove(&id) {
                 let _ = w.send(Ok(()));
             }
