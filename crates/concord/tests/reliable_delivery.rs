@@ -338,3 +338,34 @@ async fn a_durable_producer_stopped_like_a_crash_and_started_again_delivers_the_
     wait_all_confirmed(&second).await;
     members[0].node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_with_an_idempotency_key_is_handled_once_whichever_producer_repeats_it() {
+    let deliveries: Deliveries = Arc::default();
+    let members = cluster("rd-key-plain", 2, &deliveries, 0).await;
+    let producers: Vec<ShardingProducer<ReliableConsumer<Log>>> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            ShardingProducer::start(
+                format!("asker-{i}"),
+                m.node.self_address(),
+                m.region.clone(),
+                settings(),
+            )
+        })
+        .collect();
+    let t = Duration::from_secs(30);
+    assert_eq!(producers[0].ask("log-k", "req-1", &7, t).await.unwrap(), 1);
+    assert_eq!(producers[0].ask("log-k", "req-1", &7, t).await.unwrap(), 1);
+    assert_eq!(producers[1].ask("log-k", "req-1", &7, t).await.unwrap(), 1);
+    assert_eq!(producers[1].ask("log-k", "req-2", &8, t).await.unwrap(), 2);
+    let handled: Vec<u64> = deliveries.lock().unwrap()["log-k"]
+        .iter()
+        .map(|(v, _)| *v)
+        .collect();
+    assert_eq!(handled, vec![7, 8], "each request handled once");
+    for m in members {
+        m.node.stop().await;
+    }
+}

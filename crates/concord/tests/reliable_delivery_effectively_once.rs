@@ -240,3 +240,45 @@ async fn a_message_sent_again_after_the_consumer_recovered_is_recognised_and_not
     assert_eq!(next.reply, Some(vec![1, 2, 3, 4]));
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_with_an_idempotency_key_is_applied_once_across_producers_and_a_crash() {
+    let stores = concord::persistence::Stores::of(concord::persistence::InMemoryStore::new());
+    let (node, region) = ledger_node("rd-key", &stores, &[]).await;
+    let first = ShardingProducer::start("a", node.self_address(), region.clone(), settings());
+    let ask = |p: &ShardingProducer<_>, key: &'static str, v: u64| {
+        let p = p.clone();
+        async move {
+            p.ask("l", key, &LedgerCommand::Append(v), Duration::from_secs(30))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(ask(&first, "req-1", 10).await, vec![10]);
+    // The same request again: answered as the first time, not applied again.
+    assert_eq!(ask(&first, "req-1", 10).await, vec![10]);
+    assert_eq!(ask(&first, "req-2", 20).await, vec![10, 20]);
+    assert!(matches!(
+        first
+            .ask("l", "", &LedgerCommand::Get, Duration::from_secs(1))
+            .await,
+        Err(DeliveryError::BadName(_))
+    ));
+    // The node crashes; the entity recovers on a new node from the journal, and another
+    // producer repeats the first request: the answer comes from the journal.
+    node.stop().await;
+    let (node, region) = ledger_node("rd-key-2", &stores, &[]).await;
+    let second = ShardingProducer::start("b", node.self_address(), region.clone(), settings());
+    assert_eq!(ask(&second, "req-1", 10).await, vec![10]);
+    let state = region
+        .entity_ref("l")
+        .ask(
+            &ConsumerEnvelope::Direct(LedgerCommand::Get),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.reply, Some(vec![10, 20]), "each request applied once");
+    node.stop().await;
+}

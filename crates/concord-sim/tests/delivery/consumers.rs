@@ -238,14 +238,17 @@ pub(crate) fn node_host(
         .entity_type(
             PLAIN,
             move |id: &str, state: Option<ConsumerState<Vec<String>>>| {
-                let (received, producers) =
-                    state.map_or((None, Vec::new()), |s| (s.entity, s.producers));
+                let (received, producers, answers) = state
+                    .map_or((None, Vec::new(), Default::default()), |s| {
+                        (s.entity, s.producers, s.answers)
+                    });
                 let applier = Applier {
                     id: id.to_string(),
                     received: received.unwrap_or_default(),
                     book: plain_book.clone(),
                 };
                 ReliableConsumer::new(applier, &plain_settings, producers, type_name.clone())
+                    .with_answers(answers)
             },
             SHARDS,
             mailbox,

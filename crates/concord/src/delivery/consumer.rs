@@ -15,8 +15,9 @@ use concord_core::delivery::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::idempotency::{unframe, Answers};
 use super::metrics;
-use crate::sharding::entity::decode;
+use crate::sharding::entity::{decode, encode};
 use crate::sharding::{Entity, EntityContext};
 use crate::singleton::Wire;
 
@@ -87,6 +88,9 @@ pub struct ConsumerState<S> {
     pub entity: Option<S>,
     /// The highest number handled per producer.
     pub producers: Vec<ProducerProgress>,
+    /// The answers to the last idempotency keys handled.
+    #[serde(default)]
+    pub answers: Answers,
 }
 
 /// A sharded entity that takes a reliable producer's messages: what a
@@ -122,6 +126,7 @@ impl<E: Entity> ConsumerEntity for ReliableConsumer<E> {
 pub struct ReliableConsumer<E: Entity> {
     entity: E,
     controller: ConsumerController,
+    answers: Answers,
     type_name: Arc<str>,
 }
 
@@ -136,8 +141,15 @@ impl<E: Entity> ReliableConsumer<E> {
         ReliableConsumer {
             entity,
             controller: ConsumerController::restore(settings, producers),
+            answers: Answers::default(),
             type_name,
         }
+    }
+
+    /// This consumer, knowing the answers to these idempotency keys (handed over).
+    pub fn with_answers(mut self, answers: Answers) -> Self {
+        self.answers = answers;
+        self
     }
 
     /// The entity.
@@ -170,8 +182,23 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
         let node = ctx.node().to_string();
         match self.controller.receive(&sequenced) {
             Verdict::Deliver => {
-                let reply = match decode::<E::Message>(&sequenced.payload) {
-                    Ok(m) => Some(self.entity.handle(ctx, m).await),
+                let (key, body) = unframe(&sequenced.payload);
+                if let Some(answer) = key.and_then(|k| self.answers.get(k)) {
+                    // Asked before under this key: answered as then, not handled again.
+                    metrics::consumer_dropped(&node, &self.type_name, "repeated-key");
+                    return ConsumerReply {
+                        control: Some(self.controller.delivered(&sequenced)),
+                        reply: decode::<E::Reply>(answer).ok(),
+                    };
+                }
+                let reply = match decode::<E::Message>(body) {
+                    Ok(m) => {
+                        let reply = self.entity.handle(ctx, m).await;
+                        if let (Some(k), Ok(answer)) = (key, encode(&reply)) {
+                            self.answers.insert(k, answer);
+                        }
+                        Some(reply)
+                    }
                     Err(e) => {
                         // Sending it again cannot help: it is confirmed, skipped and named.
                         metrics::consumer_dropped(&node, &self.type_name, "undecodable");
@@ -217,6 +244,7 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
         Some(ConsumerState {
             entity: self.entity.hand_off(),
             producers: self.controller.state(),
+            answers: std::mem::take(&mut self.answers),
         })
     }
 }
@@ -233,9 +261,9 @@ where
     F: Fn(&str, Option<E::State>) -> E + Send + Sync + 'static,
 {
     move |id: &str, state: Option<ConsumerState<E::State>>| {
-        let (entity_state, producers) = match state {
-            Some(s) => (s.entity, s.producers),
-            None => (None, Vec::new()),
+        let (entity_state, producers, answers) = match state {
+            Some(s) => (s.entity, s.producers, s.answers),
+            None => (None, Vec::new(), Answers::default()),
         };
         ReliableConsumer::new(
             factory(id, entity_state),
@@ -243,5 +271,6 @@ where
             producers,
             type_name.clone(),
         )
+        .with_answers(answers)
     }
 }

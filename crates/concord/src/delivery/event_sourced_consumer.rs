@@ -17,9 +17,11 @@ use concord_core::persistence::RetentionCriteria;
 use serde::{Deserialize, Serialize};
 
 use super::consumer::{ConsumerEntity, ConsumerEnvelope, ConsumerReply, Sequenced};
+use super::idempotency::{unframe, Answers};
 use super::metrics;
+use crate::persistence::ReplyWith;
 use crate::persistence::{Effect, EventSourced, EventSourcedEntity, PersistenceError};
-use crate::sharding::entity::decode;
+use crate::sharding::entity::{decode, encode};
 use crate::sharding::EntityContext;
 
 /// An event of a [`ReliableEventSourced`] entity.
@@ -29,6 +31,15 @@ pub enum ReliableEvent<E> {
     Event(E),
     /// A producer's message was handled (persisted with the events it caused).
     Delivered(ProducerProgress),
+    /// A message asked under an idempotency key was handled and answered this (encoded),
+    /// persisted with the events it caused.
+    Answered {
+        /// The key.
+        key: String,
+        /// The answer, encoded.
+        #[serde(with = "serde_bytes")]
+        answer: Vec<u8>,
+    },
 }
 
 /// The state of a [`ReliableEventSourced`] entity: the wrapped entity's, and the highest
@@ -43,6 +54,9 @@ pub struct ReliableState<S> {
     pub producers: BTreeMap<String, (Incarnation, u64, u64)>,
     /// Deliveries counted (orders `producers` by recency).
     pub deliveries: u64,
+    /// The answers to the last idempotency keys handled.
+    #[serde(default)]
+    pub answers: Answers,
 }
 
 impl<S> ReliableState<S> {
@@ -119,24 +133,43 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
         match controller.receive(&sequenced) {
             Verdict::Deliver => {
                 let control = controller.delivered(&sequenced);
-                metrics::consumer_delivered(&node, &self.type_name);
                 let delivered = ReliableEvent::Delivered(ProducerProgress {
                     producer_id: sequenced.producer_id.clone(),
                     incarnation: sequenced.incarnation,
                     delivered_seq_nr: sequenced.seq_nr,
                 });
-                match decode::<B::Command>(&sequenced.payload) {
+                let (key, body) = unframe(&sequenced.payload);
+                if let Some(answer) = key.and_then(|k| state.answers.get(k)) {
+                    // Asked before under this key: answered as then, not handled again.
+                    metrics::consumer_dropped(&node, &self.type_name, "repeated-key");
+                    return Effect::persist(delivered).reply(ConsumerReply {
+                        control: Some(control),
+                        reply: decode::<B::Reply>(answer).ok(),
+                    });
+                }
+                metrics::consumer_delivered(&node, &self.type_name);
+                match decode::<B::Command>(body) {
                     Ok(c) => {
-                        let effect = self.behavior.handle_command(ctx, &state.state, c).await;
-                        effect.map(
-                            ReliableEvent::Event,
-                            vec![delivered],
-                            inner_state,
-                            move |r| ConsumerReply {
+                        let mut effect = self.behavior.handle_command(ctx, &state.state, c).await;
+                        let mut extra = vec![delivered];
+                        if let Some(key) = key {
+                            // The answer is stored with the events, so it is known before
+                            // they are: computed now from the state they lead to.
+                            let (e, reply) = answer_now::<B>(&state.state, effect);
+                            effect = e;
+                            if let Some(answer) = reply {
+                                extra.push(ReliableEvent::Answered {
+                                    key: key.to_string(),
+                                    answer,
+                                });
+                            }
+                        }
+                        effect.map(ReliableEvent::Event, extra, inner_state, move |r| {
+                            ConsumerReply {
                                 control: Some(control),
                                 reply: Some(r),
-                            },
-                        )
+                            }
+                        })
                     }
                     Err(e) => {
                         metrics::consumer_dropped(&node, &self.type_name, "undecodable");
@@ -179,6 +212,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
     fn apply_event(state: &mut Self::State, event: &Self::Event) {
         match event {
             ReliableEvent::Event(e) => B::apply_event(&mut state.state, e),
+            ReliableEvent::Answered { key, answer } => state.answers.insert(key, answer.clone()),
             ReliableEvent::Delivered(p) => {
                 state.deliveries += 1;
                 state.producers.insert(
@@ -203,6 +237,50 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
     fn retention(&self) -> Option<RetentionCriteria> {
         self.behavior.retention()
     }
+}
+
+/// The answer `effect` gives, computed before its events are stored: a value as it is; a
+/// function of the state applied to a copy of `state` (through its encoding: states need
+/// not be `Clone`) with the effect's events folded in — what it will give after they are
+/// stored, `apply_event` being deterministic. The effect then answers that value; it is
+/// returned encoded. `None` (and the effect unchanged) if the state does not copy or the
+/// answer does not encode.
+fn answer_now<B: EventSourced>(
+    state: &B::State,
+    effect: Effect<B>,
+) -> (Effect<B>, Option<Vec<u8>>) {
+    let Effect {
+        events,
+        reply,
+        stop,
+    } = effect;
+    let (reply, value) = match reply {
+        ReplyWith::Value(v) => {
+            let answer = encode(&v).ok();
+            (ReplyWith::Value(v), answer)
+        }
+        ReplyWith::FromState(f) => {
+            match encode(state).and_then(|bytes| decode::<B::State>(&bytes)) {
+                Ok(mut after) => {
+                    for e in &events {
+                        B::apply_event(&mut after, e);
+                    }
+                    let v = f(&after);
+                    let answer = encode(&v).ok();
+                    (ReplyWith::Value(v), answer)
+                }
+                Err(_) => (ReplyWith::FromState(f), None),
+            }
+        }
+    };
+    (
+        Effect {
+            events,
+            reply,
+            stop,
+        },
+        value,
+    )
 }
 
 impl<B: EventSourced> ConsumerEntity for EventSourcedEntity<ReliableEventSourced<B>> {

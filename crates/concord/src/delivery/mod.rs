@@ -70,6 +70,7 @@ mod durable_queue;
 mod error;
 #[cfg(feature = "runtime")]
 mod event_sourced_consumer;
+pub mod idempotency;
 #[cfg(feature = "runtime")]
 mod layer;
 mod metrics;

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use super::consumer::{ConsumerEntity, Sequenced};
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
+use super::idempotency::{frame, MAX_KEY_BYTES};
 use super::metrics;
 use crate::persistence::Stores;
 use crate::sharding::entity::encode;
@@ -227,6 +228,52 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         }
     }
 
+    /// Asks entity `entity_id` under idempotency key `key` (at most 256 bytes): `message`
+    /// is delivered like [`ShardingProducer::send`]'s, and the answer is the entity's. The
+    /// consumer keeps the answers of its last keys (see [`super::idempotency`]): a message
+    /// under a key it knows is not handled again but answered as the first time, whichever
+    /// producer sends it — so a caller may repeat an ask that timed out, here or through
+    /// another node, and the entity applies it once. If a confirmation comes without the
+    /// answer (it came with a later message's), the ask is sent again under the same key.
+    ///
+    /// # Errors
+    /// As `send`; [`DeliveryError::BadName`] for an empty or too long key;
+    /// [`DeliveryError::Timeout`] if no answer came within `timeout` (the message stays
+    /// with the producer and is still delivered).
+    pub async fn ask(
+        &self,
+        entity_id: &str,
+        key: &str,
+        message: &E::Payload,
+        timeout: Duration,
+    ) -> Result<E::Answer, DeliveryError> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(DeliveryError::BadName(format!(
+                "idempotency key `{key}` is empty or longer than {MAX_KEY_BYTES} bytes"
+            )));
+        }
+        let payload = frame(key, &encode(message).map_err(DeliveryError::Encoding)?);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (tx, rx) = oneshot::channel();
+            tokio::time::timeout_at(
+                deadline,
+                self.submit_payload(entity_id, payload.clone(), Some(tx)),
+            )
+            .await
+            .map_err(|_| DeliveryError::Timeout(timeout))??;
+            match tokio::time::timeout_at(deadline, rx).await {
+                Err(_) => return Err(DeliveryError::Timeout(timeout)),
+                Ok(Err(_)) => return Err(DeliveryError::Stopped),
+                Ok(Ok(Err(e))) => return Err(e),
+                Ok(Ok(Ok(Some(answer)))) => return Ok(answer),
+                // Confirmed without the answer: asked again, the consumer answers from
+                // what it kept.
+                Ok(Ok(Ok(None))) => {}
+            }
+        }
+    }
+
     /// The producer's counters and what it holds.
     ///
     /// # Errors
@@ -267,6 +314,15 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         confirmed: Option<Confirmation<E::Answer>>,
     ) -> Result<u64, DeliveryError> {
         let payload = encode(message).map_err(DeliveryError::Encoding)?;
+        self.submit_payload(entity_id, payload, confirmed).await
+    }
+
+    async fn submit_payload(
+        &self,
+        entity_id: &str,
+        payload: Vec<u8>,
+        confirmed: Option<Confirmation<E::Answer>>,
+    ) -> Result<u64, DeliveryError> {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Send {

@@ -22,6 +22,7 @@ mod config;
 mod durable_state;
 mod error;
 mod event_sourced;
+pub(crate) use event_sourced::ReplyWith;
 mod event_sourced_entity;
 mod handle;
 mod incarnation;
