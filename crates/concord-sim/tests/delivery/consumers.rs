@@ -177,6 +177,7 @@ impl Entity for Journaled {
             return ConsumerReply {
                 control: None,
                 reply: None,
+                replies: Vec::new(),
             };
         };
         let m = SequencedMessage::from(s);
@@ -215,6 +216,7 @@ impl Entity for Journaled {
         ConsumerReply {
             control,
             reply: None,
+            replies: Vec::new(),
         }
     }
 }

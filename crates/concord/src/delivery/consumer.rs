@@ -69,16 +69,23 @@ pub enum ConsumerEnvelope<M> {
     Sequenced(Sequenced),
     /// A message sent to the entity directly (`tell`/`ask` without reliable delivery).
     Direct(M),
+    /// Several consecutive messages of one producer, in order (one ask for all: what a
+    /// window granted at once goes out together).
+    Batch(Vec<Sequenced>),
 }
 
 /// What a [`ReliableConsumer`] answers.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ConsumerReply<R> {
     /// The controller's answer to a sequenced message (confirmation and demand, a resend
-    /// request, a stale notice); `None` for a direct message or a malformed one.
+    /// request, a stale notice); `None` for a direct message or a malformed one. For a
+    /// batch, the answer after its last message (or the resend request a gap in it asked).
     pub control: Option<ConsumerMessage>,
     /// The entity's own answer, when it handled the message now (not for a duplicate).
     pub reply: Option<R>,
+    /// For a batch: the entity's answer to each message it handled now, by number.
+    #[serde(default = "Vec::new")]
+    pub replies: Vec<(u64, R)>,
 }
 
 /// The state a [`ReliableConsumer`] hands over: the entity's and the controller's.
@@ -106,6 +113,23 @@ pub trait ConsumerEntity: Entity {
     /// The consumer controller's answer and the entity's own, out of its reply (`None`,
     /// `None` when it failed: the producer sends the message again).
     fn control(reply: Self::Reply) -> (Option<ConsumerMessage>, Option<Self::Answer>);
+
+    /// True if it takes a batch of one producer's consecutive messages in one message
+    /// ([`ConsumerEntity::batch`]).
+    const BATCHES: bool = false;
+
+    /// The entity's message carrying `messages` (consecutive, one producer's, in order);
+    /// only called when [`ConsumerEntity::BATCHES`].
+    fn batch(messages: Vec<Sequenced>) -> Self::Message {
+        // Not batching: the first alone (never called).
+        Self::sequenced(messages.into_iter().next().expect("a batch is never empty"))
+    }
+
+    /// The consumer controller's answer to a batch and the entity's answer per message
+    /// handled, by number.
+    fn batch_control(reply: Self::Reply) -> (Option<ConsumerMessage>, Vec<(u64, Self::Answer)>) {
+        (Self::control(reply).0, Vec::new())
+    }
 }
 
 impl<E: Entity> ConsumerEntity for ReliableConsumer<E> {
@@ -118,6 +142,16 @@ impl<E: Entity> ConsumerEntity for ReliableConsumer<E> {
 
     fn control(reply: Self::Reply) -> (Option<ConsumerMessage>, Option<Self::Answer>) {
         (reply.control, reply.reply)
+    }
+
+    const BATCHES: bool = true;
+
+    fn batch(messages: Vec<Sequenced>) -> Self::Message {
+        ConsumerEnvelope::Batch(messages)
+    }
+
+    fn batch_control(reply: Self::Reply) -> (Option<ConsumerMessage>, Vec<(u64, Self::Answer)>) {
+        (reply.control, reply.replies)
     }
 }
 
@@ -163,22 +197,14 @@ impl<E: Entity> ReliableConsumer<E> {
     }
 }
 
-impl<E: Entity> Entity for ReliableConsumer<E> {
-    type Message = ConsumerEnvelope<E::Message>;
-    type Reply = ConsumerReply<E::Reply>;
-    type State = ConsumerState<E::State>;
-
-    async fn handle(&mut self, ctx: &mut EntityContext, message: Self::Message) -> Self::Reply {
-        let sequenced = match message {
-            ConsumerEnvelope::Direct(m) => {
-                let reply = self.entity.handle(ctx, m).await;
-                return ConsumerReply {
-                    control: None,
-                    reply: Some(reply),
-                };
-            }
-            ConsumerEnvelope::Sequenced(s) => SequencedMessage::from(s),
-        };
+impl<E: Entity> ReliableConsumer<E> {
+    /// One producer's message through the controller (and to the entity if it is the
+    /// next): the controller's answer and the entity's.
+    async fn one(
+        &mut self,
+        ctx: &mut EntityContext,
+        sequenced: SequencedMessage,
+    ) -> (Option<ConsumerMessage>, Option<E::Reply>) {
         let node = ctx.node().to_string();
         match self.controller.receive(&sequenced) {
             Verdict::Deliver => {
@@ -186,10 +212,10 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
                 if let Some(answer) = key.and_then(|k| self.answers.get(k)) {
                     // Asked before under this key: answered as then, not handled again.
                     metrics::consumer_dropped(&node, &self.type_name, "repeated-key");
-                    return ConsumerReply {
-                        control: Some(self.controller.delivered(&sequenced)),
-                        reply: decode::<E::Reply>(answer).ok(),
-                    };
+                    return (
+                        Some(self.controller.delivered(&sequenced)),
+                        decode::<E::Reply>(answer).ok(),
+                    );
                 }
                 let reply = match decode::<E::Message>(body) {
                     Ok(m) => {
@@ -213,10 +239,7 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
                     }
                 };
                 metrics::consumer_delivered(&node, &self.type_name);
-                ConsumerReply {
-                    control: Some(self.controller.delivered(&sequenced)),
-                    reply,
-                }
+                (Some(self.controller.delivered(&sequenced)), reply)
             }
             Verdict::Drop(answer) => {
                 let why = match answer {
@@ -225,16 +248,60 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
                     ConsumerMessage::Stale { .. } => "stale",
                 };
                 metrics::consumer_dropped(&node, &self.type_name, why);
-                ConsumerReply {
-                    control: Some(answer),
-                    reply: None,
-                }
+                (Some(answer), None)
             }
             Verdict::Invalid => {
                 metrics::consumer_dropped(&node, &self.type_name, "invalid");
+                (None, None)
+            }
+        }
+    }
+}
+
+impl<E: Entity> Entity for ReliableConsumer<E> {
+    type Message = ConsumerEnvelope<E::Message>;
+    type Reply = ConsumerReply<E::Reply>;
+    type State = ConsumerState<E::State>;
+
+    async fn handle(&mut self, ctx: &mut EntityContext, message: Self::Message) -> Self::Reply {
+        match message {
+            ConsumerEnvelope::Direct(m) => {
+                let reply = self.entity.handle(ctx, m).await;
                 ConsumerReply {
                     control: None,
+                    reply: Some(reply),
+                    replies: Vec::new(),
+                }
+            }
+            ConsumerEnvelope::Sequenced(s) => {
+                let (control, reply) = self.one(ctx, SequencedMessage::from(s)).await;
+                ConsumerReply {
+                    control,
+                    reply,
+                    replies: Vec::new(),
+                }
+            }
+            ConsumerEnvelope::Batch(batch) => {
+                let (mut last, mut resend, mut replies) = (None, None, Vec::new());
+                for s in batch {
+                    let seq_nr = s.seq_nr;
+                    let (control, reply) = self.one(ctx, SequencedMessage::from(s)).await;
+                    if let Some(r) = reply {
+                        replies.push((seq_nr, r));
+                    }
+                    match control {
+                        // A gap asks once; the messages after it answer what was handled.
+                        Some(c @ ConsumerMessage::Resend { .. }) if resend.is_none() => {
+                            resend = Some(c)
+                        }
+                        Some(c) => last = Some(c),
+                        None => {}
+                    }
+                }
+                ConsumerReply {
+                    control: resend.or(last),
                     reply: None,
+                    replies,
                 }
             }
         }
@@ -272,5 +339,98 @@ where
             type_name.clone(),
         )
         .with_answers(answers)
+    }
+}
+
+#[cfg(all(test, feature = "runtime"))]
+mod tests {
+    use super::*;
+    use concord_core::delivery::Incarnation;
+
+    /// Keeps what it is given; answers how many it has.
+    #[derive(Default)]
+    struct Keep(Vec<u64>);
+
+    impl Entity for Keep {
+        type Message = u64;
+        type Reply = usize;
+        type State = ();
+        async fn handle(&mut self, _ctx: &mut EntityContext, v: u64) -> usize {
+            self.0.push(v);
+            self.0.len()
+        }
+    }
+
+    fn message(seq_nr: u64, confirmed: u64) -> Sequenced {
+        Sequenced {
+            producer_id: "p".into(),
+            incarnation: Incarnation {
+                started_ms: 1,
+                generation: 1,
+                nonce: 1,
+            },
+            seq_nr,
+            confirmed_seq_nr: confirmed,
+            payload: encode(&(seq_nr * 10)).unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_handled_in_order_and_answered_once() {
+        let mut c = ReliableConsumer::new(
+            Keep::default(),
+            &DeliverySettings::default(),
+            Vec::new(),
+            Arc::from("t"),
+        );
+        let mut ctx = EntityContext::new(
+            "e".into(),
+            "0".into(),
+            concord_core::Address::new("t", "h", 1),
+        );
+        let r = c
+            .handle(
+                &mut ctx,
+                ConsumerEnvelope::Batch((1..=3).map(|n| message(n, 0)).collect()),
+            )
+            .await;
+        assert_eq!(c.entity().0, vec![10, 20, 30]);
+        assert_eq!(r.replies, vec![(1, 1), (2, 2), (3, 3)]);
+        assert!(matches!(
+            r.control,
+            Some(ConsumerMessage::Request {
+                confirmed_seq_nr: 3,
+                ..
+            })
+        ));
+        // A batch after a gap: nothing handled, one resend asked from the first missing.
+        let r = c
+            .handle(
+                &mut ctx,
+                ConsumerEnvelope::Batch((6..=8).map(|n| message(n, 0)).collect()),
+            )
+            .await;
+        assert_eq!(c.entity().0.len(), 3);
+        assert!(r.replies.is_empty());
+        assert!(matches!(
+            r.control,
+            Some(ConsumerMessage::Resend { from_seq_nr: 4, .. })
+        ));
+        // Duplicates then new ones: only the new ones handled; the answer is the last.
+        let r = c
+            .handle(
+                &mut ctx,
+                ConsumerEnvelope::Batch((2..=5).map(|n| message(n, 0)).collect()),
+            )
+            .await;
+        assert_eq!(c.entity().0, vec![10, 20, 30, 40, 50]);
+        assert_eq!(r.replies, vec![(4, 4), (5, 5)]);
+        assert!(matches!(
+            r.control,
+            Some(ConsumerMessage::Request {
+                confirmed_seq_nr: 5,
+                ..
+            })
+        ));
     }
 }

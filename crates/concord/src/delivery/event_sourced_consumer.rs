@@ -120,10 +120,20 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                     ConsumerReply {
                         control: None,
                         reply: Some(r),
+                        replies: Vec::new(),
                     }
                 });
             }
             ConsumerEnvelope::Sequenced(s) => SequencedMessage::from(s),
+            // Never sent to it (it does not batch): malformed, no answer.
+            ConsumerEnvelope::Batch(_) => {
+                metrics::consumer_dropped(&ctx.node().to_string(), &self.type_name, "invalid");
+                return Effect::reply(ConsumerReply {
+                    control: None,
+                    reply: None,
+                    replies: Vec::new(),
+                });
+            }
         };
         let node = ctx.node().to_string();
         let settings = &self.settings;
@@ -145,6 +155,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                     return Effect::persist(delivered).reply(ConsumerReply {
                         control: Some(control),
                         reply: decode::<B::Reply>(answer).ok(),
+                        replies: Vec::new(),
                     });
                 }
                 metrics::consumer_delivered(&node, &self.type_name);
@@ -168,6 +179,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                             ConsumerReply {
                                 control: Some(control),
                                 reply: Some(r),
+                                replies: Vec::new(),
                             }
                         })
                     }
@@ -183,6 +195,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                         Effect::persist(delivered).reply(ConsumerReply {
                             control: Some(control),
                             reply: None,
+                            replies: Vec::new(),
                         })
                     }
                 }
@@ -197,6 +210,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                 Effect::reply(ConsumerReply {
                     control: Some(answer),
                     reply: None,
+                    replies: Vec::new(),
                 })
             }
             Verdict::Invalid => {
@@ -204,6 +218,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                 Effect::reply(ConsumerReply {
                     control: None,
                     reply: None,
+                    replies: Vec::new(),
                 })
             }
         }

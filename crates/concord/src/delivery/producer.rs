@@ -6,37 +6,31 @@
 //! confirmation with demand, a resend request) goes back into the machine. Every decision
 //! — numbering, windows, resends, backoff, the buffer bound — is the machine's.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use concord_core::delivery::{
-    Accepted, DeliverySettings, QueueEvent, SendError, ShardingProducerController,
-    ShardingProducerEvent, ShardingSendError,
-};
-use concord_core::persistence::AtomicWrite;
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use concord_core::delivery::{DeliverySettings, ShardingProducerController};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::consumer::{ConsumerEntity, Sequenced};
+use super::consumer::ConsumerEntity;
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::idempotency::{frame, MAX_KEY_BYTES};
-use super::metrics;
+use super::producer_task::Task;
 use crate::persistence::Stores;
 use crate::sharding::entity::encode;
-use crate::sharding::{ShardRegion, ShardingError};
+use crate::sharding::ShardRegion;
 
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
 
-type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
+pub(super) type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
 
 /// A `send_and_confirm` caller, and the entity's answer once known.
-type Waiter<A> = (Confirmation<A>, Option<A>);
+pub(super) type Waiter<A> = (Confirmation<A>, Option<A>);
 
-enum Command<A> {
+pub(super) enum Command<A> {
     Send {
         entity_id: String,
         payload: Vec<u8>,
@@ -164,19 +158,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
             }
         }
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let task = Task::<E> {
-            machine,
-            region,
-            base: Instant::now(),
-            ask_timeout: Duration::from_millis(settings.resend_interval_max_ms.max(1_000)),
-            waiters: HashMap::new(),
-            node: node.to_string(),
-            producer_id: producer_id.clone(),
-            queue,
-            to_write: Vec::new(),
-            accepts: Vec::new(),
-            stopping: false,
-        };
+        let task = Task::<E>::new(machine, region, &settings, node, &producer_id, queue);
         tokio::spawn(task.run(rx));
         ShardingProducer {
             producer_id,
@@ -334,259 +316,5 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
             .await
             .map_err(|_| DeliveryError::Stopped)?;
         rx.await.map_err(|_| DeliveryError::Stopped)?
-    }
-}
-
-/// The awaited answer of one sent message (polled by the producer's task itself: no task
-/// per message).
-type AnswerFuture<R> = std::pin::Pin<Box<dyn std::future::Future<Output = Answer<R>> + Send>>;
-
-/// An answer (or its failure) to one sent message: the consumer entity's reply.
-struct Answer<R> {
-    entity_id: String,
-    seq_nr: u64,
-    result: Result<R, ShardingError>,
-}
-
-struct Task<E: ConsumerEntity> {
-    machine: ShardingProducerController,
-    region: ShardRegion<E>,
-    base: Instant,
-    ask_timeout: Duration,
-    /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
-    waiters: HashMap<(String, u64), Waiter<E::Answer>>,
-    node: String,
-    producer_id: String,
-    /// The durable queue, if any.
-    queue: Option<DurableQueue>,
-    /// Messages taken, to record in the queue before they leave.
-    to_write: Vec<QueueEvent>,
-    /// Their callers, answered once the record is written.
-    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
-    /// [`ShardingProducer::stop`] was called.
-    stopping: bool,
-}
-
-impl<E: ConsumerEntity> Task<E> {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    async fn run(mut self, mut commands: mpsc::Receiver<Command<E::Answer>>) {
-        let mut answers: FuturesUnordered<AnswerFuture<E::Reply>> = FuturesUnordered::new();
-        let mut open = true;
-        let mut last_metrics = Instant::now();
-        loop {
-            if !open && self.machine.unconfirmed() == 0 {
-                break;
-            }
-            let deadline = self
-                .machine
-                .poll_timeout()
-                .map(|ms| self.base + Duration::from_millis(ms));
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                c = commands.recv(), if open => match c {
-                    Some(c) => {
-                        self.command(c);
-                        // Take what else is queued, so that one write records them all.
-                        for _ in 0..AtomicWrite::MAX_EVENTS {
-                            match commands.try_recv() {
-                                Ok(c) => self.command(c),
-                                Err(_) => break,
-                            }
-                        }
-                    }
-                    None => open = false,
-                },
-                Some(a) = answers.next(), if !answers.is_empty() => self.answer(a),
-                () = sleep => {
-                    let now = self.now_ms();
-                    self.machine.handle_timeout(now);
-                }
-            }
-            if self.stopping {
-                // As a crash would: nothing more is sent or written.
-                for (tx, _) in self.accepts.drain(..) {
-                    let _ = tx.send(Err(DeliveryError::Stopped));
-                }
-                return;
-            }
-            if let Err(e) = self.record().await {
-                self.fail(&e);
-                return;
-            }
-            self.flush(&mut answers).await;
-            if last_metrics.elapsed() >= Duration::from_secs(1) {
-                last_metrics = Instant::now();
-                metrics::producer(&self.node, &self.producer_id, &self.status());
-                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-                    if let Err(e) = q.write(Vec::new()).await {
-                        self.fail(&e);
-                        return;
-                    }
-                }
-            }
-        }
-        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-            if let Err(e) = q.write(Vec::new()).await {
-                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
-            }
-        }
-        metrics::producer(&self.node, &self.producer_id, &self.status());
-    }
-
-    fn status(&self) -> ProducerStatus {
-        let s = self.machine.stats();
-        ProducerStatus {
-            unconfirmed: self.machine.unconfirmed(),
-            in_flight: self.machine.in_flight(),
-            entities: self.machine.entities(),
-            sent: s.sent,
-            resent: s.resent,
-            confirmed: s.confirmed,
-            invalid: s.invalid,
-        }
-    }
-
-    fn command(&mut self, c: Command<E::Answer>) {
-        match c {
-            Command::Send {
-                entity_id,
-                payload,
-                accepted,
-                confirmed,
-            } => {
-                let now = self.now_ms();
-                let record = self.queue.is_some().then(|| payload.clone());
-                let r = match self.machine.send(now, &entity_id, payload) {
-                    Ok(Accepted {
-                        seq_nr,
-                        incarnation,
-                    }) => {
-                        if let Some(c) = confirmed {
-                            self.waiters.insert((entity_id.clone(), seq_nr), (c, None));
-                        }
-                        if let Some(payload) = record {
-                            // Answered once recorded.
-                            self.to_write.push(QueueEvent::Sent {
-                                entity_id,
-                                incarnation,
-                                seq_nr,
-                                payload,
-                            });
-                            self.accepts.push((accepted, seq_nr));
-                            return;
-                        }
-                        Ok(seq_nr)
-                    }
-                    Err(ShardingSendError::Full(SendError::BufferFull { limit })) => {
-                        metrics::producer_refused(&self.node, &self.producer_id);
-                        Err(DeliveryError::BufferFull { limit })
-                    }
-                    Err(ShardingSendError::BadEntityId) => Err(DeliveryError::BadEntityId),
-                };
-                let _ = accepted.send(r);
-            }
-            Command::Stats(reply) => {
-                let _ = reply.send(self.status());
-            }
-            Command::Stop => self.stopping = true,
-        }
-    }
-
-    fn answer(&mut self, a: Answer<E::Reply>) {
-        let (control, reply) = match a.result {
-            Ok(r) => E::control(r),
-            // Lost or refused on the way: the machine resends on its timeout.
-            Err(_) => return,
-        };
-        if let Some(r) = reply {
-            if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), a.seq_nr)) {
-                w.1 = Some(r);
-            }
-        }
-        if let Some(control) = control {
-            let now = self.now_ms();
-            self.machine.handle_message(now, &a.entity_id, control);
-        }
-    }
-
-    /// Records the messages taken since the last call in the durable queue, then answers
-    /// their callers.
-    async fn record(&mut self) -> Result<(), DeliveryError> {
-        let Some(q) = self.queue.as_mut() else {
-            return Ok(());
-        };
-        if self.to_write.is_empty() {
-            return Ok(());
-        }
-        q.write(std::mem::take(&mut self.to_write)).await?;
-        for (tx, seq_nr) in self.accepts.drain(..) {
-            let _ = tx.send(Ok(seq_nr));
-        }
-        Ok(())
-    }
-
-    /// The durable queue failed: nothing the producer holds may be on disk, so it stops
-    /// (writing nothing more: a producer started again may be reading the queue already);
-    /// every caller waiting learns why.
-    fn fail(&mut self, e: &DeliveryError) {
-        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
-        metrics::producer_failed(&self.node, &self.producer_id);
-        metrics::producer(&self.node, &self.producer_id, &self.status());
-        for (tx, _) in self.accepts.drain(..) {
-            let _ = tx.send(Err(e.clone()));
-        }
-        for (_, (tx, _)) in self.waiters.drain() {
-            let _ = tx.send(Err(e.clone()));
-        }
-    }
-
-    /// Sends what the machine queued (in order, each an ask whose answer comes back as an
-    /// [`Answer`]) and completes the waiters of what it confirmed.
-    async fn flush(&mut self, answers: &mut FuturesUnordered<AnswerFuture<E::Reply>>) {
-        while let Some(t) = self.machine.poll_transmit() {
-            let seq_nr = t.message.seq_nr;
-            let entity_id = t.entity_id;
-            let envelope = E::sequenced(Sequenced::from(t.message));
-            let entity = self.region.entity_ref(entity_id.clone());
-            match entity.send_ask(&envelope).await {
-                Ok(pending) => {
-                    let timeout = self.ask_timeout;
-                    answers.push(Box::pin(async move {
-                        let result = match tokio::time::timeout(timeout, pending.reply()).await {
-                            Ok(r) => r,
-                            Err(_) => Err(ShardingError::Timeout(timeout)),
-                        };
-                        Answer {
-                            entity_id,
-                            seq_nr,
-                            result,
-                        }
-                    }));
-                }
-                // The node is stopping; the machine resends while it runs.
-                Err(e) => tracing::debug!(error = %e, "a reliable message was not sent"),
-            }
-        }
-        while let Some(ShardingProducerEvent::Confirmed {
-            entity_id,
-            incarnation,
-            seq_nr,
-        }) = self.machine.poll_event()
-        {
-            if let Some(q) = self.queue.as_mut() {
-                q.confirmed(entity_id.clone(), incarnation, seq_nr);
-            }
-            if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {
-                let _ = tx.send(Ok(reply));
-            }
-        }
     }
 }

@@ -10,6 +10,8 @@
 //!    the same with 256 sending tasks (a `send` returns once its message is stored, so the
 //!    messages stored per journal write are the sends waiting meanwhile), confirmed per
 //!    second.
+//!    The same to 4 of the entities only (hot entities: the messages a window grants at
+//!    once go to the entity in one ask).
 //! 4. **Send-to-confirm latency**: `send_and_confirm` from 16 tasks in a closed loop,
 //!    without the durable queue; p50 and p99.
 
@@ -51,6 +53,9 @@ pub struct DeliveryBenchResult {
     pub durable_msgs_per_s: f64,
     /// reliable / plain tell.
     pub reliable_to_tell: f64,
+    /// Reliable messages confirmed/s to 4 of the entities only (hot entities: what a
+    /// window grants at once goes in one ask), no durable queue.
+    pub reliable_hot_msgs_per_s: f64,
     /// Resent during the reliable run (none expected on loopback).
     pub reliable_resent: u64,
     /// send_and_confirm latency, ms.
@@ -256,6 +261,7 @@ pub async fn run_delivery(s: &DeliveryBenchSettings) -> anyhow::Result<DeliveryB
             settings(),
         );
         let (rate, resent) = reliable_rate(&producer, &ids, &pad, SENDERS, s.duration).await?;
+        let (hot, _) = reliable_rate(&producer, &ids[..4], &pad, SENDERS, s.duration).await?;
         let (confirm_rate, mut lat) = confirm_latency(&producer, &ids, &pad, 16, s.duration).await;
         let stores = persistence
             .stores_within(Duration::from_secs(30))
@@ -277,6 +283,7 @@ pub async fn run_delivery(s: &DeliveryBenchSettings) -> anyhow::Result<DeliveryB
             reliable_msgs_per_s: rate,
             durable_msgs_per_s: durable_rate,
             reliable_to_tell: if tell > 0.0 { rate / tell } else { 0.0 },
+            reliable_hot_msgs_per_s: hot,
             reliable_resent: resent,
             confirm_p50_ms: percentile_ms(&mut lat, 50.0),
             confirm_p99_ms: percentile_ms(&mut lat, 99.0),
@@ -297,6 +304,7 @@ pub fn report(r: &DeliveryBenchResult) -> String {
         "reliable delivery, 3 nodes on loopback, {} B messages, 64 remote entities\n\
          plain remote tell          {:>12.0} msgs/s\n\
          reliable (no durable queue){:>12.0} confirmed/s  ({:.2}x tell, {} resent)\n\
+         reliable, 4 hot entities   {:>12.0} confirmed/s\n\
          reliable, durable queue    {:>12.0} confirmed/s  (256 senders)\n\
          send-to-confirm latency    p50 {:.2} ms  p99 {:.2} ms  at {:.0}/s (16 in flight)\n",
         r.payload_bytes,
@@ -304,6 +312,7 @@ pub fn report(r: &DeliveryBenchResult) -> String {
         r.reliable_msgs_per_s,
         r.reliable_to_tell,
         r.reliable_resent,
+        r.reliable_hot_msgs_per_s,
         r.durable_msgs_per_s,
         r.confirm_p50_ms,
         r.confirm_p99_ms,

@@ -1,0 +1,336 @@
+//! The task of a [`super::ShardingProducer`]: it owns the core's
+//! [`ShardingProducerController`], takes the handles' commands, records what the durable
+//! queue needs, and moves the machine's messages as asks of the entities (a message each,
+//! or a batch of what goes to one entity at once), their answers back into the machine.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use concord_core::delivery::{
+    Accepted, DeliverySettings, QueueEvent, SendError, ShardingProducerController,
+    ShardingProducerEvent, ShardingSendError,
+};
+use concord_core::persistence::AtomicWrite;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::consumer::{ConsumerEntity, Sequenced};
+use super::durable_queue::DurableQueue;
+use super::error::DeliveryError;
+use super::metrics;
+use super::producer::{Command, ProducerStatus, Waiter};
+use crate::sharding::{ShardRegion, ShardingError};
+
+/// The awaited answer of one sent message or batch (polled by the producer's task itself:
+/// no task per message).
+type AnswerFuture<R> = std::pin::Pin<Box<dyn std::future::Future<Output = Answer<R>> + Send>>;
+
+/// Messages of one producer to one entity sent in one ask, at most.
+const MAX_BATCH: usize = 64;
+
+/// An answer (or its failure) to one sent message or batch: the consumer entity's reply.
+struct Answer<R> {
+    entity_id: String,
+    /// The message's number; for a batch, `None`.
+    seq_nr: Option<u64>,
+    result: Result<R, ShardingError>,
+}
+
+pub(super) struct Task<E: ConsumerEntity> {
+    machine: ShardingProducerController,
+    region: ShardRegion<E>,
+    base: Instant,
+    ask_timeout: Duration,
+    /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
+    waiters: HashMap<(String, u64), Waiter<E::Answer>>,
+    node: String,
+    producer_id: String,
+    /// The durable queue, if any.
+    queue: Option<DurableQueue>,
+    /// Messages taken, to record in the queue before they leave.
+    to_write: Vec<QueueEvent>,
+    /// Their callers, answered once the record is written.
+    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
+    /// [`ShardingProducer::stop`] was called.
+    stopping: bool,
+}
+
+impl<E: ConsumerEntity> Task<E> {
+    pub(super) fn new(
+        machine: ShardingProducerController,
+        region: ShardRegion<E>,
+        settings: &DeliverySettings,
+        node: &concord_core::Address,
+        producer_id: &str,
+        queue: Option<DurableQueue>,
+    ) -> Self {
+        Task {
+            machine,
+            region,
+            base: Instant::now(),
+            ask_timeout: Duration::from_millis(settings.resend_interval_max_ms.max(1_000)),
+            waiters: HashMap::new(),
+            node: node.to_string(),
+            producer_id: producer_id.to_string(),
+            queue,
+            to_write: Vec::new(),
+            accepts: Vec::new(),
+            stopping: false,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command<E::Answer>>) {
+        let mut answers: FuturesUnordered<AnswerFuture<E::Reply>> = FuturesUnordered::new();
+        let mut open = true;
+        let mut last_metrics = Instant::now();
+        loop {
+            if !open && self.machine.unconfirmed() == 0 {
+                break;
+            }
+            let deadline = self
+                .machine
+                .poll_timeout()
+                .map(|ms| self.base + Duration::from_millis(ms));
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                c = commands.recv(), if open => match c {
+                    Some(c) => {
+                        self.command(c);
+                        // Take what else is queued, so that one write records them all.
+                        for _ in 0..AtomicWrite::MAX_EVENTS {
+                            match commands.try_recv() {
+                                Ok(c) => self.command(c),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => open = false,
+                },
+                Some(a) = answers.next(), if !answers.is_empty() => self.answer(a),
+                () = sleep => {
+                    let now = self.now_ms();
+                    self.machine.handle_timeout(now);
+                }
+            }
+            if self.stopping {
+                // As a crash would: nothing more is sent or written.
+                for (tx, _) in self.accepts.drain(..) {
+                    let _ = tx.send(Err(DeliveryError::Stopped));
+                }
+                return;
+            }
+            if let Err(e) = self.record().await {
+                self.fail(&e);
+                return;
+            }
+            self.flush(&mut answers).await;
+            if last_metrics.elapsed() >= Duration::from_secs(1) {
+                last_metrics = Instant::now();
+                metrics::producer(&self.node, &self.producer_id, &self.status());
+                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+                    if let Err(e) = q.write(Vec::new()).await {
+                        self.fail(&e);
+                        return;
+                    }
+                }
+            }
+        }
+        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
+            if let Err(e) = q.write(Vec::new()).await {
+                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
+            }
+        }
+        metrics::producer(&self.node, &self.producer_id, &self.status());
+    }
+
+    fn status(&self) -> ProducerStatus {
+        let s = self.machine.stats();
+        ProducerStatus {
+            unconfirmed: self.machine.unconfirmed(),
+            in_flight: self.machine.in_flight(),
+            entities: self.machine.entities(),
+            sent: s.sent,
+            resent: s.resent,
+            confirmed: s.confirmed,
+            invalid: s.invalid,
+        }
+    }
+
+    fn command(&mut self, c: Command<E::Answer>) {
+        match c {
+            Command::Send {
+                entity_id,
+                payload,
+                accepted,
+                confirmed,
+            } => {
+                let now = self.now_ms();
+                let record = self.queue.is_some().then(|| payload.clone());
+                let r = match self.machine.send(now, &entity_id, payload) {
+                    Ok(Accepted {
+                        seq_nr,
+                        incarnation,
+                    }) => {
+                        if let Some(c) = confirmed {
+                            self.waiters.insert((entity_id.clone(), seq_nr), (c, None));
+                        }
+                        if let Some(payload) = record {
+                            // Answered once recorded.
+                            self.to_write.push(QueueEvent::Sent {
+                                entity_id,
+                                incarnation,
+                                seq_nr,
+                                payload,
+                            });
+                            self.accepts.push((accepted, seq_nr));
+                            return;
+                        }
+                        Ok(seq_nr)
+                    }
+                    Err(ShardingSendError::Full(SendError::BufferFull { limit })) => {
+                        metrics::producer_refused(&self.node, &self.producer_id);
+                        Err(DeliveryError::BufferFull { limit })
+                    }
+                    Err(ShardingSendError::BadEntityId) => Err(DeliveryError::BadEntityId),
+                };
+                let _ = accepted.send(r);
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.status());
+            }
+            Command::Stop => self.stopping = true,
+        }
+    }
+
+    fn answer(&mut self, a: Answer<E::Reply>) {
+        // Lost or refused on the way: the machine resends on its timeout.
+        let Ok(r) = a.result else { return };
+        let (control, replies) = match a.seq_nr {
+            Some(seq_nr) => {
+                let (control, reply) = E::control(r);
+                (control, reply.map(|r| (seq_nr, r)).into_iter().collect())
+            }
+            None => E::batch_control(r),
+        };
+        for (seq_nr, r) in replies {
+            if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), seq_nr)) {
+                w.1 = Some(r);
+            }
+        }
+        if let Some(control) = control {
+            let now = self.now_ms();
+            self.machine.handle_message(now, &a.entity_id, control);
+        }
+    }
+
+    /// Records the messages taken since the last call in the durable queue, then answers
+    /// their callers.
+    async fn record(&mut self) -> Result<(), DeliveryError> {
+        let Some(q) = self.queue.as_mut() else {
+            return Ok(());
+        };
+        if self.to_write.is_empty() {
+            return Ok(());
+        }
+        q.write(std::mem::take(&mut self.to_write)).await?;
+        for (tx, seq_nr) in self.accepts.drain(..) {
+            let _ = tx.send(Ok(seq_nr));
+        }
+        Ok(())
+    }
+
+    /// The durable queue failed: nothing the producer holds may be on disk, so it stops
+    /// (writing nothing more: a producer started again may be reading the queue already);
+    /// every caller waiting learns why.
+    fn fail(&mut self, e: &DeliveryError) {
+        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
+        metrics::producer_failed(&self.node, &self.producer_id);
+        metrics::producer(&self.node, &self.producer_id, &self.status());
+        for (tx, _) in self.accepts.drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+        for (_, (tx, _)) in self.waiters.drain() {
+            let _ = tx.send(Err(e.clone()));
+        }
+    }
+
+    /// Sends `messages` (consecutive, to `entity_id`) in one ask whose answer comes back
+    /// as an [`Answer`].
+    async fn transmit(
+        &mut self,
+        entity_id: String,
+        mut messages: Vec<Sequenced>,
+        answers: &mut FuturesUnordered<AnswerFuture<E::Reply>>,
+    ) {
+        let (seq_nr, envelope) = if messages.len() == 1 {
+            let m = messages.remove(0);
+            (Some(m.seq_nr), E::sequenced(m))
+        } else {
+            (None, E::batch(messages))
+        };
+        let entity = self.region.entity_ref(entity_id.clone());
+        match entity.send_ask(&envelope).await {
+            Ok(pending) => {
+                let timeout = self.ask_timeout;
+                answers.push(Box::pin(async move {
+                    let result = match tokio::time::timeout(timeout, pending.reply()).await {
+                        Ok(r) => r,
+                        Err(_) => Err(ShardingError::Timeout(timeout)),
+                    };
+                    Answer {
+                        entity_id,
+                        seq_nr,
+                        result,
+                    }
+                }));
+            }
+            // The node is stopping; the machine resends while it runs.
+            Err(e) => tracing::debug!(error = %e, "a reliable message was not sent"),
+        }
+    }
+
+    /// Sends what the machine queued (in order: an ask per message, or per batch of
+    /// consecutive messages to one entity) and completes the waiters of what it confirmed.
+    async fn flush(&mut self, answers: &mut FuturesUnordered<AnswerFuture<E::Reply>>) {
+        // What goes to one entity now (in its order) goes in asks of up to MAX_BATCH
+        // messages; the entities in the order they first appear.
+        let mut batches: Vec<(String, Vec<Sequenced>)> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        while let Some(t) = self.machine.poll_transmit() {
+            let m = Sequenced::from(t.message);
+            match index.get(&t.entity_id).copied() {
+                Some(i) if E::BATCHES && batches[i].1.len() < MAX_BATCH => batches[i].1.push(m),
+                _ => {
+                    index.insert(t.entity_id.clone(), batches.len());
+                    batches.push((t.entity_id, vec![m]));
+                }
+            }
+        }
+        for (e, v) in batches {
+            self.transmit(e, v, answers).await;
+        }
+        while let Some(ShardingProducerEvent::Confirmed {
+            entity_id,
+            incarnation,
+            seq_nr,
+        }) = self.machine.poll_event()
+        {
+            if let Some(q) = self.queue.as_mut() {
+                q.confirmed(entity_id.clone(), incarnation, seq_nr);
+            }
+            if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {
+                let _ = tx.send(Ok(reply));
+            }
+        }
+    }
+}
