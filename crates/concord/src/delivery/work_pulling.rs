@@ -388,22 +388,21 @@ impl Task {
                     None => std::future::pending().await,
                 }
             };
+            let mut stop = false;
             tokio::select! {
                 c = commands.recv(), if open => match c {
-                    Some(Command::Stop) => {
-                        // As a crash would: nothing more is sent or written.
-                        for (tx, _) in self.accepts.drain(..) {
-                            let _ = tx.send(Err(DeliveryError::Stopped));
-                        }
-                        break;
-                    }
+                    Some(Command::Stop) => stop = true,
                     Some(c) => {
                         self.command(c);
                         // Take what else is queued, so that one write records them all.
                         for _ in 0..AtomicWrite::MAX_EVENTS {
                             match commands.try_recv() {
-                                Ok(Command::Stop) | Err(_) => break,
+                                Ok(Command::Stop) => {
+                                    stop = true;
+                                    break;
+                                }
                                 Ok(c) => self.command(c),
+                                Err(_) => break,
                             }
                         }
                     }
@@ -415,6 +414,13 @@ impl Task {
                     self.machine.handle_timeout(now);
                 }
             }
+            if stop {
+                // As a crash would: nothing more is sent or written.
+                for (tx, _) in self.accepts.drain(..) {
+                    let _ = tx.send(Err(DeliveryError::Stopped));
+                }
+                break;
+            }
             if let Err(e) = self.record().await {
                 self.fail(&e);
                 break;
@@ -425,6 +431,8 @@ impl Task {
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 self.metrics();
+                // Callers of `send_and_confirm` that gave up.
+                self.waiters.retain(|_, w| !w.is_closed());
                 if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
                     if let Err(e) = q.write(Vec::new()).await {
                         self.fail(&e);
@@ -493,6 +501,7 @@ impl Task {
             Command::Status(reply) => {
                 let _ = reply.send(self.status());
             }
+            // Taken by the loop before it gets here.
             Command::Stop => {}
         }
     }
@@ -555,7 +564,6 @@ impl Task {
                 let _ = w.send(Ok(()));
             }
         }
-        self.waiters.retain(|_, w| !w.is_closed());
         while let Some(t) = self.machine.poll_transmit() {
             let Some(worker) = self.workers.get(&t.entity_id) else {
                 continue;
