@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use concord_core::delivery::{DeliveryRouter, DeliverySettings};
 use concord_core::ProtocolId;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::codec::DeliveryCodec;
 use super::error::DeliveryError;
 use super::point_consumer::{ConsumerRef, DeliveryConsumer};
-use super::router_effects::{DeliveryCommand, DeliveryEffects, EndpointInput, Registered};
+use super::router_effects::{DeliveryCommand, DeliveryEffects};
 use super::work_pulling::{PointToPointProducer, WorkPullingProducer};
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::persistence::Stores;
@@ -51,7 +51,7 @@ impl ReliableDelivery {
 /// Starts reliable delivery endpoints on this node. Cheap to clone.
 #[derive(Clone)]
 pub struct DeliveryHandle {
-    pub(super) commands: mpsc::Sender<DeliveryCommand>,
+    commands: mpsc::Sender<DeliveryCommand>,
 }
 
 impl DeliveryHandle {
@@ -66,7 +66,7 @@ impl DeliveryHandle {
         name: impl Into<String>,
         settings: &DeliverySettings,
     ) -> Result<DeliveryConsumer<M>, DeliveryError> {
-        DeliveryConsumer::start(self, name.into(), settings).await
+        DeliveryConsumer::start(&self.commands, name.into(), settings).await
     }
 
     /// Starts point-to-point producer `producer_id` to `consumer` (Akka's
@@ -83,7 +83,8 @@ impl DeliveryHandle {
         consumer: ConsumerRef,
         settings: DeliverySettings,
     ) -> Result<PointToPointProducer<M>, DeliveryError> {
-        PointToPointProducer::start(self, producer_id.into(), consumer, settings, None).await
+        PointToPointProducer::start(&self.commands, producer_id.into(), consumer, settings, None)
+            .await
     }
 
     /// [`DeliveryHandle::point_to_point`] with a **durable queue** in `stores` (the node's
@@ -102,8 +103,14 @@ impl DeliveryHandle {
         settings: DeliverySettings,
         stores: &Stores,
     ) -> Result<PointToPointProducer<M>, DeliveryError> {
-        PointToPointProducer::start(self, producer_id.into(), consumer, settings, Some(stores))
-            .await
+        PointToPointProducer::start(
+            &self.commands,
+            producer_id.into(),
+            consumer,
+            settings,
+            Some(stores),
+        )
+        .await
     }
 
     /// Starts work-pulling producer `producer_id` to the consumers `workers` (Akka's
@@ -118,7 +125,8 @@ impl DeliveryHandle {
         workers: Vec<ConsumerRef>,
         settings: DeliverySettings,
     ) -> Result<WorkPullingProducer<M>, DeliveryError> {
-        WorkPullingProducer::start(self, producer_id.into(), workers, settings, None).await
+        WorkPullingProducer::start(&self.commands, producer_id.into(), workers, settings, None)
+            .await
     }
 
     /// [`DeliveryHandle::work_pulling`] with a durable queue (as
@@ -133,27 +141,14 @@ impl DeliveryHandle {
         settings: DeliverySettings,
         stores: &Stores,
     ) -> Result<WorkPullingProducer<M>, DeliveryError> {
-        WorkPullingProducer::start(self, producer_id.into(), workers, settings, Some(stores)).await
-    }
-
-    /// Registers endpoint `name` with its queue.
-    pub(super) async fn register(
-        &self,
-        name: &str,
-        inbox: mpsc::Sender<EndpointInput>,
-    ) -> Result<Registered, DeliveryError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(DeliveryCommand::Register {
-                name: name.to_string(),
-                inbox,
-                reply: tx,
-            })
-            .await
-            .map_err(|_| DeliveryError::Stopped)?;
-        rx.await
-            .map_err(|_| DeliveryError::Stopped)?
-            .map_err(DeliveryError::BadName)
+        WorkPullingProducer::start(
+            &self.commands,
+            producer_id.into(),
+            workers,
+            settings,
+            Some(stores),
+        )
+        .await
     }
 }
 

@@ -2,7 +2,7 @@
 //! `type`).
 
 #[cfg(feature = "runtime")]
-use super::producer::ProducerStatus;
+use super::status::ProducerStatus;
 
 #[cfg(feature = "runtime")]
 /// A producer's gauges and counters, refreshed about once a second by its task.

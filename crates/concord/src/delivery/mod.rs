@@ -83,6 +83,8 @@ mod producer_task;
 #[cfg(feature = "runtime")]
 mod router_effects;
 #[cfg(feature = "runtime")]
+mod status;
+#[cfg(feature = "runtime")]
 mod work_pulling;
 
 #[cfg(feature = "runtime")]
@@ -109,7 +111,9 @@ pub use layer::{DeliveryHandle, ReliableDelivery};
 #[cfg(feature = "runtime")]
 pub use point_consumer::{ConsumerRef, Delivery, DeliveryConsumer};
 #[cfg(feature = "runtime")]
-pub use producer::{ProducerStatus, ShardingProducer};
+pub use producer::ShardingProducer;
+#[cfg(feature = "runtime")]
+pub use status::ProducerStatus;
 #[cfg(feature = "runtime")]
 pub use work_pulling::{PointToPointProducer, WorkPullingProducer, WorkPullingStatus};
 

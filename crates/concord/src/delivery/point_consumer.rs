@@ -22,9 +22,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::DeliveryError;
-use super::layer::DeliveryHandle;
 use super::metrics;
-use super::router_effects::{DeliveryCommand, EndpointInput};
+use super::router_effects::{register, DeliveryCommand, EndpointInput};
 use crate::sharding::entity::decode;
 use crate::singleton::Wire;
 
@@ -85,18 +84,18 @@ pub struct DeliveryConsumer<M> {
 impl<M: Wire> DeliveryConsumer<M> {
     /// Registers endpoint `name` on this node and starts its task.
     pub(super) async fn start(
-        handle: &DeliveryHandle,
+        commands: &mpsc::Sender<DeliveryCommand>,
         name: String,
         settings: &DeliverySettings,
     ) -> Result<Self, DeliveryError> {
         let (inbox_tx, inbox) = mpsc::channel(INBOX);
-        let (me, _) = handle.register(&name, inbox_tx.clone()).await?;
+        let (me, _) = register(commands, &name, inbox_tx.clone()).await?;
         let (tx, deliveries) = mpsc::channel(1);
         let task = Task::<M> {
             name: name.clone(),
             node: me.address.to_string(),
             controller: ConsumerController::new(settings),
-            commands: handle.commands.clone(),
+            commands: commands.clone(),
             deliveries: tx,
             _message: PhantomData,
         };

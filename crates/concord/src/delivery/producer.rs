@@ -17,49 +17,14 @@ use super::consumer::ConsumerEntity;
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::idempotency::{frame, MAX_KEY_BYTES};
-use super::producer_task::Task;
+use super::producer_task::{Command, Confirmation, Task};
+use super::status::ProducerStatus;
 use crate::persistence::Stores;
 use crate::sharding::entity::encode;
 use crate::sharding::ShardRegion;
 
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
-
-pub(super) type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
-
-/// A `send_and_confirm` caller, and the entity's answer once known.
-pub(super) type Waiter<A> = (Confirmation<A>, Option<A>);
-
-pub(super) enum Command<A> {
-    Send {
-        entity_id: String,
-        payload: Vec<u8>,
-        accepted: oneshot::Sender<Result<u64, DeliveryError>>,
-        confirmed: Option<Confirmation<A>>,
-    },
-    Stats(oneshot::Sender<ProducerStatus>),
-    Stop,
-}
-
-/// A producer's state, for tests and operators.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ProducerStatus {
-    /// Messages held, not confirmed yet.
-    pub unconfirmed: usize,
-    /// Messages sent, not confirmed yet.
-    pub in_flight: u64,
-    /// Entities with a controller.
-    pub entities: usize,
-    /// Messages sent the first time, in all.
-    pub sent: u64,
-    /// Messages sent again, in all.
-    pub resent: u64,
-    /// Messages confirmed, in all.
-    pub confirmed: u64,
-    /// Consumer answers that did not fit (a confirmation beyond what was sent, a resend
-    /// from the future, another incarnation's answer): counted and ignored.
-    pub invalid: u64,
-}
 
 /// A reliable producer to the entities of one sharded type (see the module docs). Cheap to
 /// clone; its task runs while a clone is alive or messages are unconfirmed.

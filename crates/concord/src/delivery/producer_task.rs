@@ -19,8 +19,26 @@ use super::consumer::{ConsumerEntity, Sequenced};
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
-use super::producer::{Command, ProducerStatus, Waiter};
+use super::status::ProducerStatus;
 use crate::sharding::{ShardRegion, ShardingError};
+
+/// Where a `send_and_confirm` caller waits.
+pub(super) type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
+
+/// A `send_and_confirm` caller, and the entity's answer once known.
+pub(super) type Waiter<A> = (Confirmation<A>, Option<A>);
+
+/// What a producer's handles ask its task.
+pub(super) enum Command<A> {
+    Send {
+        entity_id: String,
+        payload: Vec<u8>,
+        accepted: oneshot::Sender<Result<u64, DeliveryError>>,
+        confirmed: Option<Confirmation<A>>,
+    },
+    Stats(oneshot::Sender<ProducerStatus>),
+    Stop,
+}
 
 /// The awaited answer of one sent message or batch (polled by the producer's task itself:
 /// no task per message).

@@ -10,6 +10,7 @@ use concord_core::delivery::{DeliveryEnvelope, DeliveryRouter, RouterEvent};
 use concord_core::{Address, UniqueAddress};
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::DeliveryError;
 use crate::host::{Effects, LayerEffects};
 
 /// What an endpoint's task receives.
@@ -45,6 +46,29 @@ pub(crate) enum DeliveryCommand {
         to: Address,
         envelope: DeliveryEnvelope,
     },
+}
+
+/// Registers endpoint `name` with its queue through the layer's command queue `commands`.
+///
+/// # Errors
+/// [`DeliveryError::BadName`] (empty, too long or taken), [`DeliveryError::Stopped`].
+pub(super) async fn register(
+    commands: &mpsc::Sender<DeliveryCommand>,
+    name: &str,
+    inbox: mpsc::Sender<EndpointInput>,
+) -> Result<Registered, DeliveryError> {
+    let (tx, rx) = oneshot::channel();
+    commands
+        .send(DeliveryCommand::Register {
+            name: name.to_string(),
+            inbox,
+            reply: tx,
+        })
+        .await
+        .map_err(|_| DeliveryError::Stopped)?;
+    rx.await
+        .map_err(|_| DeliveryError::Stopped)?
+        .map_err(DeliveryError::BadName)
 }
 
 /// See the module docs.

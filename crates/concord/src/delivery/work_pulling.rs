@@ -23,11 +23,10 @@ use tokio::time::Instant;
 
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
-use super::layer::DeliveryHandle;
 use super::metrics;
 use super::point_consumer::{ConsumerRef, INBOX};
-use super::producer::ProducerStatus;
-use super::router_effects::{DeliveryCommand, EndpointInput};
+use super::router_effects::{register, DeliveryCommand, EndpointInput};
+use super::status::ProducerStatus;
 use crate::sharding::entity::encode;
 use crate::singleton::Wire;
 
@@ -81,7 +80,7 @@ impl<M> Clone for WorkPullingProducer<M> {
 
 impl<M: Wire> WorkPullingProducer<M> {
     pub(super) async fn start(
-        handle: &DeliveryHandle,
+        commands: &mpsc::Sender<DeliveryCommand>,
         producer_id: String,
         workers: Vec<ConsumerRef>,
         settings: DeliverySettings,
@@ -98,7 +97,7 @@ impl<M: Wire> WorkPullingProducer<M> {
         };
         let endpoint = format!("producer/{producer_id}");
         let (inbox_tx, inbox) = mpsc::channel(INBOX);
-        let (me, members) = handle.register(&endpoint, inbox_tx.clone()).await?;
+        let (me, members) = register(commands, &endpoint, inbox_tx.clone()).await?;
         let started_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -115,7 +114,7 @@ impl<M: Wire> WorkPullingProducer<M> {
             producer_id: producer_id.clone(),
             workers: BTreeMap::new(),
             members,
-            router: handle.commands.clone(),
+            router: commands.clone(),
             base: Instant::now(),
             waiters: HashMap::new(),
             queue,
@@ -246,14 +245,14 @@ impl<M> Clone for PointToPointProducer<M> {
 
 impl<M: Wire> PointToPointProducer<M> {
     pub(super) async fn start(
-        handle: &DeliveryHandle,
+        commands: &mpsc::Sender<DeliveryCommand>,
         producer_id: String,
         consumer: ConsumerRef,
         settings: DeliverySettings,
         stores: Option<&crate::persistence::Stores>,
     ) -> Result<Self, DeliveryError> {
         let inner = WorkPullingProducer::start(
-            handle,
+            commands,
             producer_id,
             vec![consumer.clone()],
             settings,

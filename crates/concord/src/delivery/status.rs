@@ -1,0 +1,21 @@
+//! [`ProducerStatus`]: what a producer holds and has done, for tests and operators.
+
+/// A producer's state, for tests and operators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProducerStatus {
+    /// Messages held, not confirmed yet.
+    pub unconfirmed: usize,
+    /// Messages sent, not confirmed yet.
+    pub in_flight: u64,
+    /// Entities with a controller.
+    pub entities: usize,
+    /// Messages sent the first time, in all.
+    pub sent: u64,
+    /// Messages sent again, in all.
+    pub resent: u64,
+    /// Messages confirmed, in all.
+    pub confirmed: u64,
+    /// Consumer answers that did not fit (a confirmation beyond what was sent, a resend
+    /// from the future, another incarnation's answer): counted and ignored.
+    pub invalid: u64,
+}
