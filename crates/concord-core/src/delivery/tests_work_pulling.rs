@@ -268,3 +268,30 @@ fn a_restored_producer_sends_what_it_held_first_and_numbers_on() {
         .collect();
     assert_eq!(ids, vec![4, 7, 10]);
 }
+
+#[test]
+fn a_restored_queue_larger_than_the_buffer_loses_nothing() {
+    // 60 restored messages, a buffer of 40, 15 workers: what does not fit waits.
+    let mut p = producer();
+    p.restore(0, (1..=60u64).map(|id| (id, vec![id as u8])).collect(), 60);
+    let names: Vec<String> = (0..15).map(|i| format!("w{i}")).collect();
+    p.set_workers(0, names.iter().cloned().collect());
+    let mut consumers: BTreeMap<String, ConsumerController> = BTreeMap::new();
+    let mut handled = BTreeSet::new();
+    let mut queue: std::collections::VecDeque<_> = drain(&mut p).into();
+    let mut now = 1;
+    while let Some((w, m)) = queue.pop_front() {
+        let c = consumers
+            .entry(w.clone())
+            .or_insert_with(|| ConsumerController::new(&settings()));
+        if c.receive(&m) == Verdict::Deliver {
+            handled.insert(m.payload[0]);
+            let answer = c.delivered(&m);
+            p.handle_message(now, &w, answer);
+        }
+        now += 1;
+        queue.extend(drain(&mut p));
+    }
+    assert_eq!(handled.len(), 60);
+    assert_eq!(p.unconfirmed(), 0);
+}

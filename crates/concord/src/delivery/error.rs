@@ -30,6 +30,10 @@ pub enum DeliveryError {
     /// recover what it held.
     #[error("durable producer queue: {0}")]
     Store(String),
+    /// An `ask` was confirmed this many times without the entity's answer: the consumer
+    /// skipped the message (it did not decode there) or keeps no answer for its key.
+    #[error("the ask was confirmed {0} times without an answer")]
+    NoAnswer(u32),
     /// The producer has stopped (its node stopped, or its durable queue failed).
     #[error("the producer has stopped")]
     Stopped,

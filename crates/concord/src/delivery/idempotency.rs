@@ -36,7 +36,7 @@ pub(super) fn frame(key: &str, message: &[u8]) -> Vec<u8> {
 }
 
 /// The key (if any) and the message of a payload. A keyed frame that does not hold
-/// together (too short, the key not UTF-8) yields no key and the whole payload, which then
+/// together (too short, the key longer than [`MAX_KEY_BYTES`] or not UTF-8) yields no key and the whole payload, which then
 /// fails to decode as a message (0xC1 begins no MessagePack value): confirmed and skipped.
 pub(super) fn unframe(payload: &[u8]) -> (Option<&str>, &[u8]) {
     let Some((&KEYED, rest)) = payload.split_first() else {
@@ -46,6 +46,9 @@ pub(super) fn unframe(payload: &[u8]) -> (Option<&str>, &[u8]) {
         return (None, payload);
     };
     let len = usize::from(u16::from_be_bytes(*len));
+    if len > MAX_KEY_BYTES {
+        return (None, payload);
+    }
     match (rest.get(..len).map(std::str::from_utf8), rest.get(len..)) {
         (Some(Ok(key)), Some(message)) if !key.is_empty() => (Some(key), message),
         _ => (None, payload),

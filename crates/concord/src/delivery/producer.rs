@@ -23,6 +23,9 @@ use crate::persistence::Stores;
 use crate::sharding::entity::encode;
 use crate::sharding::ShardRegion;
 
+/// Deliveries of one `ask` that come back confirmed without an answer before it gives up.
+const ASK_ATTEMPTS: u32 = 3;
+
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
 
@@ -186,7 +189,9 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
     /// # Errors
     /// As `send`; [`DeliveryError::BadName`] for an empty or too long key;
     /// [`DeliveryError::Timeout`] if no answer came within `timeout` (the message stays
-    /// with the producer and is still delivered).
+    /// with the producer and is still delivered); [`DeliveryError::NoAnswer`] if it was
+    /// confirmed three times without an answer (the consumer skipped it: it did not decode,
+    /// or the consumer's build does not know keyed messages).
     pub async fn ask(
         &self,
         entity_id: &str,
@@ -201,7 +206,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         }
         let payload = frame(key, &encode(message).map_err(DeliveryError::Encoding)?);
         let deadline = Instant::now() + timeout;
-        loop {
+        for _ in 0..ASK_ATTEMPTS {
             let (tx, rx) = oneshot::channel();
             tokio::time::timeout_at(
                 deadline,
@@ -219,6 +224,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
                 Ok(Ok(Ok(None))) => {}
             }
         }
+        Err(DeliveryError::NoAnswer(ASK_ATTEMPTS))
     }
 
     /// The producer's counters and what it holds.

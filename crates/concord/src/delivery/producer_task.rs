@@ -46,6 +46,9 @@ type AnswerFuture<R> = std::pin::Pin<Box<dyn std::future::Future<Output = Answer
 
 /// Messages of one producer to one entity sent in one ask, at most.
 const MAX_BATCH: usize = 64;
+/// Payload bytes of one batch, at most (far below the transport's frame limits; a
+/// message larger than this goes alone).
+const MAX_BATCH_BYTES: usize = 256 * 1024;
 
 /// An answer (or its failure) to one sent message or batch: the consumer entity's reply.
 struct Answer<R> {
@@ -126,6 +129,10 @@ impl<E: ConsumerEntity> Task<E> {
                         self.command(c);
                         // Take what else is queued, so that one write records them all.
                         for _ in 0..AtomicWrite::MAX_EVENTS {
+                            if self.stopping {
+                                // What is queued behind a stop is not taken.
+                                break;
+                            }
                             match commands.try_recv() {
                                 Ok(c) => self.command(c),
                                 Err(_) => break,
@@ -322,19 +329,27 @@ impl<E: ConsumerEntity> Task<E> {
     async fn flush(&mut self, answers: &mut FuturesUnordered<AnswerFuture<E::Reply>>) {
         // What goes to one entity now (in its order) goes in asks of up to MAX_BATCH
         // messages; the entities in the order they first appear.
-        let mut batches: Vec<(String, Vec<Sequenced>)> = Vec::new();
+        let mut batches: Vec<(String, Vec<Sequenced>, usize)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         while let Some(t) = self.machine.poll_transmit() {
             let m = Sequenced::from(t.message);
+            let bytes = m.payload.len();
             match index.get(&t.entity_id).copied() {
-                Some(i) if E::BATCHES && batches[i].1.len() < MAX_BATCH => batches[i].1.push(m),
+                Some(i)
+                    if E::BATCHES
+                        && batches[i].1.len() < MAX_BATCH
+                        && batches[i].2 + bytes <= MAX_BATCH_BYTES =>
+                {
+                    batches[i].1.push(m);
+                    batches[i].2 += bytes;
+                }
                 _ => {
                     index.insert(t.entity_id.clone(), batches.len());
-                    batches.push((t.entity_id, vec![m]));
+                    batches.push((t.entity_id, vec![m], bytes));
                 }
             }
         }
-        for (e, v) in batches {
+        for (e, v, _) in batches {
             self.transmit(e, v, answers).await;
         }
         while let Some(ShardingProducerEvent::Confirmed {

@@ -3,7 +3,7 @@
 //! received handed to them, and their envelopes handed to the machine (or straight to a
 //! local endpoint when the receiver runs on this node).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
 
 use concord_core::delivery::{DeliveryEnvelope, DeliveryRouter, RouterEvent};
@@ -76,6 +76,8 @@ pub(crate) struct DeliveryEffects {
     node: String,
     endpoints: HashMap<String, mpsc::Sender<EndpointInput>>,
     members: BTreeSet<Address>,
+    /// Endpoints whose queue was full when the members changed: told on the next tick.
+    members_owed: HashSet<String>,
 }
 
 impl DeliveryEffects {
@@ -84,6 +86,7 @@ impl DeliveryEffects {
             node,
             endpoints: HashMap::new(),
             members: BTreeSet::new(),
+            members_owed: HashSet::new(),
         }
     }
 
@@ -104,6 +107,28 @@ impl DeliveryEffects {
             },
         };
         super::metrics::router_dropped(&self.node, reason);
+    }
+}
+
+impl DeliveryEffects {
+    /// Tells the endpoints owed it the members; a full queue is tried again on the next
+    /// tick (a lost change would leave a work-pulling producer assigning to a gone worker).
+    fn tell_members(&mut self) {
+        let owed = std::mem::take(&mut self.members_owed);
+        for name in owed {
+            let Some(inbox) = self.endpoints.get(&name) else {
+                continue;
+            };
+            match inbox.try_send(EndpointInput::Members(self.members.clone())) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.members_owed.insert(name);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.endpoints.remove(&name);
+                }
+            }
+        }
     }
 }
 
@@ -165,14 +190,9 @@ impl LayerEffects for DeliveryEffects {
         match event {
             RouterEvent::Inbound { from, envelope } => self.deliver(from, envelope),
             RouterEvent::Members(members) => {
-                self.members = members.clone();
-                self.endpoints.retain(|_, inbox| {
-                    // A full inbox misses this one; the next change carries the whole set.
-                    !matches!(
-                        inbox.try_send(EndpointInput::Members(members.clone())),
-                        Err(mpsc::error::TrySendError::Closed(_))
-                    )
-                });
+                self.members = members;
+                self.members_owed = self.endpoints.keys().cloned().collect();
+                self.tell_members();
             }
         }
     }
@@ -180,6 +200,7 @@ impl LayerEffects for DeliveryEffects {
     fn received(&mut self, _message: &DeliveryEnvelope, _bytes: usize) {}
 
     fn tick(&mut self, fx: &mut Effects<'_, Self>) {
+        self.tell_members();
         super::metrics::router(&self.node, self.endpoints.len(), &fx.machine.stats());
     }
 }
