@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::delivery::{settings, tune};
-use common::{fast_config, port_of, wait_for};
+use common::{fast_config, port_of, wait_for, wait_for_async};
 use concord::delivery::{DeliveryError, DeliveryHandle, ReliableDelivery};
 use concord::{Config, Node};
 
@@ -134,7 +134,8 @@ async fn work_pulling_spreads_work_and_moves_a_crashed_workers_messages() {
         let h = handled.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(d) = w.recv().await {
-                // A little work per message: the other worker pulls meanwhile.
+                // A little work per message (not a wait for an event): the other worker
+                // pulls meanwhile.
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 h.lock().unwrap().push((d.message, i));
                 d.confirm();
@@ -160,12 +161,11 @@ async fn work_pulling_spreads_work_and_moves_a_crashed_workers_messages() {
     for v in 300..600u64 {
         producer.send(&v).await.unwrap();
     }
-    for _ in 0..600 {
-        if producer.status().await.unwrap().producer.unconfirmed == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_async("every message confirmed", || {
+        let producer = producer.clone();
+        async move { producer.status().await.unwrap().producer.unconfirmed == 0 }
+    })
+    .await;
     let status = producer.status().await.unwrap();
     assert_eq!(status.producer.unconfirmed, 0, "{status:?}");
     assert_eq!(status.workers, 1, "the crashed worker left: {status:?}");

@@ -81,6 +81,8 @@ mod producer;
 #[cfg(feature = "runtime")]
 mod producer_task;
 #[cfg(feature = "runtime")]
+mod recorder;
+#[cfg(feature = "runtime")]
 mod router_effects;
 #[cfg(feature = "runtime")]
 mod status;

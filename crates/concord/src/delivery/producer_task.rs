@@ -19,6 +19,7 @@ use super::consumer::{ConsumerEntity, Sequenced};
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
+use super::recorder::Recorder;
 use super::status::ProducerStatus;
 use crate::sharding::{ShardRegion, ShardingError};
 
@@ -67,12 +68,8 @@ pub(super) struct Task<E: ConsumerEntity> {
     waiters: HashMap<(String, u64), Waiter<E::Answer>>,
     node: String,
     producer_id: String,
-    /// The durable queue, if any.
-    queue: Option<DurableQueue>,
-    /// Messages taken, to record in the queue before they leave.
-    to_write: Vec<QueueEvent>,
-    /// Their callers, answered once the record is written.
-    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
+    /// The durable queue, if any, with what is still to write.
+    recorder: Recorder,
     /// [`ShardingProducer::stop`] was called.
     stopping: bool,
 }
@@ -94,9 +91,7 @@ impl<E: ConsumerEntity> Task<E> {
             waiters: HashMap::new(),
             node: node.to_string(),
             producer_id: producer_id.to_string(),
-            queue,
-            to_write: Vec::new(),
-            accepts: Vec::new(),
+            recorder: Recorder::new(queue),
             stopping: false,
         }
     }
@@ -149,12 +144,10 @@ impl<E: ConsumerEntity> Task<E> {
             }
             if self.stopping {
                 // As a crash would: nothing more is sent or written.
-                for (tx, _) in self.accepts.drain(..) {
-                    let _ = tx.send(Err(DeliveryError::Stopped));
-                }
+                self.recorder.refuse(&DeliveryError::Stopped);
                 return;
             }
-            if let Err(e) = self.record().await {
+            if let Err(e) = self.recorder.record().await {
                 self.fail(&e);
                 return;
             }
@@ -162,18 +155,14 @@ impl<E: ConsumerEntity> Task<E> {
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 metrics::producer(&self.node, &self.producer_id, &self.status());
-                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-                    if let Err(e) = q.write(Vec::new()).await {
-                        self.fail(&e);
-                        return;
-                    }
+                if let Err(e) = self.recorder.write_confirmations().await {
+                    self.fail(&e);
+                    return;
                 }
             }
         }
-        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-            if let Err(e) = q.write(Vec::new()).await {
-                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
-            }
+        if let Err(e) = self.recorder.write_confirmations().await {
+            tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
         }
         metrics::producer(&self.node, &self.producer_id, &self.status());
     }
@@ -200,7 +189,7 @@ impl<E: ConsumerEntity> Task<E> {
                 confirmed,
             } => {
                 let now = self.now_ms();
-                let record = self.queue.is_some().then(|| payload.clone());
+                let record = self.recorder.is_durable().then(|| payload.clone());
                 let r = match self.machine.send(now, &entity_id, payload) {
                     Ok(Accepted {
                         seq_nr,
@@ -209,18 +198,15 @@ impl<E: ConsumerEntity> Task<E> {
                         if let Some(c) = confirmed {
                             self.waiters.insert((entity_id.clone(), seq_nr), (c, None));
                         }
-                        if let Some(payload) = record {
-                            // Answered once recorded.
-                            self.to_write.push(QueueEvent::Sent {
-                                entity_id,
-                                incarnation,
-                                seq_nr,
-                                payload,
-                            });
-                            self.accepts.push((accepted, seq_nr));
-                            return;
-                        }
-                        Ok(seq_nr)
+                        // Answered once recorded.
+                        let record = record.map(|payload| QueueEvent::Sent {
+                            entity_id,
+                            incarnation,
+                            seq_nr,
+                            payload,
+                        });
+                        self.recorder.taken(record, accepted, seq_nr);
+                        return;
                     }
                     Err(ShardingSendError::Full(SendError::BufferFull { limit })) => {
                         metrics::producer_refused(&self.node, &self.producer_id);
@@ -258,22 +244,6 @@ impl<E: ConsumerEntity> Task<E> {
         }
     }
 
-    /// Records the messages taken since the last call in the durable queue, then answers
-    /// their callers.
-    async fn record(&mut self) -> Result<(), DeliveryError> {
-        let Some(q) = self.queue.as_mut() else {
-            return Ok(());
-        };
-        if self.to_write.is_empty() {
-            return Ok(());
-        }
-        q.write(std::mem::take(&mut self.to_write)).await?;
-        for (tx, seq_nr) in self.accepts.drain(..) {
-            let _ = tx.send(Ok(seq_nr));
-        }
-        Ok(())
-    }
-
     /// The durable queue failed: nothing the producer holds may be on disk, so it stops
     /// (writing nothing more: a producer started again may be reading the queue already);
     /// every caller waiting learns why.
@@ -281,9 +251,7 @@ impl<E: ConsumerEntity> Task<E> {
         tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
         metrics::producer_failed(&self.node, &self.producer_id);
         metrics::producer(&self.node, &self.producer_id, &self.status());
-        for (tx, _) in self.accepts.drain(..) {
-            let _ = tx.send(Err(e.clone()));
-        }
+        self.recorder.refuse(e);
         for (_, (tx, _)) in self.waiters.drain() {
             let _ = tx.send(Err(e.clone()));
         }
@@ -358,7 +326,7 @@ impl<E: ConsumerEntity> Task<E> {
             seq_nr,
         }) = self.machine.poll_event()
         {
-            if let Some(q) = self.queue.as_mut() {
+            if let Some(q) = self.recorder.queue_mut() {
                 q.confirmed(entity_id.clone(), incarnation, seq_nr);
             }
             if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {

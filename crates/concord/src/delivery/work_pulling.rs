@@ -25,6 +25,7 @@ use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
 use super::point_consumer::{ConsumerRef, INBOX};
+use super::recorder::Recorder;
 use super::router_effects::{register, DeliveryCommand, EndpointInput};
 use super::status::ProducerStatus;
 use crate::sharding::entity::encode;
@@ -117,11 +118,9 @@ impl<M: Wire> WorkPullingProducer<M> {
             router: commands.clone(),
             base: Instant::now(),
             waiters: HashMap::new(),
-            queue,
-            to_write: Vec::new(),
-            accepts: Vec::new(),
+            recorder: Recorder::new(queue),
         };
-        if let Some(q) = &task.queue {
+        if let Some(q) = task.recorder.queue_mut() {
             let held: Vec<(u64, Vec<u8>)> =
                 q.state().work().map(|(id, p)| (id, p.clone())).collect();
             if !held.is_empty() {
@@ -317,12 +316,8 @@ struct Task {
     router: mpsc::Sender<DeliveryCommand>,
     base: Instant,
     waiters: HashMap<u64, oneshot::Sender<Result<(), DeliveryError>>>,
-    /// The durable queue, if any.
-    queue: Option<DurableQueue>,
-    /// Messages taken, to record before their callers hear so.
-    to_write: Vec<QueueEvent>,
-    /// Those callers.
-    accepts: Vec<(oneshot::Sender<Result<u64, DeliveryError>>, u64)>,
+    /// The durable queue, if any, with what is still to write.
+    recorder: Recorder,
 }
 
 impl Task {
@@ -415,12 +410,10 @@ impl Task {
             }
             if stop {
                 // As a crash would: nothing more is sent or written.
-                for (tx, _) in self.accepts.drain(..) {
-                    let _ = tx.send(Err(DeliveryError::Stopped));
-                }
+                self.recorder.refuse(&DeliveryError::Stopped);
                 break;
             }
-            if let Err(e) = self.record().await {
+            if let Err(e) = self.recorder.record().await {
                 self.fail(&e);
                 break;
             }
@@ -432,18 +425,14 @@ impl Task {
                 self.metrics();
                 // Callers of `send_and_confirm` that gave up.
                 self.waiters.retain(|_, w| !w.is_closed());
-                if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-                    if let Err(e) = q.write(Vec::new()).await {
-                        self.fail(&e);
-                        break;
-                    }
+                if let Err(e) = self.recorder.write_confirmations().await {
+                    self.fail(&e);
+                    break;
                 }
             }
         }
-        if let Some(q) = self.queue.as_mut().filter(|q| q.has_confirmations()) {
-            if let Err(e) = q.write(Vec::new()).await {
-                tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
-            }
+        if let Err(e) = self.recorder.write_confirmations().await {
+            tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
         }
         self.metrics();
         let _ = self
@@ -475,19 +464,16 @@ impl Task {
                 confirmed,
             } => {
                 let now = self.now_ms();
-                let record = self.queue.is_some().then(|| payload.clone());
+                let record = self.recorder.is_durable().then(|| payload.clone());
                 let r = match self.machine.send(now, payload) {
                     Ok(id) => {
                         if let Some(c) = confirmed {
                             self.waiters.insert(id, c);
                         }
-                        if let Some(payload) = record {
-                            // Answered once recorded.
-                            self.to_write.push(QueueEvent::Taken { id, payload });
-                            self.accepts.push((accepted, id));
-                            return;
-                        }
-                        Ok(id)
+                        // Answered once recorded.
+                        let record = record.map(|payload| QueueEvent::Taken { id, payload });
+                        self.recorder.taken(record, accepted, id);
+                        return;
                     }
                     Err(SendError::BufferFull { limit }) => {
                         metrics::producer_refused(&self.node, &self.producer_id);
@@ -522,31 +508,12 @@ impl Task {
         }
     }
 
-    /// Records the messages taken since the last call in the durable queue, then answers
-    /// their callers. Nothing leaves before it is recorded: the machine holds what was
-    /// taken, and its transmits go out after this.
-    async fn record(&mut self) -> Result<(), DeliveryError> {
-        let Some(q) = self.queue.as_mut() else {
-            return Ok(());
-        };
-        if self.to_write.is_empty() {
-            return Ok(());
-        }
-        q.write(std::mem::take(&mut self.to_write)).await?;
-        for (tx, id) in self.accepts.drain(..) {
-            let _ = tx.send(Ok(id));
-        }
-        Ok(())
-    }
-
     /// The durable queue failed: the producer stops, writing nothing more; every caller
     /// waiting learns why.
     fn fail(&mut self, e: &DeliveryError) {
         tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
         metrics::producer_failed(&self.node, &self.producer_id);
-        for (tx, _) in self.accepts.drain(..) {
-            let _ = tx.send(Err(e.clone()));
-        }
+        self.recorder.refuse(e);
         for (_, tx) in self.waiters.drain() {
             let _ = tx.send(Err(e.clone()));
         }
@@ -556,7 +523,7 @@ impl Task {
     /// stopped.
     async fn flush(&mut self) -> bool {
         while let Some(WorkPullingEvent::Confirmed { id, .. }) = self.machine.poll_event() {
-            if let Some(q) = self.queue.as_mut() {
+            if let Some(q) = self.recorder.queue_mut() {
                 q.done(id);
             }
             if let Some(w) = self.waiters.remove(&id) {
