@@ -160,10 +160,21 @@ fn a_join_and_a_graceful_leave_keep_every_log_complete_and_in_order() {
     let acked_a = a.join().unwrap();
     let acked_b = b.join().unwrap();
     for l in 0..logs {
+        // An accepted value is in its producer's durable queue; one whose message was lost
+        // with the leaving node arrives at the producer's next resend (backing off up to
+        // 30 s): read until every accepted value is there, or 60 s passed.
+        let complete = |values: &[String]| {
+            [&acked_a.0, &acked_b.0].iter().all(|acked| {
+                acked
+                    .get(&l)
+                    .is_none_or(|vs| vs.iter().all(|v| values.contains(v)))
+            })
+        };
         let mut values = None;
-        for _ in 0..30 {
-            values = read_log(&rt, n1.management_port, l);
-            if values.is_some() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            values = read_log(&rt, n1.management_port, l).or(values);
+            if values.as_deref().is_some_and(complete) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(200));
