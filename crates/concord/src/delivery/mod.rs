@@ -79,6 +79,8 @@ mod point_consumer;
 #[cfg(feature = "runtime")]
 mod producer;
 #[cfg(feature = "runtime")]
+mod producer_core;
+#[cfg(feature = "runtime")]
 mod producer_task;
 #[cfg(feature = "runtime")]
 mod recorder;

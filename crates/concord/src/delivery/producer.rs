@@ -7,6 +7,7 @@
 //! — numbering, windows, resends, backoff, the buffer bound — is the machine's.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use concord_core::delivery::{DeliverySettings, ShardingProducerController};
@@ -17,7 +18,8 @@ use super::consumer::ConsumerEntity;
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::idempotency::{frame, MAX_KEY_BYTES};
-use super::producer_task::{Command, Confirmation, Task};
+use super::producer_core::{Confirmation, ProducerCore};
+use super::producer_task::{Command, Task};
 use super::status::ProducerStatus;
 use crate::persistence::Stores;
 use crate::sharding::entity::encode;
@@ -34,6 +36,10 @@ const COMMAND_QUEUE: usize = 1024;
 pub struct ShardingProducer<E: ConsumerEntity> {
     producer_id: String,
     commands: mpsc::Sender<Command<E::Answer>>,
+    /// The machine, shared with the task (a producer without a durable queue takes
+    /// messages through it directly).
+    core: Arc<ProducerCore<E::Answer>>,
+    durable: bool,
     _types: PhantomData<fn() -> E>,
 }
 
@@ -42,6 +48,8 @@ impl<E: ConsumerEntity> Clone for ShardingProducer<E> {
         ShardingProducer {
             producer_id: self.producer_id.clone(),
             commands: self.commands.clone(),
+            core: self.core.clone(),
+            durable: self.durable,
             _types: PhantomData,
         }
     }
@@ -126,11 +134,15 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
             }
         }
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let task = Task::<E>::new(machine, region, &settings, node, &producer_id, queue);
+        let durable = queue.is_some();
+        let core = Arc::new(ProducerCore::new(machine, node.to_string()));
+        let task = Task::<E>::new(core.clone(), region, &settings, queue);
         tokio::spawn(task.run(rx));
         ShardingProducer {
             producer_id,
             commands: tx,
+            core,
+            durable,
             _types: PhantomData,
         }
     }
@@ -244,6 +256,7 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
     /// recorded. With a durable queue, a producer started again with the same id sends
     /// what was not confirmed; without one it is lost.
     pub async fn stop(&self) {
+        self.core.lock().stopped = true;
         let _ = self.commands.send(Command::Stop).await;
         self.commands.closed().await;
     }
@@ -276,6 +289,14 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
         payload: Vec<u8>,
         confirmed: Option<Confirmation<E::Answer>>,
     ) -> Result<u64, DeliveryError> {
+        if !self.durable {
+            // Taken here: the task is woken to send it (with whatever else came meanwhile).
+            // A caller that sends in a loop yields now and then, like any tokio resource.
+            tokio::task::coop::consume_budget().await;
+            let accepted = self.core.take(entity_id, payload, confirmed)?;
+            self.core.wake();
+            return Ok(accepted.seq_nr);
+        }
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Send {

@@ -1,15 +1,14 @@
-//! The task of a [`super::ShardingProducer`]: it owns the core's
-//! [`ShardingProducerController`], takes the handles' commands, records what the durable
-//! queue needs, and moves the machine's messages as asks of the entities (a message each,
-//! or a batch of what goes to one entity at once), their answers back into the machine.
+//! The task of a [`super::ShardingProducer`]: it moves the messages of the core's
+//! [`ShardingProducerController`] (shared with the handles: [`ProducerCore`]) as asks of the
+//! entities (a message each, or a batch of what goes to one entity at once), their
+//! answers back into the machine, takes a durable producer's messages and records what its
+//! queue needs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use concord_core::delivery::{
-    Accepted, DeliverySettings, QueueEvent, SendError, ShardingProducerController,
-    ShardingProducerEvent, ShardingSendError,
-};
+use concord_core::delivery::{Accepted, DeliverySettings, QueueEvent, ShardingProducerEvent};
 use concord_core::persistence::AtomicWrite;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
@@ -19,18 +18,15 @@ use super::consumer::{ConsumerEntity, Sequenced};
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
+use super::producer_core::{Confirmation, ProducerCore};
 use super::recorder::Recorder;
 use super::status::ProducerStatus;
 use crate::sharding::{ShardRegion, ShardingError};
 
-/// Where a `send_and_confirm` caller waits.
-pub(super) type Confirmation<A> = oneshot::Sender<Result<Option<A>, DeliveryError>>;
-
-/// A `send_and_confirm` caller, and the entity's answer once known.
-pub(super) type Waiter<A> = (Confirmation<A>, Option<A>);
-
 /// What a producer's handles ask its task.
 pub(super) enum Command<A> {
+    /// A durable producer's message (one without a queue takes messages in the caller's
+    /// task: [`ProducerCore::take`]).
     Send {
         entity_id: String,
         payload: Vec<u8>,
@@ -60,58 +56,53 @@ struct Answer<R> {
 }
 
 pub(super) struct Task<E: ConsumerEntity> {
-    machine: ShardingProducerController,
+    core: Arc<ProducerCore<E::Answer>>,
     region: ShardRegion<E>,
-    base: Instant,
     ask_timeout: Duration,
-    /// `send_and_confirm` callers by (entity, number), with the entity's answer once known.
-    waiters: HashMap<(String, u64), Waiter<E::Answer>>,
-    node: String,
-    producer_id: String,
     /// The durable queue, if any, with what is still to write.
     recorder: Recorder,
-    /// [`ShardingProducer::stop`] was called.
+    /// [`super::ShardingProducer::stop`] was called.
     stopping: bool,
 }
 
 impl<E: ConsumerEntity> Task<E> {
     pub(super) fn new(
-        machine: ShardingProducerController,
+        core: Arc<ProducerCore<E::Answer>>,
         region: ShardRegion<E>,
         settings: &DeliverySettings,
-        node: &concord_core::Address,
-        producer_id: &str,
         queue: Option<DurableQueue>,
     ) -> Self {
         Task {
-            machine,
+            core,
             region,
-            base: Instant::now(),
             ask_timeout: Duration::from_millis(settings.resend_interval_max_ms.max(1_000)),
-            waiters: HashMap::new(),
-            node: node.to_string(),
-            producer_id: producer_id.to_string(),
             recorder: Recorder::new(queue),
             stopping: false,
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    pub(super) async fn run(mut self, commands: mpsc::Receiver<Command<E::Answer>>) {
+        let end = self.drive(commands).await;
+        // Whatever ended it, the handles take nothing more.
+        self.core.close(&end);
     }
 
-    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command<E::Answer>>) {
+    /// Runs until every handle is gone and nothing is unconfirmed, `stop`, or the durable
+    /// queue fails; returns what callers still waiting are told.
+    async fn drive(&mut self, mut commands: mpsc::Receiver<Command<E::Answer>>) -> DeliveryError {
         let mut answers: FuturesUnordered<AnswerFuture<E::Reply>> = FuturesUnordered::new();
         let mut open = true;
         let mut last_metrics = Instant::now();
+        let core = self.core.clone();
         loop {
-            if !open && self.machine.unconfirmed() == 0 {
+            let (unconfirmed, deadline) = {
+                let held = core.lock();
+                (held.machine.unconfirmed(), held.machine.poll_timeout())
+            };
+            if !open && unconfirmed == 0 {
                 break;
             }
-            let deadline = self
-                .machine
-                .poll_timeout()
-                .map(|ms| self.base + Duration::from_millis(ms));
+            let deadline = deadline.map(|ms| core.instant(ms));
             let sleep = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -136,43 +127,53 @@ impl<E: ConsumerEntity> Task<E> {
                     }
                     None => open = false,
                 },
-                Some(a) = answers.next(), if !answers.is_empty() => self.answer(a),
+                () = core.woken() => {}
+                Some(a) = answers.next(), if !answers.is_empty() => {
+                    self.answer(a);
+                    // Take the answers already in, so that one flush sends what they grant.
+                    while let Some(Some(a)) = futures_util::FutureExt::now_or_never(answers.next()) {
+                        self.answer(a);
+                    }
+                }
                 () = sleep => {
-                    let now = self.now_ms();
-                    self.machine.handle_timeout(now);
+                    let now = core.now_ms();
+                    core.lock().machine.handle_timeout(now);
                 }
             }
             if self.stopping {
                 // As a crash would: nothing more is sent or written.
                 self.recorder.refuse(&DeliveryError::Stopped);
-                return;
+                return DeliveryError::Stopped;
             }
             if let Err(e) = self.recorder.record().await {
                 self.fail(&e);
-                return;
+                return e;
             }
             self.flush(&mut answers).await;
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
-                metrics::producer(&self.node, &self.producer_id, &self.status());
+                metrics::producer(core.node(), core.producer_id(), &self.status());
                 if let Err(e) = self.recorder.write_confirmations().await {
                     self.fail(&e);
-                    return;
+                    return e;
                 }
             }
         }
         if let Err(e) = self.recorder.write_confirmations().await {
-            tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
+            tracing::debug!(producer = %core.producer_id(), error = %e, "the last confirmations were not recorded");
         }
-        metrics::producer(&self.node, &self.producer_id, &self.status());
+        metrics::producer(core.node(), core.producer_id(), &self.status());
+        DeliveryError::Stopped
     }
 
     fn status(&self) -> ProducerStatus {
-        let s = self.machine.stats();
+        let held = self.core.lock();
+        let m = &held.machine;
+        let s = m.stats();
         ProducerStatus {
-            unconfirmed: self.machine.unconfirmed(),
-            in_flight: self.machine.in_flight(),
-            entities: self.machine.entities(),
+            unconfirmed: m.unconfirmed(),
+            in_flight: m.in_flight(),
+            entities: m.entities(),
             sent: s.sent,
             resent: s.resent,
             confirmed: s.confirmed,
@@ -188,16 +189,12 @@ impl<E: ConsumerEntity> Task<E> {
                 accepted,
                 confirmed,
             } => {
-                let now = self.now_ms();
                 let record = self.recorder.is_durable().then(|| payload.clone());
-                let r = match self.machine.send(now, &entity_id, payload) {
+                match self.core.take(&entity_id, payload, confirmed) {
                     Ok(Accepted {
                         seq_nr,
                         incarnation,
                     }) => {
-                        if let Some(c) = confirmed {
-                            self.waiters.insert((entity_id.clone(), seq_nr), (c, None));
-                        }
                         // Answered once recorded.
                         let record = record.map(|payload| QueueEvent::Sent {
                             entity_id,
@@ -206,20 +203,19 @@ impl<E: ConsumerEntity> Task<E> {
                             payload,
                         });
                         self.recorder.taken(record, accepted, seq_nr);
-                        return;
                     }
-                    Err(ShardingSendError::Full(SendError::BufferFull { limit })) => {
-                        metrics::producer_refused(&self.node, &self.producer_id);
-                        Err(DeliveryError::BufferFull { limit })
+                    Err(e) => {
+                        let _ = accepted.send(Err(e));
                     }
-                    Err(ShardingSendError::BadEntityId) => Err(DeliveryError::BadEntityId),
-                };
-                let _ = accepted.send(r);
+                }
             }
             Command::Stats(reply) => {
                 let _ = reply.send(self.status());
             }
-            Command::Stop => self.stopping = true,
+            Command::Stop => {
+                self.stopping = true;
+                self.core.lock().stopped = true;
+            }
         }
     }
 
@@ -233,14 +229,15 @@ impl<E: ConsumerEntity> Task<E> {
             }
             None => E::batch_control(r),
         };
+        let now = self.core.now_ms();
+        let mut held = self.core.lock();
         for (seq_nr, r) in replies {
-            if let Some(w) = self.waiters.get_mut(&(a.entity_id.clone(), seq_nr)) {
+            if let Some(w) = held.waiters.get_mut(&(a.entity_id.clone(), seq_nr)) {
                 w.1 = Some(r);
             }
         }
         if let Some(control) = control {
-            let now = self.now_ms();
-            self.machine.handle_message(now, &a.entity_id, control);
+            held.machine.handle_message(now, &a.entity_id, control);
         }
     }
 
@@ -248,13 +245,12 @@ impl<E: ConsumerEntity> Task<E> {
     /// (writing nothing more: a producer started again may be reading the queue already);
     /// every caller waiting learns why.
     fn fail(&mut self, e: &DeliveryError) {
-        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
-        metrics::producer_failed(&self.node, &self.producer_id);
-        metrics::producer(&self.node, &self.producer_id, &self.status());
+        let core = &self.core;
+        tracing::error!(producer = %core.producer_id(), error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
+        metrics::producer_failed(core.node(), core.producer_id());
+        metrics::producer(core.node(), core.producer_id(), &self.status());
         self.recorder.refuse(e);
-        for (_, (tx, _)) in self.waiters.drain() {
-            let _ = tx.send(Err(e.clone()));
-        }
+        self.core.close(e);
     }
 
     /// Sends `messages` (consecutive, to `entity_id`) in one ask whose answer comes back
@@ -298,40 +294,43 @@ impl<E: ConsumerEntity> Task<E> {
         // What goes to one entity now (in its order) goes in asks of up to MAX_BATCH
         // messages; the entities in the order they first appear.
         let mut batches: Vec<(String, Vec<Sequenced>, usize)> = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
-        while let Some(t) = self.machine.poll_transmit() {
-            let m = Sequenced::from(t.message);
-            let bytes = m.payload.len();
-            match index.get(&t.entity_id).copied() {
-                Some(i)
-                    if E::BATCHES
-                        && batches[i].1.len() < MAX_BATCH
-                        && batches[i].2 + bytes <= MAX_BATCH_BYTES =>
-                {
-                    batches[i].1.push(m);
-                    batches[i].2 += bytes;
+        {
+            let mut held = self.core.lock();
+            let mut index: HashMap<String, usize> = HashMap::new();
+            while let Some(t) = held.machine.poll_transmit() {
+                let m = Sequenced::from(t.message);
+                let bytes = m.payload.len();
+                match index.get(&t.entity_id).copied() {
+                    Some(i)
+                        if E::BATCHES
+                            && batches[i].1.len() < MAX_BATCH
+                            && batches[i].2 + bytes <= MAX_BATCH_BYTES =>
+                    {
+                        batches[i].1.push(m);
+                        batches[i].2 += bytes;
+                    }
+                    _ => {
+                        index.insert(t.entity_id.clone(), batches.len());
+                        batches.push((t.entity_id, vec![m], bytes));
+                    }
                 }
-                _ => {
-                    index.insert(t.entity_id.clone(), batches.len());
-                    batches.push((t.entity_id, vec![m], bytes));
+            }
+            while let Some(ShardingProducerEvent::Confirmed {
+                entity_id,
+                incarnation,
+                seq_nr,
+            }) = held.machine.poll_event()
+            {
+                if let Some(q) = self.recorder.queue_mut() {
+                    q.confirmed(entity_id.clone(), incarnation, seq_nr);
+                }
+                if let Some((tx, reply)) = held.waiters.remove(&(entity_id, seq_nr)) {
+                    let _ = tx.send(Ok(reply));
                 }
             }
         }
         for (e, v, _) in batches {
             self.transmit(e, v, answers).await;
-        }
-        while let Some(ShardingProducerEvent::Confirmed {
-            entity_id,
-            incarnation,
-            seq_nr,
-        }) = self.machine.poll_event()
-        {
-            if let Some(q) = self.recorder.queue_mut() {
-                q.confirmed(entity_id.clone(), incarnation, seq_nr);
-            }
-            if let Some((tx, reply)) = self.waiters.remove(&(entity_id, seq_nr)) {
-                let _ = tx.send(Ok(reply));
-            }
         }
     }
 }

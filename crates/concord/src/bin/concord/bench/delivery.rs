@@ -56,6 +56,9 @@ pub struct DeliveryBenchResult {
     /// Reliable messages confirmed/s to 4 of the entities only (hot entities: what a
     /// window grants at once goes in one ask), no durable queue.
     pub reliable_hot_msgs_per_s: f64,
+    /// Messages the consumer entities handled/s during the reliable run (a check of the
+    /// confirmed figure: each confirmed message was handled).
+    pub reliable_handled_msgs_per_s: f64,
     /// Resent during the reliable run (none expected on loopback).
     pub reliable_resent: u64,
     /// send_and_confirm latency, ms.
@@ -80,15 +83,30 @@ fn settings() -> DeliverySettings {
     }
 }
 
+/// What [`reliable_rate`] measured, per second of the measured time.
+struct Rate {
+    confirmed: f64,
+    /// Messages the entities handled (counted by the entities themselves).
+    handled: f64,
+    resent: u64,
+}
+
 /// Confirmed/s through `producer` to `ids` from `senders` tasks for `duration` (after a
-/// 1 s warm-up); the messages resent meanwhile.
+/// 1 s warm-up), handled/s by the entities (`handled` counts them), the messages resent.
 async fn reliable_rate(
     producer: &ShardingProducer<Consumer>,
     ids: &[String],
     pad: &[u8],
     senders: usize,
     duration: Duration,
-) -> anyhow::Result<(f64, u64)> {
+    handled: &[Arc<AtomicU64>],
+) -> anyhow::Result<Rate> {
+    let total = || {
+        handled
+            .iter()
+            .map(|h| h.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..senders)
         .map(|s| {
@@ -116,10 +134,10 @@ async fn reliable_rate(
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let s0 = producer.status().await?;
+    let (s0, h0) = (producer.status().await?, total());
     let t0 = Instant::now();
     tokio::time::sleep(duration).await;
-    let s1 = producer.status().await?;
+    let (s1, h1) = (producer.status().await?, total());
     let elapsed = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -132,10 +150,12 @@ async fn reliable_rate(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok((
-        (s1.confirmed - s0.confirmed) as f64 / elapsed.as_secs_f64(),
-        s1.resent - s0.resent,
-    ))
+    let secs = elapsed.as_secs_f64();
+    Ok(Rate {
+        confirmed: (s1.confirmed - s0.confirmed) as f64 / secs,
+        handled: (h1 - h0) as f64 / secs,
+        resent: s1.resent - s0.resent,
+    })
 }
 
 /// Closed-loop `send_and_confirm` from `tasks` tasks: (confirmed/s, latencies).
@@ -260,8 +280,10 @@ pub async fn run_delivery(s: &DeliveryBenchSettings) -> anyhow::Result<DeliveryB
             reliable.clone(),
             settings(),
         );
-        let (rate, resent) = reliable_rate(&producer, &ids, &pad, SENDERS, s.duration).await?;
-        let (hot, _) = reliable_rate(&producer, &ids[..4], &pad, SENDERS, s.duration).await?;
+        let measured = reliable_rate(&producer, &ids, &pad, SENDERS, s.duration, &counters).await?;
+        let hot = reliable_rate(&producer, &ids[..4], &pad, SENDERS, s.duration, &counters)
+            .await?
+            .confirmed;
         let (confirm_rate, mut lat) = confirm_latency(&producer, &ids, &pad, 16, s.duration).await;
         let stores = persistence
             .stores_within(Duration::from_secs(30))
@@ -275,16 +297,23 @@ pub async fn run_delivery(s: &DeliveryBenchSettings) -> anyhow::Result<DeliveryB
             &stores,
         )
         .await?;
-        let (durable_rate, _) =
-            reliable_rate(&durable, &ids, &pad, DURABLE_SENDERS, s.duration).await?;
+        let durable_rate =
+            reliable_rate(&durable, &ids, &pad, DURABLE_SENDERS, s.duration, &counters)
+                .await?
+                .confirmed;
         Ok::<_, anyhow::Error>(DeliveryBenchResult {
             payload_bytes: s.payload_bytes,
             tell_remote_msgs_per_s: tell,
-            reliable_msgs_per_s: rate,
+            reliable_msgs_per_s: measured.confirmed,
+            reliable_handled_msgs_per_s: measured.handled,
             durable_msgs_per_s: durable_rate,
-            reliable_to_tell: if tell > 0.0 { rate / tell } else { 0.0 },
+            reliable_to_tell: if tell > 0.0 {
+                measured.confirmed / tell
+            } else {
+                0.0
+            },
             reliable_hot_msgs_per_s: hot,
-            reliable_resent: resent,
+            reliable_resent: measured.resent,
             confirm_p50_ms: percentile_ms(&mut lat, 50.0),
             confirm_p99_ms: percentile_ms(&mut lat, 99.0),
             confirm_rate_per_s: confirm_rate,
@@ -303,7 +332,7 @@ pub fn report(r: &DeliveryBenchResult) -> String {
     format!(
         "reliable delivery, 3 nodes on loopback, {} B messages, 64 remote entities\n\
          plain remote tell          {:>12.0} msgs/s\n\
-         reliable (no durable queue){:>12.0} confirmed/s  ({:.2}x tell, {} resent)\n\
+         reliable (no durable queue){:>12.0} confirmed/s  ({:.2}x tell, {} resent; {:.0} handled/s)\n\
          reliable, 4 hot entities   {:>12.0} confirmed/s\n\
          reliable, durable queue    {:>12.0} confirmed/s  (256 senders)\n\
          send-to-confirm latency    p50 {:.2} ms  p99 {:.2} ms  at {:.0}/s (16 in flight)\n",
@@ -312,6 +341,7 @@ pub fn report(r: &DeliveryBenchResult) -> String {
         r.reliable_msgs_per_s,
         r.reliable_to_tell,
         r.reliable_resent,
+        r.reliable_handled_msgs_per_s,
         r.reliable_hot_msgs_per_s,
         r.durable_msgs_per_s,
         r.confirm_p50_ms,
