@@ -4,7 +4,8 @@
 //! ([`producers`]). Random faults (partitions, one-way links, crashes, restarts, pauses,
 //! joins, graceful leaves, so shards rebalance and hand off) hit the cluster while the
 //! producers send, with message loss on the links and, in the producers' driver, lost and
-//! doubled transmits and lost answers.
+//! doubled transmits and lost answers. In some steps a producer sends what goes to one
+//! entity in one ask (a batch, as the runtime does), in others each message alone.
 //!
 //! At every step each consumer applies a producer's messages in order: the journaled one
 //! never applies a message twice nor skips one; the plain one never handles a message that
@@ -138,6 +139,8 @@ struct SeedReport {
     accepted: u64,
     plain_repeats: u64,
     producer_restarts: u64,
+    /// Asks that carried a batch.
+    batches: u64,
     /// Handoffs the running nodes' regions started (a lower bound: crashed incarnations'
     /// are not counted).
     handoffs: u64,
@@ -233,6 +236,7 @@ fn run_seed(seed: u64) -> Option<SeedReport> {
         accepted: producers.counts.accepted,
         plain_repeats: b.plain_repeats,
         producer_restarts: producers.counts.restarts,
+        batches: producers.counts.batches,
         handoffs,
     })
 }
@@ -245,6 +249,7 @@ fn random_faults_lose_nothing_and_journaled_consumers_apply_each_message_once() 
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let (mut checked, mut accepted, mut repeats, mut restarts, mut handoffs) = (0, 0, 0, 0, 0);
+    let mut batches = 0;
     for seed in first..first + n {
         if let Some(r) = run_seed(seed) {
             checked += 1;
@@ -252,10 +257,11 @@ fn random_faults_lose_nothing_and_journaled_consumers_apply_each_message_once() 
             repeats += r.plain_repeats;
             restarts += r.producer_restarts;
             handoffs += r.handoffs;
+            batches += r.batches;
         }
     }
     eprintln!(
-        "{checked} of {n} seeds checked to the end: {accepted} messages accepted, {restarts} producer restarts, {handoffs} handoffs, {repeats} repeats by plain consumers"
+        "{checked} of {n} seeds checked to the end: {accepted} messages accepted, {restarts} producer restarts, {batches} batches, {handoffs} handoffs, {repeats} repeats by plain consumers"
     );
     assert!(
         checked >= n.div_ceil(2),
@@ -264,4 +270,5 @@ fn random_faults_lose_nothing_and_journaled_consumers_apply_each_message_once() 
     assert!(accepted > 0, "messages were sent");
     assert!(restarts > 0, "producers restarted from their queues");
     assert!(handoffs > 0, "shards moved");
+    assert!(batches > 0, "messages went in batches");
 }

@@ -17,11 +17,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use concord::delivery::{ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer};
+use concord::delivery::{
+    ConsumerEnvelope, ConsumerReply, ConsumerState, ReliableConsumer, Sequenced,
+};
 use concord::sharding::entity::decode;
 use concord::sharding::{Entity, EntityContext, ShardingEffects};
 use concord_core::delivery::{
-    ConsumerController, DeliverySettings, ProducerProgress, SequencedMessage, Verdict,
+    ConsumerController, ConsumerMessage, DeliverySettings, ProducerProgress, SequencedMessage,
+    Verdict,
 };
 use concord_core::group::MachineGroup;
 use concord_core::sharding::{ClusterSharding, ShardingSettings};
@@ -173,15 +176,39 @@ impl Entity for Journaled {
     type State = ();
 
     async fn handle(&mut self, _ctx: &mut EntityContext, message: Self::Message) -> Self::Reply {
-        let ConsumerEnvelope::Sequenced(s) = message else {
-            return ConsumerReply {
-                control: None,
-                reply: None,
-                replies: Vec::new(),
-            };
+        let control = match message {
+            ConsumerEnvelope::Sequenced(s) => self.one(s),
+            // As the runtime's consumers answer a batch: the first gap's resend request,
+            // else the answer after the last message.
+            ConsumerEnvelope::Batch(batch) => {
+                let (mut last, mut resend) = (None, None);
+                for s in batch {
+                    match self.one(s) {
+                        Some(c @ ConsumerMessage::Resend { .. }) if resend.is_none() => {
+                            resend = Some(c)
+                        }
+                        Some(c) => last = Some(c),
+                        None => {}
+                    }
+                }
+                resend.or(last)
+            }
+            ConsumerEnvelope::Direct(_) => None,
         };
+        ConsumerReply {
+            control,
+            reply: None,
+            replies: Vec::new(),
+        }
+    }
+}
+
+impl Journaled {
+    /// One producer message through the controller; applied (effect and progress in one
+    /// journal write) when it is the next.
+    fn one(&mut self, s: Sequenced) -> Option<ConsumerMessage> {
         let m = SequencedMessage::from(s);
-        let control = match self.controller.receive(&m) {
+        match self.controller.receive(&m) {
             Verdict::Deliver => {
                 let payload: String = decode(&m.payload).unwrap_or_default();
                 let control = self.controller.delivered(&m);
@@ -212,11 +239,6 @@ impl Entity for Journaled {
                 lock(&self.book).violations.push(v);
                 None
             }
-        };
-        ConsumerReply {
-            control,
-            reply: None,
-            replies: Vec::new(),
         }
     }
 }

@@ -30,6 +30,8 @@ use super::consumers::{Host, DURABLE, PLAIN};
 pub(crate) const ENTITIES: u32 = 16;
 /// An ask unanswered this long is given up (the runtime's ask timeout): ms.
 const ASK_TIMEOUT_MS: u64 = 5_000;
+/// Messages in one batch, at most (the runtime's bound).
+const MAX_BATCH: usize = 64;
 
 type Reply = oneshot::Receiver<Result<Vec<u8>, AskFailure>>;
 
@@ -57,6 +59,8 @@ pub(crate) struct ProducerCounts {
     pub(crate) transmits_doubled: u64,
     pub(crate) answers_lost: u64,
     pub(crate) asks_failed: u64,
+    /// Asks that carried a batch (several messages to one entity).
+    pub(crate) batches: u64,
 }
 
 /// Every producer, running or not, and what each accepted.
@@ -273,26 +277,43 @@ impl Producers {
         if transmits.is_empty() {
             return;
         }
-        let mut asks = Vec::new();
+        // As the runtime's flush: what goes to one entity now goes in one ask (a batch),
+        // entities in the order they first appear — in some steps; in others each
+        // message alone.
+        let batched = sim.rng.random_bool(0.5);
+        let mut asks: Vec<(String, Vec<Sequenced>)> = Vec::new();
+        for t in transmits {
+            let m = Sequenced::from(t.message);
+            match asks.iter_mut().find(|(e, _)| *e == t.entity_id) {
+                Some((_, v)) if batched && v.len() < MAX_BATCH => v.push(m),
+                _ => asks.push((t.entity_id, vec![m])),
+            }
+        }
+        let mut sent = Vec::new();
         sim.with_machine::<Host, _>(address, |h, _| {
-            for t in transmits {
+            for (entity_id, mut messages) in asks {
+                let envelope = if messages.len() == 1 {
+                    ConsumerEnvelope::<String>::Sequenced(messages.remove(0))
+                } else {
+                    self.counts.batches += 1;
+                    ConsumerEnvelope::Batch(messages)
+                };
                 let (tx, rx) = oneshot::channel();
-                let envelope = ConsumerEnvelope::<String>::Sequenced(Sequenced::from(t.message));
                 h.host.handle(HostInput::Command(ShardingCommand::Tell {
                     type_name: type_name.into(),
-                    entity: t.entity_id.clone(),
+                    entity: entity_id.clone(),
                     payload: encode(&envelope).expect("an envelope encodes"),
                     ask: Some(tx),
                 }));
-                asks.push(Ask {
-                    entity_id: t.entity_id,
+                sent.push(Ask {
+                    entity_id,
                     reply: rx,
                     sent_ms: now,
                 });
             }
         });
         if let Some(r) = self.running.get_mut(id) {
-            r.asks.extend(asks);
+            r.asks.extend(sent);
         }
     }
 }
