@@ -130,9 +130,17 @@ impl<E: ConsumerEntity> Task<E> {
                 () = core.woken() => {}
                 Some(a) = answers.next(), if !answers.is_empty() => {
                     self.answer(a);
-                    // Take the answers already in, so that one flush sends what they grant.
-                    while let Some(Some(a)) = futures_util::FutureExt::now_or_never(answers.next()) {
-                        self.answer(a);
+                    // Without a queue, take the answers already in, so that one flush sends
+                    // what they grant together (0.62x → 0.77x plain tell in `concord bench
+                    // delivery`). A durable producer does not: while it takes answers one
+                    // by one, sends pile up for its next write, and fewer, larger writes
+                    // are what its rate depends on (76,000 against 59,000 confirmed/s).
+                    if !self.recorder.is_durable() {
+                        while let Some(Some(a)) =
+                            futures_util::FutureExt::now_or_never(answers.next())
+                        {
+                            self.answer(a);
+                        }
                     }
                 }
                 () = sleep => {
