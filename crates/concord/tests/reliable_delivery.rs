@@ -270,6 +270,25 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
         .unwrap();
     assert_eq!(direct.reply, Some(accepted + 2));
     assert!(direct.control.is_none());
+    // Stopped: a caller waiting for a confirmation hears so (at ≥ 20 ms a message, the
+    // one behind 20 others is not confirmed yet), and nothing more is taken.
+    for v in 0..20u64 {
+        producer.send("one", &(3_000 + v)).await.unwrap();
+    }
+    let waiting = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            producer
+                .send_and_confirm("one", &4_000, Duration::from_secs(30))
+                .await
+        })
+    };
+    producer.stop().await;
+    assert_eq!(waiting.await.unwrap(), Err(DeliveryError::Stopped));
+    assert_eq!(
+        producer.send("one", &5_000).await,
+        Err(DeliveryError::Stopped)
+    );
     members[0].node.stop().await;
 }
 

@@ -293,6 +293,10 @@ impl<E: ConsumerEntity> ShardingProducer<E> {
             // Taken here: the task is woken to send it (with whatever else came meanwhile).
             // A caller that sends in a loop yields now and then, like any tokio resource.
             tokio::task::coop::consume_budget().await;
+            if self.commands.is_closed() {
+                // The task is gone (it ended, or panicked): nothing would send it.
+                return Err(DeliveryError::Stopped);
+            }
             let accepted = self.core.take(entity_id, payload, confirmed)?;
             self.core.wake();
             return Ok(accepted.seq_nr);
