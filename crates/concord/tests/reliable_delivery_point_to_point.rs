@@ -3,7 +3,8 @@
 //! on another node once and in order, held to the flow control window while it does not
 //! confirm; a work-pulling producer spreads work over workers on two nodes and, when one
 //! of those nodes crashes, gives what it had not confirmed to the other — every message
-//! handled at least once. Endpoint names are checked.
+//! handled at least once; when a worker's consumer stops while its node stays, that node
+//! says so and the worker's messages go to the others. Endpoint names are checked.
 
 mod common;
 
@@ -188,6 +189,67 @@ async fn work_pulling_spreads_work_and_moves_a_crashed_workers_messages() {
     }
     members[0].node.stop().await;
     members[1].node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_stops_while_its_node_stays_gives_its_messages_to_the_others() {
+    let members = cluster("rd-work-gone", 3).await;
+    let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let mut working = members[1]
+        .delivery
+        .consumer::<u64>("worker", &settings())
+        .await
+        .unwrap();
+    let mut stuck = members[2]
+        .delivery
+        .consumer::<u64>("worker", &settings())
+        .await
+        .unwrap();
+    let workers = vec![working.reference().clone(), stuck.reference().clone()];
+    let h = handled.clone();
+    let worker = tokio::spawn(async move {
+        while let Some(d) = working.recv().await {
+            h.lock().unwrap().push(d.message);
+            d.confirm();
+        }
+    });
+    // The second worker takes messages and confirms none, then stops; its node stays.
+    let (took, taken) = tokio::sync::oneshot::channel();
+    let stuck_worker = tokio::spawn(async move {
+        let first = stuck.recv().await.unwrap();
+        let _ = took.send(first.message);
+        std::future::pending::<()>().await;
+    });
+    let producer = members[0]
+        .delivery
+        .work_pulling::<u64>("gone-test", workers, settings())
+        .await
+        .unwrap();
+    for v in 0..200u64 {
+        producer.send(&v).await.unwrap();
+    }
+    let held = taken.await.unwrap();
+    stuck_worker.abort();
+    let _ = stuck_worker.await;
+    // Its endpoint is gone: its node answers so, and what it held goes to the other.
+    wait_for_async("every message confirmed", || {
+        let producer = producer.clone();
+        async move { producer.status().await.unwrap().producer.unconfirmed == 0 }
+    })
+    .await;
+    let status = producer.status().await.unwrap();
+    assert!(status.reassigned > 0, "its messages moved: {status:?}");
+    let mut h = handled.lock().unwrap().clone();
+    assert!(
+        h.contains(&held),
+        "{held}, taken by the stopped worker, was handled"
+    );
+    h.sort_unstable();
+    assert_eq!(h, (0..200).collect::<Vec<u64>>(), "each handled once");
+    worker.abort();
+    for m in members {
+        m.node.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

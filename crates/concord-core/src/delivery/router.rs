@@ -32,6 +32,12 @@ pub enum DeliveryBody {
     Sequenced(SequencedMessage),
     /// A consumer's answer to a producer.
     Control(ConsumerMessage),
+    /// The receiving node has no endpoint named as the sender's envelope was addressed
+    /// (`from` names it): its router's answer to a producer's message for a consumer that
+    /// stopped, or never started there. A work-pulling producer gives that worker's
+    /// messages to the others (Akka's producer does so when a worker's consumer
+    /// controller terminates).
+    NoEndpoint,
 }
 
 /// A message between two endpoints.
@@ -53,7 +59,7 @@ impl DeliveryEnvelope {
             DeliveryBody::Sequenced(m) => {
                 !m.producer_id.is_empty() && m.producer_id.len() <= MAX_PRODUCER_ID_BYTES
             }
-            DeliveryBody::Control(_) => true,
+            DeliveryBody::Control(_) | DeliveryBody::NoEndpoint => true,
         };
         name(&self.to) && name(&self.from) && body
     }

@@ -26,6 +26,9 @@ enum WireBody {
         payload: Vec<u8>,
     },
     Control(ConsumerMessage),
+    /// Added after the first release: a node of an earlier build fails to decode it
+    /// (counted as malformed, dropped), and its producers resend as before.
+    NoEndpoint,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -51,6 +54,7 @@ impl Codec for DeliveryCodec {
                 payload: m.payload.clone(),
             },
             DeliveryBody::Control(c) => WireBody::Control(c.clone()),
+            DeliveryBody::NoEndpoint => WireBody::NoEndpoint,
         };
         let wire = WireEnvelope {
             to: message.to.clone(),
@@ -81,6 +85,7 @@ impl Codec for DeliveryCodec {
                 payload,
             }),
             WireBody::Control(c) => DeliveryBody::Control(c),
+            WireBody::NoEndpoint => DeliveryBody::NoEndpoint,
         };
         Ok(DeliveryEnvelope {
             to: wire.to,
@@ -111,6 +116,13 @@ mod tests {
                 payload: vec![1, 2, 3],
             }),
         };
+        let gone = DeliveryEnvelope {
+            to: "producer/p".into(),
+            from: "worker".into(),
+            body: DeliveryBody::NoEndpoint,
+        };
+        let (m, bytes) = DeliveryCodec.encode(&gone);
+        assert_eq!(DeliveryCodec.decode(m, &bytes).unwrap(), gone);
         let (m, bytes) = DeliveryCodec.encode(&envelope);
         assert_eq!(DeliveryCodec.decode(m, &bytes).unwrap(), envelope);
         for garbage in [&b""[..], b"\xff\x00", &bytes[..bytes.len() / 2]] {

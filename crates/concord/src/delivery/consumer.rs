@@ -162,6 +162,8 @@ pub struct ReliableConsumer<E: Entity> {
     controller: ConsumerController,
     answers: Answers,
     type_name: Arc<str>,
+    /// Messages handed to the entity and not counted in the metrics yet.
+    delivered: u64,
 }
 
 impl<E: Entity> ReliableConsumer<E> {
@@ -177,6 +179,7 @@ impl<E: Entity> ReliableConsumer<E> {
             controller: ConsumerController::restore(settings, producers),
             answers: Answers::default(),
             type_name,
+            delivered: 0,
         }
     }
 
@@ -198,6 +201,15 @@ impl<E: Entity> ReliableConsumer<E> {
 }
 
 impl<E: Entity> ReliableConsumer<E> {
+    /// Counts the messages handed to the entity since the last call (once per message the
+    /// consumer received: a batch's are counted together).
+    fn count_delivered(&mut self, ctx: &EntityContext) {
+        if self.delivered > 0 {
+            metrics::consumer_delivered(&ctx.node().to_string(), &self.type_name, self.delivered);
+            self.delivered = 0;
+        }
+    }
+
     /// One producer's message through the controller (and to the entity if it is the
     /// next): the controller's answer and the entity's.
     async fn one(
@@ -205,13 +217,16 @@ impl<E: Entity> ReliableConsumer<E> {
         ctx: &mut EntityContext,
         sequenced: SequencedMessage,
     ) -> (Option<ConsumerMessage>, Option<E::Reply>) {
-        let node = ctx.node().to_string();
         match self.controller.receive(&sequenced) {
             Verdict::Deliver => {
                 let (key, body) = unframe(&sequenced.payload);
                 if let Some(answer) = key.and_then(|k| self.answers.get(k)) {
                     // Asked before under this key: answered as then, not handled again.
-                    metrics::consumer_dropped(&node, &self.type_name, "repeated-key");
+                    metrics::consumer_dropped(
+                        &ctx.node().to_string(),
+                        &self.type_name,
+                        "repeated-key",
+                    );
                     return (
                         Some(self.controller.delivered(&sequenced)),
                         decode::<E::Reply>(answer).ok(),
@@ -221,13 +236,18 @@ impl<E: Entity> ReliableConsumer<E> {
                     Ok(m) => {
                         let reply = self.entity.handle(ctx, m).await;
                         if let (Some(k), Ok(answer)) = (key, encode(&reply)) {
-                            self.answers.insert(k, answer);
+                            // One larger than the answers' bound is not kept.
+                            let _ = self.answers.insert(k, answer);
                         }
                         Some(reply)
                     }
                     Err(e) => {
                         // Sending it again cannot help: it is confirmed, skipped and named.
-                        metrics::consumer_dropped(&node, &self.type_name, "undecodable");
+                        metrics::consumer_dropped(
+                            &ctx.node().to_string(),
+                            &self.type_name,
+                            "undecodable",
+                        );
                         tracing::warn!(
                             entity = %ctx.entity_id(),
                             producer = %sequenced.producer_id,
@@ -238,7 +258,8 @@ impl<E: Entity> ReliableConsumer<E> {
                         None
                     }
                 };
-                metrics::consumer_delivered(&node, &self.type_name);
+                // Counted once per message the consumer received (`handle`).
+                self.delivered += 1;
                 (Some(self.controller.delivered(&sequenced)), reply)
             }
             Verdict::Drop(answer) => {
@@ -247,11 +268,11 @@ impl<E: Entity> ReliableConsumer<E> {
                     ConsumerMessage::Resend { .. } => "gap",
                     ConsumerMessage::Stale { .. } => "stale",
                 };
-                metrics::consumer_dropped(&node, &self.type_name, why);
+                metrics::consumer_dropped(&ctx.node().to_string(), &self.type_name, why);
                 (Some(answer), None)
             }
             Verdict::Invalid => {
-                metrics::consumer_dropped(&node, &self.type_name, "invalid");
+                metrics::consumer_dropped(&ctx.node().to_string(), &self.type_name, "invalid");
                 (None, None)
             }
         }
@@ -275,6 +296,7 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
             }
             ConsumerEnvelope::Sequenced(s) => {
                 let (control, reply) = self.one(ctx, SequencedMessage::from(s)).await;
+                self.count_delivered(ctx);
                 ConsumerReply {
                     control,
                     reply,
@@ -298,6 +320,7 @@ impl<E: Entity> Entity for ReliableConsumer<E> {
                         None => {}
                     }
                 }
+                self.count_delivered(ctx);
                 ConsumerReply {
                     control: resend.or(last),
                     reply: None,

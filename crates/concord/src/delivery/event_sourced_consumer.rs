@@ -158,7 +158,7 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                         replies: Vec::new(),
                     });
                 }
-                metrics::consumer_delivered(&node, &self.type_name);
+                metrics::consumer_delivered(&node, &self.type_name, 1);
                 match decode::<B::Command>(body) {
                     Ok(c) => {
                         let mut effect = self.behavior.handle_command(ctx, &state.state, c).await;
@@ -168,7 +168,10 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
                             // they are: computed now from the state they lead to.
                             let (e, reply) = answer_now::<B>(&state.state, effect);
                             effect = e;
-                            if let Some(answer) = reply {
+                            // An answer too large to keep is not persisted either.
+                            if let Some(answer) = reply.filter(|a| {
+                                key.len() + a.len() <= super::idempotency::MAX_ANSWER_BYTES
+                            }) {
                                 extra.push(ReliableEvent::Answered {
                                     key: key.to_string(),
                                     answer,
@@ -227,7 +230,10 @@ impl<B: EventSourced> EventSourced for ReliableEventSourced<B> {
     fn apply_event(state: &mut Self::State, event: &Self::Event) {
         match event {
             ReliableEvent::Event(e) => B::apply_event(&mut state.state, e),
-            ReliableEvent::Answered { key, answer } => state.answers.insert(key, answer.clone()),
+            ReliableEvent::Answered { key, answer } => {
+                // One larger than the answers' bound is not kept (see `Answers::insert`).
+                let _ = state.answers.insert(key, answer.clone());
+            }
             ReliableEvent::Delivered(p) => {
                 state.deliveries += 1;
                 state.producers.insert(

@@ -1,7 +1,7 @@
 //! Asks over reliable delivery with an **idempotency key**
 //! ([`super::ShardingProducer::ask`]): the key travels in front of the message, and the
-//! consumer keeps the answers of the last [`MAX_KEYS`] keys it handled ([`Answers`], in
-//! its state: handed over with the entity, persisted with an event-sourced consumer's
+//! consumer keeps the answers of the last [`MAX_KEYS`] keys it handled, at most
+//! [`MAX_ANSWER_BYTES`] of keys and answers ([`Answers`], in its state: handed over with the entity, persisted with an event-sourced consumer's
 //! events). A message whose key it knows is not handled again: it is confirmed and
 //! answered with the first answer — whichever producer sent it, so a caller that retries
 //! after a timeout, or through another node after its producer's node crashed, gets the
@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 /// Answers kept per consumer entity.
 pub const MAX_KEYS: usize = 1_000;
+/// Keys and answers kept per consumer entity, bytes at most (the kept answers travel in
+/// the entity's handed-over state, under the transport's 2 MiB frame; an answer larger
+/// than this alone is not kept).
+pub const MAX_ANSWER_BYTES: usize = 512 * 1024;
 /// Longest idempotency key, bytes.
 pub const MAX_KEY_BYTES: usize = 256;
 /// The first byte of a keyed payload (never used by MessagePack).
@@ -55,8 +59,8 @@ pub(super) fn unframe(payload: &[u8]) -> (Option<&str>, &[u8]) {
     }
 }
 
-/// The answers of the last [`MAX_KEYS`] keys a consumer handled (the oldest forgotten
-/// beyond it), encoded.
+/// The answers of the last [`MAX_KEYS`] keys a consumer handled, at most
+/// [`MAX_ANSWER_BYTES`] of keys and answers (the oldest forgotten beyond either), encoded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answers {
     /// Key → (when handled, in keys counted; the answer, encoded).
@@ -81,14 +85,30 @@ impl Answers {
         self.entries.is_empty()
     }
 
-    /// Keeps `answer` for `key`, forgetting the oldest key beyond [`MAX_KEYS`].
-    pub fn insert(&mut self, key: &str, answer: Vec<u8>) {
+    /// Bytes of the keys and answers kept.
+    pub fn bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(k, (_, a))| k.len() + a.len())
+            .sum()
+    }
+
+    /// Keeps `answer` for `key`, forgetting the oldest keys beyond [`MAX_KEYS`] or
+    /// [`MAX_ANSWER_BYTES`]. Returns false, keeping nothing new, if the key and answer
+    /// alone are larger than [`MAX_ANSWER_BYTES`] (a repeat of the key is then handled
+    /// again).
+    pub fn insert(&mut self, key: &str, answer: Vec<u8>) -> bool {
+        let size = key.len() + answer.len();
+        if size > MAX_ANSWER_BYTES {
+            return false;
+        }
         self.counted += 1;
         self.entries.insert(
             key.to_string(),
             (self.counted, serde_bytes::ByteBuf::from(answer)),
         );
-        while self.entries.len() > MAX_KEYS {
+        let mut bytes = self.bytes();
+        while self.entries.len() > MAX_KEYS || bytes > MAX_ANSWER_BYTES {
             let Some(oldest) = self
                 .entries
                 .iter()
@@ -97,8 +117,11 @@ impl Answers {
             else {
                 break;
             };
-            self.entries.remove(&oldest);
+            if let Some((_, a)) = self.entries.remove(&oldest) {
+                bytes -= oldest.len() + a.len();
+            }
         }
+        true
     }
 }
 
@@ -138,5 +161,23 @@ mod tests {
         a.insert("k5", vec![9]);
         assert_eq!(a.len(), MAX_KEYS);
         assert_eq!(a.get("k5"), Some(&[9u8][..]));
+    }
+
+    #[test]
+    fn answers_forget_the_oldest_keys_beyond_the_byte_bound() {
+        let mut a = Answers::default();
+        let big = MAX_ANSWER_BYTES / 4;
+        for i in 0..6 {
+            assert!(a.insert(&format!("k{i}"), vec![0; big]));
+            assert!(a.bytes() <= MAX_ANSWER_BYTES, "{} bytes kept", a.bytes());
+        }
+        // Three answers of a quarter each, and their keys, fit; the oldest went.
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.get("k2"), None);
+        assert!(a.get("k3").is_some() && a.get("k5").is_some());
+        // An answer larger than the bound alone is not kept, and forgets nothing.
+        assert!(!a.insert("huge", vec![0; MAX_ANSWER_BYTES]));
+        assert_eq!(a.get("huge"), None);
+        assert_eq!(a.len(), 3);
     }
 }

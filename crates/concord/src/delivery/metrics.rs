@@ -35,8 +35,8 @@ pub(super) fn producer_refused(node: &str, producer_id: &str) {
     .increment(1);
 }
 
-/// A consumer handed a message to its entity.
-pub(super) fn consumer_delivered(node: &str, entity_type: &str) {
+/// A consumer handed `count` messages to its entity.
+pub(super) fn consumer_delivered(node: &str, entity_type: &str, count: u64) {
     #[cfg(feature = "runtime")]
     crate::metrics::ensure_recorder();
     metrics::counter!(
@@ -44,7 +44,7 @@ pub(super) fn consumer_delivered(node: &str, entity_type: &str) {
         "node" => node.to_string(),
         "type" => entity_type.to_string()
     )
-    .increment(1);
+    .increment(count);
 }
 
 /// A consumer dropped a message: `duplicate`, `gap` (a resend asked), `stale`, `invalid`

@@ -90,6 +90,8 @@ mod router_effects;
 mod status;
 #[cfg(feature = "runtime")]
 mod work_pulling;
+#[cfg(feature = "runtime")]
+mod work_pulling_task;
 
 #[cfg(feature = "runtime")]
 use std::sync::Arc;
@@ -117,9 +119,9 @@ pub use point_consumer::{ConsumerRef, Delivery, DeliveryConsumer};
 #[cfg(feature = "runtime")]
 pub use producer::ShardingProducer;
 #[cfg(feature = "runtime")]
-pub use status::ProducerStatus;
+pub use status::{ProducerStatus, WorkPullingStatus};
 #[cfg(feature = "runtime")]
-pub use work_pulling::{PointToPointProducer, WorkPullingProducer, WorkPullingStatus};
+pub use work_pulling::{PointToPointProducer, WorkPullingProducer};
 
 #[cfg(feature = "runtime")]
 use crate::persistence::{EventSourced, EventSourcedEntity, Persistence};

@@ -171,7 +171,7 @@ impl<M: Wire> Task<M> {
                         }
                         match confirmed.await {
                             Ok(()) => {
-                                metrics::consumer_delivered(&self.node, &self.name);
+                                metrics::consumer_delivered(&self.node, &self.name, 1);
                                 Some(self.controller.delivered(&m))
                             }
                             // Dropped unconfirmed: it comes again.

@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
 
-use concord_core::delivery::{DeliveryEnvelope, DeliveryRouter, RouterEvent};
+use concord_core::delivery::{DeliveryBody, DeliveryEnvelope, DeliveryRouter, RouterEvent};
 use concord_core::{Address, UniqueAddress};
 use tokio::sync::{mpsc, oneshot};
 
@@ -91,22 +91,59 @@ impl DeliveryEffects {
     }
 
     /// Hands `envelope` to its local endpoint; a missing or full one drops it (counted:
-    /// the producer sends it again).
-    fn deliver(&mut self, from: UniqueAddress, envelope: DeliveryEnvelope) {
-        let reason = match self.endpoints.get(&envelope.to) {
-            None => "unknown-endpoint",
+    /// the producer sends it again). A producer's message for an endpoint this node does
+    /// not have is answered [`DeliveryBody::NoEndpoint`], so that a work-pulling producer
+    /// moves that worker's messages instead of resending them here.
+    fn deliver(
+        &mut self,
+        fx: &mut Effects<'_, Self>,
+        from: UniqueAddress,
+        envelope: DeliveryEnvelope,
+    ) {
+        match self.endpoints.get(&envelope.to) {
+            None => {
+                super::metrics::router_dropped(&self.node, "unknown-endpoint");
+                self.answer_no_endpoint(fx, from, envelope);
+            }
             Some(inbox) => match inbox.try_send(EndpointInput::Envelope { from, envelope }) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => "endpoint-full",
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    super::metrics::router_dropped(&self.node, "endpoint-full");
+                }
                 Err(mpsc::error::TrySendError::Closed(i)) => {
-                    if let EndpointInput::Envelope { envelope, .. } = i {
-                        self.endpoints.remove(&envelope.to);
-                    }
-                    "unknown-endpoint"
+                    let EndpointInput::Envelope { from, envelope } = i else {
+                        return;
+                    };
+                    self.endpoints.remove(&envelope.to);
+                    super::metrics::router_dropped(&self.node, "unknown-endpoint");
+                    self.answer_no_endpoint(fx, from, envelope);
                 }
             },
+        }
+    }
+
+    /// Tells the sender of a producer's message for a missing endpoint that it is missing
+    /// (nothing else is answered: a missing producer's answer is not answered back).
+    fn answer_no_endpoint(
+        &mut self,
+        fx: &mut Effects<'_, Self>,
+        from: UniqueAddress,
+        envelope: DeliveryEnvelope,
+    ) {
+        if !matches!(envelope.body, DeliveryBody::Sequenced(_)) {
+            return;
+        }
+        let answer = DeliveryEnvelope {
+            to: envelope.from,
+            from: envelope.to,
+            body: DeliveryBody::NoEndpoint,
         };
-        super::metrics::router_dropped(&self.node, reason);
+        if from.address == fx.node().address {
+            let me = fx.node().clone();
+            self.deliver(fx, me, answer);
+        } else if fx.machine.send(&from.address, answer).is_err() {
+            super::metrics::router_dropped(&self.node, "malformed");
+        }
     }
 }
 
@@ -174,7 +211,7 @@ impl LayerEffects for DeliveryEffects {
             DeliveryCommand::Send { to, envelope } => {
                 if to == fx.node().address {
                     let me = fx.node().clone();
-                    self.deliver(me, envelope);
+                    self.deliver(fx, me, envelope);
                 } else if fx.machine.send(&to, envelope).is_err() {
                     super::metrics::router_dropped(&self.node, "malformed");
                 }
@@ -186,9 +223,9 @@ impl LayerEffects for DeliveryEffects {
         match never {}
     }
 
-    fn event(&mut self, _fx: &mut Effects<'_, Self>, event: RouterEvent) {
+    fn event(&mut self, fx: &mut Effects<'_, Self>, event: RouterEvent) {
         match event {
-            RouterEvent::Inbound { from, envelope } => self.deliver(from, envelope),
+            RouterEvent::Inbound { from, envelope } => self.deliver(fx, from, envelope),
             RouterEvent::Members(members) => {
                 self.members = members;
                 self.members_owed = self.endpoints.keys().cloned().collect();

@@ -1,4 +1,5 @@
-//! [`ProducerStatus`]: what a producer holds and has done, for tests and operators.
+//! [`ProducerStatus`] and [`WorkPullingStatus`]: what a producer holds and has done, for
+//! tests and operators.
 
 /// A producer's state, for tests and operators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -18,4 +19,19 @@ pub struct ProducerStatus {
     /// Consumer answers that did not fit (a confirmation beyond what was sent, a resend
     /// from the future, another incarnation's answer): counted and ignored.
     pub invalid: u64,
+}
+
+/// A work-pulling producer's state, for tests and operators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkPullingStatus {
+    /// The counters and gauges every producer has (`entities`: workers with a
+    /// controller).
+    pub producer: ProducerStatus,
+    /// Messages waiting for a worker that asks for work.
+    pub waiting: usize,
+    /// Workers messages may go to now (given, their node a member, and their endpoint not
+    /// found missing in the last 5 s).
+    pub workers: usize,
+    /// Messages given back by workers that left, in all.
+    pub reassigned: u64,
 }

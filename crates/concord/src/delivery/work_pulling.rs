@@ -1,33 +1,29 @@
 //! [`WorkPullingProducer`] (Akka's `WorkPullingProducerController`) and
 //! [`PointToPointProducer`] (Akka's `ProducerController`): producers to consumer endpoints
-//! ([`super::DeliveryConsumer`]) through the delivery layer. A task owns the core's
-//! [`WorkPullingProducerController`] — a point-to-point producer is one with its consumer
+//! ([`super::DeliveryConsumer`]) through the delivery layer. A task
+//! ([`super::work_pulling_task`]) owns the core's [`WorkPullingProducerController`] — a point-to-point producer is one with its consumer
 //! as the only worker — and moves its messages: each transmit becomes an envelope to the
 //! worker's node, each answer from a worker goes back into the machine. A worker whose node
-//! is no longer a member gets nothing more, and its unconfirmed messages go to the others
-//! (for a point-to-point producer they wait, in order, until the consumer's node is back).
+//! is no longer a member — or whose node answers that it has no such endpoint (the
+//! consumer stopped: `DeliveryBody::NoEndpoint`) — gets nothing more, and its
+//! unconfirmed messages go to the others (for a point-to-point producer they wait, in
+//! order, until the consumer is back). A worker whose endpoint was missing is tried again
+//! after 5 s.
 //! Every decision — assignment, numbering, windows, resends — is the machine's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use concord_core::delivery::{
-    DeliveryBody, DeliveryEnvelope, DeliverySettings, QueueEvent, SendError, WorkPullingEvent,
-    WorkPullingProducerController,
-};
-use concord_core::persistence::AtomicWrite;
-use concord_core::Address;
+use concord_core::delivery::{DeliverySettings, WorkPullingProducerController};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
-use super::metrics;
 use super::point_consumer::{ConsumerRef, INBOX};
-use super::recorder::Recorder;
-use super::router_effects::{register, DeliveryCommand, EndpointInput};
-use super::status::ProducerStatus;
+use super::router_effects::{register, DeliveryCommand};
+use super::status::WorkPullingStatus;
+use super::work_pulling_task::{Command, Task};
 use crate::sharding::entity::encode;
 use crate::singleton::Wire;
 
@@ -35,31 +31,6 @@ use crate::singleton::Wire;
 const MAX_PRODUCER_ID: usize = 200;
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
-
-enum Command {
-    Send {
-        payload: Vec<u8>,
-        accepted: oneshot::Sender<Result<u64, DeliveryError>>,
-        confirmed: Option<oneshot::Sender<Result<(), DeliveryError>>>,
-    },
-    Workers(Vec<ConsumerRef>),
-    Status(oneshot::Sender<WorkPullingStatus>),
-    Stop,
-}
-
-/// A work-pulling producer's state, for tests and operators.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkPullingStatus {
-    /// The counters and gauges every producer has (`entities`: workers with a
-    /// controller).
-    pub producer: ProducerStatus,
-    /// Messages waiting for a worker that asks for work.
-    pub waiting: usize,
-    /// Workers messages may go to now (given, and their node a member).
-    pub workers: usize,
-    /// Messages given back by workers that left, in all.
-    pub reassigned: u64,
-}
 
 /// A work-pulling producer; see the module docs. Cheap to clone; its task runs while a
 /// clone is alive or messages are unconfirmed.
@@ -103,32 +74,20 @@ impl<M: Wire> WorkPullingProducer<M> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let mut task = Task {
-            machine: WorkPullingProducerController::new(
+        let mut task = Task::new(
+            WorkPullingProducerController::new(
                 producer_id.clone(),
                 started_ms,
                 rand::random(),
                 settings,
             ),
             endpoint,
-            node: me.address.to_string(),
-            producer_id: producer_id.clone(),
-            workers: BTreeMap::new(),
+            me.address.to_string(),
             members,
-            router: commands.clone(),
-            base: Instant::now(),
-            waiters: HashMap::new(),
-            recorder: Recorder::new(queue),
-        };
-        if let Some(q) = task.recorder.queue_mut() {
-            let held: Vec<(u64, Vec<u8>)> =
-                q.state().work().map(|(id, p)| (id, p.clone())).collect();
-            if !held.is_empty() {
-                tracing::info!(producer = %producer_id, messages = held.len(), "durable queue recovered: sending unconfirmed messages again");
-            }
-            let highest = q.state().highest_work_id();
-            task.machine.restore(0, held, highest);
-        }
+            commands.clone(),
+            queue,
+        );
+        task.restore();
         task.set_workers(workers);
         tokio::spawn(task.run(rx, inbox, inbox_tx));
         Ok(WorkPullingProducer {
@@ -302,250 +261,5 @@ impl<M: Wire> PointToPointProducer<M> {
     /// As [`WorkPullingProducer::stop`].
     pub async fn stop(&self) {
         self.inner.stop().await;
-    }
-}
-
-struct Task {
-    machine: WorkPullingProducerController,
-    endpoint: String,
-    node: String,
-    producer_id: String,
-    /// The workers given, by key (`name@address`).
-    workers: BTreeMap<String, ConsumerRef>,
-    members: BTreeSet<Address>,
-    router: mpsc::Sender<DeliveryCommand>,
-    base: Instant,
-    waiters: HashMap<u64, oneshot::Sender<Result<(), DeliveryError>>>,
-    /// The durable queue, if any, with what is still to write.
-    recorder: Recorder,
-}
-
-impl Task {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn set_workers(&mut self, workers: Vec<ConsumerRef>) {
-        self.workers = workers.into_iter().map(|w| (w.to_string(), w)).collect();
-        self.reassign();
-    }
-
-    /// The machine's workers: those given whose node is a member.
-    fn reassign(&mut self) {
-        let active: BTreeSet<String> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| self.members.contains(&w.address))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let now = self.now_ms();
-        self.machine.set_workers(now, active);
-    }
-
-    fn status(&self) -> WorkPullingStatus {
-        let s = self.machine.stats();
-        WorkPullingStatus {
-            producer: ProducerStatus {
-                unconfirmed: self.machine.unconfirmed(),
-                in_flight: self.machine.in_flight(),
-                entities: self.machine.workers().len(),
-                sent: s.sent,
-                resent: s.resent,
-                confirmed: s.confirmed,
-                invalid: s.invalid,
-            },
-            waiting: self.machine.waiting(),
-            workers: self.machine.workers().len(),
-            reassigned: self.machine.reassigned(),
-        }
-    }
-
-    async fn run(
-        mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut inbox: mpsc::Receiver<EndpointInput>,
-        registered: mpsc::Sender<EndpointInput>,
-    ) {
-        let mut open = true;
-        let mut last_metrics = Instant::now();
-        loop {
-            if !open && self.machine.unconfirmed() == 0 {
-                break;
-            }
-            let deadline = self
-                .machine
-                .poll_timeout()
-                .map(|ms| self.base + Duration::from_millis(ms));
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let mut stop = false;
-            tokio::select! {
-                c = commands.recv(), if open => match c {
-                    Some(Command::Stop) => stop = true,
-                    Some(c) => {
-                        self.command(c);
-                        // Take what else is queued, so that one write records them all.
-                        for _ in 0..AtomicWrite::MAX_EVENTS {
-                            match commands.try_recv() {
-                                Ok(Command::Stop) => {
-                                    stop = true;
-                                    break;
-                                }
-                                Ok(c) => self.command(c),
-                                Err(_) => break,
-                            }
-                        }
-                    }
-                    None => open = false,
-                },
-                Some(input) = inbox.recv() => self.input(input),
-                () = sleep => {
-                    let now = self.now_ms();
-                    self.machine.handle_timeout(now);
-                }
-            }
-            if stop {
-                // As a crash would: nothing more is sent or written.
-                self.recorder.refuse(&DeliveryError::Stopped);
-                break;
-            }
-            if let Err(e) = self.recorder.record().await {
-                self.fail(&e);
-                break;
-            }
-            if !self.flush().await {
-                break;
-            }
-            if last_metrics.elapsed() >= Duration::from_secs(1) {
-                last_metrics = Instant::now();
-                self.metrics();
-                // Callers of `send_and_confirm` that gave up.
-                self.waiters.retain(|_, w| !w.is_closed());
-                if let Err(e) = self.recorder.write_confirmations().await {
-                    self.fail(&e);
-                    break;
-                }
-            }
-        }
-        if let Err(e) = self.recorder.write_confirmations().await {
-            tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
-        }
-        self.metrics();
-        let _ = self
-            .router
-            .send(DeliveryCommand::Unregister {
-                name: self.endpoint.clone(),
-                inbox: registered,
-            })
-            .await;
-    }
-
-    fn metrics(&self) {
-        let s = self.status();
-        metrics::producer(&self.node, &self.producer_id, &s.producer);
-        metrics::work_pulling(
-            &self.node,
-            &self.producer_id,
-            s.waiting,
-            s.workers,
-            s.reassigned,
-        );
-    }
-
-    fn command(&mut self, c: Command) {
-        match c {
-            Command::Send {
-                payload,
-                accepted,
-                confirmed,
-            } => {
-                let now = self.now_ms();
-                let record = self.recorder.is_durable().then(|| payload.clone());
-                let r = match self.machine.send(now, payload) {
-                    Ok(id) => {
-                        if let Some(c) = confirmed {
-                            self.waiters.insert(id, c);
-                        }
-                        // Answered once recorded.
-                        let record = record.map(|payload| QueueEvent::Taken { id, payload });
-                        self.recorder.taken(record, accepted, id);
-                        return;
-                    }
-                    Err(SendError::BufferFull { limit }) => {
-                        metrics::producer_refused(&self.node, &self.producer_id);
-                        Err(DeliveryError::BufferFull { limit })
-                    }
-                };
-                let _ = accepted.send(r);
-            }
-            Command::Workers(w) => self.set_workers(w),
-            Command::Status(reply) => {
-                let _ = reply.send(self.status());
-            }
-            // Taken by the loop before it gets here.
-            Command::Stop => {}
-        }
-    }
-
-    fn input(&mut self, input: EndpointInput) {
-        match input {
-            EndpointInput::Members(members) => {
-                self.members = members;
-                self.reassign();
-            }
-            EndpointInput::Envelope { from, envelope } => {
-                let DeliveryBody::Control(answer) = envelope.body else {
-                    return;
-                };
-                let worker = ConsumerRef::new(from.address, envelope.from).to_string();
-                let now = self.now_ms();
-                self.machine.handle_message(now, &worker, answer);
-            }
-        }
-    }
-
-    /// The durable queue failed: the producer stops, writing nothing more; every caller
-    /// waiting learns why.
-    fn fail(&mut self, e: &DeliveryError) {
-        tracing::error!(producer = %self.producer_id, error = %e, "the durable producer queue failed; the producer stops (start it again to recover)");
-        metrics::producer_failed(&self.node, &self.producer_id);
-        self.recorder.refuse(e);
-        for (_, tx) in self.waiters.drain() {
-            let _ = tx.send(Err(e.clone()));
-        }
-    }
-
-    /// Sends what the machine wants sent and answers confirmed callers; false if the node
-    /// stopped.
-    async fn flush(&mut self) -> bool {
-        while let Some(WorkPullingEvent::Confirmed { id, .. }) = self.machine.poll_event() {
-            if let Some(q) = self.recorder.queue_mut() {
-                q.done(id);
-            }
-            if let Some(w) = self.waiters.remove(&id) {
-                let _ = w.send(Ok(()));
-            }
-        }
-        while let Some(t) = self.machine.poll_transmit() {
-            let Some(worker) = self.workers.get(&t.entity_id) else {
-                continue;
-            };
-            let send = DeliveryCommand::Send {
-                to: worker.address.clone(),
-                envelope: DeliveryEnvelope {
-                    to: worker.name.clone(),
-                    from: self.endpoint.clone(),
-                    body: DeliveryBody::Sequenced(t.message),
-                },
-            };
-            if self.router.send(send).await.is_err() {
-                return false;
-            }
-        }
-        true
     }
 }
