@@ -272,6 +272,8 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
     assert!(direct.control.is_none());
     // Stopped: a caller waiting for a confirmation hears so (at ≥ 20 ms a message, the
     // one behind 20 others is not confirmed yet), and nothing more is taken.
+    let held = |s: concord::delivery::ProducerStatus| s.confirmed + s.unconfirmed as u64;
+    let before = held(producer.status().await.unwrap());
     for v in 0..20u64 {
         producer.send("one", &(3_000 + v)).await.unwrap();
     }
@@ -283,6 +285,12 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
                 .await
         })
     };
+    // Its message is held (so the caller waits for the confirmation) before the stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while held(producer.status().await.unwrap()) < before + 21 {
+        assert!(std::time::Instant::now() < deadline, "never taken");
+        tokio::task::yield_now().await;
+    }
     producer.stop().await;
     assert_eq!(waiting.await.unwrap(), Err(DeliveryError::Stopped));
     assert_eq!(

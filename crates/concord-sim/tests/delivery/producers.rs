@@ -282,11 +282,16 @@ impl Producers {
         // message alone.
         let batched = sim.rng.random_bool(0.5);
         let mut asks: Vec<(String, Vec<Sequenced>)> = Vec::new();
+        // Each entity's last ask: a full batch starts another.
+        let mut last: BTreeMap<String, usize> = BTreeMap::new();
         for t in transmits {
             let m = Sequenced::from(t.message);
-            match asks.iter_mut().find(|(e, _)| *e == t.entity_id) {
-                Some((_, v)) if batched && v.len() < MAX_BATCH => v.push(m),
-                _ => asks.push((t.entity_id, vec![m])),
+            match last.get(&t.entity_id).copied() {
+                Some(i) if batched && asks[i].1.len() < MAX_BATCH => asks[i].1.push(m),
+                _ => {
+                    last.insert(t.entity_id.clone(), asks.len());
+                    asks.push((t.entity_id, vec![m]));
+                }
             }
         }
         let mut sent = Vec::new();

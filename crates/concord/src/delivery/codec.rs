@@ -1,7 +1,11 @@
 //! The wire form of the delivery layer ([`concord_core::ProtocolId::DELIVERY`]): manifest
 //! 1, a [`DeliveryEnvelope`] as MessagePack with field names (the entity messages' format:
-//! fields may be added), the payload as bytes. Any input decodes to a message or an error,
-//! never a panic.
+//! fields may be added), the payload as bytes; manifest 2, a
+//! [`DeliveryBody::NoEndpoint`] answer (its names only). `NoEndpoint` came after the first
+//! release and has a manifest of its own so that a node of an earlier build drops it as an
+//! unknown message type (counted, the connection kept) instead of failing to decode manifest
+//! 1 (a malformed message closes the connection). Any input decodes to a message or an
+//! error, never a panic.
 
 use bytes::Bytes;
 use concord_core::delivery::{
@@ -12,8 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::remote::codec::{Codec, DecodeError};
 use crate::sharding::entity::{decode, encode};
 
-/// The one manifest.
+/// A producer's message or a consumer's answer.
 const ENVELOPE: u32 = 1;
+/// A node's answer that it has no such endpoint.
+const NO_ENDPOINT: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 enum WireBody {
@@ -26,9 +32,13 @@ enum WireBody {
         payload: Vec<u8>,
     },
     Control(ConsumerMessage),
-    /// Added after the first release: a node of an earlier build fails to decode it
-    /// (counted as malformed, dropped), and its producers resend as before.
-    NoEndpoint,
+}
+
+/// Manifest 2: the names of a `NoEndpoint` answer.
+#[derive(Serialize, Deserialize)]
+struct WireNoEndpoint {
+    to: String,
+    from: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -46,6 +56,13 @@ impl Codec for DeliveryCodec {
 
     fn encode(&self, message: &DeliveryEnvelope) -> (u32, Bytes) {
         let body = match &message.body {
+            DeliveryBody::NoEndpoint => {
+                let wire = WireNoEndpoint {
+                    to: message.to.clone(),
+                    from: message.from.clone(),
+                };
+                return (NO_ENDPOINT, Bytes::from(encode(&wire).unwrap_or_default()));
+            }
             DeliveryBody::Sequenced(m) => WireBody::Sequenced {
                 producer_id: m.producer_id.clone(),
                 incarnation: m.incarnation,
@@ -54,7 +71,6 @@ impl Codec for DeliveryCodec {
                 payload: m.payload.clone(),
             },
             DeliveryBody::Control(c) => WireBody::Control(c.clone()),
-            DeliveryBody::NoEndpoint => WireBody::NoEndpoint,
         };
         let wire = WireEnvelope {
             to: message.to.clone(),
@@ -66,6 +82,14 @@ impl Codec for DeliveryCodec {
     }
 
     fn decode(&self, manifest: u32, payload: &[u8]) -> Result<DeliveryEnvelope, DecodeError> {
+        if manifest == NO_ENDPOINT {
+            let wire: WireNoEndpoint = decode(payload).map_err(DecodeError::Invalid)?;
+            return Ok(DeliveryEnvelope {
+                to: wire.to,
+                from: wire.from,
+                body: DeliveryBody::NoEndpoint,
+            });
+        }
         if manifest != ENVELOPE {
             return Err(DecodeError::UnknownManifest(manifest));
         }
@@ -85,7 +109,6 @@ impl Codec for DeliveryCodec {
                 payload,
             }),
             WireBody::Control(c) => DeliveryBody::Control(c),
-            WireBody::NoEndpoint => DeliveryBody::NoEndpoint,
         };
         Ok(DeliveryEnvelope {
             to: wire.to,
@@ -122,6 +145,8 @@ mod tests {
             body: DeliveryBody::NoEndpoint,
         };
         let (m, bytes) = DeliveryCodec.encode(&gone);
+        // Its own manifest: an earlier build drops it as unknown, not as malformed.
+        assert_eq!(m, NO_ENDPOINT);
         assert_eq!(DeliveryCodec.decode(m, &bytes).unwrap(), gone);
         let (m, bytes) = DeliveryCodec.encode(&envelope);
         assert_eq!(DeliveryCodec.decode(m, &bytes).unwrap(), envelope);
@@ -129,8 +154,8 @@ mod tests {
             assert!(DeliveryCodec.decode(1, garbage).is_err());
         }
         assert!(matches!(
-            DeliveryCodec.decode(2, &bytes),
-            Err(DecodeError::UnknownManifest(2))
+            DeliveryCodec.decode(3, &bytes),
+            Err(DecodeError::UnknownManifest(3))
         ));
     }
 }

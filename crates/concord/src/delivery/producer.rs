@@ -1,10 +1,13 @@
 //! [`ShardingProducer`]: reliable delivery to sharded entities from this node (Akka's
-//! `ShardingProducerController`). A task owns the core's
-//! [`ShardingProducerController`] and moves its messages: each becomes an ask of the
-//! entity's consumer ([`ConsumerEntity`]: a [`super::ReliableConsumer`], or an
-//! event-sourced [`super::ReliableEventSourced`]) through sharding, sent in order, and the answer (a
-//! confirmation with demand, a resend request) goes back into the machine. Every decision
-//! — numbering, windows, resends, backoff, the buffer bound — is the machine's.
+//! `ShardingProducerController`). The core's [`ShardingProducerController`] is shared by the
+//! handles and the producer's task ([`super::producer_core::ProducerCore`]): without a
+//! durable queue a `send` hands its message to the machine in the caller's task; with one,
+//! the task takes it and records it first. The task moves the machine's messages: each, or
+//! each batch for one entity, becomes an ask of the entity's consumer ([`ConsumerEntity`]: a
+//! [`super::ReliableConsumer`], or an event-sourced [`super::ReliableEventSourced`]) through
+//! sharding, sent in order, and the answer (a confirmation with demand, a resend request)
+//! goes back into the machine. Every decision — numbering, windows, resends, backoff, the
+//! buffer bound — is the machine's.
 
 use std::marker::PhantomData;
 use std::sync::Arc;

@@ -55,6 +55,18 @@ struct Answer<R> {
     result: Result<R, ShardingError>,
 }
 
+/// Closes the shared core when dropped: see [`Task::run`].
+struct CloseOnDrop<A> {
+    core: Arc<ProducerCore<A>>,
+    why: DeliveryError,
+}
+
+impl<A> Drop for CloseOnDrop<A> {
+    fn drop(&mut self) {
+        self.core.close(&self.why);
+    }
+}
+
 pub(super) struct Task<E: ConsumerEntity> {
     core: Arc<ProducerCore<E::Answer>>,
     region: ShardRegion<E>,
@@ -82,9 +94,13 @@ impl<E: ConsumerEntity> Task<E> {
     }
 
     pub(super) async fn run(mut self, commands: mpsc::Receiver<Command<E::Answer>>) {
-        let end = self.drive(commands).await;
-        // Whatever ended it, the handles take nothing more.
-        self.core.close(&end);
+        // Whatever ends the task — its end, or a panic — the handles take nothing more and
+        // the callers waiting hear why.
+        let mut closing = CloseOnDrop {
+            core: self.core.clone(),
+            why: DeliveryError::Stopped,
+        };
+        closing.why = self.drive(commands).await;
     }
 
     /// Runs until every handle is gone and nothing is unconfirmed, `stop`, or the durable

@@ -24,8 +24,8 @@ pub struct ProducerStatus {
 /// A work-pulling producer's state, for tests and operators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkPullingStatus {
-    /// The counters and gauges every producer has (`entities`: workers with a
-    /// controller).
+    /// The counters and gauges every producer has (`entities`: the workers messages may
+    /// go to now, as `workers`).
     pub producer: ProducerStatus,
     /// Messages waiting for a worker that asks for work.
     pub waiting: usize,
