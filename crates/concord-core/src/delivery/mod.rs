@@ -43,8 +43,8 @@ pub use durable_queue::{DurableQueueState, QueueEvent, QueuedEntity};
 pub use message::{ConsumerMessage, Incarnation, SequencedMessage, MAX_PRODUCER_ID_BYTES};
 pub use producer::{ProducerController, ProducerEvent, ProducerStats, SendError};
 pub use router::{
-    DeliveryBody, DeliveryEnvelope, DeliveryRouter, RouterError, RouterEvent, RouterStats,
-    MAX_ENDPOINT_NAME_BYTES,
+    DeliveryBody, DeliveryEnvelope, DeliveryRouter, RouterError, RouterEvent, RouterMembers,
+    RouterStats, MAX_ENDPOINT_NAME_BYTES,
 };
 pub use settings::DeliverySettings;
 pub use sharding_producer::{

@@ -10,7 +10,9 @@
 //! bounds) and handed to the owner as [`RouterEvent::Inbound`], which passes it to the
 //! endpoint by name; malformed input is counted and dropped. It also tells the owner which
 //! nodes are members ([`RouterEvent::Members`]), so that a work-pulling producer stops
-//! assigning to workers whose node left and gives their messages to others.
+//! assigning to workers whose node left and gives their messages to others, and which is
+//! oldest per role ([`RouterMembers::oldest`]), so that a producer to a cluster singleton's
+//! endpoint follows the singleton as it moves.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -65,6 +67,49 @@ impl DeliveryEnvelope {
     }
 }
 
+/// The members as the delivery layer sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterMembers {
+    /// Every member not yet `Removed` (and not `Down`), this node included.
+    pub addresses: BTreeSet<Address>,
+    /// The members that are `Up`, `PreparingForShutdown` or `ReadyForShutdown`, oldest
+    /// first (up-number, ties by address: `Member::age_cmp`), with their roles.
+    pub oldest_first: Vec<(Address, BTreeSet<String>)>,
+}
+
+impl RouterMembers {
+    /// The oldest member with `role` (any member for `None`) that is not leaving: where a
+    /// cluster singleton of that role runs once membership has settled (Akka's singleton
+    /// placement; the singleton layer's `OldestChangedBuffer` also counts a downed oldest
+    /// until it is removed, and this node while it leaves, which this does not — during
+    /// those moments the singleton's endpoint is missing here, and a producer waits).
+    pub fn oldest(&self, role: Option<&str>) -> Option<&Address> {
+        self.oldest_first
+            .iter()
+            .find(|(_, roles)| role.is_none_or(|r| roles.contains(r)))
+            .map(|(a, _)| a)
+    }
+
+    fn of(view: &MembershipView) -> Self {
+        let addresses = view
+            .members
+            .values()
+            .filter(|m| !matches!(m.status, MemberStatus::Removed | MemberStatus::Down))
+            .map(|m| m.unique_address.address.clone())
+            .collect();
+        let oldest_first = view
+            .by_age(None)
+            .into_iter()
+            .filter(|m| m.status != MemberStatus::Leaving)
+            .map(|m| (m.unique_address.address.clone(), m.roles.clone()))
+            .collect();
+        RouterMembers {
+            addresses,
+            oldest_first,
+        }
+    }
+}
+
 /// What the router tells its owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouterEvent {
@@ -75,9 +120,8 @@ pub enum RouterEvent {
         /// The envelope (well-formed).
         envelope: DeliveryEnvelope,
     },
-    /// The addresses of the cluster's members changed: every member not yet `Removed`
-    /// (and not `Down`), this node included.
-    Members(BTreeSet<Address>),
+    /// The members changed (their addresses, or who is oldest).
+    Members(RouterMembers),
 }
 
 /// Why an envelope was not sent.
@@ -102,7 +146,7 @@ pub struct RouterStats {
 /// The delivery layer's machine; see the module docs.
 #[derive(Debug)]
 pub struct DeliveryRouter {
-    members: BTreeSet<Address>,
+    members: RouterMembers,
     transmits: VecDeque<Transmit<DeliveryEnvelope>>,
     events: VecDeque<RouterEvent>,
     stats: RouterStats,
@@ -118,7 +162,7 @@ impl DeliveryRouter {
     /// A router that knows no member yet.
     pub fn new() -> Self {
         DeliveryRouter {
-            members: BTreeSet::new(),
+            members: RouterMembers::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: RouterStats::default(),
@@ -144,8 +188,8 @@ impl DeliveryRouter {
         Ok(())
     }
 
-    /// The members' addresses as last seen.
-    pub fn members(&self) -> &BTreeSet<Address> {
+    /// The members as last seen.
+    pub fn members(&self) -> &RouterMembers {
         &self.members
     }
 
@@ -176,12 +220,7 @@ impl ProtocolMachine for DeliveryRouter {
     }
 
     fn handle_membership(&mut self, _now_ms: u64, view: &MembershipView, _: MembershipChange) {
-        let members: BTreeSet<Address> = view
-            .members
-            .values()
-            .filter(|m| !matches!(m.status, MemberStatus::Removed | MemberStatus::Down))
-            .map(|m| m.unique_address.address.clone())
-            .collect();
+        let members = RouterMembers::of(view);
         if members != self.members {
             self.members = members.clone();
             self.events.push_back(RouterEvent::Members(members));
@@ -200,5 +239,56 @@ impl ProtocolMachine for DeliveryRouter {
 
     fn poll_timeout(&self) -> Option<u64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gossip::Gossip;
+    use crate::member::Member;
+    use crate::membership_state::MembershipState;
+    use crate::protocol::MembershipChange;
+
+    fn n(i: u16) -> UniqueAddress {
+        UniqueAddress::new(Address::new("s", "10.0.0.1", 2550 + i), u64::from(i))
+    }
+
+    fn view(ms: &[(u16, MemberStatus, u32, &str)]) -> MembershipView {
+        let mut g = Gossip::empty();
+        for (i, st, up, role) in ms {
+            let m = Member::joining(n(*i), [role.to_string()].into(), "1")
+                .with_up(*up)
+                .with_status(*st);
+            g.members.insert(n(*i), m);
+        }
+        MembershipView::of(&MembershipState::new(g, n(1)), 7)
+    }
+
+    #[test]
+    fn members_name_the_oldest_per_role_leaving_excluded_and_change_only_when_they_do() {
+        use MemberStatus::*;
+        let mut r = DeliveryRouter::new();
+        let v = view(&[
+            (1, Leaving, 1, "a"),
+            (2, Up, 3, "a"),
+            (3, Up, 2, "b"),
+            (4, Down, 0, "a"),
+            (5, Joining, 0, "b"),
+        ]);
+        r.handle_membership(0, &v, MembershipChange::CurrentClusterState);
+        let Some(RouterEvent::Members(m)) = r.poll_event() else {
+            panic!("the members are told");
+        };
+        // The leaving oldest hands its singleton over: the next oldest of the role.
+        assert_eq!(m.oldest(Some("a")), Some(&n(2).address));
+        assert_eq!(m.oldest(None), Some(&n(3).address));
+        assert_eq!(m.oldest(Some("c")), None);
+        // Down is not a member to send to; Leaving and Joining still are.
+        assert!(!m.addresses.contains(&n(4).address));
+        assert!(m.addresses.contains(&n(1).address) && m.addresses.contains(&n(5).address));
+        // The same membership again: nothing told.
+        r.handle_membership(0, &v, MembershipChange::CurrentClusterState);
+        assert!(r.poll_event().is_none());
     }
 }

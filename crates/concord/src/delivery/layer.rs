@@ -14,7 +14,7 @@ use super::codec::DeliveryCodec;
 use super::error::DeliveryError;
 use super::point_consumer::{ConsumerRef, DeliveryConsumer};
 use super::router_effects::{DeliveryCommand, DeliveryEffects};
-use super::work_pulling::{PointToPointProducer, WorkPullingProducer};
+use super::work_pulling::{PointToPointProducer, SingletonProducer, WorkPullingProducer, Workers};
 use crate::layer::{register_protocol, HostPorts, Layer, LayerContext, LayerError, LayerStarted};
 use crate::persistence::Stores;
 use crate::remote::{Inbound, ProtocolRegistry, ProtocolSender, TransportSettings};
@@ -125,8 +125,14 @@ impl DeliveryHandle {
         workers: Vec<ConsumerRef>,
         settings: DeliverySettings,
     ) -> Result<WorkPullingProducer<M>, DeliveryError> {
-        WorkPullingProducer::start(&self.commands, producer_id.into(), workers, settings, None)
-            .await
+        WorkPullingProducer::start(
+            &self.commands,
+            producer_id.into(),
+            Workers::Given(workers),
+            settings,
+            None,
+        )
+        .await
     }
 
     /// [`DeliveryHandle::work_pulling`] with a durable queue (as
@@ -144,7 +150,57 @@ impl DeliveryHandle {
         WorkPullingProducer::start(
             &self.commands,
             producer_id.into(),
-            workers,
+            Workers::Given(workers),
+            settings,
+            Some(stores),
+        )
+        .await
+    }
+
+    /// Starts producer `producer_id` to the consumer endpoint `endpoint` of a **cluster
+    /// singleton** with `role` (`None`: any member): the singleton starts a
+    /// [`DeliveryHandle::consumer`] of that name where it runs, and the producer follows
+    /// it to the oldest member with the role as it moves ([`SingletonProducer`]).
+    ///
+    /// # Errors
+    /// As [`DeliveryHandle::point_to_point`]; [`DeliveryError::BadName`] for an empty or
+    /// too long endpoint name.
+    pub async fn to_singleton<M: Wire>(
+        &self,
+        producer_id: impl Into<String>,
+        endpoint: impl Into<String>,
+        role: Option<&str>,
+        settings: DeliverySettings,
+    ) -> Result<SingletonProducer<M>, DeliveryError> {
+        SingletonProducer::start(
+            &self.commands,
+            producer_id.into(),
+            endpoint.into(),
+            role.map(str::to_string),
+            settings,
+            None,
+        )
+        .await
+    }
+
+    /// [`DeliveryHandle::to_singleton`] with a durable queue (as
+    /// [`DeliveryHandle::point_to_point_durable`]).
+    ///
+    /// # Errors
+    /// As [`DeliveryHandle::point_to_point_durable`].
+    pub async fn to_singleton_durable<M: Wire>(
+        &self,
+        producer_id: impl Into<String>,
+        endpoint: impl Into<String>,
+        role: Option<&str>,
+        settings: DeliverySettings,
+        stores: &Stores,
+    ) -> Result<SingletonProducer<M>, DeliveryError> {
+        SingletonProducer::start(
+            &self.commands,
+            producer_id.into(),
+            endpoint.into(),
+            role.map(str::to_string),
             settings,
             Some(stores),
         )

@@ -121,7 +121,7 @@ pub use producer::ShardingProducer;
 #[cfg(feature = "runtime")]
 pub use status::{ProducerStatus, WorkPullingStatus};
 #[cfg(feature = "runtime")]
-pub use work_pulling::{PointToPointProducer, WorkPullingProducer};
+pub use work_pulling::{PointToPointProducer, SingletonProducer, WorkPullingProducer};
 
 #[cfg(feature = "runtime")]
 use crate::persistence::{EventSourced, EventSourcedEntity, Persistence};

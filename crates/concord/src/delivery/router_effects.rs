@@ -3,10 +3,12 @@
 //! received handed to them, and their envelopes handed to the machine (or straight to a
 //! local endpoint when the receiver runs on this node).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 
-use concord_core::delivery::{DeliveryBody, DeliveryEnvelope, DeliveryRouter, RouterEvent};
+use concord_core::delivery::{
+    DeliveryBody, DeliveryEnvelope, DeliveryRouter, RouterEvent, RouterMembers,
+};
 use concord_core::{Address, UniqueAddress};
 use tokio::sync::{mpsc, oneshot};
 
@@ -21,12 +23,13 @@ pub(crate) enum EndpointInput {
         from: UniqueAddress,
         envelope: DeliveryEnvelope,
     },
-    /// The cluster's members changed (their addresses, this node's included).
-    Members(BTreeSet<Address>),
+    /// The cluster's members changed (their addresses, this node's included, or who is
+    /// oldest).
+    Members(RouterMembers),
 }
 
 /// What a registration answers: this node's address and the members as last seen.
-pub(crate) type Registered = (UniqueAddress, BTreeSet<Address>);
+pub(crate) type Registered = (UniqueAddress, RouterMembers);
 
 /// What the endpoints' tasks ask the layer.
 pub(crate) enum DeliveryCommand {
@@ -75,7 +78,7 @@ pub(super) async fn register(
 pub(crate) struct DeliveryEffects {
     node: String,
     endpoints: HashMap<String, mpsc::Sender<EndpointInput>>,
-    members: BTreeSet<Address>,
+    members: RouterMembers,
     /// Endpoints whose queue was full when the members changed: told on the next tick.
     members_owed: HashSet<String>,
 }
@@ -85,7 +88,7 @@ impl DeliveryEffects {
         DeliveryEffects {
             node,
             endpoints: HashMap::new(),
-            members: BTreeSet::new(),
+            members: RouterMembers::default(),
             members_owed: HashSet::new(),
         }
     }

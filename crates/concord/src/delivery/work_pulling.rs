@@ -32,6 +32,18 @@ const MAX_PRODUCER_ID: usize = 200;
 /// Commands queued to a producer's task.
 const COMMAND_QUEUE: usize = 1024;
 
+/// Whom a work-pulling producer's messages go to.
+pub(super) enum Workers {
+    /// These consumers (changed with [`WorkPullingProducer::set_workers`]).
+    Given(Vec<ConsumerRef>),
+    /// The endpoint `endpoint` on the oldest member with `role` (where a cluster
+    /// singleton runs), followed as it changes.
+    Singleton {
+        endpoint: String,
+        role: Option<String>,
+    },
+}
+
 /// A work-pulling producer; see the module docs. Cheap to clone; its task runs while a
 /// clone is alive or messages are unconfirmed.
 pub struct WorkPullingProducer<M> {
@@ -54,7 +66,7 @@ impl<M: Wire> WorkPullingProducer<M> {
     pub(super) async fn start(
         commands: &mpsc::Sender<DeliveryCommand>,
         producer_id: String,
-        workers: Vec<ConsumerRef>,
+        workers: Workers,
         settings: DeliverySettings,
         stores: Option<&crate::persistence::Stores>,
     ) -> Result<Self, DeliveryError> {
@@ -88,7 +100,10 @@ impl<M: Wire> WorkPullingProducer<M> {
             queue,
         );
         task.restore();
-        task.set_workers(workers);
+        match workers {
+            Workers::Given(workers) => task.set_workers(workers),
+            Workers::Singleton { endpoint, role } => task.follow(endpoint, role),
+        }
         tokio::spawn(task.run(rx, inbox, inbox_tx));
         Ok(WorkPullingProducer {
             producer_id,
@@ -212,7 +227,7 @@ impl<M: Wire> PointToPointProducer<M> {
         let inner = WorkPullingProducer::start(
             commands,
             producer_id,
-            vec![consumer.clone()],
+            Workers::Given(vec![consumer.clone()]),
             settings,
             stores,
         )
@@ -251,6 +266,100 @@ impl<M: Wire> PointToPointProducer<M> {
     }
 
     /// As [`WorkPullingProducer::status`].
+    ///
+    /// # Errors
+    /// [`DeliveryError::Stopped`].
+    pub async fn status(&self) -> Result<WorkPullingStatus, DeliveryError> {
+        self.inner.status().await
+    }
+
+    /// As [`WorkPullingProducer::stop`].
+    pub async fn stop(&self) {
+        self.inner.stop().await;
+    }
+}
+
+/// A producer to a consumer endpoint that a **cluster singleton** runs (Akka: a
+/// `ProducerController` whose consumer is the singleton's): its one worker is the endpoint
+/// of that name on the oldest member with the singleton's role, followed as the singleton
+/// moves — what the previous node did not confirm goes to the new one first, in order;
+/// while the endpoint is not there yet (the singleton starting), messages wait and it is
+/// tried again every 5 s. At least once (a message handled whose confirmation was lost
+/// with the move is handled again by the new instance), in order otherwise.
+pub struct SingletonProducer<M> {
+    inner: WorkPullingProducer<M>,
+    endpoint: String,
+}
+
+impl<M> Clone for SingletonProducer<M> {
+    fn clone(&self) -> Self {
+        SingletonProducer {
+            inner: self.inner.clone(),
+            endpoint: self.endpoint.clone(),
+        }
+    }
+}
+
+impl<M: Wire> SingletonProducer<M> {
+    pub(super) async fn start(
+        commands: &mpsc::Sender<DeliveryCommand>,
+        producer_id: String,
+        endpoint: String,
+        role: Option<String>,
+        settings: DeliverySettings,
+        stores: Option<&crate::persistence::Stores>,
+    ) -> Result<Self, DeliveryError> {
+        if endpoint.is_empty() || endpoint.len() > concord_core::delivery::MAX_ENDPOINT_NAME_BYTES {
+            return Err(DeliveryError::BadName(format!(
+                "endpoint name `{endpoint}` is empty or longer than 256 bytes"
+            )));
+        }
+        let inner = WorkPullingProducer::start(
+            commands,
+            producer_id,
+            Workers::Singleton {
+                endpoint: endpoint.clone(),
+                role,
+            },
+            settings,
+            stores,
+        )
+        .await?;
+        Ok(SingletonProducer { inner, endpoint })
+    }
+
+    /// The singleton's endpoint name.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The producer's id.
+    pub fn producer_id(&self) -> &str {
+        self.inner.producer_id()
+    }
+
+    /// As [`WorkPullingProducer::send`]: delivered in order, at least once.
+    ///
+    /// # Errors
+    /// As [`WorkPullingProducer::send`].
+    pub async fn send(&self, message: &M) -> Result<u64, DeliveryError> {
+        self.inner.send(message).await
+    }
+
+    /// As [`WorkPullingProducer::send_and_confirm`].
+    ///
+    /// # Errors
+    /// As [`WorkPullingProducer::send_and_confirm`].
+    pub async fn send_and_confirm(
+        &self,
+        message: &M,
+        timeout: Duration,
+    ) -> Result<(), DeliveryError> {
+        self.inner.send_and_confirm(message, timeout).await
+    }
+
+    /// As [`WorkPullingProducer::status`] (`workers`: 1 while the singleton's node is known
+    /// and its endpoint not found missing).
     ///
     /// # Errors
     /// [`DeliveryError::Stopped`].

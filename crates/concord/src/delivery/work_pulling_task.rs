@@ -9,11 +9,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use concord_core::delivery::{
-    DeliveryBody, DeliveryEnvelope, QueueEvent, SendError, WorkPullingEvent,
+    DeliveryBody, DeliveryEnvelope, QueueEvent, RouterMembers, SendError, WorkPullingEvent,
     WorkPullingProducerController,
 };
 use concord_core::persistence::AtomicWrite;
-use concord_core::Address;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -49,7 +48,10 @@ pub(super) struct Task {
     producer_id: String,
     /// The workers given, by key (`name@address`).
     workers: BTreeMap<String, ConsumerRef>,
-    members: BTreeSet<Address>,
+    members: RouterMembers,
+    /// For a producer to a singleton: its endpoint's name and the singleton's role; the
+    /// one worker is that endpoint on the oldest member with the role.
+    follow: Option<(String, Option<String>)>,
     /// Workers whose node answered that it has no such endpoint, with when: left out
     /// until [`NO_ENDPOINT_RETRY`] has passed.
     missing: BTreeMap<String, Instant>,
@@ -65,7 +67,7 @@ impl Task {
         machine: WorkPullingProducerController,
         endpoint: String,
         node: String,
-        members: BTreeSet<Address>,
+        members: RouterMembers,
         router: mpsc::Sender<DeliveryCommand>,
         queue: Option<DurableQueue>,
     ) -> Self {
@@ -77,6 +79,7 @@ impl Task {
             producer_id,
             workers: BTreeMap::new(),
             members,
+            follow: None,
             missing: BTreeMap::new(),
             router,
             base: Instant::now(),
@@ -102,6 +105,40 @@ impl Task {
         u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Makes this a producer to the singleton whose endpoint is `name` (with `role`): its
+    /// one worker follows the oldest member with the role.
+    pub(super) fn follow(&mut self, name: String, role: Option<String>) {
+        self.follow = Some((name, role));
+        self.follow_oldest();
+    }
+
+    /// For a producer to a singleton: the worker is the endpoint on the oldest member now
+    /// (none while there is none); another worker than before takes the old one's
+    /// unconfirmed messages first, in order.
+    fn follow_oldest(&mut self) {
+        let Some((name, role)) = &self.follow else {
+            return;
+        };
+        let target: Vec<ConsumerRef> = self
+            .members
+            .oldest(role.as_deref())
+            .map(|a| ConsumerRef::new(a.clone(), name.clone()))
+            .into_iter()
+            .collect();
+        let same = target.len() == self.workers.len()
+            && target
+                .iter()
+                .all(|t| self.workers.contains_key(&t.to_string()));
+        if same {
+            self.reassign();
+        } else {
+            if let Some(t) = target.first() {
+                tracing::info!(producer = %self.producer_id, consumer = %t, "the singleton's oldest member changed: its messages go there");
+            }
+            self.set_workers(target);
+        }
+    }
+
     pub(super) fn set_workers(&mut self, workers: Vec<ConsumerRef>) {
         self.workers = workers.into_iter().map(|w| (w.to_string(), w)).collect();
         let workers = &self.workers;
@@ -115,7 +152,9 @@ impl Task {
         let active: BTreeSet<String> = self
             .workers
             .iter()
-            .filter(|(k, w)| self.members.contains(&w.address) && !self.missing.contains_key(*k))
+            .filter(|(k, w)| {
+                self.members.addresses.contains(&w.address) && !self.missing.contains_key(*k)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         let now = self.now_ms();
@@ -271,7 +310,12 @@ impl Task {
                 };
                 let _ = accepted.send(r);
             }
-            Command::Workers(w) => self.set_workers(w),
+            // A producer to a singleton follows the oldest member instead.
+            Command::Workers(w) => {
+                if self.follow.is_none() {
+                    self.set_workers(w);
+                }
+            }
             Command::Status(reply) => {
                 let _ = reply.send(self.status());
             }
@@ -284,7 +328,11 @@ impl Task {
         match input {
             EndpointInput::Members(members) => {
                 self.members = members;
-                self.reassign();
+                if self.follow.is_some() {
+                    self.follow_oldest();
+                } else {
+                    self.reassign();
+                }
             }
             EndpointInput::Envelope { from, envelope } => {
                 let worker = ConsumerRef::new(from.address, envelope.from).to_string();
