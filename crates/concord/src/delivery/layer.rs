@@ -158,7 +158,9 @@ impl DeliveryHandle {
     }
 
     /// Starts producer `producer_id` to the consumer endpoint `endpoint` of a **cluster
-    /// singleton** with `role` (`None`: any member): the singleton starts a
+    /// singleton** with `role` (`None` or `""`: any member — the singleton's own role
+    /// setting, `[singleton] role`, must be the same, or the producer waits at a node
+    /// where the singleton does not run): the singleton starts a
     /// [`DeliveryHandle::consumer`] of that name where it runs, and the producer follows
     /// it to the oldest member with the role as it moves ([`SingletonProducer`]).
     ///
@@ -176,7 +178,7 @@ impl DeliveryHandle {
             &self.commands,
             producer_id.into(),
             endpoint.into(),
-            role.map(str::to_string),
+            role.filter(|r| !r.is_empty()).map(str::to_string),
             settings,
             None,
         )
@@ -200,7 +202,7 @@ impl DeliveryHandle {
             &self.commands,
             producer_id.into(),
             endpoint.into(),
-            role.map(str::to_string),
+            role.filter(|r| !r.is_empty()).map(str::to_string),
             settings,
             Some(stores),
         )

@@ -284,8 +284,9 @@ impl<M: Wire> PointToPointProducer<M> {
 /// of that name on the oldest member with the singleton's role, followed as the singleton
 /// moves — what the previous node did not confirm goes to the new one first, in order;
 /// while the endpoint is not there yet (the singleton starting), messages wait and it is
-/// tried again every 5 s. At least once (a message handled whose confirmation was lost
-/// with the move is handled again by the new instance), in order otherwise.
+/// tried again every 5 s. In order, at least once: a message handled whose confirmation
+/// was lost with the move is handled again by the new instance, and a late `NoEndpoint`
+/// (from before the new instance's endpoint existed) can make it handle some again.
 pub struct SingletonProducer<M> {
     inner: WorkPullingProducer<M>,
     endpoint: String,
