@@ -178,7 +178,10 @@ async fn a_producer_follows_the_singleton_when_it_moves() {
         assert!(h.iter().any(|(_, x)| *x == v), "{v} never handled");
     }
     for v in 200..300u64 {
-        assert!(h.contains(&(next, v)), "{v}, sent after the move, handled on {next}");
+        assert!(
+            h.contains(&(next, v)),
+            "{v}, sent after the move, handled on {next}"
+        );
     }
     for port in [oldest, next] {
         // Each instance's first handling of each value is in order (a message may come
