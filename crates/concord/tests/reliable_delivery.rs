@@ -247,6 +247,10 @@ async fn a_slow_consumer_holds_its_producer_to_the_window_and_a_full_buffer_refu
         }
         let s = producer.status().await.unwrap();
         assert!(s.in_flight <= 10, "{s:?}: more in flight than the window");
+        assert!(
+            s.in_flight + s.window <= 10,
+            "{s:?}: the window opened too far"
+        );
         assert!(s.unconfirmed <= 30, "{s:?}");
     }
     assert!(refused > 0, "the buffer never filled");

@@ -134,6 +134,12 @@ impl ShardingProducerController {
             .sum()
     }
 
+    /// Messages the consumers' flow control windows let it send now, over all entities
+    /// (what they asked for beyond what was sent).
+    pub fn window_open(&self) -> u64 {
+        self.entities.values().map(|e| e.controller.demand()).sum()
+    }
+
     /// Entities with a controller.
     pub fn entities(&self) -> usize {
         self.entities.len()

@@ -311,6 +311,10 @@ fn the_sharded_producer_bounds_its_buffer_and_forgets_idle_entities() {
         );
     }
     assert_eq!(s.unconfirmed(), 30);
+    // e0 asked for 4 more than it was sent: its window is open by that much.
+    assert_eq!(s.demand("e0"), 4);
+    let open: u64 = (0..4).map(|i| s.demand(&format!("e{i}"))).sum();
+    assert_eq!(s.window_open(), open);
     // Long after, e0 is forgotten; a new message makes a controller of a newer incarnation.
     let mut now = 1;
     while s.controller("e0").is_some() {

@@ -111,6 +111,11 @@ impl WorkPullingProducerController {
         self.inner.in_flight()
     }
 
+    /// Messages the workers' flow control windows let it send now, over all workers.
+    pub fn window_open(&self) -> u64 {
+        self.inner.window_open()
+    }
+
     /// The workers.
     pub fn workers(&self) -> &BTreeSet<String> {
         &self.workers

@@ -16,6 +16,7 @@ pub(super) fn producer(node: &str, producer_id: &str, s: &ProducerStatus) {
     metrics::gauge!("concord_delivery_producer_unconfirmed", &l).set(s.unconfirmed as f64);
     metrics::gauge!("concord_delivery_producer_in_flight", &l).set(s.in_flight as f64);
     metrics::gauge!("concord_delivery_producer_entities", &l).set(s.entities as f64);
+    metrics::gauge!("concord_delivery_producer_window", &l).set(s.window as f64);
     metrics::counter!("concord_delivery_producer_sent_total", &l).absolute(s.sent);
     metrics::counter!("concord_delivery_producer_resent_total", &l).absolute(s.resent);
     metrics::counter!("concord_delivery_producer_confirmed_total", &l).absolute(s.confirmed);

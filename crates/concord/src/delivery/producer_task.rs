@@ -198,6 +198,7 @@ impl<E: ConsumerEntity> Task<E> {
             unconfirmed: m.unconfirmed(),
             in_flight: m.in_flight(),
             entities: m.entities(),
+            window: m.window_open(),
             sent: s.sent,
             resent: s.resent,
             confirmed: s.confirmed,

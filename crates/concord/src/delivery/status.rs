@@ -10,6 +10,9 @@ pub struct ProducerStatus {
     pub in_flight: u64,
     /// Entities with a controller.
     pub entities: usize,
+    /// Messages the consumers' flow control windows let the producer send now (what they
+    /// asked for beyond what was sent), over all of them.
+    pub window: u64,
     /// Messages sent the first time, in all.
     pub sent: u64,
     /// Messages sent again, in all.

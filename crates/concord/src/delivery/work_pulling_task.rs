@@ -168,6 +168,7 @@ impl Task {
                 unconfirmed: self.machine.unconfirmed(),
                 in_flight: self.machine.in_flight(),
                 entities: self.machine.workers().len(),
+                window: self.machine.window_open(),
                 sent: s.sent,
                 resent: s.resent,
                 confirmed: s.confirmed,
