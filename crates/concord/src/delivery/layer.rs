@@ -178,7 +178,7 @@ impl DeliveryHandle {
             &self.commands,
             producer_id.into(),
             endpoint.into(),
-            role.filter(|r| !r.is_empty()).map(str::to_string),
+            role,
             settings,
             None,
         )
@@ -202,7 +202,7 @@ impl DeliveryHandle {
             &self.commands,
             producer_id.into(),
             endpoint.into(),
-            role.filter(|r| !r.is_empty()).map(str::to_string),
+            role,
             settings,
             Some(stores),
         )

@@ -306,10 +306,12 @@ impl<M: Wire> SingletonProducer<M> {
         commands: &mpsc::Sender<DeliveryCommand>,
         producer_id: String,
         endpoint: String,
-        role: Option<String>,
+        role: Option<&str>,
         settings: DeliverySettings,
         stores: Option<&crate::persistence::Stores>,
     ) -> Result<Self, DeliveryError> {
+        // "" is any member, as the singleton layer reads its role setting.
+        let role = role.filter(|r| !r.is_empty()).map(str::to_string);
         if endpoint.is_empty() || endpoint.len() > concord_core::delivery::MAX_ENDPOINT_NAME_BYTES {
             return Err(DeliveryError::BadName(format!(
                 "endpoint name `{endpoint}` is empty or longer than 256 bytes"
