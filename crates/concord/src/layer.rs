@@ -130,6 +130,8 @@ pub struct LayerStarted {
     /// Management routes (with their state applied), merged into the management API; the
     /// node's access rules (read-only, bearer token) apply to them too.
     pub routes: Option<axum::Router>,
+    /// The layer's sections of the live dashboard (`/dashboard`), shown under their names.
+    pub dashboard: Vec<crate::management::DashboardPanel>,
 }
 
 /// A layer of the node; see the module docs.

@@ -231,6 +231,7 @@ impl Node {
         span: tracing::Span,
     ) -> Result<Node, NodeError> {
         let mut routes = Vec::new();
+        let mut panels = Vec::new();
         for l in layers {
             let ctx = LayerContext {
                 clock: self.clock,
@@ -240,9 +241,9 @@ impl Node {
                 config: config.clone(),
             };
             let _g = span.enter();
-            if let Some(r) = l.start(ctx)?.routes {
-                routes.push(r);
-            }
+            let started = l.start(ctx)?;
+            routes.extend(started.routes);
+            panels.extend(started.dashboard);
         }
         if config.management.enabled {
             let state = ManagementState {
@@ -250,6 +251,9 @@ impl Node {
                 transport: self.transport.clone(),
                 fault_injection: config.testkit.fault_injection,
                 warnings: config.security_warnings(),
+                panels,
+                clock: self.clock,
+                started_ms: self.clock.started_ms(),
             };
             self.management_addr = Some(
                 management::serve(state, &config.management, &config.remote.hostname, routes)

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::routing::get;
 use common::fast_config;
 use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
+use concord::management::DashboardPanel;
 use concord::remote::{ProtocolRegistry, TransportSettings};
 use concord::{Node, NodeError};
 use concord_core::ProtocolId;
@@ -58,8 +59,17 @@ impl Layer for ShardsLayer {
                 },
             ),
         );
+        let here = ctx.cluster.self_address().to_string();
         Ok(LayerStarted {
             routes: Some(routes),
+            dashboard: vec![
+                DashboardPanel::new("shards-test", move || {
+                    let here = here.clone();
+                    async move { serde_json::json!({ "region": here }) }
+                }),
+                // A panel that never answers holds back nothing else.
+                DashboardPanel::new("stuck", std::future::pending::<serde_json::Value>),
+            ],
         })
     }
 }
@@ -104,6 +114,31 @@ async fn a_layers_routes_are_merged_and_replace_the_shards_placeholder() {
         .await
         .unwrap();
     assert!(m.contains("protocol=\"app-1001\""), "{m}");
+    // The layer's dashboard panel is shown under its name; one that never answers is
+    // shown as loading while the rest of the dashboard goes on.
+    let mut state = serde_json::Value::Null;
+    for _ in 0..100 {
+        state = reqwest::get(format!("{base}/dashboard/state"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if state["panels"]["shards-test"]["region"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        state["panels"]["shards-test"]["region"],
+        with_layer.self_address().to_string(),
+        "{state}"
+    );
+    assert_eq!(
+        state["panels"]["stuck"],
+        serde_json::json!({"loading": true})
+    );
+    assert_eq!(state["self"], with_layer.self_address().to_string());
     plain.stop().await;
     with_layer.stop().await;
 }

@@ -177,6 +177,16 @@ impl Cluster {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The split brain resolver decisions this node carried out, oldest first (the latest
+    /// [`concord_core::cluster_core::SBR_DECISIONS_KEPT`]), as of the membership machine's last output.
+    pub fn recent_sbr_decisions(&self) -> Vec<concord_core::SbrDecisionRecord> {
+        self.shared
+            .sbr_decisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// This node's cluster identity and the other clusters of its system name it found
     /// (island clusters), as of the membership machine's last output.
     pub fn island_report(&self) -> IslandReport {
@@ -191,6 +201,11 @@ impl Cluster {
     /// [`Cluster::take_max_heartbeat_rtt_ms`], ms.
     pub fn max_heartbeat_rtt_ms(&self) -> u64 {
         self.shared.max_heartbeat_rtt_ms.load(Ordering::Relaxed)
+    }
+
+    /// The latest heartbeat round trip (control lane), ms; 0 before the first.
+    pub fn last_heartbeat_rtt_ms(&self) -> u64 {
+        self.shared.last_heartbeat_rtt_ms.load(Ordering::Relaxed)
     }
 
     /// Like [`Cluster::max_heartbeat_rtt_ms`], and starts over from 0.

@@ -79,11 +79,24 @@ impl RuntimeSinks {
             );
             self.refusals_logged = (now, stats);
         }
-        *self
-            .shared
-            .core_stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = stats;
+        let decisions_changed = {
+            let mut shared = self
+                .shared
+                .core_stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let changed = shared.sbr_decisions != stats.sbr_decisions;
+            *shared = stats;
+            changed
+        };
+        if decisions_changed {
+            *self
+                .shared
+                .sbr_decisions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) =
+                core.recent_sbr_decisions().cloned().collect();
+        }
         let report = IslandReport {
             identity: core.cluster_identity(),
             other_clusters: core.other_clusters().cloned().collect(),
@@ -111,6 +124,9 @@ impl MembershipSinks for RuntimeSinks {
             self.shared
                 .max_heartbeat_rtt_ms
                 .fetch_max(rtt, Ordering::Relaxed);
+            self.shared
+                .last_heartbeat_rtt_ms
+                .store(rtt, Ordering::Relaxed);
             metrics::heartbeat_rtt(&self.node_label, rtt);
         }
     }

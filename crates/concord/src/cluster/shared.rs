@@ -22,9 +22,14 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CoordinatedShutdown,
     pub(crate) remoting_addr: SocketAddr,
     pub(crate) max_heartbeat_rtt_ms: AtomicU64,
+    /// The latest heartbeat round trip, ms (the dashboard's latency line).
+    pub(crate) last_heartbeat_rtt_ms: AtomicU64,
     /// The core's counters as of its last output.
     pub(crate) core_stats: std::sync::Mutex<concord_core::CoreStats>,
     /// This node's cluster identity and the other clusters found, as of the core's last
     /// output.
     pub(crate) islands: std::sync::Mutex<IslandReport>,
+    /// The split brain resolver decisions this node carried out, latest last (at most
+    /// [`concord_core::cluster_core::SBR_DECISIONS_KEPT`]), as of the core's last output.
+    pub(crate) sbr_decisions: std::sync::Mutex<Vec<concord_core::SbrDecisionRecord>>,
 }

@@ -95,8 +95,10 @@ impl Cluster {
             shutdown: parts.shutdown.clone(),
             remoting_addr: parts.transport.local_addr(),
             max_heartbeat_rtt_ms: AtomicU64::new(0),
+            last_heartbeat_rtt_ms: AtomicU64::new(0),
             core_stats: std::sync::Mutex::default(),
             islands: std::sync::Mutex::default(),
+            sbr_decisions: std::sync::Mutex::default(),
         });
         let sinks = RuntimeSinks::new(
             parts.transport.clone(),

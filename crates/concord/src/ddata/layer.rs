@@ -183,7 +183,8 @@ impl Layer for DistributedData {
                 .thread(thread),
         );
         Ok(LayerStarted {
-            routes: Some(routes(handle)),
+            routes: Some(routes(handle.clone())),
+            dashboard: vec![dashboard_panel(handle)],
         })
     }
 }
@@ -193,6 +194,19 @@ pub(crate) fn routes(replicator: Replicator) -> Router {
     Router::new()
         .route("/cluster/ddata", get(list_keys))
         .with_state(replicator)
+}
+
+/// The dashboard's `ddata` panel: `{"keys": [..]}` as `GET /cluster/ddata` answers.
+fn dashboard_panel(replicator: Replicator) -> crate::management::DashboardPanel {
+    crate::management::DashboardPanel::new("ddata", move || {
+        let r = replicator.clone();
+        async move {
+            match r.keys().await {
+                Ok(keys) => serde_json::json!({ "keys": keys }),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            }
+        }
+    })
 }
 
 async fn list_keys(State(r): State<Replicator>) -> Response {

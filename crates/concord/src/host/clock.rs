@@ -42,6 +42,12 @@ impl SystemClock {
         self.start_wall_ms.saturating_add(elapsed)
     }
 
+    /// What the clock read when it was created, ms (wall-clock milliseconds since the
+    /// Unix epoch).
+    pub fn started_ms(&self) -> u64 {
+        self.start_wall_ms
+    }
+
     /// The instant at which this clock reads `ms` (`ms` before the start: the start).
     pub fn instant_at(&self, ms: u64) -> Instant {
         let offset = ms.saturating_sub(self.start_wall_ms);

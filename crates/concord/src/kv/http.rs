@@ -198,13 +198,30 @@ async fn delete_key(
 }
 
 async fn status(State(store): State<KvStore>) -> Response {
-    let r = match store.status().await {
-        Ok(r) => r,
-        Err(e) => return error(e),
-    };
+    match status_json(&store).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => error(e),
+    }
+}
+
+/// The dashboard's `kv` panel: what `GET /kv-status` answers.
+pub(crate) fn dashboard_panel(store: KvStore) -> crate::management::DashboardPanel {
+    crate::management::DashboardPanel::new("kv", move || {
+        let store = store.clone();
+        async move {
+            status_json(&store)
+                .await
+                .unwrap_or_else(|e| json!({"error": e.to_string()}))
+        }
+    })
+}
+
+/// The body of `GET /kv-status`.
+async fn status_json(store: &KvStore) -> Result<serde_json::Value, KvError> {
+    let r = store.status().await?;
     let s = &r.status;
     let t = &r.stats;
-    Json(json!({
+    Ok(json!({
         "n": s.n,
         "ring": s.ownership.iter().map(|(m, segs)| json!({"node": m.address.to_string(), "segments": segs})).collect::<Vec<_>>(),
         "keys": s.keys,
@@ -234,5 +251,4 @@ async fn status(State(store): State<KvStore>) -> Response {
         "invalidMessages": t.invalid_messages,
         "storageErrors": t.storage_errors,
     }))
-    .into_response()
 }

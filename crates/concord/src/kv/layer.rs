@@ -146,7 +146,8 @@ impl Layer for KeyValueStore {
             serve(&ctx, &section, &handle, port)?;
         }
         Ok(LayerStarted {
-            routes: Some(super::http::status_router(handle)),
+            routes: Some(super::http::status_router(handle.clone())),
+            dashboard: vec![super::http::dashboard_panel(handle)],
         })
     }
 }

@@ -18,6 +18,8 @@
 //! - `GET /cluster/shards/{name}` (404 "Shard Region {name} is not started" until a layer —
 //!   sharding — registers the route)
 //! - `GET /bootstrap/seed-nodes` (the Cluster Bootstrap contact point)
+//! - `GET /dashboard` (the live cluster dashboard; its JSON at `GET /dashboard/state`,
+//!   its Server-Sent Events at `GET /dashboard/events`; see the `dashboard` module)
 //!
 //! Layers add their own routes (`LayerStarted::routes`, see the `layer` module); they are merged
 //! here. Write routes (everything but GET/HEAD, layers' too) obey [`ManagementAccess`]:
@@ -29,6 +31,7 @@
 mod access;
 mod cluster_routes;
 mod connection;
+mod dashboard;
 mod domain_events;
 mod health_checks;
 mod limits;
@@ -41,6 +44,7 @@ mod state;
 mod testkit_routes;
 
 pub use access::{guard, ManagementAccess, VerifiedClientCertificate};
+pub use dashboard::{DashboardPanel, PanelFuture, PANEL_TIMEOUT};
 pub use domain_events::{event_json, EVENT_TYPES};
 pub use limits::{
     descriptor_limit, descriptor_share, raise_descriptor_limit, HttpLimits, LOCAL_RESERVE,

@@ -75,7 +75,8 @@ pub fn router(state: ManagementState, access: ManagementAccess, extra: Vec<Route
         .route("/metrics", get(metrics_text))
         .route("/testkit/faults", get(get_faults).delete(clear_faults))
         .route("/testkit/faults/{*address}", axum::routing::put(put_fault))
-        .with_state(state);
+        .with_state(state.clone())
+        .merge(super::dashboard::routes(state));
     for e in extra {
         r = r.merge(e);
     }

@@ -15,4 +15,10 @@ pub struct ManagementState {
     /// Warnings about this node's configuration shown in `GET /cluster/members`
     /// (`warnings`), e.g. remoting exposed without protection (`remote.insecure`).
     pub warnings: Vec<String>,
+    /// The layers' sections of the dashboard (`/dashboard`).
+    pub panels: Vec<super::DashboardPanel>,
+    /// The node's clock.
+    pub clock: crate::host::SystemClock,
+    /// When the node started, on `clock` (ms): the dashboard's uptime.
+    pub started_ms: u64,
 }

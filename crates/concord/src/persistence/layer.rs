@@ -179,6 +179,7 @@ impl Layer for PersistenceLayer {
         let node = ctx.cluster.self_address().to_string();
         let mut started = LayerStarted {
             routes: Some(super::routes::routes(self.handle.clone())),
+            dashboard: Vec::new(),
         };
         if let Some(stores) = self.stores {
             self.handle.start(stores, settings);
@@ -216,12 +217,24 @@ impl Layer for PersistenceLayer {
                 started.routes = started
                     .routes
                     .map(|r| r.merge(super::replicated::routes(store.clone())));
+                started.dashboard.push(dashboard_panel(
+                    "replicated",
+                    self.handle.clone(),
+                    Some(store.clone()),
+                ));
                 self.handle.start(Stores::of(store), settings);
             }
-            "memory" => self
-                .handle
-                .start(Stores::of(InMemoryStore::new()), settings),
+            "memory" => {
+                started
+                    .dashboard
+                    .push(dashboard_panel("memory", self.handle.clone(), None));
+                self.handle
+                    .start(Stores::of(InMemoryStore::new()), settings);
+            }
             "postgres" => {
+                started
+                    .dashboard
+                    .push(dashboard_panel("postgres", self.handle.clone(), None));
                 let url = postgres_url(&config.postgres).map_err(config_error)?;
                 let pg = config.postgres.clone();
                 let handle = self.handle.clone();
@@ -255,4 +268,36 @@ impl Layer for PersistenceLayer {
         }
         Ok(started)
     }
+}
+
+/// The dashboard's `persistence` panel: `{"store", "ready" (the store is started: false
+/// while PostgreSQL is not connected yet), "waits"?: [{"segment", "awaited": [..]}]}` (the
+/// replicated journal's segments waiting for a ring change's handoff, as
+/// `GET /persistence/journal/waits`).
+fn dashboard_panel(
+    store: &'static str,
+    handle: Persistence,
+    replicated: Option<super::replicated::ReplicatedStore>,
+) -> crate::management::DashboardPanel {
+    crate::management::DashboardPanel::new("persistence", move || {
+        let (handle, replicated) = (handle.clone(), replicated.clone());
+        async move {
+            let mut v = serde_json::json!({"store": store, "ready": handle.stores().is_some()});
+            if let Some(r) = replicated {
+                v["waits"] = match r.waits().await {
+                    Ok(w) => w
+                        .into_iter()
+                        .map(|(segment, awaited)| {
+                            serde_json::json!({
+                                "segment": segment,
+                                "awaited": awaited.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                            })
+                        })
+                        .collect(),
+                    Err(e) => serde_json::json!({"error": e.to_string()}),
+                };
+            }
+            v
+        }
+    })
 }

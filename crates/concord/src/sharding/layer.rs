@@ -473,7 +473,8 @@ impl Layer for Sharding {
         );
         add_shutdown_tasks(&ctx, commands_tx.clone());
         Ok(LayerStarted {
-            routes: Some(routes::routes(commands_tx, names)),
+            routes: Some(routes::routes(commands_tx.clone(), names.clone())),
+            dashboard: vec![routes::dashboard_panel(commands_tx, names)],
         })
     }
 }

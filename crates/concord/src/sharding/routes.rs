@@ -63,6 +63,59 @@ pub(crate) fn routes(commands: mpsc::Sender<ShardingCommand>, types: Vec<String>
         .with_state(RouteState { commands, types })
 }
 
+/// The dashboard's `sharding` panel: per entity type, every region that answered the
+/// cluster-wide shard query with its shards (`[shard id, entities]`), and the shards more
+/// than one region reported (a handoff in flight: the old home still has it while the
+/// new one starts it) —
+/// `{"types": [{"name", "regions": [{"region", "shards": [["17", 3], ..]}],
+/// "handoffs": ["17", ..]}]}`.
+pub(crate) fn dashboard_panel(
+    commands: mpsc::Sender<ShardingCommand>,
+    types: Vec<String>,
+) -> crate::management::DashboardPanel {
+    crate::management::DashboardPanel::new("sharding", move || {
+        let (commands, types) = (commands.clone(), types.clone());
+        async move {
+            let mut out = Vec::new();
+            for name in types {
+                let (reply, rx) = oneshot::channel();
+                let query = ShardingCommand::QueryStats {
+                    type_name: name.clone(),
+                    reply,
+                };
+                let answer = if commands.send(query).await.is_ok() {
+                    rx.await.ok()
+                } else {
+                    None
+                };
+                let Some(regions) = answer else {
+                    out.push(serde_json::json!({"name": name, "error": "sharding has stopped"}));
+                    continue;
+                };
+                let mut seen = std::collections::BTreeMap::<String, u32>::new();
+                let regions: Vec<_> = regions
+                    .into_iter()
+                    .map(|(r, shards)| {
+                        for (id, _) in &shards {
+                            *seen.entry(id.clone()).or_default() += 1;
+                        }
+                        serde_json::json!({"region": r.address.to_string(), "shards": shards})
+                    })
+                    .collect();
+                let handoffs: Vec<String> = seen
+                    .into_iter()
+                    .filter(|(_, n)| *n > 1)
+                    .map(|(id, _)| id)
+                    .collect();
+                out.push(
+                    serde_json::json!({"name": name, "regions": regions, "handoffs": handoffs}),
+                );
+            }
+            serde_json::json!({ "types": out })
+        }
+    })
+}
+
 fn message(status: StatusCode, m: impl std::fmt::Display) -> Response {
     (
         status,

@@ -19,6 +19,10 @@ pub enum SingletonCommand {
     },
     /// The `cluster-exiting` hand-over of every singleton; `done` fires when all are done.
     SelfExiting { done: oneshot::Sender<()> },
+    /// Every singleton's status here (the dashboard's `singleton` panel).
+    Status {
+        reply: oneshot::Sender<Vec<serde_json::Value>>,
+    },
 }
 
 /// A report of work the layer started (opaque: only the layer reads it).

@@ -212,6 +212,23 @@ impl LayerEffects for SingletonEffects {
                 });
                 m.tell(now, payload, ask);
             }
+            SingletonCommand::Status { reply } => {
+                let status = fx
+                    .machine
+                    .iter()
+                    .map(|(name, m)| {
+                        serde_json::json!({
+                            "name": name,
+                            "role": m.settings().role,
+                            "state": format!("{:?}", m.state()),
+                            "runningHere": m.running_incarnation().is_some(),
+                            "runsOn": m.proxy_target().map(|t| t.address.to_string()),
+                            "buffered": m.proxy_buffered(),
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(status);
+            }
             SingletonCommand::SelfExiting { done } => {
                 let remaining: BTreeSet<String> = self
                     .instances

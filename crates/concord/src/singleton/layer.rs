@@ -240,6 +240,7 @@ impl Layer for ClusterSingletons {
         } = *self;
         let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let me = ctx.cluster.self_unique_address().clone();
+        let status_tx = commands_tx.clone();
         let mut machines = MachineGroup::new(ProtocolId::SINGLETON);
         let mut instances = BTreeMap::new();
         let section = ctx.section::<super::SingletonConfig>(LAYER)?;
@@ -295,6 +296,33 @@ impl Layer for ClusterSingletons {
         ) {
             warn!(error = %e, "cannot add the singleton hand-over to coordinated shutdown");
         }
-        Ok(LayerStarted::default())
+        Ok(LayerStarted {
+            routes: None,
+            dashboard: vec![dashboard_panel(status_tx)],
+        })
     }
+}
+
+/// The dashboard's `singleton` panel: `{"singletons": [{"name", "role", "state" (this
+/// node's manager state), "runningHere", "runsOn" (where this node's proxy sends), "buffered"}]}`.
+fn dashboard_panel(
+    commands: tokio::sync::mpsc::Sender<SingletonCommand>,
+) -> crate::management::DashboardPanel {
+    crate::management::DashboardPanel::new("singleton", move || {
+        let commands = commands.clone();
+        async move {
+            let (reply, rx) = oneshot::channel();
+            if commands
+                .send(SingletonCommand::Status { reply })
+                .await
+                .is_err()
+            {
+                return serde_json::json!({"error": "the singleton layer has stopped"});
+            }
+            match rx.await {
+                Ok(s) => serde_json::json!({ "singletons": s }),
+                Err(_) => serde_json::json!({"error": "the singleton layer has stopped"}),
+            }
+        }
+    })
 }

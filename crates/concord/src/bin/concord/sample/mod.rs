@@ -165,6 +165,7 @@ impl Layer for SampleLayer {
         }
         Ok(LayerStarted {
             routes: Some(routes),
+            ..LayerStarted::default()
         })
     }
 }
