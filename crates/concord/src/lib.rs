@@ -164,6 +164,8 @@ pub mod sharding;
 pub mod singleton;
 #[cfg(feature = "runtime")]
 pub mod tls;
+#[cfg(test)]
+mod wire_corpus;
 
 #[cfg(feature = "runtime")]
 pub use cluster::{Cluster, ClusterError, Subscription, SubscriptionItem};

@@ -229,6 +229,51 @@ impl Layer for SeqLayer {
     }
 }
 
+/// A peer of a newer, incompatible wire protocol is refused at the handshake with a reason
+/// naming both versions (docs/UPGRADES.md), and nothing it sends is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_of_a_newer_incompatible_protocol_version_is_refused() {
+    let node = start_first(fast_config("future", &[])).await;
+    wait_self_up(&node).await;
+    let refused_before = node
+        .transport()
+        .stats()
+        .handshakes_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let mut conn = TcpStream::connect(node.remoting_addr()).await.unwrap();
+    let hs = wire::Handshake {
+        from: Some(wire::UniqueAddress {
+            address: Some(addr("future", 1)),
+            uid: 7,
+        }),
+        to: Some(addr("future", node.remoting_addr().port())),
+        protocol_version: PROTOCOL_VERSION + 1,
+        cluster_name: "future".into(),
+        lane: Lane::Control.index() as u32,
+        nonce: Default::default(),
+    };
+    write_frame(&mut conn, &hs.encode_to_vec()).await;
+    let reply = wire::HandshakeReply::decode(read_frame(&mut conn).await).unwrap();
+    let Some(wire::handshake_reply::Result::Rejected(reason)) = reply.result else {
+        panic!("a newer protocol version is refused: {reply:?}");
+    };
+    assert!(
+        reason.contains(&format!("protocol version {}", PROTOCOL_VERSION + 1))
+            && reason.contains(&format!("speaks {PROTOCOL_VERSION}")),
+        "the reason names both versions: {reason}"
+    );
+    assert!(!reply.quarantined);
+    common::wait_for("the refusal counted", || {
+        node.transport()
+            .stats()
+            .handshakes_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > refused_before
+    })
+    .await;
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_is_kept_per_sender_receiver_and_lane() {
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -225,7 +225,7 @@ impl Codec for MembershipCodec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use concord_core::gossip::Gossip;
     use concord_core::member::Member;
@@ -284,10 +284,10 @@ mod tests {
         assert_eq!(m, ClusterMessage::InitJoinAck { cluster: None });
     }
 
-    #[test]
-    fn every_message_round_trips() {
+    /// One of each membership message (the round-trip test's and the wire corpus's).
+    pub(crate) fn all_messages() -> Vec<ClusterMessage> {
         let g = sample_gossip(3);
-        let msgs = vec![
+        vec![
             ClusterMessage::InitJoin { cluster: None },
             ClusterMessage::InitJoin {
                 cluster: g.identity,
@@ -320,8 +320,12 @@ mod tests {
                 sequence_nr: 7,
                 creation_time_ms: 9,
             },
-        ];
-        for m in msgs {
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in all_messages() {
             let (manifest, bytes) = MembershipCodec::default().encode(&m);
             assert_eq!(
                 MembershipCodec::default()

@@ -60,7 +60,7 @@
 
 // Without the tokio runtime only the consumer side exists (the simulator hosts it).
 #[cfg(feature = "runtime")]
-mod codec;
+pub(crate) mod codec;
 #[cfg(feature = "runtime")]
 mod config;
 mod consumer;

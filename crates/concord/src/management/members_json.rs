@@ -16,6 +16,10 @@ pub struct ClusterMemberJson {
     pub status: String,
     /// Roles, sorted.
     pub roles: Vec<String>,
+    /// The member's application version (`cluster.app-version`; Concord-specific, absent
+    /// from Akka Management's shape — a reader of that shape ignores it).
+    #[serde(default)]
+    pub app_version: String,
 }
 
 /// `ClusterUnreachableMember` JSON.
@@ -98,6 +102,7 @@ pub fn member_json(m: &Member) -> ClusterMemberJson {
         node_uid: m.unique_address.uid.to_string(),
         status: m.status.to_string(),
         roles: m.roles.iter().cloned().collect(),
+        app_version: m.app_version.clone(),
     }
 }
 

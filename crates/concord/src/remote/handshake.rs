@@ -71,8 +71,10 @@ pub(crate) fn check_handshake(
     if hs.protocol_version != PROTOCOL_VERSION {
         return Err((
             format!(
-                "unsupported protocol version {} (this node speaks {PROTOCOL_VERSION})",
-                hs.protocol_version
+                "unsupported protocol version {} (this node speaks {PROTOCOL_VERSION}, concord {}): \
+                 a rolling upgrade between these versions is not supported (docs/UPGRADES.md)",
+                hs.protocol_version,
+                env!("CARGO_PKG_VERSION")
             ),
             false,
         ));

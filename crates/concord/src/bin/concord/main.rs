@@ -133,6 +133,31 @@ enum Commands {
         #[arg(long, default_value_t = 5)]
         nodes: usize,
     },
+    /// A rolling upgrade under the demo's load, measured: nodes of the binary FROM are
+    /// replaced one at a time (SIGTERM, then this binary on the same ports and data);
+    /// reports failed requests, acknowledged writes lost, shard moves per shard and p99
+    /// latency during the roll against steady state (docs/UPGRADES.md).
+    RollingUpgrade {
+        /// The `concord` binary of the version to upgrade from (scripts/rolling-upgrade
+        /// builds it from a commit).
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// Number of nodes.
+        #[arg(long, default_value_t = 5)]
+        nodes: usize,
+        /// The steady windows before and after the roll, seconds.
+        #[arg(long, default_value_t = 15)]
+        steady_secs: u64,
+        /// The old nodes' app-version.
+        #[arg(long, default_value = "1.0.0")]
+        from_app_version: String,
+        /// The new nodes' app-version.
+        #[arg(long, default_value = "1.1.0")]
+        to_app_version: String,
+        /// Print the figures as one JSON object at the end.
+        #[arg(long)]
+        json: bool,
+    },
     /// Make certificates for a TLS cluster (CockroachDB's `cockroach cert`): a CA, node
     /// certificates, client certificates, under ca.crt/ca.key, node.crt/node.key,
     /// client.NAME.crt/client.NAME.key in one directory (docs/SECURITY.md).
@@ -203,6 +228,25 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
         Commands::Demo { nodes } => {
             init_logging("warn");
             crate::demo::run(nodes).await
+        }
+        Commands::RollingUpgrade {
+            from,
+            nodes,
+            steady_secs,
+            from_app_version,
+            to_app_version,
+            json,
+        } => {
+            init_logging("warn");
+            crate::demo::upgrade::run(crate::demo::upgrade::UpgradeOptions {
+                from,
+                nodes,
+                steady: std::time::Duration::from_secs(steady_secs),
+                from_app_version,
+                to_app_version,
+                json,
+            })
+            .await
         }
         Commands::Bench { bench } => cli::bench::run(bench).await,
     };

@@ -622,4 +622,4 @@ mod stream_codec;
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -12,8 +12,8 @@ fn need() -> Need {
     }
 }
 
-#[test]
-fn messages_round_trip_and_garbage_is_an_error() {
+/// One of each journal message (the round-trip test's and the wire corpus's samples).
+pub(crate) fn all_messages() -> Vec<JournalMessage> {
     let e = Entry {
         first_seq: 3,
         ballot: Ballot { round: 9, node: 2 },
@@ -25,7 +25,7 @@ fn messages_round_trip_and_garbage_is_an_error() {
         timestamp_ms: 1,
         payload: vec![7],
     };
-    let all = vec![
+    vec![
         JournalMessage::Prepare {
             request: 1,
             log: "ex|1".into(),
@@ -169,8 +169,12 @@ fn messages_round_trip_and_garbage_is_an_error() {
             }],
             full: true,
         },
-    ];
-    for m in all {
+    ]
+}
+
+#[test]
+fn messages_round_trip_and_garbage_is_an_error() {
+    for m in all_messages() {
         let (manifest, bytes) = JournalCodec.encode(&m);
         assert_eq!(JournalCodec.decode(manifest, &bytes).unwrap(), m);
     }

@@ -9,7 +9,7 @@
 //! slot per revision, only the newest kept). A write is acknowledged once a majority of
 //! the log's replicas has it on disk.
 
-mod codec;
+pub(crate) mod codec;
 mod effects;
 mod metrics;
 mod routes;

@@ -240,7 +240,7 @@ impl ManagementClient {
 pub fn members_table(m: &ClusterMembersJson) -> String {
     let unreachable: std::collections::BTreeSet<&str> =
         m.unreachable.iter().map(|u| u.node.as_str()).collect();
-    let rows: Vec<[String; 5]> = m
+    let rows: Vec<[String; 6]> = m
         .members
         .iter()
         .map(|x| {
@@ -262,18 +262,19 @@ pub fn members_table(m: &ClusterMembersJson) -> String {
                 x.node_uid.clone(),
                 x.status.clone(),
                 x.roles.join(","),
+                x.app_version.clone(),
                 flags.join(" "),
             ]
         })
         .collect();
-    let header = ["NODE", "UID", "STATUS", "ROLES", ""];
+    let header = ["NODE", "UID", "STATUS", "ROLES", "APP-VERSION", ""];
     let mut widths = header.map(str::len);
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
             widths[i] = widths[i].max(c.len());
         }
     }
-    let line = |cells: [&str; 5]| {
+    let line = |cells: [&str; 6]| {
         cells
             .iter()
             .enumerate()
@@ -286,7 +287,7 @@ pub fn members_table(m: &ClusterMembersJson) -> String {
     let mut out = line(header);
     out.push('\n');
     for r in &rows {
-        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
         out.push('\n');
     }
     out

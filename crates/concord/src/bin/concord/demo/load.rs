@@ -34,8 +34,10 @@ pub(crate) struct Record {
     logs_acked: BTreeMap<(usize, usize), Vec<u64>>,
     /// (log, origin node) → seqs attempted.
     logs_sent: BTreeMap<(usize, usize), BTreeSet<u64>>,
-    /// Latency of every answered request, µs.
-    latencies_us: Vec<u64>,
+    /// (ms since the load started, latency µs) of every answered request.
+    latencies_us: Vec<(u64, u64)>,
+    /// When each failed request ended, ms since the load started.
+    failed_at_ms: Vec<u64>,
     ok: u64,
     failed: u64,
 }
@@ -57,24 +59,30 @@ impl Load {
             .timeout(Duration::from_secs(10))
             .build()
             .expect("plain HTTP client");
+        let started = Instant::now();
         let workers = (0..WORKERS)
             .map(|w| {
                 let (record, stop, targets, http) =
                     (record.clone(), stop.clone(), targets.clone(), http.clone());
-                tokio::spawn(worker(w, record, stop, targets, http))
+                tokio::spawn(worker(w, record, stop, targets, http, started))
             })
             .collect();
         Load {
             record,
             stop,
             workers,
-            started: Instant::now(),
+            started,
         }
     }
 
     /// Requests answered so far.
     pub(crate) fn answered(&self) -> u64 {
         self.record.lock().map(|r| r.ok).unwrap_or(0)
+    }
+
+    /// Milliseconds since the load started (the clock of [`Finished::window`]).
+    pub(crate) fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// Stops the workers (waiting for the requests in flight).
@@ -95,6 +103,7 @@ async fn worker(
     stop: Arc<AtomicBool>,
     targets: Targets,
     http: reqwest::Client,
+    load_started: Instant,
 ) {
     let mut seqs: BTreeMap<(usize, usize), u64> = BTreeMap::new();
     let mut round = 0usize;
@@ -155,11 +164,14 @@ async fn worker(
             ok
         };
         if let Ok(mut r) = record.lock() {
+            let at = load_started.elapsed().as_millis() as u64;
             if ok {
                 r.ok += 1;
-                r.latencies_us.push(started.elapsed().as_micros() as u64);
+                r.latencies_us
+                    .push((at, started.elapsed().as_micros() as u64));
             } else {
                 r.failed += 1;
+                r.failed_at_ms.push(at);
             }
         }
         if !ok {
@@ -184,7 +196,12 @@ pub(crate) struct Verdict {
 impl Finished {
     /// Reads every entity back through `port` and checks it; `crashed` is the node killed
     /// (what it accepted is not required: its producer went with it).
-    pub(crate) async fn verify(&self, port: u16, crashed: usize) -> anyhow::Result<Verdict> {
+    pub(crate) async fn verify(
+        &self,
+        port: u16,
+        crashed: Option<usize>,
+        story: &str,
+    ) -> anyhow::Result<Verdict> {
         let http = concord::tls::http_client_builder()
             .timeout(Duration::from_secs(15))
             .build()?;
@@ -204,7 +221,7 @@ impl Finished {
             }
         }
         lines.push(format!(
-            "✓ counters: all {acked_total} acknowledged increments are there ({COUNTERS} counters, each within [acknowledged, sent]), across the join, the leave and the crash"
+            "✓ counters: all {acked_total} acknowledged increments are there ({COUNTERS} counters, each within [acknowledged, sent]), {story}"
         ));
         // Logs: per sending node in order, once each; every value a surviving node accepted
         // there (delivery is asynchronous: a value accepted just before the load stopped
@@ -256,7 +273,7 @@ impl Finished {
                 let mut missing = None;
                 let mut accepted = 0;
                 for ((_, o), acked) in r.logs_acked.range((l, 0)..=(l, usize::MAX)) {
-                    if *o == crashed {
+                    if Some(*o) == crashed {
                         continue;
                     }
                     let got: BTreeSet<u64> = by_origin
@@ -281,18 +298,16 @@ impl Finished {
                 }
             }
         }
-        lines.push(format!(
-            "✓ logs: every value in each sending node's order, none twice; all {LOGS} logs hold all {appended} appends the surviving nodes accepted — those on the crashed node too (event-sourced, fed by each node's reliable producer with a durable queue); what the crashed node itself accepted waits in its queue until it is started again"
-        ));
-        let mut lat = r.latencies_us.clone();
-        lat.sort_unstable();
-        let pct = |p: f64| -> f64 {
-            if lat.is_empty() {
-                return 0.0;
-            }
-            let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
-            lat[i] as f64 / 1000.0
-        };
+        lines.push(match crashed {
+            Some(_) => format!(
+                "✓ logs: every value in each sending node's order, none twice; all {LOGS} logs hold all {appended} appends the surviving nodes accepted — those on the crashed node too (event-sourced, fed by each node's reliable producer with a durable queue); what the crashed node itself accepted waits in its queue until it is started again"
+            ),
+            None => format!(
+                "✓ logs: every value in each sending node's order, none twice; all {LOGS} logs hold all {appended} accepted appends, {story}"
+            ),
+        });
+        let all = self.window(0, u64::MAX);
+        let pct = |p: f64| all.percentile_ms(p);
         lines.push(format!(
             "✓ served {} requests in {:.1}s ({:.0} requests/s, {} refused while nodes left or crashed); latency p50 {:.1} ms, p99 {:.1} ms",
             r.ok,
@@ -303,6 +318,45 @@ impl Finished {
             pct(0.99)
         ));
         Ok(Verdict { lines })
+    }
+}
+
+/// The requests of a time window of the load.
+pub(crate) struct Window {
+    /// Latencies of the answered requests, µs, sorted.
+    pub(crate) latencies_us: Vec<u64>,
+    /// Requests that failed (an error or a status other than the acknowledgement).
+    pub(crate) failed: u64,
+}
+
+impl Window {
+    /// The `p` quantile (0..=1) of the latencies, ms; 0 without requests.
+    pub(crate) fn percentile_ms(&self, p: f64) -> f64 {
+        let lat = &self.latencies_us;
+        if lat.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[i] as f64 / 1000.0
+    }
+}
+
+impl Finished {
+    /// The requests that ended in `[from_ms, to_ms)` (ms since the load started).
+    pub(crate) fn window(&self, from_ms: u64, to_ms: u64) -> Window {
+        let r = &self.record;
+        let in_window = |t: u64| t >= from_ms && t < to_ms;
+        let mut latencies_us: Vec<u64> = r
+            .latencies_us
+            .iter()
+            .filter(|(t, _)| in_window(*t))
+            .map(|(_, l)| *l)
+            .collect();
+        latencies_us.sort_unstable();
+        Window {
+            latencies_us,
+            failed: r.failed_at_ms.iter().filter(|t| in_window(**t)).count() as u64,
+        }
     }
 }
 

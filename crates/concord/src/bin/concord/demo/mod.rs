@@ -11,6 +11,7 @@
 
 mod load;
 mod table;
+pub(crate) mod upgrade;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -86,6 +87,10 @@ struct Demo {
     /// The nodes the load sends through.
     targets: Targets,
     last_table: String,
+    /// Environment added to every node started (e.g. its app-version).
+    extra_env: Vec<(String, String)>,
+    /// Do not print the live table.
+    quiet: bool,
 }
 
 fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
@@ -125,6 +130,7 @@ impl Demo {
         .arg("--data-dir")
         .arg(&data)
         .envs(DEMO_ENV)
+        .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -173,7 +179,7 @@ impl Demo {
             let views = self.views().await;
             if let Some(snap) = self.snapshot().await {
                 let table = snap.render();
-                if table != self.last_table {
+                if table != self.last_table && !self.quiet {
                     println!("  at +{:.1}s:", start.elapsed().as_secs_f64());
                     print!("{table}");
                     self.last_table = table;
@@ -268,6 +274,8 @@ pub async fn run(n: usize) -> anyhow::Result<()> {
         seeds,
         targets: Arc::new(Mutex::new(Vec::new())),
         last_table: String::new(),
+        extra_env: Vec::new(),
+        quiet: false,
     };
     let result = tokio::select! {
         r = tour(&mut demo) => r,
@@ -439,7 +447,13 @@ async fn tour(demo: &mut Demo) -> anyhow::Result<()> {
 
     println!("Stopping the load and reading every entity back...");
     let finished = load.stop().await;
-    let verdict = finished.verify(reader, victim).await?;
+    let verdict = finished
+        .verify(
+            reader,
+            Some(victim),
+            "across the join, the leave and the crash",
+        )
+        .await?;
     for l in verdict.lines {
         println!("  {l}");
     }
