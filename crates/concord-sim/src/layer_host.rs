@@ -281,6 +281,7 @@ where
                 self.host.handle(HostInput::Inbound(Inbound {
                     from: from.clone(),
                     messages: vec![(*m, 0)],
+                    traces: Vec::new(),
                 }));
                 true
             }

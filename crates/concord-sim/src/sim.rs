@@ -474,6 +474,7 @@ impl Simulation {
                 n.membership.host.host.handle(HostInput::Inbound(Inbound {
                     from: m.from.clone(),
                     messages: vec![(msg, 0)],
+                    traces: Vec::new(),
                 }));
             }
             SimMessage::Protocol(protocol, payload) => {

@@ -228,6 +228,7 @@ fn main() {
     host.handle(HostInput::Inbound(Inbound {
         from: peer,
         messages: vec![(PingMessage::Ping { sent_ms: 990 }, 8)],
+        traces: Vec::new(),
     }));
     host.flush();
     let sent = out.take();

@@ -163,6 +163,8 @@ pub mod runtime;
 pub mod sharding;
 pub mod singleton;
 #[cfg(feature = "runtime")]
+pub mod telemetry;
+#[cfg(feature = "runtime")]
 pub mod tls;
 #[cfg(test)]
 mod wire_corpus;

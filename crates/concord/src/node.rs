@@ -320,6 +320,7 @@ fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), Conf
         checked::<crate::kv::KvConfig>(config)?,
         checked::<crate::persistence::PersistenceConfig>(config)?,
         checked::<crate::delivery::ReliableDeliveryConfig>(config)?,
+        checked::<crate::telemetry::TracingConfig>(config)?,
     ];
     for key in config.sections.keys() {
         let read = built_in.contains(&key.as_str())

@@ -239,6 +239,26 @@ impl CorpusCodec for Remoting {
                 manifest: 3,
                 payload: Bytes::from_static(b"payload"),
                 recipient_uid: 42,
+                trace: Bytes::new(),
+            }
+            .encode_to_vec(),
+        ));
+        out.push((
+            "07-Envelope".into(),
+            5,
+            wire::Envelope {
+                protocol: 4,
+                manifest: 3,
+                payload: Bytes::from_static(b"traced"),
+                recipient_uid: 42,
+                trace: Bytes::copy_from_slice(
+                    &crate::host::TraceContext {
+                        trace_id: [0xab; 16],
+                        span_id: [0xcd; 8],
+                        flags: 1,
+                    }
+                    .to_bytes(),
+                ),
             }
             .encode_to_vec(),
         ));

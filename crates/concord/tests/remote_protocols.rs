@@ -43,6 +43,7 @@ fn envelope(protocol: u32, manifest: u32, payload: Vec<u8>) -> Vec<u8> {
         manifest,
         payload: payload.into(),
         recipient_uid: 0,
+        trace: Default::default(),
     }
     .encode_to_vec()
 }
@@ -293,6 +294,7 @@ async fn order_is_kept_per_sender_receiver_and_lane() {
         manifest: common::bench_layer::PAYLOAD_MANIFEST,
         recipient_uid: b.cluster().self_unique_address().uid,
         payload: Bytes::copy_from_slice(&n.to_be_bytes()),
+        trace: None,
     };
     const N: u64 = 100_000;
     // Single sends, batched sends, and sends through the general path, interleaved.
@@ -318,6 +320,7 @@ async fn order_is_kept_per_sender_receiver_and_lane() {
                     protocol: SEQ,
                     manifest: common::bench_layer::PAYLOAD_MANIFEST,
                     payload: Bytes::copy_from_slice(&n.to_be_bytes()),
+                    trace: None,
                 })
                 .await
                 .unwrap(),

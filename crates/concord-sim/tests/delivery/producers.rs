@@ -309,6 +309,7 @@ impl Producers {
                     entity: entity_id.clone(),
                     payload: encode(&envelope).expect("an envelope encodes"),
                     ask: Some(tx),
+                    trace: None,
                 }));
                 sent.push(Ask {
                     entity_id,

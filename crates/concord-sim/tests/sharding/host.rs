@@ -151,5 +151,6 @@ pub(crate) fn tell(h: &mut Host, entity: &str, payload: String) {
         entity: entity.to_string(),
         payload,
         ask: None,
+        trace: None,
     }));
 }

@@ -9,6 +9,7 @@ use futures_channel::mpsc;
 
 use super::clock::Clock;
 use super::spawn::{Spawner, Task};
+use super::trace::TraceContext;
 
 /// The message type of a layer's machine.
 pub type MessageOf<E> = <<E as LayerEffects>::Machine as ProtocolMachine>::Message;
@@ -82,6 +83,13 @@ pub trait LayerEffects: Send + 'static {
 
     /// The host stops (the node is gone): end what still runs.
     fn stopped(&mut self, _machine: &mut Self::Machine) {}
+
+    /// The trace context to send `message` with when the input that caused it carried
+    /// none (asked only while tracing is on): a layer that keeps contexts across inputs
+    /// (sharding: an ask's, until its delivery) answers here. See [`super::trace`].
+    fn trace_of(&self, _message: &MessageOf<Self>) -> Option<TraceContext> {
+        None
+    }
 }
 
 /// The sending end of a host's completion queue: background work reports here. Cheap to
@@ -122,6 +130,17 @@ pub struct Effects<'a, E: LayerEffects + ?Sized> {
     pub backlog: Backlog,
     pub(super) env: &'a HostEnv<E::Completion>,
     pub(super) stop: &'a mut bool,
+    pub(super) trace: &'a mut TraceState,
+    pub(super) layer: &'static str,
+}
+
+/// The trace of the input being handled (see [`super::trace`]).
+#[derive(Default)]
+pub struct TraceState {
+    /// The span of the traced input being handled.
+    pub(super) span: Option<tracing::Span>,
+    /// The context its outputs are sent with (the span's).
+    pub(super) out: Option<TraceContext>,
 }
 
 /// What an outbound sender holds back (see [`crate::host::Outbound::backlog`]).
@@ -168,6 +187,35 @@ impl<E: LayerEffects + ?Sized> Effects<'_, E> {
     /// The spawner (for work that starts more work).
     pub fn spawner(&self) -> &Arc<dyn Spawner> {
         &self.env.spawner
+    }
+
+    /// Follows `trace` (a context a handle captured with the command being handled): the
+    /// host opens a span for the command, child of it, and sends what the command caused
+    /// with the span's context. `None` changes nothing.
+    pub fn follow_trace(&mut self, trace: Option<TraceContext>) {
+        let Some(parent) = trace.filter(TraceContext::sampled) else {
+            return;
+        };
+        if self.trace.span.is_some() {
+            return;
+        }
+        if let Some(tracer) = super::trace::tracer() {
+            let node = self.env.node.address.to_string();
+            let (span, out) = tracer.child(self.layer, "command", &node, &parent);
+            self.trace.span = Some(span);
+            self.trace.out = Some(out);
+        }
+    }
+
+    /// The span of the traced input being handled, if it is traced (for work it starts:
+    /// an entity handles the message in a child of it).
+    pub fn trace_span(&self) -> Option<&tracing::Span> {
+        self.trace.span.as_ref()
+    }
+
+    /// The context the traced input's outputs are sent with, if it is traced.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        self.trace.out
     }
 
     /// Asks the host to stop after this turn: the driver takes no further input, flushes

@@ -15,10 +15,11 @@ use concord_core::{MembershipChange, MembershipView, ProtocolMachine, Transmit, 
 use futures_channel::mpsc::UnboundedReceiver;
 
 use super::clock::Clock;
-use super::effects::{Completions, Effects, HostEnv, LayerEffects, MessageOf};
+use super::effects::{Completions, Effects, HostEnv, LayerEffects, MessageOf, TraceState};
 use super::input::{HostInput, MembershipInput};
 use super::outbound::Outbound;
 use super::spawn::Spawner;
+use super::trace::{self, TraceContext};
 
 /// Inputs a driver hands a host before one flush (one send per peer for many messages).
 pub const INPUTS_PER_TURN: usize = 256;
@@ -44,6 +45,8 @@ macro_rules! effects_at {
             backlog: $host.outbound.backlog(),
             env: &$host.env,
             stop: &mut $host.stop,
+            trace: &mut $host.trace,
+            layer: $host.effects.name(),
         }
     };
 }
@@ -58,6 +61,9 @@ pub struct LayerHost<E: LayerEffects> {
     view: Option<Arc<MembershipView>>,
     next_tick_ms: Option<u64>,
     transmits: Vec<Transmit<MessageOf<E>>>,
+    /// The trace contexts of `transmits`: (index, context), by index.
+    transmit_traces: Vec<(usize, TraceContext)>,
+    trace: TraceState,
     stop: bool,
     stats: HostStats,
 }
@@ -92,6 +98,8 @@ impl<E: LayerEffects> LayerHost<E> {
             view: None,
             next_tick_ms,
             transmits: Vec::new(),
+            transmit_traces: Vec::new(),
+            trace: TraceState::default(),
             stop: false,
             stats: HostStats::default(),
         }
@@ -180,6 +188,9 @@ impl<E: LayerEffects> LayerHost<E> {
         let now = self.now();
         let mut fx = effects_at!(self, now);
         match input {
+            HostInput::Inbound(batch) if !batch.traces.is_empty() && trace::enabled() => {
+                self.handle_traced_inbound(now, batch);
+            }
             HostInput::Inbound(batch) => {
                 for (message, bytes) in batch.messages {
                     self.effects.received(&message, bytes);
@@ -203,7 +214,13 @@ impl<E: LayerEffects> LayerHost<E> {
                 self.effects.membership(&mut fx, &view);
                 self.view = Some(view);
             }
-            HostInput::Command(c) => self.effects.command(&mut fx, c),
+            HostInput::Command(c) => {
+                self.effects.command(&mut fx, c);
+                if self.trace.span.is_some() {
+                    // The command followed a trace: its span is open.
+                    self.drain_traced(now);
+                }
+            }
             HostInput::Completion(c) => self.effects.completion(&mut fx, c),
             HostInput::Timeout => {
                 if fx.machine.poll_timeout().is_some_and(|t| t <= now) {
@@ -220,6 +237,125 @@ impl<E: LayerEffects> LayerHost<E> {
         }
     }
 
+    /// Handles a batch of which some messages carry a trace context: each traced one in a
+    /// span of its own (see [`trace`]).
+    fn handle_traced_inbound(
+        &mut self,
+        now: u64,
+        batch: crate::remote::codec::Inbound<MessageOf<E>>,
+    ) {
+        let from = batch.from;
+        let mut traces = batch.traces.into_iter().peekable();
+        for (i, (message, bytes)) in batch.messages.into_iter().enumerate() {
+            let t = match traces.peek() {
+                Some((at, t)) if *at == i => {
+                    let t = *t;
+                    traces.next();
+                    Some(t).filter(TraceContext::sampled)
+                }
+                _ => None,
+            };
+            self.effects.received(&message, bytes);
+            match t {
+                None => ProtocolMachine::handle_message(&mut self.machine, now, &from, message),
+                Some(t) => self.traced(now, "receive", t, |m| {
+                    ProtocolMachine::handle_message(m, now, &from, message);
+                }),
+            }
+        }
+    }
+
+    /// Handles a traced input: opens its span (child of `parent`), runs `handle` on the
+    /// machine inside it, then carries out what the machine has to say at once — each
+    /// round as [`LayerHost::flush`] does (the layer's commit first), transmits tagged with
+    /// the span's context (they leave with the turn), events handled inside the span.
+    fn traced(
+        &mut self,
+        now: u64,
+        what: &'static str,
+        parent: TraceContext,
+        handle: impl FnOnce(&mut E::Machine),
+    ) {
+        let Some(tracer) = trace::tracer() else {
+            handle(&mut self.machine);
+            return;
+        };
+        let node = self.env.node.address.to_string();
+        let (span, out) = tracer.child(self.effects.name(), what, &node, &parent);
+        self.trace.span = Some(span.clone());
+        self.trace.out = Some(out);
+        {
+            let _entered = span.enter();
+            handle(&mut self.machine);
+        }
+        self.drain_traced(now);
+    }
+
+    /// Carries out, inside the open span of a traced input, what the machine has to say
+    /// now (see [`LayerHost::traced`]), then closes the span.
+    fn drain_traced(&mut self, now: u64) {
+        let (Some(span), Some(out)) = (self.trace.span.clone(), self.trace.out) else {
+            return;
+        };
+        let _entered = span.enter();
+        loop {
+            let mut fx = effects_at!(self, now);
+            self.effects.before_outputs(&mut fx);
+            let mut any = false;
+            while let Some(t) = self.machine.poll_transmit() {
+                any = true;
+                self.transmit_traces.push((self.transmits.len(), out));
+                self.transmits.push(t);
+            }
+            while let Some(e) = self.machine.poll_event() {
+                any = true;
+                let mut fx = effects_at!(self, now);
+                self.effects.event(&mut fx, e);
+            }
+            if !any {
+                break;
+            }
+        }
+        self.trace.span = None;
+        self.trace.out = None;
+    }
+
+    /// Hands the turn's transmits to the outbound sender, each with its trace context: the
+    /// one its input carried, or the layer's ([`LayerEffects::trace_of`]) while tracing is on.
+    fn send_transmits(&mut self) {
+        if self.transmits.is_empty() {
+            return;
+        }
+        self.stats.transmits += self.transmits.len() as u64;
+        if !trace::enabled() {
+            self.outbound.send(&mut self.transmits);
+            self.transmits.clear();
+            return;
+        }
+        let mut traces = std::mem::take(&mut self.transmit_traces);
+        let mut tagged = traces.iter().map(|(i, _)| *i).peekable();
+        let mut more = Vec::new();
+        for (i, t) in self.transmits.iter().enumerate() {
+            if tagged.peek() == Some(&i) {
+                tagged.next();
+                continue;
+            }
+            if let Some(c) = self.effects.trace_of(&t.message) {
+                more.push((i, c));
+            }
+        }
+        if !more.is_empty() {
+            traces.extend(more);
+            traces.sort_by_key(|(i, _)| *i);
+        }
+        if traces.is_empty() {
+            self.outbound.send(&mut self.transmits);
+        } else {
+            self.outbound.send_traced(&mut self.transmits, &traces);
+        }
+        self.transmits.clear();
+    }
+
     /// Carries the turn's outputs out: every event to the effects (which may give the
     /// machine more to do) until the machine has nothing more to say, then every transmit
     /// of the turn to the outbound sender at once, then [`LayerEffects::flushed`].
@@ -230,11 +366,7 @@ impl<E: LayerEffects> LayerHost<E> {
             while let Some(t) = self.machine.poll_transmit() {
                 self.transmits.push(t);
             }
-            if !self.transmits.is_empty() {
-                self.stats.transmits += self.transmits.len() as u64;
-                self.outbound.send(&mut self.transmits);
-                self.transmits.clear();
-            }
+            self.send_transmits();
             while let Some(e) = self.machine.poll_event() {
                 let mut fx = effects_at!(self, now);
                 self.effects.event(&mut fx, e);
@@ -257,11 +389,7 @@ impl<E: LayerEffects> LayerHost<E> {
                 break;
             }
         }
-        if !self.transmits.is_empty() {
-            self.stats.transmits += self.transmits.len() as u64;
-            self.outbound.send(&mut self.transmits);
-            self.transmits.clear();
-        }
+        self.send_transmits();
         let mut fx = effects_at!(self, now);
         self.effects.flushed(&mut fx);
     }

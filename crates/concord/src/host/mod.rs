@@ -35,6 +35,7 @@ mod input;
 mod layer_host;
 mod outbound;
 mod spawn;
+pub mod trace;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use effects::{Backlog, Completions, Effects, EventOf, HostEnv, LayerEffects, MessageOf};
@@ -42,3 +43,4 @@ pub use input::{HostInput, MembershipInput};
 pub use layer_host::{HostStats, LayerHost, INPUTS_PER_TURN};
 pub use outbound::{Collect, Outbound};
 pub use spawn::{Spawner, Task};
+pub use trace::{HostTracer, TraceContext};

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use concord_core::{MembershipView, Transmit};
 
 use super::effects::Backlog;
+use super::trace::TraceContext;
 
 /// Carries a host's transmits out.
 pub trait Outbound<M>: Send {
@@ -13,6 +14,13 @@ pub trait Outbound<M>: Send {
     /// lane and hands each group over at once (one lane lock, one write per peer). Takes
     /// them out of `transmits`.
     fn send(&mut self, transmits: &mut Vec<Transmit<M>>);
+
+    /// Like [`Outbound::send`], each transmit at an index of `traces` (sorted by index)
+    /// sent with that trace context; by default the contexts are dropped (the simulator).
+    fn send_traced(&mut self, transmits: &mut Vec<Transmit<M>>, traces: &[(usize, TraceContext)]) {
+        let _ = traces;
+        self.send(transmits);
+    }
 
     /// False while the host should take no new commands from its handles (an outbound
     /// backlog drains: backpressure reaches the callers instead of a drop).

@@ -30,6 +30,12 @@ pub enum KvCommand {
     },
     /// Answered once this node holds no key it does not own (its handoff is done).
     HandoffDone { reply: oneshot::Sender<()> },
+    /// `command`, sent from inside a sampled span (tracing on): the coordination it starts
+    /// (coordinator → replicas) carries the trace.
+    Traced {
+        command: Box<KvCommand>,
+        trace: crate::host::TraceContext,
+    },
 }
 
 /// A node's store at one moment (`GET /kv-status`).

@@ -130,6 +130,10 @@ impl<S: StorageFile> LayerEffects for KvEffects<S> {
                 });
             }
             KvCommand::HandoffDone { reply } => self.handoff_waiters.push(reply),
+            KvCommand::Traced { command, trace } => {
+                fx.follow_trace(Some(trace));
+                self.command(fx, *command);
+            }
         }
     }
 

@@ -84,7 +84,14 @@ fn stopped() -> KvError {
 impl KvStore {
     async fn call<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> KvCommand) -> Option<T> {
         let (tx, rx) = oneshot::channel();
-        self.commands.send(command(tx)).await.ok()?;
+        let command = match crate::host::trace::current() {
+            None => command(tx),
+            Some(trace) => KvCommand::Traced {
+                command: Box::new(command(tx)),
+                trace,
+            },
+        };
+        self.commands.send(command).await.ok()?;
         rx.await.ok()
     }
 

@@ -265,7 +265,21 @@ impl<B: DurableState> DurableStateEntity<B> {
         if let (Some(next), Some(payload)) = (next, payload) {
             let revision = self.revision.saturating_add(1);
             let write = running.stores.state.upsert(&pid, revision, payload);
-            if let Err(e) = write_within(&running, &pid, write).await {
+            let written = match crate::host::trace::current() {
+                None => write_within(&running, &pid, write).await,
+                // Traced: the write in a span of its own.
+                Some(_) => {
+                    let span = tracing::info_span!(
+                        "concord.persistence.write",
+                        otel.name = "persistence write",
+                        persistence_id = %pid,
+                        revision,
+                        node = %node,
+                    );
+                    tracing::Instrument::instrument(write_within(&running, &pid, write), span).await
+                }
+            };
+            if let Err(e) = written {
                 self.fail(ctx, &node, &e);
                 return Err(e);
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use concord_core::persistence::{AtomicWrite, PersistenceId, ReplayCheck, RetentionCriteria};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::event_sourced::{Effect, EventSourced, ReplyWith};
 use super::handle::{now_ms, Persistence, Running};
@@ -191,7 +191,22 @@ impl<B: EventSourced> EventSourcedEntity<B> {
             .map_err(|e| rejected(e.to_string()))?;
         let last = write.last_seq_nr();
         let n = write.len();
-        write_within(running, pid, running.stores.journal.append(write)).await?;
+        let append = running.stores.journal.append(write);
+        match crate::host::trace::current() {
+            None => write_within(running, pid, append).await?,
+            // Traced: the write in a span of its own (the replicated journal's requests to
+            // the other replicas are its children).
+            Some(_) => {
+                let span = tracing::info_span!(
+                    "concord.persistence.write",
+                    otel.name = "persistence write",
+                    persistence_id = %pid,
+                    events = n,
+                    node,
+                );
+                write_within(running, pid, append).instrument(span).await?
+            }
+        }
         for e in &events {
             B::apply_event(&mut self.state, e);
         }

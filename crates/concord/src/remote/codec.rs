@@ -81,6 +81,9 @@ pub struct Inbound<M> {
     pub from: UniqueAddress,
     /// The messages with their payload sizes, bytes.
     pub messages: Vec<(M, usize)>,
+    /// The trace contexts of the traced messages among them: (index in `messages`,
+    /// context), by index; empty when none is traced (always with tracing off).
+    pub traces: Vec<(usize, crate::host::TraceContext)>,
 }
 
 /// Default largest decompressed gossip accepted, bytes: 4 × the default

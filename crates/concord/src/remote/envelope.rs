@@ -9,12 +9,14 @@ use concord_core::{Address, Lane, ProtocolId};
 use prost::Message;
 
 use super::wire;
+use crate::host::TraceContext;
 
 /// Bytes of the length prefix of a frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
 
-/// Upper bound of what an envelope adds to its payload (tags, lengths, ids), bytes.
-pub const ENVELOPE_OVERHEAD_MAX: usize = 32;
+/// Upper bound of what an envelope adds to its payload (tags, lengths, ids, a trace
+/// context), bytes.
+pub const ENVELOPE_OVERHEAD_MAX: usize = 64;
 
 /// The contents of one envelope: a message of a protocol, already in the protocol's
 /// encoding (see [`super::registry::Codec`]).
@@ -28,6 +30,8 @@ pub struct Frame {
     pub recipient_uid: u64,
     /// The encoded message.
     pub payload: Bytes,
+    /// The W3C trace context of a traced message (field 5; absent when not tracing).
+    pub trace: Option<TraceContext>,
 }
 
 /// Field keys of `Envelope` (field number << 3 | wire type).
@@ -35,6 +39,7 @@ const KEY_PROTOCOL: u8 = 1 << 3; // varint
 const KEY_MANIFEST: u8 = 2 << 3; // varint
 const KEY_PAYLOAD: u8 = (3 << 3) | 2; // length-delimited
 const KEY_RECIPIENT_UID: u8 = (4 << 3) | 1; // fixed64
+const KEY_TRACE: u8 = (5 << 3) | 2; // length-delimited
 
 impl Frame {
     /// Size of the frame body (the encoded envelope), bytes.
@@ -52,6 +57,9 @@ impl Frame {
         }
         if self.recipient_uid != 0 {
             n += 1 + 8;
+        }
+        if self.trace.is_some() {
+            n += 2 + TraceContext::WIRE_BYTES;
         }
         n
     }
@@ -78,7 +86,12 @@ impl Frame {
             at = put_varint(&mut head, at + 1, self.payload.len() as u64);
         }
         let uid_bytes = if self.recipient_uid != 0 { 9 } else { 0 };
-        let total = at + self.payload.len() + uid_bytes;
+        let trace_bytes = if self.trace.is_some() {
+            2 + TraceContext::WIRE_BYTES
+        } else {
+            0
+        };
+        let total = at + self.payload.len() + uid_bytes + trace_bytes;
         // Lanes limit frames to a few MiB, far below u32::MAX.
         let len = u32::try_from(total - FRAME_HEADER_BYTES).unwrap_or(u32::MAX);
         head[..FRAME_HEADER_BYTES].copy_from_slice(&len.to_be_bytes());
@@ -89,6 +102,10 @@ impl Frame {
             let mut uid = [KEY_RECIPIENT_UID; 9];
             uid[1..].copy_from_slice(&self.recipient_uid.to_le_bytes());
             buf.extend_from_slice(&uid);
+        }
+        if let Some(t) = self.trace {
+            buf.extend_from_slice(&[KEY_TRACE, TraceContext::WIRE_BYTES as u8]);
+            buf.extend_from_slice(&t.to_bytes());
         }
         total
     }
@@ -125,6 +142,8 @@ pub struct Outbound {
     pub manifest: u32,
     /// The encoded message.
     pub payload: Bytes,
+    /// The trace context to send it with (absent when not tracing).
+    pub trace: Option<TraceContext>,
 }
 
 impl Outbound {
@@ -135,6 +154,7 @@ impl Outbound {
             manifest: self.manifest,
             recipient_uid: self.to_uid.unwrap_or(0),
             payload: self.payload.clone(),
+            trace: self.trace,
         }
     }
 
@@ -145,6 +165,7 @@ impl Outbound {
             manifest: self.manifest,
             recipient_uid: self.to_uid.unwrap_or(0),
             payload: self.payload,
+            trace: self.trace,
         };
         (self.to, self.lane, frame)
     }
@@ -168,6 +189,10 @@ pub fn decode_envelope_at(
             manifest: head.manifest,
             recipient_uid: head.recipient_uid,
             payload: frames.slice(head.payload),
+            trace: head
+                .trace
+                .map(|t| Bytes::copy_from_slice(&t.to_bytes()))
+                .unwrap_or_default(),
         }),
         // The generated decoder reports why.
         Err(_) => wire::Envelope::decode(frames.get(start..end).unwrap_or(&[0xff_u8])),
@@ -186,6 +211,8 @@ pub struct EnvelopeHead {
     pub recipient_uid: u64,
     /// The payload's offsets in the frames.
     pub payload: std::ops::Range<usize>,
+    /// The trace context, when the envelope carries a valid one.
+    pub trace: Option<TraceContext>,
 }
 
 /// Decodes the envelope in `frames[start..end]` without copying or slicing anything: the
@@ -209,6 +236,7 @@ pub fn decode_envelope_head_at(
         manifest: 0,
         recipient_uid: 0,
         payload: end..end,
+        trace: None,
     };
     let Some(mut buf) = frames.get(start..end) else {
         return Err(MalformedEnvelope(None));
@@ -243,6 +271,16 @@ pub fn decode_envelope_head_at(
                 head.payload = at..at + len;
                 buf = &buf[len..];
             }
+            5 => {
+                check_wire_type(WireType::LengthDelimited, wire_type)?;
+                let len = decode_varint(&mut buf)?;
+                let Some(len) = usize::try_from(len).ok().filter(|l| *l <= buf.len()) else {
+                    return Err(MalformedEnvelope(None));
+                };
+                // An invalid context is ignored, as W3C asks; the message is not.
+                head.trace = TraceContext::from_bytes(&buf[..len]);
+                buf = &buf[len..];
+            }
             _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
         }
     }
@@ -273,6 +311,7 @@ mod tests {
             manifest: 3,
             recipient_uid: 42,
             payload: Bytes::from_static(b"hello"),
+            trace: None,
         };
         let body = f.body_len();
         let mut buf = BytesMut::new();
@@ -312,7 +351,7 @@ mod tests {
 
         #[test]
         fn encoded_frames_decode_in_place(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()) };
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()), trace: None };
             let mut buf = BytesMut::new();
             let n = f.write(&mut buf);
             let frames = buf.freeze();
@@ -322,20 +361,23 @@ mod tests {
         }
 
         #[test]
-        fn writing_by_hand_gives_prosts_bytes(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()) };
+        fn writing_by_hand_gives_prosts_bytes(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300), ids in any::<(u128, u64, u8)>()) {
+            let trace = TraceContext::from_bytes(&[&ids.0.to_le_bytes()[..], &ids.1.to_le_bytes()[..], &[ids.2]].concat());
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(payload.clone()), trace };
             let body_len = f.body_len();
             let mut buf = BytesMut::new();
             let n = f.write(&mut buf);
-            let env = wire::Envelope { protocol, manifest, payload: Bytes::from(payload), recipient_uid: uid };
+            let env = wire::Envelope { protocol, manifest, payload: Bytes::from(payload), recipient_uid: uid, trace: trace.map(|t| Bytes::copy_from_slice(&t.to_bytes())).unwrap_or_default() };
             prop_assert_eq!(&buf[FRAME_HEADER_BYTES..], &env.encode_to_vec()[..]);
+            let head = decode_envelope_head_at(&buf, FRAME_HEADER_BYTES, buf.len()).unwrap();
+            prop_assert_eq!(head.trace, trace);
             prop_assert_eq!(n, buf.len());
             prop_assert_eq!(&buf[..FRAME_HEADER_BYTES], &(body_len as u32).to_be_bytes()[..]);
         }
 
         #[test]
         fn the_overhead_bound_holds(protocol in any::<u32>(), manifest in any::<u32>(), uid in any::<u64>(), len in 0usize..70_000) {
-            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(vec![0; len]) };
+            let f = Frame { protocol: ProtocolId(protocol), manifest, recipient_uid: uid, payload: Bytes::from(vec![0; len]), trace: None };
             prop_assert!(f.body_len() <= len + ENVELOPE_OVERHEAD_MAX);
         }
     }

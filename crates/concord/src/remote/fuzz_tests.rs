@@ -217,6 +217,7 @@ fn frame_stream(payloads: &[(u32, u32, Vec<u8>)]) -> Vec<u8> {
             manifest: *m,
             recipient_uid: 5,
             payload: Bytes::from(b.clone()),
+            trace: None,
         }
         .write(&mut buf);
     }

@@ -39,6 +39,7 @@ use super::registry::{DecodeError, Delivery, RawBatch};
 use super::settings::READ_BUFFER_BYTES;
 use super::stats::{add, inc};
 use super::transport_state::Inner;
+use crate::host::TraceContext;
 
 /// First delay after a failed accept (e.g. EMFILE: out of file descriptors), doubled up to
 /// [`ACCEPT_BACKOFF_MAX`] while accepts keep failing.
@@ -270,13 +271,31 @@ const MAX_KEPT_BATCH_CAPACITY: usize = 1_024;
 #[derive(Default)]
 struct Batches {
     by_protocol: Vec<(ProtocolId, RawBatch)>,
+    /// The trace contexts of the traced envelopes: (protocol, index in its batch, context);
+    /// empty unless a peer traces.
+    traces: Vec<(ProtocolId, usize, TraceContext)>,
 }
 
 impl Batches {
-    fn push(&mut self, protocol: ProtocolId, manifest: u32, payload: Range<usize>) {
-        match self.by_protocol.iter_mut().find(|(p, _)| *p == protocol) {
-            Some((_, v)) => v.push((manifest, payload)),
-            None => self.by_protocol.push((protocol, vec![(manifest, payload)])),
+    fn push(
+        &mut self,
+        protocol: ProtocolId,
+        manifest: u32,
+        payload: Range<usize>,
+        trace: Option<TraceContext>,
+    ) {
+        let at = match self.by_protocol.iter_mut().find(|(p, _)| *p == protocol) {
+            Some((_, v)) => {
+                v.push((manifest, payload));
+                v.len() - 1
+            }
+            None => {
+                self.by_protocol.push((protocol, vec![(manifest, payload)]));
+                0
+            }
+        };
+        if let Some(t) = trace {
+            self.traces.push((protocol, at, t));
         }
     }
 }
@@ -334,16 +353,26 @@ async fn route_chunk(
             }
             continue;
         }
-        batches.push(protocol, env.manifest, env.payload);
+        batches.push(protocol, env.manifest, env.payload, env.trace);
     }
     add(&stats.frames_in, frames);
     // What decoded before a malformed frame is still delivered.
+    let traces = std::mem::take(&mut batches.traces);
     for (protocol, raw) in batches.by_protocol.iter_mut() {
         if raw.is_empty() {
             continue;
         }
         let protocol = *protocol;
-        let routed = inner.registry.deliver(protocol, from, &chunk, raw);
+        let traced: Vec<(usize, TraceContext)> = if traces.is_empty() {
+            Vec::new()
+        } else {
+            traces
+                .iter()
+                .filter(|(p, _, _)| *p == protocol)
+                .map(|(_, i, t)| (*i, *t))
+                .collect()
+        };
+        let routed = inner.registry.deliver(protocol, from, &chunk, raw, &traced);
         raw.clear();
         // Kept for the next read, but not more than a busy read needs: a peer's flood of
         // tiny frames must not pin memory for the life of the connection.

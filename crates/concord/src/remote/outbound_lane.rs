@@ -490,6 +490,7 @@ mod tests {
             manifest: 1,
             recipient_uid: 1,
             payload: Bytes::from(vec![n; 3]),
+            trace: None,
         }
     }
 

@@ -19,6 +19,7 @@ use concord_core::{ProtocolId, UniqueAddress};
 use tokio::sync::mpsc;
 
 pub use super::codec::{Codec, DecodeError, Inbound};
+use crate::host::TraceContext;
 
 /// What happened to a batch handed to its protocol's queue.
 pub(crate) enum Delivery {
@@ -48,8 +49,15 @@ pub(crate) struct Routed {
 pub(crate) type RawBatch = Vec<(u32, Range<usize>)>;
 
 trait Route: Send + Sync {
-    /// Decodes the payloads at `raw` (manifest, byte range in `chunk`) and hands them over.
-    fn deliver(&self, from: &UniqueAddress, chunk: &Bytes, raw: &[(u32, Range<usize>)]) -> Routed;
+    /// Decodes the payloads at `raw` (manifest, byte range in `chunk`) and hands them over,
+    /// with the trace contexts `traces` (index in `raw`, context).
+    fn deliver(
+        &self,
+        from: &UniqueAddress,
+        chunk: &Bytes,
+        raw: &[(u32, Range<usize>)],
+        traces: &[(usize, TraceContext)],
+    ) -> Routed;
 }
 
 struct TypedRoute<C: Codec> {
@@ -58,8 +66,16 @@ struct TypedRoute<C: Codec> {
 }
 
 impl<C: Codec> Route for TypedRoute<C> {
-    fn deliver(&self, from: &UniqueAddress, chunk: &Bytes, raw: &[(u32, Range<usize>)]) -> Routed {
+    fn deliver(
+        &self,
+        from: &UniqueAddress,
+        chunk: &Bytes,
+        raw: &[(u32, Range<usize>)],
+        traces: &[(usize, TraceContext)],
+    ) -> Routed {
         let mut messages = Vec::with_capacity(raw.len());
+        let mut traced = Vec::new();
+        let mut next_trace = traces.iter().peekable();
         let mut routed = Routed {
             delivery: Delivery::Delivered,
             delivered: 0,
@@ -67,8 +83,15 @@ impl<C: Codec> Route for TypedRoute<C> {
             unknown: Vec::new(),
             malformed: None,
         };
-        for (manifest, range) in raw {
+        for (i, (manifest, range)) in raw.iter().enumerate() {
             let manifest = *manifest;
+            let trace = match next_trace.peek() {
+                Some((at, t)) if *at == i => {
+                    next_trace.next();
+                    Some(*t)
+                }
+                _ => None,
+            };
             let n = range.len();
             let decoded = match chunk.get(range.clone()) {
                 None => Err(DecodeError::Invalid("payload outside its frame".into())),
@@ -80,6 +103,9 @@ impl<C: Codec> Route for TypedRoute<C> {
             match decoded {
                 Ok(m) => {
                     routed.bytes += n as u64;
+                    if let Some(t) = trace {
+                        traced.push((messages.len(), t));
+                    }
                     messages.push((m, n));
                 }
                 Err(DecodeError::UnknownManifest(m)) => routed.unknown.push(m),
@@ -96,6 +122,7 @@ impl<C: Codec> Route for TypedRoute<C> {
         let inbound = Inbound {
             from: from.clone(),
             messages,
+            traces: traced,
         };
         routed.delivery = match self.tx.try_send(inbound) {
             Ok(()) => Delivery::Delivered,
@@ -179,8 +206,10 @@ impl ProtocolRegistry {
         from: &UniqueAddress,
         chunk: &Bytes,
         raw: &[(u32, Range<usize>)],
+        traces: &[(usize, TraceContext)],
     ) -> Option<Routed> {
-        self.route(protocol).map(|r| r.deliver(from, chunk, raw))
+        self.route(protocol)
+            .map(|r| r.deliver(from, chunk, raw, traces))
     }
 }
 
@@ -225,7 +254,7 @@ mod tests {
 
     fn deliver(r: &ProtocolRegistry, p: u32, items: &[(u32, &'static [u8])]) -> Option<Routed> {
         let (chunk, ranges) = raw(items);
-        r.deliver(ProtocolId(p), &peer(), &chunk, &ranges)
+        r.deliver(ProtocolId(p), &peer(), &chunk, &ranges, &[])
     }
 
     #[tokio::test]

@@ -46,6 +46,7 @@ impl<C: Codec> ProtocolSender<C> {
             protocol: self.protocol,
             manifest,
             payload,
+            trace: None,
         }
     }
 
@@ -53,6 +54,19 @@ impl<C: Codec> ProtocolSender<C> {
     /// (see [`Transport::send`]). Returns the encoded payload size, bytes.
     pub fn send(&self, t: &Transmit<C::Message>) -> usize {
         let o = self.encode(t);
+        let n = o.payload.len();
+        self.transport.send(o);
+        n
+    }
+
+    /// Like [`ProtocolSender::send`], with the trace context `trace` in the envelope.
+    pub fn send_traced(
+        &self,
+        t: &Transmit<C::Message>,
+        trace: Option<crate::host::TraceContext>,
+    ) -> usize {
+        let mut o = self.encode(t);
+        o.trace = trace;
         let n = o.payload.len();
         self.transport.send(o);
         n

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use concord_core::{Address, Lane, MembershipView, Transmit};
 use tokio::sync::Notify;
 
+use crate::host::TraceContext;
 use crate::host::{Backlog, Outbound};
 use crate::remote::{Codec, Frame, OutboundLane, ProtocolSender};
 
@@ -94,10 +95,23 @@ impl<C: Codec> BackloggedOutbound<C> {
 
 impl<C: Codec> Outbound<C::Message> for BackloggedOutbound<C> {
     fn send(&mut self, transmits: &mut Vec<Transmit<C::Message>>) {
+        self.send_traced(transmits, &[]);
+    }
+
+    fn send_traced(
+        &mut self,
+        transmits: &mut Vec<Transmit<C::Message>>,
+        traces: &[(usize, TraceContext)],
+    ) {
         // Grouped by peer, each peer's in order, one lock of its lane per group.
         let mut groups: Vec<(Address, VecDeque<Frame>)> = Vec::new();
-        for t in transmits.drain(..) {
-            let (to, _, frame) = self.sender.encode(&t).into_parts();
+        let mut traces = traces.iter().peekable();
+        for (i, t) in transmits.drain(..).enumerate() {
+            let mut o = self.sender.encode(&t);
+            if traces.peek().is_some_and(|(at, _)| *at == i) {
+                o.trace = traces.next().map(|(_, c)| *c);
+            }
+            let (to, _, frame) = o.into_parts();
             match groups.iter_mut().find(|(a, _)| *a == to) {
                 Some((_, g)) => g.push_back(frame),
                 None => groups.push((to, VecDeque::from([frame]))),

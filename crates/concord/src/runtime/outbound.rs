@@ -6,7 +6,7 @@
 
 use concord_core::Transmit;
 
-use crate::host::Outbound;
+use crate::host::{Outbound, TraceContext};
 use crate::remote::{Codec, ProtocolSender};
 
 /// Observes each message sent with its encoded size, bytes (per-kind metrics).
@@ -38,6 +38,27 @@ impl<C: Codec> Outbound<C::Message> for LaneOutbound<C> {
     fn send(&mut self, transmits: &mut Vec<Transmit<C::Message>>) {
         for t in transmits.drain(..) {
             let bytes = self.sender.send(&t);
+            if let Some(o) = &self.observer {
+                o(&t.message, bytes);
+            }
+        }
+    }
+
+    fn send_traced(
+        &mut self,
+        transmits: &mut Vec<Transmit<C::Message>>,
+        traces: &[(usize, TraceContext)],
+    ) {
+        let mut traces = traces.iter().peekable();
+        for (i, t) in transmits.drain(..).enumerate() {
+            let trace = match traces.peek() {
+                Some((at, c)) if *at == i => {
+                    traces.next();
+                    Some(*c)
+                }
+                _ => None,
+            };
+            let bytes = self.sender.send_traced(&t, trace);
             if let Some(o) = &self.observer {
                 o(&t.message, bytes);
             }

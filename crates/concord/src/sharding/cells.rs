@@ -23,7 +23,7 @@ use concord_core::sharding::{ShardId, StopReason};
 use concord_core::UniqueAddress;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use super::command::{BatchOutcome, Completion, ShardingCompletion};
 use super::entity::{EntityContext, ErasedEntity, ErasedFactory};
@@ -36,6 +36,9 @@ pub(crate) type ReplyTo = Option<(UniqueAddress, u64)>;
 struct Envelope {
     payload: Vec<u8>,
     reply: ReplyTo,
+    /// The span of the traced delivery (tracing on, the message traced): the entity
+    /// handles it in a child span.
+    span: Option<tracing::Span>,
 }
 
 struct Cell {
@@ -162,6 +165,7 @@ impl Cells {
         entity: &str,
         payload: Vec<u8>,
         to: ReplyTo,
+        span: Option<tracing::Span>,
         ctx: &RunContext<'_>,
     ) -> AfterBatch {
         let Some(cell) = self.cells.get_mut(entity) else {
@@ -175,7 +179,11 @@ impl Cells {
             reply(to, Err(why), ctx.type_name, ctx.completions);
             return AfterBatch::Nothing;
         }
-        cell.mailbox.push_back(Envelope { payload, reply: to });
+        cell.mailbox.push_back(Envelope {
+            payload,
+            reply: to,
+            span,
+        });
         self.mailboxed += 1;
         self.run(entity, ctx)
     }
@@ -206,7 +214,23 @@ impl Cells {
                 let mut passivate = false;
                 for env in batch {
                     let wants = env.reply.is_some();
-                    let r = entity.handle(&mut ectx, &env.payload, wants).await;
+                    let r = match &env.span {
+                        None => entity.handle(&mut ectx, &env.payload, wants).await,
+                        Some(parent) => {
+                            let span = tracing::info_span!(
+                                parent: parent,
+                                "concord.entity.handle",
+                                otel.name = "entity handle",
+                                entity_type = %type_name,
+                                entity = %id,
+                                node = %ectx.node(),
+                            );
+                            entity
+                                .handle(&mut ectx, &env.payload, wants)
+                                .instrument(span)
+                                .await
+                        }
+                    };
                     passivate |= ectx.take_passivate();
                     if let (Err(e), false) = (&r, wants) {
                         warn!(entity = %id, error = %e, "a message to the entity failed");

@@ -46,6 +46,8 @@ pub enum ShardingCommand {
         entity: String,
         payload: Vec<u8>,
         ask: Option<AskTx>,
+        /// The caller's trace context (tracing on, its span sampled).
+        trace: Option<crate::host::TraceContext>,
     },
     /// The shards of `type_name` hosted here, with their entity counts.
     LocalShards {

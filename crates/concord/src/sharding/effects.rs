@@ -20,7 +20,7 @@ use super::extractor::Extractor;
 use super::metrics::{record_sharding, ShardingGauges};
 use super::remember_store::RememberStore;
 use crate::ddata::durable::DurableStore;
-use crate::host::{Effects, LayerEffects};
+use crate::host::{Effects, LayerEffects, MessageOf, TraceContext};
 use crate::remote::log_limit::LogLimiter;
 
 /// The effects' side of one entity type.
@@ -28,6 +28,9 @@ pub(crate) struct TypeEffects {
     extractor: Extractor,
     pub(crate) cells: Cells,
     asks: HashMap<u64, AskTx>,
+    /// The trace contexts of traced asks in flight (tracing on), sent with their delivery
+    /// ([`LayerEffects::trace_of`]); at most [`MAX_ASK_TRACES`].
+    ask_traces: HashMap<u64, TraceContext>,
     next_ask: u64,
     stats_queries: HashMap<u64, StatsTx>,
     next_query: u64,
@@ -47,6 +50,7 @@ impl TypeEffects {
             extractor,
             cells: Cells::new(factory, mailbox),
             asks: HashMap::new(),
+            ask_traces: HashMap::new(),
             next_ask: 1,
             stats_queries: HashMap::new(),
             next_query: 1,
@@ -55,6 +59,10 @@ impl TypeEffects {
         }
     }
 }
+
+/// Most trace contexts of asks in flight kept per entity type (more: the oldest are
+/// forgotten, and those asks' deliveries go untraced).
+const MAX_ASK_TRACES: usize = 4_096;
 
 /// A hand-over in progress: who waits, and the types not done yet.
 type Waiting = Option<(oneshot::Sender<()>, BTreeSet<String>)>;
@@ -151,7 +159,10 @@ impl ShardingEffects {
         entity: String,
         payload: Vec<u8>,
         ask: Option<AskTx>,
+        trace: Option<TraceContext>,
     ) {
+        fx.follow_trace(trace);
+        let out = fx.trace_context();
         let (Some(t), Some(m)) = (self.types.get_mut(type_name), fx.machine.get_mut(type_name))
         else {
             if let Some(tx) = ask {
@@ -166,6 +177,12 @@ impl ShardingEffects {
             let id = t.next_ask;
             t.next_ask = t.next_ask.wrapping_add(1).max(1);
             t.asks.insert(id, tx);
+            if let Some(c) = out {
+                if t.ask_traces.len() >= MAX_ASK_TRACES {
+                    t.ask_traces.clear();
+                }
+                t.ask_traces.insert(id, c);
+            }
             id
         });
         m.tell(fx.now_ms, shard, entity, payload, ask);
@@ -181,6 +198,24 @@ impl LayerEffects for ShardingEffects {
         "sharding"
     }
 
+    /// The delivery of a traced ask this node accepted carries the ask's trace, also when
+    /// it leaves in a later turn (once the shard's home is known).
+    fn trace_of(&self, message: &MessageOf<Self>) -> Option<TraceContext> {
+        let concord_core::sharding::ShardingBody::Deliver {
+            ask: Some(ask),
+            origin: None,
+            ..
+        } = &message.body
+        else {
+            return None;
+        };
+        self.types
+            .get(message.type_name.as_str())?
+            .ask_traces
+            .get(ask)
+            .copied()
+    }
+
     fn command(&mut self, fx: &mut Effects<'_, Self>, command: ShardingCommand) {
         let now = fx.now_ms;
         match command {
@@ -189,7 +224,8 @@ impl LayerEffects for ShardingEffects {
                 entity,
                 payload,
                 ask,
-            } => self.tell(fx, &type_name, entity, payload, ask),
+                trace,
+            } => self.tell(fx, &type_name, entity, payload, ask, trace),
             ShardingCommand::LocalShards { type_name, reply } => {
                 let shards = fx
                     .machine
@@ -302,6 +338,7 @@ impl LayerEffects for ShardingEffects {
 
     fn event(&mut self, fx: &mut Effects<'_, Self>, (name, event): (String, ShardingEvent)) {
         let now = fx.now_ms;
+        let span = fx.trace_span().cloned();
         let (machine, env) = fx.parts();
         let (Some(t), Some(m)) = (self.types.get_mut(&name), machine.get_mut(&name)) else {
             return;
@@ -324,7 +361,7 @@ impl LayerEffects for ShardingEffects {
                 reply_to,
                 ..
             } => {
-                let after = t.cells.deliver(&entity, payload, reply_to, &ctx);
+                let after = t.cells.deliver(&entity, payload, reply_to, span, &ctx);
                 Self::after_batch(m, now, &entity, after);
             }
             ShardingEvent::StopEntity { entity, reason, .. } => {
@@ -336,11 +373,15 @@ impl LayerEffects for ShardingEffects {
                 m.entity_stopped(now, &shard, &entity, None);
             }
             ShardingEvent::Reply { ask, result } => {
+                t.ask_traces.remove(&ask);
                 if let Some(tx) = t.asks.remove(&ask) {
                     let _ = tx.send(result.map_err(AskFailure::Failed));
                 }
             }
             ShardingEvent::Dropped { ask, reason } => {
+                if let Some(a) = ask {
+                    t.ask_traces.remove(&a);
+                }
                 if let Some(tx) = ask.and_then(|a| t.asks.remove(&a)) {
                     let _ = tx.send(Err(AskFailure::Dropped(reason)));
                 }
@@ -419,6 +460,8 @@ impl LayerEffects for ShardingEffects {
         let backlog = fx.backlog;
         for (name, t) in self.types.iter_mut() {
             t.asks.retain(|_, tx| !tx.is_canceled());
+            let asks = &t.asks;
+            t.ask_traces.retain(|id, _| asks.contains_key(id));
             t.stats_queries.retain(|_, tx| !tx.is_canceled());
             let Some(m) = fx.machine.get(name) else {
                 continue;

@@ -254,6 +254,7 @@ impl<E: Entity> ShardRegion<E> {
                 entity: entity.to_string(),
                 payload,
                 ask,
+                trace: crate::host::trace::current(),
             })
             .await
             .map_err(|_| ShardingError::Stopped)

@@ -16,6 +16,8 @@ pub enum SingletonCommand {
         name: String,
         payload: Vec<u8>,
         ask: Option<AskReply>,
+        /// The caller's trace context (tracing on, inside a sampled span).
+        trace: Option<crate::host::TraceContext>,
     },
     /// The `cluster-exiting` hand-over of every singleton; `done` fires when all are done.
     SelfExiting { done: oneshot::Sender<()> },

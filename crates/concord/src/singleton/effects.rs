@@ -199,7 +199,13 @@ impl LayerEffects for SingletonEffects {
     fn command(&mut self, fx: &mut Effects<'_, Self>, command: SingletonCommand) {
         let now = fx.now_ms;
         match command {
-            SingletonCommand::Tell { name, payload, ask } => {
+            SingletonCommand::Tell {
+                name,
+                payload,
+                ask,
+                trace,
+            } => {
+                fx.follow_trace(trace);
                 let (Some(h), Some(m)) = (self.instances.get_mut(&name), fx.machine.get_mut(&name))
                 else {
                     return;

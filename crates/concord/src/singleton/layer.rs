@@ -179,6 +179,7 @@ impl<M: Serialize, R: DeserializeOwned> SingletonRef<M, R> {
                 name: self.name.clone(),
                 payload,
                 ask,
+                trace: crate::host::trace::current(),
             })
             .await
             .map_err(|_| SingletonError::Stopped)

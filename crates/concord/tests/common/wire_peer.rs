@@ -180,6 +180,7 @@ pub fn membership_envelope(msg: &ClusterMessage, recipient_uid: u64) -> Vec<u8> 
         manifest: m,
         payload,
         recipient_uid,
+        trace: Default::default(),
     }
     .encode_to_vec()
 }
@@ -201,6 +202,7 @@ pub fn raw_gossip_envelope(to: &UniqueAddress, gz: Vec<u8>) -> Vec<u8> {
         manifest: manifest::GOSSIP_ENVELOPE,
         payload: Bytes::from(env.encode_to_vec()),
         recipient_uid: to.uid,
+        trace: Default::default(),
     }
     .encode_to_vec()
 }

@@ -195,8 +195,6 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
             sample,
             kv_port,
         } => {
-            init_logging("info");
-            tracing::debug!(?huge_pages, "transparent huge pages");
             let mut overrides = node_overrides(
                 system,
                 host,
@@ -209,7 +207,7 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
             if let Some(p) = kv_port {
                 overrides.push(("kv.http-port".into(), p.to_string()));
             }
-            run_node(config, overrides, sample).await
+            run_node(config, overrides, sample, huge_pages).await
         }
         Commands::Kv { command, k } => cli::kv::run(command, &k).await,
         Commands::Members { m, json } => members(&m, json).await,
@@ -346,8 +344,23 @@ async fn run_node(
     config: Option<PathBuf>,
     overrides: Vec<(String, String)>,
     sample: bool,
+    huge_pages: huge_pages::HugePages,
 ) -> anyhow::Result<()> {
-    let mut config = Config::load(config.as_deref(), &overrides)?;
+    let config = Config::load(config.as_deref(), &overrides)?;
+    let telemetry = cli::init_node_logging(
+        "info",
+        &config.section::<concord::telemetry::TracingConfig>()?,
+    )?;
+    tracing::debug!(?huge_pages, "transparent huge pages");
+    let result = serve_node(config, sample).await;
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    result
+}
+
+/// Starts the node of `concord node` and runs it until it terminates.
+async fn serve_node(mut config: Config, sample: bool) -> anyhow::Result<()> {
     match concord::management::raise_descriptor_limit() {
         Ok((before, after)) if after > before => {
             info!(

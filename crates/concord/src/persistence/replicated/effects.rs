@@ -109,6 +109,9 @@ pub struct JournalCommand {
     pub op: JournalOp,
     /// Where the answer goes.
     pub reply: Reply,
+    /// The caller's trace context (tracing on, inside a sampled span): the requests to
+    /// the other replicas carry the trace.
+    pub trace: Option<crate::host::TraceContext>,
 }
 
 /// The layer's effects over storage `S`; see the module docs.
@@ -161,6 +164,7 @@ impl<S: KvStorage + Send + 'static> LayerEffects for JournalEffects<S> {
 
     fn command(&mut self, fx: &mut Effects<'_, Self>, command: JournalCommand) {
         let now = fx.now_ms;
+        fx.follow_trace(command.trace);
         let id = self.next_request;
         self.next_request += 1;
         let m = &mut *fx.machine;

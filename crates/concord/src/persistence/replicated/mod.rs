@@ -67,7 +67,11 @@ impl ReplicatedStore {
     async fn ask(&self, op: JournalOp) -> Result<JournalOutput, JournalError> {
         let (reply, rx) = oneshot::channel();
         self.commands
-            .send(JournalCommand { op, reply })
+            .send(JournalCommand {
+                op,
+                reply,
+                trace: crate::host::trace::current(),
+            })
             .await
             .map_err(|_| JournalError::Unavailable("the replicated journal stopped".into()))?;
         rx.await

@@ -123,6 +123,7 @@ pub fn payload_frame(to_uid: u64, payload: Bytes) -> Frame {
         manifest: PAYLOAD_MANIFEST,
         recipient_uid: to_uid,
         payload,
+        trace: None,
     }
 }
 

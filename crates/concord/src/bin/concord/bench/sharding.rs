@@ -17,6 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -223,15 +224,21 @@ pub(crate) async fn tell_rate(
                 .map(|id| region.entity_ref(id.clone()))
                 .collect();
             let (stop, msg) = (stop.clone(), Ping { pad: pad.to_vec() });
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    for r in &refs {
-                        if r.tell(&msg).await.is_err() {
-                            return;
+            // An application's span around its sends: disabled (free) unless the bench
+            // runs with tracing on (`--tracing-sampling-ratio`).
+            let span = tracing::info_span!("bench sender", sender = s);
+            tokio::spawn(
+                async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        for r in &refs {
+                            if r.tell(&msg).await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }
-            })
+                .instrument(span),
+            )
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -298,6 +305,48 @@ async fn closed_loop_asks(
         }
     }
     (all.len() as f64 / elapsed.as_secs_f64(), all)
+}
+
+/// Spans discarded (the bench measures what tracing costs the sender, not an exporter).
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(
+        &self,
+        _batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// Installs the subscriber of a run with tracing on: warnings to stderr, and the
+/// OpenTelemetry layer (sampling `ratio`, spans discarded).
+pub fn init_tracing(ratio: f64) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&ratio),
+        "--tracing-sampling-ratio must be from 0 to 1"
+    );
+    let config = concord::telemetry::TracingConfig {
+        enabled: true,
+        sampling_ratio: ratio,
+        ..Default::default()
+    };
+    let (layer, telemetry) = concord::telemetry::layer_with_exporter(&config, Discard, false);
+    // Kept for the life of the process (the bench exits when it is done).
+    std::mem::forget(telemetry);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+        )
+        .with(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO))
+        .try_init()?;
+    Ok(())
 }
 
 /// Runs the benchmark.

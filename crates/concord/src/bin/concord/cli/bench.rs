@@ -69,6 +69,10 @@ pub enum BenchCommand {
         /// Skip the rebalance measurement.
         #[arg(long)]
         skip_rebalance: bool,
+        /// Tracing on (the OpenTelemetry layer, spans discarded instead of exported) with
+        /// this sampling ratio; each sender runs inside a root span (docs/TRACING.md).
+        #[arg(long)]
+        tracing_sampling_ratio: Option<f64>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -140,7 +144,15 @@ pub enum BenchCommand {
 
 /// Runs `bench` with logging at `warn`.
 pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
-    super::init_logging("warn");
+    if let BenchCommand::Sharding {
+        tracing_sampling_ratio: Some(ratio),
+        ..
+    } = &bench
+    {
+        crate::bench::sharding::init_tracing(*ratio)?;
+    } else {
+        super::init_logging("warn");
+    }
     match bench {
         BenchCommand::Remote {
             payload_bytes,
@@ -186,6 +198,7 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
             entities,
             skip_rebalance,
             json,
+            tracing_sampling_ratio: _,
         } => {
             let settings = crate::bench::sharding::ShardingBenchSettings {
                 payload_bytes,

@@ -7,7 +7,7 @@ pub mod kv;
 mod logging;
 mod management_arg;
 
-pub use logging::init_logging;
+pub use logging::{init_logging, init_node_logging};
 pub use management_arg::ManagementArg;
 
 /// Prints `v` as one line of JSON.
