@@ -23,6 +23,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanExporter};
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{Config, ConfigError, ConfigSection};
 use crate::host::trace::{self, HostTracer, TraceContext};
@@ -154,13 +155,23 @@ where
     let tracer = provider.tracer("concord");
     trace::install(Arc::new(OtelHostTracer));
     (
-        tracing_opentelemetry::layer().with_tracer(tracer),
+        // Nothing at every enter and exit of every span (a layer's host enters its span
+        // at each poll), sampled or not: no busy/idle times, and no OpenTelemetry context
+        // attached to the thread (parents come from `tracing`'s span tree and the remote
+        // contexts set explicitly).
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_tracked_inactivity(false)
+            .with_context_activation(false),
         Telemetry { provider },
     )
 }
 
 /// The [`HostTracer`] over `tracing-opentelemetry`.
 struct OtelHostTracer;
+
+/// A span's trace context as [`HostTracer::current`] found it the first time.
+struct CachedTrace(Option<TraceContext>);
 
 fn to_context(sc: &SpanContext) -> Option<TraceContext> {
     sc.is_valid().then(|| TraceContext {
@@ -196,12 +207,23 @@ impl HostTracer for OtelHostTracer {
         (span, out)
     }
 
+    /// Asked on every send while tracing is on: the span's answer is kept in its
+    /// extensions after the first time (an OpenTelemetry span's context is fixed once it
+    /// started), so a send from inside an unsampled trace costs a lookup, not the building
+    /// of an OpenTelemetry context.
     fn current(&self) -> Option<TraceContext> {
-        let span = tracing::Span::current();
-        if span.is_none() {
-            return None;
-        }
-        to_context(span.context().span().span_context()).filter(TraceContext::sampled)
+        tracing::dispatcher::get_default(|d| {
+            let id = d.current_span().id()?.clone();
+            let registry = d.downcast_ref::<tracing_subscriber::Registry>()?;
+            let span = registry.span(&id)?;
+            if let Some(CachedTrace(c)) = span.extensions().get::<CachedTrace>() {
+                return *c;
+            }
+            let c = to_context(tracing::Span::current().context().span().span_context())
+                .filter(TraceContext::sampled);
+            span.extensions_mut().insert(CachedTrace(c));
+            c
+        })
     }
 }
 

@@ -320,31 +320,38 @@ impl opentelemetry_sdk::trace::SpanExporter for Discard {
     }
 }
 
-/// Installs the subscriber of a run with tracing on: warnings to stderr, and the
-/// OpenTelemetry layer (sampling `ratio`, spans discarded).
-pub fn init_tracing(ratio: f64) -> anyhow::Result<()> {
+/// Installs the subscriber of the sharding bench: warnings to stderr and, with a sampling
+/// `ratio` (tracing on), the OpenTelemetry layer (spans discarded).
+pub fn init_tracing(ratio: Option<f64>) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&ratio),
-        "--tracing-sampling-ratio must be from 0 to 1"
-    );
-    let config = concord::telemetry::TracingConfig {
-        enabled: true,
-        sampling_ratio: ratio,
-        ..Default::default()
+    let otel = match ratio {
+        None => None,
+        Some(ratio) => {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&ratio),
+                "--tracing-sampling-ratio must be from 0 to 1"
+            );
+            let config = concord::telemetry::TracingConfig {
+                enabled: true,
+                sampling_ratio: ratio,
+                ..Default::default()
+            };
+            let (layer, telemetry) =
+                concord::telemetry::layer_with_exporter(&config, Discard, false);
+            // Kept for the life of the process (the bench exits when it is done).
+            std::mem::forget(telemetry);
+            Some(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO))
+        }
     };
-    let (layer, telemetry) = concord::telemetry::layer_with_exporter(&config, Discard, false);
-    // Kept for the life of the process (the bench exits when it is done).
-    std::mem::forget(telemetry);
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
         )
-        .with(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO))
+        .with(otel)
         .try_init()?;
     Ok(())
 }

@@ -145,11 +145,12 @@ pub enum BenchCommand {
 /// Runs `bench` with logging at `warn`.
 pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
     if let BenchCommand::Sharding {
-        tracing_sampling_ratio: Some(ratio),
+        tracing_sampling_ratio,
         ..
     } = &bench
     {
-        crate::bench::sharding::init_tracing(*ratio)?;
+        // The same subscriber with tracing on or off, so that the two differ by tracing.
+        crate::bench::sharding::init_tracing(*tracing_sampling_ratio)?;
     } else {
         super::init_logging("warn");
     }
