@@ -185,6 +185,24 @@ async fn a_tls_cluster_forms_from_concord_certs_and_refuses_peers_without_a_trus
         .with_tls(&ca, None, true)
         .unwrap();
     assert_eq!(anonymous.members().await.unwrap().members.len(), 3);
+    // The dashboard over HTTPS: the page and its JSON (reads need no certificate).
+    let http = anonymous.http_and_token().0;
+    let page = http.get(format!("{base}/dashboard")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("Concord dashboard"));
+    let state: serde_json::Value = http
+        .get(format!("{base}/dashboard/state"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        state["members"].as_array().map(Vec::len),
+        Some(3),
+        "{state}"
+    );
     let refused = anonymous.operation(&target.to_string(), "Leave").await;
     assert!(
         matches!(

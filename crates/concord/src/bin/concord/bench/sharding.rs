@@ -320,9 +320,14 @@ impl opentelemetry_sdk::trace::SpanExporter for Discard {
     }
 }
 
-/// Installs the subscriber of the sharding bench: warnings to stderr and, with a sampling
-/// `ratio` (tracing on), the OpenTelemetry layer (spans discarded).
+/// Installs the subscriber of the sharding bench: logs at `CONCORD_BENCH_LOG` (`warn`, or
+/// `info` as `concord node` logs) to stderr and, with a sampling `ratio` (tracing on), the
+/// OpenTelemetry layer (spans discarded).
 pub fn init_tracing(ratio: Option<f64>) -> anyhow::Result<()> {
+    let level = match std::env::var("CONCORD_BENCH_LOG").as_deref() {
+        Ok("info") => tracing_subscriber::filter::LevelFilter::INFO,
+        _ => tracing_subscriber::filter::LevelFilter::WARN,
+    };
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
@@ -349,7 +354,7 @@ pub fn init_tracing(ratio: Option<f64>) -> anyhow::Result<()> {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+                .with_filter(level),
         )
         .with(otel)
         .try_init()?;

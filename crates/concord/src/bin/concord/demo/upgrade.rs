@@ -237,9 +237,11 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         }
         let stopped = started.elapsed();
         demo.spawn(i)?;
+        // Up everywhere; its own view shows its new app-version (an earlier version's
+        // `GET /cluster/members` may not carry app-versions).
         demo.wait_for("the new node Up everywhere", |_, v, _| {
             all_up_everywhere(v, &all)
-                && v.values().all(|view| {
+                && v.get(&i).is_some_and(|view| {
                     view.members
                         .iter()
                         .any(|m| m.node == all[i] && m.app_version == o.to_app_version)
