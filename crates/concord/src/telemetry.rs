@@ -87,16 +87,29 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Exports what is still buffered and stops the exporter.
+    /// Stops carrying trace context, exports what is still buffered and stops the
+    /// exporter.
     pub fn shutdown(&self) {
+        trace::disable();
         let _ = self.provider.force_flush();
         let _ = self.provider.shutdown();
     }
 }
 
-/// The `tracing` layer that hands spans to OpenTelemetry.
-pub type OtelLayer<S> =
-    tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>;
+/// The `tracing` layer that hands spans to OpenTelemetry, filtered by [`exported`].
+pub type OtelLayer<S> = tracing_subscriber::filter::Filtered<
+    tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>,
+    tracing_subscriber::filter::FilterFn,
+    S,
+>;
+
+/// What the OpenTelemetry layer sees: every event, an application's spans, and Concord's
+/// trace spans (named `concord.*`) — not the spans Concord's own code runs in for
+/// logging (`node`, `layer`, `singleton`, …), which would otherwise be long-lived sampled
+/// roots that every send inside them continues.
+pub fn exported(meta: &tracing::Metadata<'_>) -> bool {
+    !meta.is_span() || !meta.target().starts_with("concord") || meta.name().starts_with("concord.")
+}
 
 /// A failure to set tracing up.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +131,8 @@ where
     if !config.enabled {
         return Ok(None);
     }
+    // The exporter's HTTP client (rustls for https://) needs the process's crypto provider.
+    crate::tls::install_default_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(config.endpoint.clone())
@@ -159,10 +174,15 @@ where
         // at each poll), sampled or not: no busy/idle times, and no OpenTelemetry context
         // attached to the thread (parents come from `tracing`'s span tree and the remote
         // contexts set explicitly).
-        tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            .with_tracked_inactivity(false)
-            .with_context_activation(false),
+        tracing_subscriber::Layer::with_filter(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_tracked_inactivity(false)
+                .with_context_activation(false),
+            tracing_subscriber::filter::FilterFn::new(
+                exported as fn(&tracing::Metadata<'_>) -> bool,
+            ),
+        ),
         Telemetry { provider },
     )
 }

@@ -214,13 +214,7 @@ impl<E: LayerEffects> LayerHost<E> {
                 self.effects.membership(&mut fx, &view);
                 self.view = Some(view);
             }
-            HostInput::Command(c) => {
-                self.effects.command(&mut fx, c);
-                if self.trace.span.is_some() {
-                    // The command followed a trace: its span is open.
-                    self.drain_traced(now);
-                }
-            }
+            HostInput::Command(c) => self.effects.command(&mut fx, c),
             HostInput::Completion(c) => self.effects.completion(&mut fx, c),
             HostInput::Timeout => {
                 if fx.machine.poll_timeout().is_some_and(|t| t <= now) {
@@ -234,6 +228,10 @@ impl<E: LayerEffects> LayerHost<E> {
                     self.effects.tick(&mut fx);
                 }
             }
+        }
+        if self.trace.span.is_some() {
+            // The input followed a trace (`Effects::follow_trace`): its span is open.
+            self.drain_traced(now);
         }
     }
 
@@ -281,6 +279,8 @@ impl<E: LayerEffects> LayerHost<E> {
             return;
         };
         let node = self.env.node.address.to_string();
+        // What earlier inputs of the turn caused is not this trace's.
+        self.drain(now, None);
         let (span, out) = tracer.child(self.effects.name(), what, &node, &parent);
         self.trace.span = Some(span.clone());
         self.trace.out = Some(out);
@@ -297,14 +297,27 @@ impl<E: LayerEffects> LayerHost<E> {
         let (Some(span), Some(out)) = (self.trace.span.clone(), self.trace.out) else {
             return;
         };
-        let _entered = span.enter();
+        {
+            let _entered = span.enter();
+            self.drain(now, Some(out));
+        }
+        self.trace.span = None;
+        self.trace.out = None;
+    }
+
+    /// Carries out what the machine has to say now, each round as [`LayerHost::flush`]
+    /// does (the layer's commit first); transmits wait for the turn's send, tagged with
+    /// `tag`.
+    fn drain(&mut self, now: u64, tag: Option<TraceContext>) {
         loop {
             let mut fx = effects_at!(self, now);
             self.effects.before_outputs(&mut fx);
             let mut any = false;
             while let Some(t) = self.machine.poll_transmit() {
                 any = true;
-                self.transmit_traces.push((self.transmits.len(), out));
+                if let Some(c) = tag {
+                    self.transmit_traces.push((self.transmits.len(), c));
+                }
                 self.transmits.push(t);
             }
             while let Some(e) = self.machine.poll_event() {
@@ -316,8 +329,6 @@ impl<E: LayerEffects> LayerHost<E> {
                 break;
             }
         }
-        self.trace.span = None;
-        self.trace.out = None;
     }
 
     /// Hands the turn's transmits to the outbound sender, each with its trace context: the

@@ -107,7 +107,13 @@ pub fn install(tracer: Arc<dyn HostTracer>) -> bool {
     ok
 }
 
-/// True once a tracer is installed.
+/// Stops carrying trace context (the exporter shut down); [`install`] is not undone: the
+/// tracer stays, unused.
+pub fn disable() {
+    ENABLED.store(false, Ordering::Release);
+}
+
+/// True once a tracer is installed (and tracing not [`disable`]d).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Acquire)
 }

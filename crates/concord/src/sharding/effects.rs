@@ -60,8 +60,8 @@ impl TypeEffects {
     }
 }
 
-/// Most trace contexts of asks in flight kept per entity type (more: the oldest are
-/// forgotten, and those asks' deliveries go untraced).
+/// Most trace contexts of asks in flight kept per entity type (beyond it they are all
+/// forgotten at once, and those asks' later deliveries go untraced).
 const MAX_ASK_TRACES: usize = 4_096;
 
 /// A hand-over in progress: who waits, and the types not done yet.

@@ -29,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
 use serde_json::Value;
 
 pub use panel::{DashboardPanel, PanelFuture, PANEL_TIMEOUT};
@@ -48,7 +49,8 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 struct Cache {
-    built: Option<(Instant, Arc<String>)>,
+    /// When the last snapshot was built, the membership version it shows, and its text.
+    built: Option<(Instant, u64, Arc<String>)>,
     first_seen: FirstSeen,
 }
 
@@ -102,7 +104,13 @@ impl DashboardHub {
             let (done, rx) = tokio::sync::oneshot::channel();
             let (panel, slots) = (panel.clone(), self.slots.clone());
             tokio::spawn(async move {
-                let value = panel.render().await;
+                let value = match std::panic::AssertUnwindSafe(panel.render())
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(_) => serde_json::json!({"error": format!("{} panicked", panel.name())}),
+                };
                 let mut slot = slots[i].lock().unwrap_or_else(|p| p.into_inner());
                 *slot = PanelSlot {
                     value: Some(value),
@@ -117,11 +125,13 @@ impl DashboardHub {
     }
 
     /// The current snapshot (JSON text), rebuilt when the last is older than half of
-    /// [`REFRESH`] (or `fresh`: after a membership change).
+    /// [`REFRESH`] or (`fresh`: after a membership change) shows an older membership.
     async fn snapshot(&self, fresh: bool) -> Arc<String> {
         let mut cache = self.cache.lock().await;
-        if let Some((at, s)) = &cache.built {
-            if !fresh && at.elapsed() < REFRESH / 2 {
+        let version = self.state.cluster.view().version;
+        if let Some((at, shown, s)) = &cache.built {
+            // After a membership change, one rebuild serves every viewer woken by it.
+            if at.elapsed() < REFRESH / 2 && (!fresh || *shown == version) {
                 return s.clone();
             }
         }
@@ -144,7 +154,7 @@ impl DashboardHub {
             .collect();
         json.insert("panels".into(), Value::Object(panels));
         let text = Arc::new(Value::Object(json).to_string());
-        cache.built = Some((Instant::now(), text.clone()));
+        cache.built = Some((Instant::now(), version, text.clone()));
         text
     }
 }

@@ -226,7 +226,7 @@ pub(crate) async fn tell_rate(
             let (stop, msg) = (stop.clone(), Ping { pad: pad.to_vec() });
             // An application's span around its sends: disabled (free) unless the bench
             // runs with tracing on (`--tracing-sampling-ratio`).
-            let span = tracing::info_span!("bench sender", sender = s);
+            let span = tracing::info_span!(target: "bench", "bench sender", sender = s);
             tokio::spawn(
                 async move {
                     while !stop.load(Ordering::Relaxed) {

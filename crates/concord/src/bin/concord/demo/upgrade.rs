@@ -206,12 +206,11 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         (roll_from - steady_from) as f64 / 1000.0
     );
     let samples_before = moves.lock().unwrap_or_else(|p| p.into_inner()).samples;
-    let moves_before: u32 = moves
+    let moves_before: BTreeMap<String, u32> = moves
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .moves
-        .values()
-        .sum();
+        .clone();
     if samples_before == 0 {
         bail!("the shard sampler read no shard table in the steady window");
     }
@@ -222,11 +221,11 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         o.to_app_version.clone(),
     )];
     for i in 0..n {
-        let started = Instant::now();
         let others: Vec<usize> = all_nodes.iter().copied().filter(|x| *x != i).collect();
         demo.set_targets(&others);
         // In-flight requests to it finish first (a load balancer draining it).
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
         demo.signal(i, Signal::SIGTERM);
         if let Some(c) = &mut demo.nodes[i].child {
             match tokio::time::timeout(Duration::from_secs(90), c.wait()).await {
@@ -278,12 +277,16 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
     let after = finished.window(roll_to, after_to);
     let m = moves.lock().unwrap_or_else(|p| p.into_inner());
     let shards = m.home.len().max(1);
+    // Moves since the roll began.
     let per_shard: Vec<u32> = m
         .home
         .keys()
-        .map(|s| m.moves.get(s).copied().unwrap_or(0))
+        .map(|s| {
+            let all = m.moves.get(s).copied().unwrap_or(0);
+            all.saturating_sub(moves_before.get(s).copied().unwrap_or(0))
+        })
         .collect();
-    let total: u32 = per_shard.iter().sum::<u32>() - moves_before;
+    let total: u32 = per_shard.iter().sum();
     let max = per_shard.iter().copied().max().unwrap_or(0);
     let ratio = rolling.percentile_ms(0.99) / steady.percentile_ms(0.99).max(0.001);
     println!(
