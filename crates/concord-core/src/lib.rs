@@ -48,6 +48,7 @@ pub mod sharding;
 pub mod singleton;
 pub mod split_brain_resolver;
 pub mod timers;
+pub mod trace_context;
 pub mod vector_clock;
 
 pub use address::{Address, UniqueAddress};
@@ -64,4 +65,5 @@ pub use message::ClusterMessage;
 pub use protocol::{Lane, MembershipChange, ProtocolId, ProtocolMachine, Transmit};
 pub use reachability::{Reachability, ReachabilityStatus};
 pub use settings::{ClusterSettings, FailureDetectorSettings};
+pub use trace_context::TraceContext;
 pub use vector_clock::{ClockOrdering, VectorClock};

@@ -9,9 +9,12 @@ use concord::telemetry::TracingConfig;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// A request the receiver got: its content type and body size, bytes.
+type Post = (Option<String>, usize);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_are_exported_to_an_otlp_http_endpoint() {
-    let received: Arc<Mutex<Vec<(Option<String>, usize)>>> = Arc::default();
+    let received: Arc<Mutex<Vec<Post>>> = Arc::default();
     let r = received.clone();
     let app = axum::Router::new().route(
         "/v1/traces",

@@ -83,7 +83,7 @@ pub struct Inbound<M> {
     pub messages: Vec<(M, usize)>,
     /// The trace contexts of the traced messages among them: (index in `messages`,
     /// context), by index; empty when none is traced (always with tracing off).
-    pub traces: Vec<(usize, crate::host::TraceContext)>,
+    pub traces: Vec<(usize, concord_core::TraceContext)>,
 }
 
 /// Default largest decompressed gossip accepted, bytes: 4 × the default

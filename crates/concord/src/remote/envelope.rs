@@ -9,7 +9,7 @@ use concord_core::{Address, Lane, ProtocolId};
 use prost::Message;
 
 use super::wire;
-use crate::host::TraceContext;
+use concord_core::TraceContext;
 
 /// Bytes of the length prefix of a frame.
 pub const FRAME_HEADER_BYTES: usize = 4;

@@ -39,7 +39,7 @@ use super::registry::{DecodeError, Delivery, RawBatch};
 use super::settings::READ_BUFFER_BYTES;
 use super::stats::{add, inc};
 use super::transport_state::Inner;
-use crate::host::TraceContext;
+use concord_core::TraceContext;
 
 /// First delay after a failed accept (e.g. EMFILE: out of file descriptors), doubled up to
 /// [`ACCEPT_BACKOFF_MAX`] while accepts keep failing.

@@ -19,7 +19,7 @@ use concord_core::{ProtocolId, UniqueAddress};
 use tokio::sync::mpsc;
 
 pub use super::codec::{Codec, DecodeError, Inbound};
-use crate::host::TraceContext;
+use concord_core::TraceContext;
 
 /// What happened to a batch handed to its protocol's queue.
 pub(crate) enum Delivery {

@@ -63,7 +63,7 @@ impl<C: Codec> ProtocolSender<C> {
     pub fn send_traced(
         &self,
         t: &Transmit<C::Message>,
-        trace: Option<crate::host::TraceContext>,
+        trace: Option<concord_core::TraceContext>,
     ) -> usize {
         let mut o = self.encode(t);
         o.trace = trace;

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use concord_core::{Address, Lane, MembershipView, Transmit};
 use tokio::sync::Notify;
 
-use crate::host::TraceContext;
 use crate::host::{Backlog, Outbound};
 use crate::remote::{Codec, Frame, OutboundLane, ProtocolSender};
+use concord_core::TraceContext;
 
 /// Backlogged frames above which the host takes no new commands.
 pub const BACKPRESSURE_FRAMES: usize = 4_096;
