@@ -383,23 +383,7 @@ impl<E: LayerEffects> LayerHost<E> {
                 self.effects.event(&mut fx, e);
             }
         }
-        loop {
-            let mut fx = effects_at!(self, now);
-            self.effects.before_outputs(&mut fx);
-            let mut any = false;
-            while let Some(t) = self.machine.poll_transmit() {
-                any = true;
-                self.transmits.push(t);
-            }
-            while let Some(e) = self.machine.poll_event() {
-                any = true;
-                let mut fx = effects_at!(self, now);
-                self.effects.event(&mut fx, e);
-            }
-            if !any {
-                break;
-            }
-        }
+        self.drain(now, None);
         self.send_transmits();
         let mut fx = effects_at!(self, now);
         self.effects.flushed(&mut fx);

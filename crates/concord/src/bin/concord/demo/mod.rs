@@ -105,6 +105,34 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 }
 
 impl Demo {
+    /// `n` nodes of `exe` on ports the kernel picked a moment ago (the first two are the
+    /// seed nodes), logs and data under a new `<prefix>-<pid>` in the temporary directory.
+    fn new(exe: PathBuf, prefix: &str, n: usize) -> anyhow::Result<Demo> {
+        let log_dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+        std::fs::create_dir_all(&log_dir)
+            .with_context(|| format!("cannot create {}", log_dir.display()))?;
+        let ports = free_ports(2 * n)?;
+        let nodes: Vec<NodeProc> = (0..n)
+            .map(|i| NodeProc {
+                port: ports[2 * i],
+                management_port: ports[2 * i + 1],
+                child: None,
+                client: ManagementClient::new(&format!("http://127.0.0.1:{}", ports[2 * i + 1])),
+            })
+            .collect();
+        let seeds = format!("127.0.0.1:{},127.0.0.1:{}", nodes[0].port, nodes[1].port);
+        Ok(Demo {
+            exe,
+            log_dir,
+            nodes,
+            seeds,
+            targets: Arc::new(Mutex::new(Vec::new())),
+            last_table: String::new(),
+            extra_env: Vec::new(),
+            quiet: false,
+        })
+    }
+
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
         let log = self.log_dir.join(format!("node-{}.log", i + 1));
         let file = std::fs::File::create(&log)
@@ -254,29 +282,7 @@ pub async fn run(n: usize) -> anyhow::Result<()> {
         bail!("the demo needs at least 4 nodes (--nodes {n}): one joins, one leaves, one crashes");
     }
     let exe = std::env::current_exe().context("cannot find the concord executable")?;
-    let log_dir = std::env::temp_dir().join(format!("concord-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&log_dir)
-        .with_context(|| format!("cannot create {}", log_dir.display()))?;
-    let ports = free_ports(2 * n)?;
-    let nodes: Vec<NodeProc> = (0..n)
-        .map(|i| NodeProc {
-            port: ports[2 * i],
-            management_port: ports[2 * i + 1],
-            child: None,
-            client: ManagementClient::new(&format!("http://127.0.0.1:{}", ports[2 * i + 1])),
-        })
-        .collect();
-    let seeds = format!("127.0.0.1:{},127.0.0.1:{}", nodes[0].port, nodes[1].port);
-    let mut demo = Demo {
-        exe,
-        log_dir,
-        nodes,
-        seeds,
-        targets: Arc::new(Mutex::new(Vec::new())),
-        last_table: String::new(),
-        extra_env: Vec::new(),
-        quiet: false,
-    };
+    let mut demo = Demo::new(exe, "concord-demo", n)?;
     let result = tokio::select! {
         r = tour(&mut demo) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted (Ctrl-C)")),

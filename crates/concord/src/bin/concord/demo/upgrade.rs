@@ -26,7 +26,7 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 
 use super::load::{Load, Window};
-use super::{all_up_everywhere, free_ports, Demo, NodeProc};
+use super::{all_up_everywhere, Demo, NodeProc};
 use crate::client::ManagementClient;
 
 /// What the run is told.
@@ -126,33 +126,13 @@ pub(crate) async fn run(o: UpgradeOptions) -> anyhow::Result<()> {
     let to = std::env::current_exe().context("cannot find the concord executable")?;
     let from = std::fs::canonicalize(&o.from)
         .with_context(|| format!("cannot find the old binary {}", o.from.display()))?;
-    let log_dir = std::env::temp_dir().join(format!("concord-upgrade-{}", std::process::id()));
-    std::fs::create_dir_all(&log_dir)
-        .with_context(|| format!("cannot create {}", log_dir.display()))?;
     let n = o.nodes;
-    let ports = free_ports(2 * n)?;
-    let nodes: Vec<NodeProc> = (0..n)
-        .map(|i| NodeProc {
-            port: ports[2 * i],
-            management_port: ports[2 * i + 1],
-            child: None,
-            client: ManagementClient::new(&format!("http://127.0.0.1:{}", ports[2 * i + 1])),
-        })
-        .collect();
-    let seeds = format!("127.0.0.1:{},127.0.0.1:{}", nodes[0].port, nodes[1].port);
-    let mut demo = Demo {
-        exe: from.clone(),
-        log_dir,
-        nodes,
-        seeds,
-        targets: Arc::new(Mutex::new(Vec::new())),
-        last_table: String::new(),
-        extra_env: vec![(
-            "CONCORD__CLUSTER__APP_VERSION".into(),
-            o.from_app_version.clone(),
-        )],
-        quiet: true,
-    };
+    let mut demo = Demo::new(from, "concord-upgrade", n)?;
+    demo.extra_env = vec![(
+        "CONCORD__CLUSTER__APP_VERSION".into(),
+        o.from_app_version.clone(),
+    )];
+    demo.quiet = true;
     let result = tokio::select! {
         r = roll(&mut demo, &o, to) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
