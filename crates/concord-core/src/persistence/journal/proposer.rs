@@ -136,14 +136,31 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     /// Holds `req` (its round was lost to replicas that could not answer yet, none
-    /// refusing: e.g. new replicas still waiting for their handoff) to be sent again
-    /// after [`RETRY_MS`], if it is a phase 1 or a single round and its deadline leaves
-    /// time; gives it back otherwise.
-    fn hold(&mut self, now_ms: u64, req: Request) -> Option<Request> {
+    /// refusing: e.g. new replicas still waiting for their handoff, or a replica whose
+    /// view of the ring differs) to be sent again after [`RETRY_MS`] if its deadline
+    /// leaves time and no replica found it malformed; gives it back otherwise.
+    ///
+    /// A lost accept (phase 2: an established writer's append, or the tail a recovery
+    /// proposes again) is held as a phase 1: the writer is forgotten and prepares again
+    /// at a higher ballot with the replicas of its view then, as a new writer does. The
+    /// promises of that round hold the write if any replica accepted it (then it is
+    /// proposed again as part of the log's uncertain tail, Paxos' rule) and hold any
+    /// other writer's writes (then the append fails as a conflict, as a new writer's
+    /// would): so a ring change that leaves a majority of a log's replicas unable to
+    /// answer for a moment delays its writer's append instead of failing it.
+    fn hold(&mut self, now_ms: u64, mut req: Request) -> Option<Request> {
         let again = now_ms.saturating_add(RETRY_MS);
-        let retriable = matches!(req.phase, Phase::Preparing { .. } | Phase::Single);
-        if !retriable || again >= req.deadline_ms {
+        let malformed = req
+            .unable
+            .values()
+            .any(|r| *r == super::UnableReason::BadRequest);
+        if malformed || again >= req.deadline_ms {
             return Some(req);
+        }
+        if let Phase::Accepting { ballot, .. } = req.phase {
+            self.writers.remove(&req.log);
+            self.stats.accepts_prepared_again += 1;
+            req.phase = Phase::Preparing { ballot, attempt: 1 };
         }
         self.stats.held += 1;
         self.held_requests.push((again, req));
@@ -435,6 +452,18 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 (rec.tail.clone(), rec.highest, found.page, false)
             }
+            Op::Append { write, compact } if own_write_found(&answers, &rec, write) => {
+                // This writer's own write, accepted by some replicas in a round a
+                // majority could not take (see `hold`): chosen now with the tail it ends.
+                if rec.tail.is_empty() {
+                    // Already committed (another node's recovery chose it).
+                    self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
+                    self.stats.appends += 1;
+                    self.finish_round(req.caller, req.local_turn, Ok(JournalOutput::Appended));
+                    return;
+                }
+                (rec.tail.clone(), rec.highest, Vec::new(), *compact)
+            }
             Op::Append { write, compact } => {
                 if rec.highest.checked_add(1) != Some(write.first_seq) {
                     self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
@@ -576,6 +605,22 @@ impl<S: KvStorage> JournalMachine<S> {
             }
         }
     }
+}
+
+/// True if the promises `answers` (of a phase 1 from `write.first_seq`) hold `write` as
+/// the log's last write: the value at its slot (the highest ballot's) has its events and
+/// timestamp, and nothing follows it. Only a write of this writer can be found so — its
+/// earlier accept, taken by a minority — or one with the same events at the same slot,
+/// which leaves the log as the append would.
+fn own_write_found(answers: &[Answer], rec: &chain::Recovered, write: &Entry) -> bool {
+    if rec.highest != write.last_seq() {
+        return false;
+    }
+    let slot = write.first_seq;
+    let (found, _) = chain::walk(answers, slot, slot, slot.saturating_add(1), 1);
+    found.first().is_some_and(|e| {
+        e.first_seq == slot && e.events == write.events && e.timestamp_ms == write.timestamp_ms
+    })
 }
 
 fn conflict_next(log: &str, next: u64, first: u64) -> JournalError {

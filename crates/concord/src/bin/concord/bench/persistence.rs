@@ -486,9 +486,9 @@ async fn prefill_as(
 }
 
 /// Appends `w`, trying again for up to [`PREFILL_RETRY`] while the store answers that it
-/// is unavailable, as an entity restarted by its caller would (recoveries wait for a
-/// just-formed cluster's handoffs, but an established writer's append fails at once when
-/// a majority of its replicas cannot take it yet: docs/PERSISTENCE.md, "Ring changes").
+/// is unavailable, as an entity restarted by its caller would (the journal holds a round
+/// its replicas cannot answer yet only until `write-timeout`: docs/PERSISTENCE.md, "Ring
+/// changes").
 async fn append_retrying(journal: &dyn Journal, w: AtomicWrite) -> anyhow::Result<()> {
     let deadline = Instant::now() + PREFILL_RETRY;
     loop {

@@ -135,7 +135,12 @@ impl Demo {
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
         let log = self.log_dir.join(format!("node-{}.log", i + 1));
-        let file = std::fs::File::create(&log)
+        // Appended: a node started again (restarted, or replaced by another version)
+        // keeps its earlier incarnation's log above its own.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
         let data = self.log_dir.join(format!("data-{}", i + 1));
         let n = &mut self.nodes[i];
