@@ -91,14 +91,20 @@ pub fn replicas_digest<'a>(replicas: impl IntoIterator<Item = &'a UniqueAddress>
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     Tick,
+    /// The earliest held request is due ([`JournalMachine::retry_held`]).
+    Held,
 }
 
 const TICK_MS: u64 = 100;
 /// Period of the look for segments held here that this node does not replicate, ms.
 const MISPLACED_MS: u64 = 5_000;
-/// A round lost to replicas that could not answer yet is sent again after this long, ms
-/// (within the request's deadline).
+/// A round lost to replicas that could not answer yet is sent again after
+/// [`RETRY_FIRST_MS`], doubled at each hold up to this long, ms (within the request's
+/// deadline): a view of the ring that lags by a gossip round costs a few ms, a handoff of
+/// seconds a round every 100 ms.
 const RETRY_MS: u64 = 100;
+/// The first wait of a held round, ms.
+const RETRY_FIRST_MS: u64 = 10;
 /// Phase-1 attempts before a recovery gives up (each above the highest refusal).
 const MAX_PREPARES: u32 = 5;
 /// Longest log name accepted from the network, bytes.
@@ -546,6 +552,7 @@ impl<S: KvStorage> ProtocolMachine for JournalMachine<S> {
                     self.handoff_tick(now_ms);
                     self.out.timers.set(Timer::Tick, now_ms + TICK_MS);
                 }
+                Timer::Held => self.retry_held(now_ms),
             }
         }
         self.after_input();

@@ -7,7 +7,8 @@ use super::entry::{Ballot, Entry};
 use super::message::JournalMessage;
 use super::request::{Op, Phase, Request};
 use super::{
-    replicas_digest, JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES, RETRY_MS,
+    replicas_digest, JournalError, JournalMachine, JournalOutput, Timer, Writer, MAX_PREPARES,
+    RETRY_FIRST_MS, RETRY_MS,
 };
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
@@ -60,6 +61,7 @@ impl<S: KvStorage> JournalMachine<S> {
             unable: Default::default(),
             deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
             local_turn: None,
+            holds: 0,
         };
         match req.op.clone() {
             Op::Append { write, compact } => match self.writers.get(&req.log).copied() {
@@ -137,8 +139,9 @@ impl<S: KvStorage> JournalMachine<S> {
 
     /// Holds `req` (its round was lost to replicas that could not answer yet, none
     /// refusing: e.g. new replicas still waiting for their handoff, or a replica whose
-    /// view of the ring differs) to be sent again after [`RETRY_MS`] if its deadline
-    /// leaves time and no replica found it malformed; gives it back otherwise.
+    /// view of the ring differs) to be sent again — after [`RETRY_FIRST_MS`], doubled at
+    /// each hold of the request up to [`RETRY_MS`] — if its deadline leaves time and no
+    /// replica found it malformed; gives it back otherwise.
     ///
     /// A lost accept (phase 2: an established writer's append, or the tail a recovery
     /// proposes again) is held as a phase 1: the writer is forgotten and prepares again
@@ -149,7 +152,10 @@ impl<S: KvStorage> JournalMachine<S> {
     /// would): so a ring change that leaves a majority of a log's replicas unable to
     /// answer for a moment delays its writer's append instead of failing it.
     fn hold(&mut self, now_ms: u64, mut req: Request) -> Option<Request> {
-        let again = now_ms.saturating_add(RETRY_MS);
+        let wait = RETRY_FIRST_MS
+            .saturating_mul(1u64 << req.holds.min(16))
+            .min(RETRY_MS);
+        let again = now_ms.saturating_add(wait);
         let malformed = req
             .unable
             .values()
@@ -163,7 +169,9 @@ impl<S: KvStorage> JournalMachine<S> {
             req.phase = Phase::Preparing { ballot, attempt: 1 };
         }
         self.stats.held += 1;
+        req.holds = req.holds.saturating_add(1);
         self.held_requests.push((again, req));
+        self.arm_held_timer();
         None
     }
 
@@ -177,6 +185,7 @@ impl<S: KvStorage> JournalMachine<S> {
             .into_iter()
             .partition(|(at, _)| *at <= now_ms);
         self.held_requests = wait;
+        self.arm_held_timer();
         for (_, mut req) in due {
             req.replicas = self.replicas(&req.log);
             req.replicas_digest = replicas_digest(&req.replicas);
@@ -194,6 +203,16 @@ impl<S: KvStorage> JournalMachine<S> {
                     self.prepare(now_ms, req, Ballot::ZERO, attempt)
                 }
                 _ => self.send_single(now_ms, req),
+            }
+        }
+    }
+
+    /// Sets [`Timer::Held`] to the earliest held request's due time (cancels it if none).
+    fn arm_held_timer(&mut self) {
+        match self.held_requests.iter().map(|(at, _)| *at).min() {
+            Some(at) => self.out.timers.set(Timer::Held, at),
+            None => {
+                self.out.timers.cancel(&Timer::Held);
             }
         }
     }

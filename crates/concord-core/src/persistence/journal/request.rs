@@ -100,6 +100,8 @@ pub struct Request {
     /// The turn (the machine's commits so far) in which this node's own replica last
     /// answered a round of it: while that turn is not committed, neither is the answer.
     pub local_turn: Option<u64>,
+    /// Times this request was held ([`super::JournalMachine`] waits longer each time).
+    pub holds: u32,
 }
 
 impl Request {

@@ -36,8 +36,9 @@ pub(crate) struct Record {
     logs_sent: BTreeMap<(usize, usize), BTreeSet<u64>>,
     /// (ms since the load started, latency µs) of every answered request.
     latencies_us: Vec<(u64, u64)>,
-    /// When each failed request ended, ms since the load started.
-    failed_at_ms: Vec<u64>,
+    /// When each failed request ended (ms since the load started), and why (see
+    /// [`failure`]).
+    failed_at_ms: Vec<(u64, String)>,
     ok: u64,
     failed: u64,
 }
@@ -123,7 +124,7 @@ async fn worker(
         };
         round += 1;
         let started = Instant::now();
-        let ok = if round.is_multiple_of(2) {
+        let why = if round.is_multiple_of(2) {
             let c = rand::rng().random_range(0..COUNTERS);
             if let Ok(mut r) = record.lock() {
                 *r.counters_sent.entry(c).or_default() += 1;
@@ -133,13 +134,13 @@ async fn worker(
                 .form(&[("delta", "1")])
                 .send()
                 .await;
-            let ok = matches!(&resp, Ok(r) if r.status() == 200);
-            if ok {
+            let why = failure(resp, 200, "counter").await;
+            if why.is_none() {
                 if let Ok(mut r) = record.lock() {
                     *r.counters_acked.entry(c).or_default() += 1;
                 }
             }
-            ok
+            why
         } else {
             // This worker's logs only: one log's appends through one node are sequential.
             let logs: Vec<usize> = (w..LOGS).step_by(WORKERS).collect();
@@ -155,14 +156,15 @@ async fn worker(
                 .form(&[("value", format!("{node}-{s}"))])
                 .send()
                 .await;
-            let ok = matches!(&resp, Ok(r) if r.status() == 202);
-            if ok {
+            let why = failure(resp, 202, "log").await;
+            if why.is_none() {
                 if let Ok(mut r) = record.lock() {
                     r.logs_acked.entry((l, node)).or_default().push(s);
                 }
             }
-            ok
+            why
         };
+        let ok = why.is_none();
         if let Ok(mut r) = record.lock() {
             let at = load_started.elapsed().as_millis() as u64;
             if ok {
@@ -171,7 +173,7 @@ async fn worker(
                     .push((at, started.elapsed().as_micros() as u64));
             } else {
                 r.failed += 1;
-                r.failed_at_ms.push(at);
+                r.failed_at_ms.push((at, why.unwrap_or_default()));
             }
         }
         if !ok {
@@ -327,6 +329,8 @@ pub(crate) struct Window {
     pub(crate) latencies_us: Vec<u64>,
     /// Requests that failed (an error or a status other than the acknowledgement).
     pub(crate) failed: u64,
+    /// Why they failed ([`failure`]) → how many.
+    pub(crate) causes: BTreeMap<String, u64>,
 }
 
 impl Window {
@@ -353,11 +357,55 @@ impl Finished {
             .map(|(_, l)| *l)
             .collect();
         latencies_us.sort_unstable();
+        let mut causes: BTreeMap<String, u64> = BTreeMap::new();
+        for (_, why) in r.failed_at_ms.iter().filter(|(t, _)| in_window(*t)) {
+            *causes.entry(why.clone()).or_default() += 1;
+        }
         Window {
             latencies_us,
-            failed: r.failed_at_ms.iter().filter(|t| in_window(**t)).count() as u64,
+            failed: causes.values().sum(),
+            causes,
         }
     }
+}
+
+/// Why a request to the sample's `route` failed — `None` if it was answered `expected`:
+/// the status and the answer's first words (numbers and ids blanked, so that causes group),
+/// or the client's error.
+async fn failure(
+    resp: Result<reqwest::Response, reqwest::Error>,
+    expected: u16,
+    route: &str,
+) -> Option<String> {
+    match resp {
+        Ok(r) if r.status().as_u16() == expected => None,
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            Some(format!("{route} {status}: {}", gist(&body)))
+        }
+        Err(e) if e.is_timeout() => Some(format!("{route}: timed out")),
+        Err(e) if e.is_connect() => Some(format!("{route}: could not connect")),
+        Err(_) => Some(format!("{route}: connection failed")),
+    }
+}
+
+/// The first 160 characters of `text`, with runs of digits replaced by `#`.
+fn gist(text: &str) -> String {
+    let mut out = String::new();
+    let mut digits = false;
+    for c in text.chars().take(160) {
+        if c.is_ascii_digit() {
+            if !digits {
+                out.push('#');
+            }
+            digits = true;
+        } else {
+            out.push(c);
+            digits = false;
+        }
+    }
+    out
 }
 
 /// `GET` a JSON answer from the node at `port`, retried while the entity moves.

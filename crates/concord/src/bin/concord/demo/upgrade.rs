@@ -106,10 +106,79 @@ fn sample_shards(demo: &Demo, stop: Arc<AtomicBool>) -> Arc<Mutex<ShardMoves>> {
     moves
 }
 
+/// The phases of one node's replacement, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// From SIGTERM until the old process exited (its shards hand over, it leaves).
+    Leaving,
+    /// From then until the new process is Up on every node.
+    Joining,
+    /// From then until the cluster settled ([`settle`]).
+    Settling,
+    /// From then until the next replacement (or the roll's end).
+    Settled,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Leaving => "leaving",
+            Phase::Joining => "joining",
+            Phase::Settling => "settling",
+            Phase::Settled => "settled",
+        }
+    }
+}
+
+/// How long a replacement waits for the cluster to settle before the next one.
+const SETTLE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits until every node in `nodes` reports, three times in a row 250 ms apart, no
+/// journal segment waiting for its handoff (`concord_journal_pending_segments`) and no
+/// shard handoff in progress (`concord_sharding_handoffs_in_progress`); how long that
+/// took, or `None` after [`SETTLE_WITHIN`].
+async fn settle(demo: &Demo, nodes: &[usize]) -> Option<Duration> {
+    let started = Instant::now();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let mut quiet = 0;
+    while started.elapsed() < SETTLE_WITHIN {
+        let mut busy = false;
+        for &i in nodes {
+            let url = format!("http://127.0.0.1:{}/metrics", demo.nodes[i].management_port);
+            let text = match http.get(&url).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            let sum = |name: &str| -> f64 {
+                text.lines()
+                    .filter(|l| l.starts_with(name))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum()
+            };
+            if text.is_empty()
+                || sum("concord_journal_pending_segments") > 0.0
+                || sum("concord_sharding_handoffs_in_progress") > 0.0
+            {
+                busy = true;
+            }
+        }
+        quiet = if busy { 0 } else { quiet + 1 };
+        if quiet >= 3 {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
 fn window_json(w: &Window) -> serde_json::Value {
     json!({
         "requests": w.latencies_us.len(),
         "failed": w.failed,
+        "causes": w.causes,
         "p50Ms": w.percentile_ms(0.50),
         "p99Ms": w.percentile_ms(0.99),
     })
@@ -200,12 +269,15 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         "CONCORD__CLUSTER__APP_VERSION".into(),
         o.to_app_version.clone(),
     )];
+    // When each phase of each replacement began (ms of the load's clock).
+    let mut phases: Vec<(u64, Phase)> = Vec::new();
     for i in 0..n {
         let others: Vec<usize> = all_nodes.iter().copied().filter(|x| *x != i).collect();
         demo.set_targets(&others);
         // In-flight requests to it finish first (a load balancer draining it).
         tokio::time::sleep(Duration::from_millis(300)).await;
         let started = Instant::now();
+        phases.push((load.elapsed_ms(), Phase::Leaving));
         demo.signal(i, Signal::SIGTERM);
         if let Some(c) = &mut demo.nodes[i].child {
             match tokio::time::timeout(Duration::from_secs(90), c.wait()).await {
@@ -215,6 +287,7 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
             }
         }
         let stopped = started.elapsed();
+        phases.push((load.elapsed_ms(), Phase::Joining));
         demo.spawn(i)?;
         // Up everywhere; its own view shows its new app-version (an earlier version's
         // `GET /cluster/members` may not carry app-versions).
@@ -228,11 +301,22 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         })
         .await?;
         demo.set_targets(&all_nodes);
+        let up = started.elapsed();
+        phases.push((load.elapsed_ms(), Phase::Settling));
+        // Before the next node goes, the cluster settles: no journal segment waiting for
+        // its handoff and no shard handoff in flight on any node (an operator's "wait
+        // until ready"; Kubernetes' readiness gate between pods).
+        let settled = settle(demo, &all_nodes).await;
+        phases.push((load.elapsed_ms(), Phase::Settled));
         println!(
-            "  ✓ node {} replaced: left and exited in {:.1} s, the new version Up everywhere {:.1} s after SIGTERM",
+            "  ✓ node {} replaced: left and exited in {:.1} s, the new version Up everywhere {:.1} s after SIGTERM, {}",
             i + 1,
             stopped.as_secs_f64(),
-            started.elapsed().as_secs_f64()
+            up.as_secs_f64(),
+            match settled {
+                Some(t) => format!("the cluster settled {:.1} s after", t.as_secs_f64()),
+                None => format!("the cluster not settled within {} s (going on)", SETTLE_WITHIN.as_secs()),
+            }
         );
     }
     let roll_to = load.elapsed_ms();
@@ -276,10 +360,39 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         steady.failed,
         after.failed
     );
+    for (why, count) in &rolling.causes {
+        println!("    {count} × {why}");
+    }
     println!(
         "  shard moves: {total} over {shards} shards during the roll and after ({:.2} per shard, {:.2} per shard per node replaced; most for one shard: {max}; target ≤ 1 per node replaced, ≤ {n} per shard)",
         f64::from(total) / shards as f64,
         f64::from(total) / shards as f64 / n as f64
+    );
+    // Which phases the slow requests fell in: slower than twice the steady p99.
+    let slow_us = (steady.percentile_ms(0.99) * 2_000.0) as u64;
+    let mut by_phase: BTreeMap<Phase, (u64, u64)> = BTreeMap::new();
+    for (k, (from, phase)) in phases.iter().enumerate() {
+        let to = phases.get(k + 1).map_or(roll_to, |p| p.0);
+        let w = finished.window(*from, to);
+        let slow = w.latencies_us.iter().filter(|l| **l > slow_us).count() as u64;
+        let e = by_phase.entry(*phase).or_default();
+        e.0 += slow;
+        e.1 += w.latencies_us.len() as u64;
+    }
+    let shares: Vec<String> = by_phase
+        .iter()
+        .map(|(p, (slow, all))| {
+            format!(
+                "{} {slow} of {all} ({:.1} %)",
+                p.label(),
+                100.0 * *slow as f64 / (*all).max(1) as f64
+            )
+        })
+        .collect();
+    println!(
+        "  requests slower than {:.1} ms (2× the steady p99) by phase: {}",
+        slow_us as f64 / 1000.0,
+        shares.join(", ")
     );
     println!(
         "  p99 latency: {:.1} ms steady, {:.1} ms during the roll ({ratio:.2}×, target ≤ 2×), {:.1} ms after; p50 {:.1} / {:.1} / {:.1} ms",
@@ -304,6 +417,10 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
                 "maxMovesPerShard": max,
                 "movesPerShardPerNodeReplaced": f64::from(total) / shards as f64 / n as f64,
                 "shardSamples": m.samples,
+                "slowByPhase": by_phase
+                    .iter()
+                    .map(|(p, (slow, all))| (p.label().to_string(), json!({ "slow": slow, "requests": all })))
+                    .collect::<serde_json::Map<_, _>>(),
             })
         );
     }
