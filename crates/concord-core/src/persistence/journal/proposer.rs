@@ -5,7 +5,7 @@
 use super::chain::{self, Answer};
 use super::entry::{Ballot, Entry};
 use super::message::JournalMessage;
-use super::request::{Op, Phase, Request};
+use super::request::{AcceptContent, Op, Phase, Request};
 use super::{
     replicas_digest, JournalError, JournalMachine, JournalOutput, Timer, Writer, MAX_PREPARES,
     RETRY_FIRST_MS, RETRY_MS,
@@ -72,16 +72,13 @@ impl<S: KvStorage> JournalMachine<S> {
                         highest,
                         page: Vec::new(),
                         learn: vec![(write.first_seq, w.ballot)],
+                        accept: AcceptContent {
+                            committed: write.first_seq - 1,
+                            compact,
+                            writes: vec![write],
+                        },
                     };
-                    let msg = |request, log: &str| JournalMessage::Accept {
-                        request,
-                        log: log.to_owned(),
-                        ballot: w.ballot,
-                        committed: write.first_seq - 1,
-                        compact,
-                        writes: vec![write.clone()],
-                    };
-                    self.send_round(now_ms, req, msg);
+                    self.send_accept(now_ms, req);
                 }
                 Some(w) => {
                     self.stats.conflicts += 1;
@@ -144,13 +141,12 @@ impl<S: KvStorage> JournalMachine<S> {
     /// replica found it malformed; gives it back otherwise.
     ///
     /// A lost accept (phase 2: an established writer's append, or the tail a recovery
-    /// proposes again) is held as a phase 1: the writer is forgotten and prepares again
-    /// at a higher ballot with the replicas of its view then, as a new writer does. The
-    /// promises of that round hold the write if any replica accepted it (then it is
-    /// proposed again as part of the log's uncertain tail, Paxos' rule) and hold any
-    /// other writer's writes (then the append fails as a conflict, as a new writer's
-    /// would): so a ring change that leaves a majority of a log's replicas unable to
-    /// answer for a moment delays its writer's append instead of failing it.
+    /// proposes again) is sent again as it was — the same ballot and writes — to the log's
+    /// replicas in this node's view then, as the writer's next append would be after a
+    /// ring change: so a ring change that leaves a majority of a log's replicas unable to
+    /// answer for a moment delays the append instead of failing it, and a writer that
+    /// lost the log meanwhile is refused (then the append fails as unavailable: an
+    /// earlier round may have been taken by a minority, so the write may be stored).
     fn hold(&mut self, now_ms: u64, mut req: Request) -> Option<Request> {
         let wait = RETRY_FIRST_MS
             .saturating_mul(1u64 << req.holds.min(16))
@@ -163,10 +159,8 @@ impl<S: KvStorage> JournalMachine<S> {
         if malformed || again >= req.deadline_ms {
             return Some(req);
         }
-        if let Phase::Accepting { ballot, .. } = req.phase {
-            self.writers.remove(&req.log);
-            self.stats.accepts_prepared_again += 1;
-            req.phase = Phase::Preparing { ballot, attempt: 1 };
+        if matches!(req.phase, Phase::Accepting { .. }) {
+            self.stats.accepts_held += 1;
         }
         self.stats.held += 1;
         req.holds = req.holds.saturating_add(1);
@@ -202,9 +196,26 @@ impl<S: KvStorage> JournalMachine<S> {
                 Phase::Preparing { attempt, .. } => {
                     self.prepare(now_ms, req, Ballot::ZERO, attempt)
                 }
-                _ => self.send_single(now_ms, req),
+                Phase::Accepting { .. } => self.send_accept(now_ms, req),
+                Phase::Single => self.send_single(now_ms, req),
             }
         }
+    }
+
+    /// Sends the accept round of `req` (in [`Phase::Accepting`]) to its replicas.
+    fn send_accept(&mut self, now_ms: u64, req: Request) {
+        let Phase::Accepting { ballot, accept, .. } = &req.phase else {
+            return;
+        };
+        let (ballot, accept) = (*ballot, accept.clone());
+        self.send_round(now_ms, req, |request, log| JournalMessage::Accept {
+            request,
+            log: log.to_owned(),
+            ballot,
+            committed: accept.committed,
+            compact: accept.compact,
+            writes: accept.writes.clone(),
+        });
     }
 
     /// Sets [`Timer::Held`] to the earliest held request's due time (cancels it if none).
@@ -297,9 +308,8 @@ impl<S: KvStorage> JournalMachine<S> {
                 // The replier sees another replica list for the log: one of the two views
                 // lags a ring change. Its answer does not count towards this list's
                 // majority (that may not intersect the majority that chose the last
-                // writes, or that a newer writer prepared); a lost phase 1 or single
-                // round (a read, a snapshot saved or loaded, a delete) is held and sent
-                // again with this node's view then, a lost accept fails.
+                // writes, or that a newer writer prepared); a lost round is held and sent
+                // again with this node's view then (`hold`).
                 self.stats.view_mismatches += 1;
                 req.refused.insert(from.clone(), None);
                 return self.after_answer(now_ms, wire, req);
@@ -393,6 +403,7 @@ impl<S: KvStorage> JournalMachine<S> {
                     highest,
                     page,
                     learn,
+                    ..
                 },
                 op,
             ) => {
@@ -471,18 +482,6 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
                 (rec.tail.clone(), rec.highest, found.page, false)
             }
-            Op::Append { write, compact } if own_write_found(&answers, &rec, write) => {
-                // This writer's own write, accepted by some replicas in a round a
-                // majority could not take (see `hold`): chosen now with the tail it ends.
-                if rec.tail.is_empty() {
-                    // Already committed (another node's recovery chose it).
-                    self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
-                    self.stats.appends += 1;
-                    self.finish_round(req.caller, req.local_turn, Ok(JournalOutput::Appended));
-                    return;
-                }
-                (rec.tail.clone(), rec.highest, Vec::new(), *compact)
-            }
             Op::Append { write, compact } => {
                 if rec.highest.checked_add(1) != Some(write.first_seq) {
                     self.remember_writer(&req.log, ballot, rec.highest.saturating_add(1));
@@ -526,21 +525,18 @@ impl<S: KvStorage> JournalMachine<S> {
             return;
         }
         learn.extend(writes.iter().map(|w| (w.first_seq, ballot)));
-        let committed = rec.committed;
         req.phase = Phase::Accepting {
             ballot,
             highest,
             page,
             learn,
+            accept: AcceptContent {
+                committed: rec.committed,
+                compact,
+                writes,
+            },
         };
-        self.send_round(now_ms, req, |request, log| JournalMessage::Accept {
-            request,
-            log: log.to_owned(),
-            ballot,
-            committed,
-            compact,
-            writes: writes.clone(),
-        });
+        self.send_accept(now_ms, req);
     }
 
     fn round_lost(&mut self, now_ms: u64, req: Request) {
@@ -549,6 +545,19 @@ impl<S: KvStorage> JournalMachine<S> {
         match req.phase {
             Phase::Preparing { attempt, .. } if nacked && attempt < MAX_PREPARES => {
                 self.prepare(now_ms, req, refusal, attempt + 1);
+            }
+            Phase::Accepting { .. } if nacked && req.holds > 0 => {
+                // An earlier round of this accept may have been taken by a minority,
+                // whose write the other writer's recovery may have chosen: not known.
+                self.writers.remove(&req.log);
+                self.stats.conflicts += 1;
+                self.finish(
+                    req.caller,
+                    Err(JournalError::Unavailable(format!(
+                        "{}: another writer took it over while the write was held (a replica promised ballot {}.{}); the write may be stored",
+                        req.log, refusal.round, refusal.node
+                    ))),
+                );
             }
             Phase::Preparing { .. } | Phase::Accepting { .. } if nacked => {
                 self.writers.remove(&req.log);
@@ -624,22 +633,6 @@ impl<S: KvStorage> JournalMachine<S> {
             }
         }
     }
-}
-
-/// True if the promises `answers` (of a phase 1 from `write.first_seq`) hold `write` as
-/// the log's last write: the value at its slot (the highest ballot's) has its events and
-/// timestamp, and nothing follows it. Only a write of this writer can be found so — its
-/// earlier accept, taken by a minority — or one with the same events at the same slot,
-/// which leaves the log as the append would.
-fn own_write_found(answers: &[Answer], rec: &chain::Recovered, write: &Entry) -> bool {
-    if rec.highest != write.last_seq() {
-        return false;
-    }
-    let slot = write.first_seq;
-    let (found, _) = chain::walk(answers, slot, slot, slot.saturating_add(1), 1);
-    found.first().is_some_and(|e| {
-        e.first_seq == slot && e.events == write.events && e.timestamp_ms == write.timestamp_ms
-    })
 }
 
 fn conflict_next(log: &str, next: u64, first: u64) -> JournalError {

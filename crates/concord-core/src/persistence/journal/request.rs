@@ -65,9 +65,23 @@ pub enum Phase {
         page: Vec<Entry>,
         /// (slot, ballot) of the writes chosen once accepted (told to the replicas).
         learn: Vec<(u64, Ballot)>,
+        /// What the accept carries — its committed prefix, whether it compacts, its
+        /// writes — kept to send it again when held.
+        accept: AcceptContent,
     },
     /// Reads, snapshot loads and saves, deletes: one round.
     Single,
+}
+
+/// The content of an accept round (see [`Phase::Accepting`]).
+#[derive(Debug, Clone)]
+pub struct AcceptContent {
+    /// The committed prefix it states.
+    pub committed: u64,
+    /// Whether it compacts the log.
+    pub compact: bool,
+    /// The writes.
+    pub writes: Vec<Entry>,
 }
 
 /// A request in flight.

@@ -23,11 +23,12 @@ pub struct JournalStats {
     /// Learns given up (too many waiting).
     pub learns_dropped: u64,
     /// Rounds held to be sent again: a majority of the log's replicas could not answer
-    /// yet (new replicas waiting for their handoff), none refused.
+    /// yet (new replicas waiting for their handoff, or replicas whose view of the ring
+    /// differs from this node's), none refused.
     pub held: u64,
-    /// Accepts a majority could not take, none refusing (a ring change under way): the
-    /// writer prepared again instead of failing the append (counted in `held` too).
-    pub accepts_prepared_again: u64,
+    /// Accepts among them (a ring change under way): sent again instead of failing the
+    /// append.
+    pub accepts_held: u64,
     /// Recovery rounds whose majority of promises lacked a write of the committed prefix
     /// (a replica set changing, a handoff half done): not answered, held.
     pub gaps: u64,

@@ -66,8 +66,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_learn_resends_total", &l).absolute(s.learn_resends);
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);
     metrics::counter!("concord_journal_held_total", &l).absolute(s.held);
-    metrics::counter!("concord_journal_accepts_prepared_again_total", &l)
-        .absolute(s.accepts_prepared_again);
+    metrics::counter!("concord_journal_accepts_held_total", &l).absolute(s.accepts_held);
     metrics::counter!("concord_journal_gaps_total", &l).absolute(s.gaps);
     metrics::counter!("concord_journal_view_mismatches_total", &l).absolute(s.view_mismatches);
     metrics::counter!("concord_journal_state_cache_hits_total", &l).absolute(m.state_cache_hits());
