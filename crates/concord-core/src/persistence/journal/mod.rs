@@ -31,6 +31,7 @@ pub mod entry;
 pub mod give_up;
 pub mod handoff;
 mod handoff_records;
+mod held;
 pub mod last_ring;
 pub mod learn;
 pub mod message;

@@ -1,15 +1,12 @@
 //! The proposer side of [`JournalMachine`]: requests of this node's writers — ballots,
 //! rounds to a log's replicas, promises (recovery: the chain and its uncertain tail),
-//! accepts, refusals and deadlines.
+//! accepts and refusals (held rounds and deadlines: `held`).
 
 use super::chain::{self, Answer};
 use super::entry::{Ballot, Entry};
 use super::message::JournalMessage;
 use super::request::{AcceptContent, Op, Phase, Request};
-use super::{
-    replicas_digest, JournalError, JournalMachine, JournalOutput, Timer, Writer, MAX_PREPARES,
-    RETRY_FIRST_MS, RETRY_MS,
-};
+use super::{replicas_digest, JournalError, JournalMachine, JournalOutput, Writer, MAX_PREPARES};
 use crate::address::UniqueAddress;
 use crate::kv::storage::KvStorage;
 use crate::protocol::{Lane, Transmit};
@@ -62,6 +59,7 @@ impl<S: KvStorage> JournalMachine<S> {
             deadline_ms: now_ms.saturating_add(self.settings.request_timeout_ms),
             local_turn: None,
             holds: 0,
+            maybe_stored: false,
         };
         match req.op.clone() {
             Op::Append { write, compact } => match self.writers.get(&req.log).copied() {
@@ -95,7 +93,7 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     /// Sends the one round of a read, snapshot save or load, or delete.
-    fn send_single(&mut self, now_ms: u64, req: Request) {
+    pub(super) fn send_single(&mut self, now_ms: u64, req: Request) {
         match req.op.clone() {
             Op::Read {
                 from, max_events, ..
@@ -134,76 +132,8 @@ impl<S: KvStorage> JournalMachine<S> {
         }
     }
 
-    /// Holds `req` (its round was lost to replicas that could not answer yet, none
-    /// refusing: e.g. new replicas still waiting for their handoff, or a replica whose
-    /// view of the ring differs) to be sent again — after [`RETRY_FIRST_MS`], doubled at
-    /// each hold of the request up to [`RETRY_MS`] — if its deadline leaves time and no
-    /// replica found it malformed; gives it back otherwise.
-    ///
-    /// A lost accept (phase 2: an established writer's append, or the tail a recovery
-    /// proposes again) is sent again as it was — the same ballot and writes — to the log's
-    /// replicas in this node's view then, as the writer's next append would be after a
-    /// ring change: so a ring change that leaves a majority of a log's replicas unable to
-    /// answer for a moment delays the append instead of failing it, and a writer that
-    /// lost the log meanwhile is refused (then the append fails as unavailable: an
-    /// earlier round may have been taken by a minority, so the write may be stored).
-    fn hold(&mut self, now_ms: u64, mut req: Request) -> Option<Request> {
-        let wait = RETRY_FIRST_MS
-            .saturating_mul(1u64 << req.holds.min(16))
-            .min(RETRY_MS);
-        let again = now_ms.saturating_add(wait);
-        let malformed = req
-            .unable
-            .values()
-            .any(|r| *r == super::UnableReason::BadRequest);
-        if malformed || again >= req.deadline_ms {
-            return Some(req);
-        }
-        if matches!(req.phase, Phase::Accepting { .. }) {
-            self.stats.accepts_held += 1;
-        }
-        self.stats.held += 1;
-        req.holds = req.holds.saturating_add(1);
-        self.held_requests.push((again, req));
-        self.arm_held_timer();
-        None
-    }
-
-    /// Sends the held requests that are due again, each to the log's replicas in this
-    /// node's current view of the ring.
-    pub(super) fn retry_held(&mut self, now_ms: u64) {
-        if self.held_requests.is_empty() {
-            return;
-        }
-        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_requests)
-            .into_iter()
-            .partition(|(at, _)| *at <= now_ms);
-        self.held_requests = wait;
-        self.arm_held_timer();
-        for (_, mut req) in due {
-            req.replicas = self.replicas(&req.log);
-            req.replicas_digest = replicas_digest(&req.replicas);
-            if req.replicas.is_empty() {
-                self.finish(
-                    req.caller,
-                    Err(JournalError::Unavailable(
-                        "no member hosts the journal now".into(),
-                    )),
-                );
-                continue;
-            }
-            match req.phase {
-                Phase::Preparing { attempt, .. } => {
-                    self.prepare(now_ms, req, Ballot::ZERO, attempt)
-                }
-                Phase::Accepting { .. } => self.send_accept(now_ms, req),
-                Phase::Single => self.send_single(now_ms, req),
-            }
-        }
-    }
-
     /// Sends the accept round of `req` (in [`Phase::Accepting`]) to its replicas.
-    fn send_accept(&mut self, now_ms: u64, req: Request) {
+    pub(super) fn send_accept(&mut self, now_ms: u64, req: Request) {
         let Phase::Accepting { ballot, accept, .. } = &req.phase else {
             return;
         };
@@ -218,17 +148,7 @@ impl<S: KvStorage> JournalMachine<S> {
         });
     }
 
-    /// Sets [`Timer::Held`] to the earliest held request's due time (cancels it if none).
-    fn arm_held_timer(&mut self) {
-        match self.held_requests.iter().map(|(at, _)| *at).min() {
-            Some(at) => self.out.timers.set(Timer::Held, at),
-            None => {
-                self.out.timers.cancel(&Timer::Held);
-            }
-        }
-    }
-
-    fn prepare(&mut self, now_ms: u64, mut req: Request, above: Ballot, attempt: u32) {
+    pub(super) fn prepare(&mut self, now_ms: u64, mut req: Request, above: Ballot, attempt: u32) {
         let ballot = self.next_ballot(now_ms, above);
         req.phase = Phase::Preparing { ballot, attempt };
         req.newest_snapshot = None;
@@ -302,6 +222,10 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         if *from == self.self_node {
             req.local_turn = Some(self.turns);
+        }
+        if matches!(msg, JournalMessage::Accepted { .. }) {
+            // Stored there, counted or not.
+            req.maybe_stored = true;
         }
         if let Some(&mut replicas) = msg.replicas_mut() {
             if replicas != 0 && replicas != req.replicas_digest {
@@ -546,15 +470,17 @@ impl<S: KvStorage> JournalMachine<S> {
             Phase::Preparing { attempt, .. } if nacked && attempt < MAX_PREPARES => {
                 self.prepare(now_ms, req, refusal, attempt + 1);
             }
-            Phase::Accepting { .. } if nacked && req.holds > 0 => {
-                // An earlier round of this accept may have been taken by a minority,
-                // whose write the other writer's recovery may have chosen: not known.
+            Phase::Accepting { .. }
+                if nacked && req.maybe_stored && matches!(req.op, Op::Append { .. }) =>
+            {
+                // A replica may hold the write (an earlier round of this accept, or an
+                // answer not counted), which the other writer's recovery may choose.
                 self.writers.remove(&req.log);
                 self.stats.conflicts += 1;
                 self.finish(
                     req.caller,
                     Err(JournalError::Unavailable(format!(
-                        "{}: another writer took it over while the write was held (a replica promised ballot {}.{}); the write may be stored",
+                        "{}: another writer took it over (a replica promised ballot {}.{}); the write may be stored",
                         req.log, refusal.round, refusal.node
                     ))),
                 );
@@ -574,26 +500,6 @@ impl<S: KvStorage> JournalMachine<S> {
         }
     }
 
-    /// Holds `req` to be sent again ([`Self::hold`]); if it cannot be held, fails it as
-    /// unavailable for `why`, with the replicas' reasons for any `Unable` answers (an
-    /// established writer is forgotten).
-    fn hold_or_fail(&mut self, now_ms: u64, req: Request, why: &str) {
-        let Some(req) = self.hold(now_ms, req) else {
-            return;
-        };
-        if matches!(req.phase, Phase::Accepting { .. }) {
-            self.writers.remove(&req.log);
-        }
-        self.finish(
-            req.caller,
-            Err(JournalError::Unavailable(format!(
-                "{}: {why}{}",
-                req.log,
-                req.unable_reasons()
-            ))),
-        );
-    }
-
     fn remember_writer(&mut self, log: &str, ballot: Ballot, next_seq: u64) {
         if self.writers.len() >= self.settings.max_writers && !self.writers.contains_key(log) {
             // Forget one: it prepares again on its next append.
@@ -603,35 +509,6 @@ impl<S: KvStorage> JournalMachine<S> {
         }
         self.writers
             .insert(log.to_owned(), Writer { ballot, next_seq });
-    }
-
-    pub(super) fn expire(&mut self, now_ms: u64) {
-        let due: Vec<u64> = self
-            .requests
-            .iter()
-            .filter(|(_, r)| r.deadline_ms <= now_ms)
-            .map(|(w, _)| *w)
-            .collect();
-        for w in due {
-            if let Some(req) = self.requests.remove(&w) {
-                self.stats.timeouts += 1;
-                if matches!(req.phase, Phase::Accepting { .. }) {
-                    self.writers.remove(&req.log);
-                }
-                let names: Vec<String> =
-                    req.replicas.iter().map(|r| r.address.to_string()).collect();
-                self.finish(
-                    req.caller,
-                    Err(JournalError::Unavailable(format!(
-                        "{}: no majority of its replicas [{}] answered within {} ms{}",
-                        req.log,
-                        names.join(", "),
-                        self.settings.request_timeout_ms,
-                        req.unable_reasons()
-                    ))),
-                );
-            }
-        }
     }
 }
 

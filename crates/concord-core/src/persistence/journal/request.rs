@@ -116,6 +116,11 @@ pub struct Request {
     pub local_turn: Option<u64>,
     /// Times this request was held ([`super::JournalMachine`] waits longer each time).
     pub holds: u32,
+    /// An accept of this request may be stored on a replica although the request is not
+    /// answered: one of its accept rounds was held, or a replica accepted it (in another
+    /// view, or short of a majority). A refused append is then answered unavailable (the
+    /// write may be stored), not as a conflict.
+    pub maybe_stored: bool,
 }
 
 impl Request {

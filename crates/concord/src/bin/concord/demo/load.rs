@@ -370,8 +370,8 @@ impl Finished {
 }
 
 /// Why a request to the sample's `route` failed — `None` if it was answered `expected`:
-/// the status and the answer's first words (numbers and ids blanked, so that causes group),
-/// or the client's error.
+/// the status and the answer's first words (digits blanked, so that causes group), or the
+/// client's error.
 async fn failure(
     resp: Result<reqwest::Response, reqwest::Error>,
     expected: u16,
@@ -390,12 +390,18 @@ async fn failure(
     }
 }
 
-/// The first 160 characters of `text`, with runs of digits replaced by `#`.
+/// The first 160 characters of `text`, with runs of digits replaced by `#` and runs of
+/// white space by one space (one line).
 fn gist(text: &str) -> String {
     let mut out = String::new();
     let mut digits = false;
     for c in text.chars().take(160) {
-        if c.is_ascii_digit() {
+        if c.is_whitespace() {
+            if !out.ends_with(' ') {
+                out.push(' ');
+            }
+            digits = false;
+        } else if c.is_ascii_digit() {
             if !digits {
                 out.push('#');
             }
@@ -428,4 +434,18 @@ pub(crate) async fn get_json(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     bail!("GET {path} on port {port} failed: {last}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gist;
+
+    #[test]
+    fn a_gist_blanks_digits_and_keeps_one_line() {
+        assert_eq!(
+            gist("log|l12 at 127.0.0.1:4100\n  refused"),
+            "log|l# at #.#.#.#:# refused"
+        );
+        assert_eq!(gist(&"é".repeat(400)).chars().count(), 160);
+    }
 }

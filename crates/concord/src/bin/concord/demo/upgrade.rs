@@ -115,7 +115,8 @@ enum Phase {
     Joining,
     /// From then until the cluster settled ([`settle`]).
     Settling,
-    /// From then until the next replacement (or the roll's end).
+    /// From then until the next node's SIGTERM (its 300 ms drain included) or the roll's
+    /// end.
     Settled,
 }
 
@@ -133,10 +134,11 @@ impl Phase {
 /// How long a replacement waits for the cluster to settle before the next one.
 const SETTLE_WITHIN: Duration = Duration::from_secs(60);
 
-/// Waits until every node in `nodes` reports, three times in a row 250 ms apart, no
-/// journal segment waiting for its handoff (`concord_journal_pending_segments`) and no
-/// shard handoff in progress (`concord_sharding_handoffs_in_progress`); how long that
-/// took, or `None` after [`SETTLE_WITHIN`].
+/// Waits until every node in `nodes` reports, for 3 s in a row (polled every 250 ms; the
+/// gauges are refreshed every second), no journal segment waiting for its handoff
+/// (`concord_journal_pending_segments`) and no shard handoff in progress
+/// (`concord_sharding_handoffs_in_progress`); how long that took, or `None` after
+/// [`SETTLE_WITHIN`].
 async fn settle(demo: &Demo, nodes: &[usize]) -> Option<Duration> {
     let started = Instant::now();
     let http = reqwest::Client::builder()
@@ -149,29 +151,35 @@ async fn settle(demo: &Demo, nodes: &[usize]) -> Option<Duration> {
         for &i in nodes {
             let url = format!("http://127.0.0.1:{}/metrics", demo.nodes[i].management_port);
             let text = match http.get(&url).send().await {
-                Ok(r) => r.text().await.unwrap_or_default(),
-                Err(_) => String::new(),
-            };
-            let sum = |name: &str| -> f64 {
-                text.lines()
-                    .filter(|l| l.starts_with(name))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum()
+                Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+                _ => String::new(),
             };
             if text.is_empty()
-                || sum("concord_journal_pending_segments") > 0.0
-                || sum("concord_sharding_handoffs_in_progress") > 0.0
+                || metric_sum(&text, "concord_journal_pending_segments") > 0.0
+                || metric_sum(&text, "concord_sharding_handoffs_in_progress") > 0.0
             {
                 busy = true;
             }
         }
         quiet = if busy { 0 } else { quiet + 1 };
-        if quiet >= 3 {
+        if quiet >= 12 {
             return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
+}
+
+/// The sum of the samples of the metric `name` in a Prometheus text exposition: lines
+/// `name{labels} value` or `name value` (not `# HELP`, nor another metric `name_…`).
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn window_json(w: &Window) -> serde_json::Value {
@@ -369,7 +377,7 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         f64::from(total) / shards as f64 / n as f64
     );
     // Which phases the slow requests fell in: slower than twice the steady p99.
-    let slow_us = (steady.percentile_ms(0.99) * 2_000.0) as u64;
+    let slow_us = (steady.percentile_ms(0.99) * 2_000.0).max(1.0) as u64;
     let mut by_phase: BTreeMap<Phase, (u64, u64)> = BTreeMap::new();
     for (k, (from, phase)) in phases.iter().enumerate() {
         let to = phases.get(k + 1).map_or(roll_to, |p| p.0);
@@ -425,4 +433,25 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_sum;
+
+    #[test]
+    fn a_metric_is_summed_over_its_labels_and_nothing_else() {
+        let text = "# HELP concord_journal_pending_segments Segments waiting.\n\
+                    # TYPE concord_journal_pending_segments gauge\n\
+                    concord_journal_pending_segments{node=\"a\"} 3\n\
+                    concord_journal_pending_segments{node=\"b\"} 2\n\
+                    concord_journal_pending_segments_total 40\n\
+                    concord_sharding_handoffs_in_progress 1\n";
+        assert_eq!(metric_sum(text, "concord_journal_pending_segments"), 5.0);
+        assert_eq!(
+            metric_sum(text, "concord_sharding_handoffs_in_progress"),
+            1.0
+        );
+        assert_eq!(metric_sum(text, "concord_absent"), 0.0);
+    }
 }
