@@ -190,14 +190,7 @@ async fn a_tls_cluster_forms_from_concord_certs_and_refuses_peers_without_a_trus
     let page = http.get(format!("{base}/dashboard")).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains("Concord dashboard"));
-    let state: serde_json::Value = http
-        .get(format!("{base}/dashboard/state"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state = common::get_json_with(http, &format!("{base}/dashboard/state")).await;
     assert_eq!(
         state["members"].as_array().map(Vec::len),
         Some(3),

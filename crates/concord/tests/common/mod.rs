@@ -550,5 +550,10 @@ pub async fn events_cli(url: &str, entity_type: &str, max: usize) -> Vec<serde_j
 
 /// `GET url`, its body as JSON (a test's failure if the request or the body fails).
 pub async fn get_json(url: &str) -> serde_json::Value {
-    reqwest::get(url).await.unwrap().json().await.unwrap()
+    get_json_with(&reqwest::Client::new(), url).await
+}
+
+/// [`get_json`] through `http` (e.g. a client that trusts a test CA).
+pub async fn get_json_with(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
 }

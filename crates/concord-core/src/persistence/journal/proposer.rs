@@ -470,31 +470,30 @@ impl<S: KvStorage> JournalMachine<S> {
             Phase::Preparing { attempt, .. } if nacked && attempt < MAX_PREPARES => {
                 self.prepare(now_ms, req, refusal, attempt + 1);
             }
-            Phase::Accepting { .. }
-                if nacked && req.maybe_stored && matches!(req.op, Op::Append { .. }) =>
-            {
-                // A replica may hold the write (an earlier round of this accept, or an
-                // answer not counted), which the other writer's recovery may choose.
-                self.writers.remove(&req.log);
-                self.stats.conflicts += 1;
-                self.finish(
-                    req.caller,
-                    Err(JournalError::Unavailable(format!(
-                        "{}: another writer took it over (a replica promised ballot {}.{}); the write may be stored",
-                        req.log, refusal.round, refusal.node
-                    ))),
-                );
-            }
             Phase::Preparing { .. } | Phase::Accepting { .. } if nacked => {
                 self.writers.remove(&req.log);
                 self.stats.conflicts += 1;
-                self.finish(
-                    req.caller,
-                    Err(JournalError::Conflict(format!(
-                        "{}: another writer holds it (a replica promised ballot {}.{})",
-                        req.log, refusal.round, refusal.node
-                    ))),
+                let promised = format!(
+                    "a replica promised ballot {}.{}",
+                    refusal.round, refusal.node
                 );
+                let error = if matches!(req.phase, Phase::Accepting { .. })
+                    && matches!(req.op, Op::Append { .. })
+                    && req.maybe_stored
+                {
+                    // A replica may hold the write (an earlier round of this accept, or an
+                    // answer not counted), which the other writer's recovery may choose.
+                    JournalError::Unavailable(format!(
+                        "{}: another writer took it over ({promised}); the write may be stored",
+                        req.log
+                    ))
+                } else {
+                    JournalError::Conflict(format!(
+                        "{}: another writer holds it ({promised})",
+                        req.log
+                    ))
+                };
+                self.finish(req.caller, Err(error));
             }
             _ => self.hold_or_fail(now_ms, req, "a majority of its replicas could not answer"),
         }

@@ -178,14 +178,33 @@ fn a_held_recovery_answers_once_a_replica_holds_the_write_again() {
     net.disks[holder]
         .put(Table::Journal, &k, &kept)
         .expect("written");
-    match net.answer(1, 10, 2_000).result {
-        Ok(JournalOutput::Recovered { page, highest, .. }) => {
-            assert_eq!(highest, 3);
+    assert_recovered_whole(net.answer(1, 10, 2_000).result, 3);
+}
+
+/// Asserts that `result` is a recovery of the whole chain `1..=highest`, one write per
+/// number.
+fn assert_recovered_whole(result: Result<JournalOutput, JournalError>, highest: u64) {
+    match result {
+        Ok(JournalOutput::Recovered {
+            page, highest: h, ..
+        }) => {
+            assert_eq!(h, highest);
             let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
-            assert_eq!(seqs, vec![1, 2, 3]);
+            assert_eq!(seqs, (1..=highest).collect::<Vec<_>>());
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Node 0, `log`'s writer, sees another replica of it removed; the others do not yet (its
+/// view leads a ring change). Returns the replica removed.
+fn writer_view_leads(net: &mut Net, log: &str) -> usize {
+    let replicas = net.machines[0].replicas(log);
+    let removed = (1..NODES as usize)
+        .find(|i| replicas.contains(&ua(*i, net.uids[*i])))
+        .expect("another replica");
+    view_without(net, removed, &[0]);
+    removed
 }
 
 /// Gives the machines `to` a view of the cluster without node `removed` (their ring changes;
@@ -216,14 +235,7 @@ fn a_promise_from_another_view_of_the_replicas_counts_only_once_the_views_agree(
     // The others' views catch up: the held recovery answers, with every write.
     let others: Vec<usize> = (0..NODES as usize).filter(|i| *i != 1).collect();
     view_without(&mut net, removed, &others);
-    match net.answer(1, 10, 3_500).result {
-        Ok(JournalOutput::Recovered { page, highest, .. }) => {
-            assert_eq!(highest, 3);
-            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
-            assert_eq!(seqs, vec![1, 2, 3]);
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_recovered_whole(net.answer(1, 10, 3_500).result, 3);
 }
 
 /// A read and a snapshot load state their replica's list too: answers from a replica that
@@ -286,12 +298,7 @@ fn an_accept_answered_from_another_view_of_the_replicas_is_held_until_the_views_
     let mut net = Net::new(16, 0.0);
     with_timeout(&mut net, 5_000);
     let log = three_writes(&mut net);
-    // Node 0, the log's writer, sees a replica removed; the others do not yet.
-    let replicas = net.machines[0].replicas(&log);
-    let removed = (1..NODES as usize)
-        .find(|i| replicas.contains(&ua(*i, net.uids[*i])))
-        .expect("another replica");
-    view_without(&mut net, removed, &[0]);
+    let removed = writer_view_leads(&mut net, &log);
     net.machines[0].append(net.now, 20, log.clone(), write(4, "w"), false);
     net.drain(0);
     net.run_until(net.now + 1_000);
@@ -310,14 +317,7 @@ fn an_accept_answered_from_another_view_of_the_replicas_is_held_until_the_views_
     assert_eq!(net.answer(0, 21, 1_000).result, Ok(JournalOutput::Appended));
     // Another node recovers the log: every write once, in order.
     net.machines[2].recover(net.now, 22, log, 1, 10);
-    match net.answer(2, 22, 3_000).result {
-        Ok(JournalOutput::Recovered { page, highest, .. }) => {
-            assert_eq!(highest, 5);
-            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
-            assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_recovered_whole(net.answer(2, 22, 3_000).result, 5);
 }
 
 /// An established writer's append while two of its log's three replicas are restarted
@@ -355,14 +355,7 @@ fn an_append_while_a_majority_of_replicas_synchronise_is_held_until_they_caught_
     );
     assert!(net.machines[0].stats().accepts_held > 0);
     net.machines[restarted[0]].recover(net.now, 31, log, 1, 10);
-    match net.answer(restarted[0], 31, 3_000).result {
-        Ok(JournalOutput::Recovered { page, highest, .. }) => {
-            assert_eq!(highest, 4);
-            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
-            assert_eq!(seqs, vec![1, 2, 3, 4]);
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_recovered_whole(net.answer(restarted[0], 31, 3_000).result, 4);
 }
 
 /// A held accept whose log another writer took over meanwhile is refused when sent again:
@@ -373,13 +366,9 @@ fn a_held_accept_refused_by_a_newer_writer_fails_as_unavailable() {
     let mut net = Net::new(19, 0.0);
     with_timeout(&mut net, 5_000);
     let log = three_writes(&mut net);
-    // Node 0 sees a replica removed (its accepts are not counted); node 3 recovers the log
-    // meanwhile, a newer writer at a higher ballot.
-    let replicas = net.machines[0].replicas(&log);
-    let removed = (1..NODES as usize)
-        .find(|i| replicas.contains(&ua(*i, net.uids[*i])))
-        .expect("another replica");
-    view_without(&mut net, removed, &[0]);
+    // Node 0's accepts are not counted; node 3 recovers the log meanwhile, a newer writer
+    // at a higher ballot.
+    let removed = writer_view_leads(&mut net, &log);
     net.machines[0].append(net.now, 40, log.clone(), write(4, "old"), false);
     net.drain(0);
     net.run_until(net.now + 300);
@@ -412,16 +401,7 @@ fn a_held_accept_refused_by_a_newer_writer_fails_as_unavailable() {
     net.machines[3].append(net.now, 42, log.clone(), write(highest + 1, "new"), false);
     assert_eq!(net.answer(3, 42, 1_000).result, Ok(JournalOutput::Appended));
     net.machines[2].recover(net.now, 43, log, 1, 10);
-    match net.answer(2, 43, 3_000).result {
-        Ok(JournalOutput::Recovered {
-            page, highest: h, ..
-        }) => {
-            assert_eq!(h, highest + 1);
-            let seqs: Vec<u64> = page.iter().map(|e| e.first_seq).collect();
-            assert_eq!(seqs, (1..=h).collect::<Vec<_>>());
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_recovered_whole(net.answer(2, 43, 3_000).result, highest + 1);
 }
 
 /// The answer to request `r` among the events so far (they are drained).
