@@ -25,6 +25,7 @@
 pub mod address;
 pub mod cluster_core;
 pub mod cluster_identity;
+pub mod cluster_metrics;
 pub mod ddata;
 pub mod delivery;
 pub mod events;
@@ -43,10 +44,13 @@ pub mod persistence;
 pub mod protocol;
 pub mod rate_limit;
 pub mod reachability;
+pub mod services;
 pub mod settings;
 pub mod sharding;
 pub mod singleton;
 pub mod split_brain_resolver;
+#[cfg(test)]
+mod test_views;
 pub mod timers;
 pub mod trace_context;
 pub mod vector_clock;

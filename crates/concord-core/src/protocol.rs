@@ -37,6 +37,8 @@ impl ProtocolId {
     pub const JOURNAL: ProtocolId = ProtocolId(6);
     /// Reliable delivery between named endpoints (point-to-point and work pulling).
     pub const DELIVERY: ProtocolId = ProtocolId(7);
+    /// Cluster metrics gossip (each node's sampled load, spread to every node).
+    pub const CLUSTER_METRICS: ProtocolId = ProtocolId(8);
     /// `concord bench remote`: raw payloads for the throughput benchmark.
     pub const BENCH: ProtocolId = ProtocolId(900);
     /// The first id applications may use for their own protocols.
@@ -53,6 +55,7 @@ impl ProtocolId {
             ProtocolId::KEY_VALUE => "kv".into(),
             ProtocolId::JOURNAL => "journal".into(),
             ProtocolId::DELIVERY => "delivery".into(),
+            ProtocolId::CLUSTER_METRICS => "cluster-metrics".into(),
             ProtocolId::BENCH => "bench".into(),
             ProtocolId(n) => format!("app-{n}"),
         }

@@ -40,6 +40,12 @@ pub struct LayerContext {
     pub coordinated_shutdown: CoordinatedShutdown,
     /// The node's configuration.
     pub config: Arc<Config>,
+    /// Gauges of this node's load that layers report (entities, mailboxes, buffers), read
+    /// by the cluster-metrics layer at each sample.
+    pub local_load: crate::load::LocalLoad,
+    /// Every member's metrics as the cluster-metrics layer last learnt them (empty when it
+    /// is off): what load-aware placement and adaptive routing read.
+    pub cluster_load: crate::load::ClusterLoad,
 }
 
 impl LayerContext {

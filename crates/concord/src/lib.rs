@@ -137,6 +137,8 @@ pub mod bootstrap;
 pub mod clock;
 pub mod cluster;
 #[cfg(feature = "runtime")]
+pub mod cluster_metrics;
+#[cfg(feature = "runtime")]
 pub mod config;
 #[cfg(feature = "runtime")]
 pub mod coordinated_shutdown;
@@ -149,6 +151,7 @@ pub mod kv;
 #[cfg(feature = "runtime")]
 pub mod layer;
 pub mod lease;
+pub mod load;
 #[cfg(feature = "runtime")]
 pub mod management;
 #[cfg(feature = "runtime")]

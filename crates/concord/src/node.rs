@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 use crate::bootstrap::{self, BootstrapSettings, JoinDecider, LowestAddressJoinDecider};
 use crate::cluster::{self, Cluster, ClusterError, ClusterParts};
+use crate::cluster_metrics::{ClusterMetrics, ClusterMetricsConfig};
 use crate::config::{Config, ConfigError, ConfigSection};
 use crate::coordinated_shutdown::{CoordinatedShutdown, CoordinatedShutdownSettings};
 use crate::discovery::{self, ServiceDiscovery};
@@ -100,6 +101,11 @@ impl NodeBuilder {
         config.resolve_host_address()?;
         config.validate()?;
         check_sections(&config, &layers)?;
+        // Built-in layers the configuration turns on: cluster metrics (first, so that every
+        // other layer can read the cluster's load).
+        if config.section::<ClusterMetricsConfig>()?.enabled {
+            layers.insert(0, Box::new(ClusterMetrics::new()));
+        }
         let bootstrap_discovery = if config.bootstrap_enabled() {
             Some(match discovery {
                 Some(d) => d,
@@ -232,6 +238,8 @@ impl Node {
     ) -> Result<Node, NodeError> {
         let mut routes = Vec::new();
         let mut panels = Vec::new();
+        let local_load = crate::load::LocalLoad::new();
+        let cluster_load = crate::load::ClusterLoad::new();
         for l in layers {
             let ctx = LayerContext {
                 clock: self.clock,
@@ -239,6 +247,8 @@ impl Node {
                 transport: self.transport.clone(),
                 coordinated_shutdown: self.shutdown.clone(),
                 config: config.clone(),
+                local_load: local_load.clone(),
+                cluster_load: cluster_load.clone(),
             };
             let _g = span.enter();
             let started = l.start(ctx)?;
@@ -321,6 +331,7 @@ fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), Conf
         checked::<crate::persistence::PersistenceConfig>(config)?,
         checked::<crate::delivery::ReliableDeliveryConfig>(config)?,
         checked::<crate::telemetry::TracingConfig>(config)?,
+        checked::<ClusterMetricsConfig>(config)?,
     ];
     for key in config.sections.keys() {
         let read = built_in.contains(&key.as_str())

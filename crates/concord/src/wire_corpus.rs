@@ -385,6 +385,12 @@ fn codecs() -> Vec<Box<dyn CorpusCodec>> {
             codec: crate::delivery::codec::DeliveryCodec,
             samples: delivery_samples(),
         }),
+        Box::new(Of {
+            protocol: "cluster-metrics",
+            id: ProtocolId::CLUSTER_METRICS.0,
+            codec: crate::cluster_metrics::codec::ClusterMetricsCodec,
+            samples: crate::cluster_metrics::codec::samples(),
+        }),
     ]
 }
 

@@ -1,29 +1,9 @@
 //! Unit tests of one node's singleton machine; the simulator tests the protocol between
 //! nodes under faults (`concord-sim/tests/singleton.rs`).
 
-use std::collections::BTreeSet;
-
 use super::*;
-use crate::address::Address;
-use crate::gossip::Gossip;
-use crate::member::{Member, MemberStatus};
-use crate::membership_state::MembershipState;
-
-fn ua(i: u16) -> UniqueAddress {
-    UniqueAddress::new(Address::new("s", "h", 2550 + i), u64::from(i) + 100)
-}
-
-/// A view of members `(index, status)`, up-numbers in index order, seen from `me`.
-fn view(me: u16, members: &[(u16, MemberStatus)]) -> MembershipView {
-    let mut g = Gossip::empty();
-    for (i, st) in members {
-        let m = Member::joining(ua(*i), BTreeSet::new(), "1")
-            .with_up(u32::from(*i) + 1)
-            .with_status(*st);
-        g.members.insert(ua(*i), m);
-    }
-    MembershipView::of(&MembershipState::new(g, ua(me)), 1)
-}
+use crate::member::MemberStatus;
+use crate::test_views::{ua, view};
 
 fn events(s: &mut ClusterSingleton) -> Vec<SingletonEvent> {
     std::iter::from_fn(|| s.poll_event()).collect()

@@ -144,6 +144,20 @@ impl Transport {
             .len()
     }
 
+    /// Frames waiting in this node's outbound lane queues, over all peers and lanes (a
+    /// sample of the node's load, see [`crate::cluster_metrics`]).
+    pub fn queued_frames(&self) -> u64 {
+        let map = self
+            .inner
+            .associations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.values()
+            .flat_map(|lanes| lanes.iter().flatten())
+            .map(|q| q.queued().0)
+            .sum()
+    }
+
     /// Inbound connections open now (handshakes included) and the cap in effect
     /// (`max-inbound-connections`, at most half the file-descriptor limit).
     pub fn inbound_connections(&self) -> (usize, usize) {

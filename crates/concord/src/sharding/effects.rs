@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use concord_core::cluster_metrics::names;
 use concord_core::group::MachineGroup;
 use concord_core::sharding::{shard_id, ClusterSharding, DropReason, ShardingEvent};
 use futures_channel::oneshot;
@@ -21,6 +22,7 @@ use super::metrics::{record_sharding, ShardingGauges};
 use super::remember_store::RememberStore;
 use crate::ddata::durable::DurableStore;
 use crate::host::{Effects, LayerEffects, MessageOf, TraceContext};
+use crate::load::LocalLoad;
 use crate::remote::log_limit::LogLimiter;
 
 /// The effects' side of one entity type.
@@ -78,6 +80,8 @@ pub struct ShardingEffects {
     graceful: Waiting,
     exiting: Waiting,
     warnings: LogLimiter,
+    /// Where this node's entity counts and queues are reported for its metrics samples.
+    local_load: LocalLoad,
 }
 
 impl ShardingEffects {
@@ -128,7 +132,15 @@ impl ShardingEffects {
             graceful: None,
             exiting: None,
             warnings: LogLimiter::new(Duration::from_secs(10)),
+            local_load: LocalLoad::new(),
         }
+    }
+
+    /// Reports entity counts, region buffers and mailbox depths to `load` (the node's, for
+    /// its cluster-metrics samples) on every tick.
+    pub fn reporting_load(mut self, load: LocalLoad) -> Self {
+        self.local_load = load;
+        self
     }
 
     /// Tells the machine of `type_name` what a batch ended with.
@@ -477,6 +489,13 @@ impl LayerEffects for ShardingEffects {
                 mailbox_dropped: t.cells.dropped,
             };
             record_sharding(&self.node_label, name, &gauges, m.stats());
+            let source = format!("sharding/{name}");
+            self.local_load
+                .set(names::ENTITIES, &source, gauges.entities as f64);
+            self.local_load
+                .set(names::REGION_BUFFERED, &source, m.buffered() as f64);
+            self.local_load
+                .set(names::MAILBOX_DEPTH, &source, t.cells.mailboxed() as f64);
         }
         if backlog.dropped > 0 {
             if let Some(suppressed) = self.warnings.allow("backlog") {

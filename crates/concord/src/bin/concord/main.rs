@@ -117,6 +117,15 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// Show every member's load as a node knows it: CPU, load average, memory, queues,
+    /// entities and the capacity left (GET /cluster/metrics; smoothed values).
+    Metrics {
+        #[command(flatten)]
+        m: ManagementArg,
+        /// Print the JSON of GET /cluster/metrics (latest samples and averages).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the persisted events of entity type TYPE after an offset, one JSON object per
     /// line (GET /persistence/events/TYPE; the node must run persistence).
     Events(cli::events::EventsArgs),
@@ -221,6 +230,7 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
             Err(e) => Err(e),
         },
         Commands::Shards { name, m, json } => shards(&m, &name, json).await,
+        Commands::Metrics { m, json } => cluster_metrics(&m, json).await,
         Commands::Events(args) => cli::events::run(args).await,
         Commands::Certs { command } => cli::certs::run(command),
         Commands::Demo { nodes } => {
@@ -278,6 +288,16 @@ async fn shards(m: &ManagementArg, name: &str, json: bool) -> anyhow::Result<()>
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", crate::client::shards_table(&r));
+    }
+    Ok(())
+}
+
+async fn cluster_metrics(m: &ManagementArg, json: bool) -> anyhow::Result<()> {
+    let r = m.client()?.cluster_metrics().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", cli::metrics::metrics_table(&r));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod events;
 pub mod kv;
 mod logging;
 mod management_arg;
+pub mod metrics;
 
 pub use logging::{init_logging, init_node_logging};
 pub use management_arg::ManagementArg;

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use concord::cluster_metrics::ClusterMetricsJson;
 use concord::management::{ClusterMembersJson, MessageJson};
 use concord::sharding::ShardRegionsJson;
 
@@ -190,6 +191,11 @@ impl ManagementClient {
             .await
     }
 
+    /// `GET /cluster/metrics`: every member's latest metrics.
+    pub async fn cluster_metrics(&self) -> Result<ClusterMetricsJson, ClientError> {
+        self.get_json("/cluster/metrics").await
+    }
+
     /// `GET /cluster/members`.
     pub async fn members(&self) -> Result<ClusterMembersJson, ClientError> {
         self.get_json("/cluster/members").await
@@ -268,27 +274,28 @@ pub fn members_table(m: &ClusterMembersJson) -> String {
         })
         .collect();
     let header = ["NODE", "UID", "STATUS", "ROLES", "APP-VERSION", ""];
-    let mut widths = header.map(str::len);
-    for r in &rows {
+    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
+    text_table(&header, &rows)
+}
+
+/// Renders `rows` under `header` as left-aligned columns two spaces apart, each line
+/// trimmed at its end and ended by a newline.
+pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
         for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.len());
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.len());
+            }
         }
     }
-    let line = |cells: [&str; 6]| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{:w$}", c, w = widths[i]))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let cells: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:w$}")).collect();
+        cells.join("  ").trim_end().to_string() + "\n"
     };
-    let mut out = line(header);
-    out.push('\n');
-    for r in &rows {
-        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
-        out.push('\n');
+    let mut out = line(&mut header.iter().copied());
+    for r in rows {
+        out.push_str(&line(&mut r.iter().map(String::as_str)));
     }
     out
 }

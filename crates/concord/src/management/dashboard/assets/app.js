@@ -224,7 +224,24 @@
     return out;
   }
 
-  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence };
+  function renderClusterMetrics(p) {
+    const nodes = p.nodes || [];
+    if (!nodes.length) return [el('p', { class: 'empty', text: 'no metrics yet' })];
+    const pct = (v) => (typeof v === 'number' ? Math.round(v * 100) + '%' : '–');
+    const num = (v) => (typeof v === 'number' ? (Math.round(v * 10) / 10).toString() : '–');
+    const mib = (v) => (typeof v === 'number' ? Math.round(v / 1048576) + ' MiB' : '–');
+    const m = (n, k) => (n.metrics && n.metrics[k] ? n.metrics[k].smoothed : undefined);
+    const head = ['node', 'cpu', 'load', 'rss', 'queued', 'entities', 'capacity'];
+    const rows = nodes.slice(0, LIST_LIMIT).map((n) => el('tr', {}, [
+      el('td', { text: short(n.node) }), el('td', { text: pct(m(n, 'cpu-combined')) }),
+      el('td', { text: num(m(n, 'system-load-average')) }), el('td', { text: mib(m(n, 'memory-rss')) }),
+      el('td', { text: num((m(n, 'lane-queue') || 0) + (m(n, 'region-buffered') || 0) + (m(n, 'mailbox-depth') || 0)) }),
+      el('td', { text: num(m(n, 'entities')) }), el('td', { text: pct(n.capacity && n.capacity.mix) }),
+    ]));
+    return [el('table', {}, [el('thead', {}, [el('tr', {}, head.map((h) => el('th', { text: h })))]), el('tbody', {}, rows)])];
+  }
+
+  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence, 'cluster-metrics': renderClusterMetrics };
 
   function renderPanels(s) {
     for (const [name, p] of Object.entries(s.panels || {})) {

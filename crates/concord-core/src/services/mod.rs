@@ -1,0 +1,40 @@
+//! Partitioned services: the **pure placement logic** of the original spec's
+//! "Partitioning" (cluster-specification-original.md, `GossipState.partitions` /
+//! `pending`, "Leader Actions", "Partitioning"; research notes
+//! persistence-delivery-services.md §3.1).
+//!
+//! A partitioned service is named by a [`PartitionPath`] (`"a/b/c"`) and wants a number
+//! of instances (its N-value) given by its [`InstancePolicy`]: a fixed N, or a
+//! fault-tolerance function `n => f` (N = f + 1) optionally raised by scaling wishes
+//! from metrics within [`ScalingBounds`].
+//!
+//! Where this code sits: **only the leader** changes the partition table. On each leader
+//! tick it evaluates the registered services' policies against the Up members
+//! ([`demand`]), computes the target table with [`place`] from the current table and the
+//! ring of Up members (stable: joins move nothing, a leaving or crashed node only
+//! re-places its own instances; new instances spread round the ring in the spec's
+//! circular fashion), optionally refines it with the load-aware, opt-in [`rebalance()`]
+//! (cluster metrics), and derives the moves with [`pending_changes`]. The
+//! [`PartitionTable`] and the set of [`PartitionChange`]s are gossiped with the membership
+//! state; every node routes by the table. Each move is carried out by the graceful
+//! handoff of the spec (steps 1–6: the leader sets the pending change, N1 initializes N2,
+//! N2 creates the instance and answers ready, N1 marks the change
+//! [`Complete`](PartitionChangeStatus::Complete), the leader updates the table, all nodes
+//! converge on it). The handoff, the gossip fields and the runtime that starts instances
+//! are not here: this module is plain data and pure, deterministic functions (the same
+//! inputs give the same table on every node), property-tested.
+
+pub mod instance_policy;
+pub mod partition_path;
+pub mod partition_table;
+pub mod placement;
+pub mod rebalance;
+
+#[cfg(test)]
+mod tests;
+
+pub use instance_policy::{FaultTolerance, InstancePolicy, ScalingBounds, ScalingBoundsError};
+pub use partition_path::{PartitionPath, PartitionPathError, MAX_PATH_LEN};
+pub use partition_table::{PartitionChange, PartitionChangeStatus, PartitionTable};
+pub use placement::{demand, pending_changes, place, sorted_ring};
+pub use rebalance::rebalance;
