@@ -44,6 +44,7 @@ pub mod persistence;
 pub mod protocol;
 pub mod rate_limit;
 pub mod reachability;
+pub mod receptionist;
 pub mod services;
 pub mod settings;
 pub mod sharding;

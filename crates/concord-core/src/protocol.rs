@@ -39,6 +39,8 @@ impl ProtocolId {
     pub const DELIVERY: ProtocolId = ProtocolId(7);
     /// Cluster metrics gossip (each node's sampled load, spread to every node).
     pub const CLUSTER_METRICS: ProtocolId = ProtocolId(8);
+    /// Messages to handles registered with the receptionist (and pub-sub topics).
+    pub const RECEPTIONIST: ProtocolId = ProtocolId(9);
     /// `concord bench remote`: raw payloads for the throughput benchmark.
     pub const BENCH: ProtocolId = ProtocolId(900);
     /// The first id applications may use for their own protocols.
@@ -56,6 +58,7 @@ impl ProtocolId {
             ProtocolId::JOURNAL => "journal".into(),
             ProtocolId::DELIVERY => "delivery".into(),
             ProtocolId::CLUSTER_METRICS => "cluster-metrics".into(),
+            ProtocolId::RECEPTIONIST => "receptionist".into(),
             ProtocolId::BENCH => "bench".into(),
             ProtocolId(n) => format!("app-{n}"),
         }

@@ -160,6 +160,10 @@ pub mod metrics;
 pub mod node;
 #[cfg(feature = "runtime")]
 pub mod persistence;
+#[cfg(feature = "runtime")]
+pub mod pubsub;
+#[cfg(feature = "runtime")]
+pub mod receptionist;
 pub mod remote;
 #[cfg(feature = "runtime")]
 pub mod runtime;

@@ -332,6 +332,8 @@ fn check_sections(config: &Config, layers: &[Box<dyn Layer>]) -> Result<(), Conf
         checked::<crate::delivery::ReliableDeliveryConfig>(config)?,
         checked::<crate::telemetry::TracingConfig>(config)?,
         checked::<ClusterMetricsConfig>(config)?,
+        checked::<crate::receptionist::ReceptionistConfig>(config)?,
+        checked::<crate::receptionist::PubSubConfig>(config)?,
     ];
     for key in config.sections.keys() {
         let read = built_in.contains(&key.as_str())

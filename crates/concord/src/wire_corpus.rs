@@ -391,6 +391,12 @@ fn codecs() -> Vec<Box<dyn CorpusCodec>> {
             codec: crate::cluster_metrics::codec::ClusterMetricsCodec,
             samples: crate::cluster_metrics::codec::samples(),
         }),
+        Box::new(Of {
+            protocol: "receptionist",
+            id: ProtocolId::RECEPTIONIST.0,
+            codec: crate::receptionist::codec::ReceptionistCodec,
+            samples: crate::receptionist::codec::samples(),
+        }),
     ]
 }
 

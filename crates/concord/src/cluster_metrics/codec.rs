@@ -1,10 +1,14 @@
 //! The wire form of the cluster-metrics protocol ([`ProtocolId::CLUSTER_METRICS`]):
-//! manifest 1, a [`MetricsGossipEnvelope`] as MessagePack with field names (the entity
-//! messages' format: fields may be added, unknown ones are ignored). Any input decodes to a
+//! manifest 1, a [`MetricsGossipEnvelope`] as MessagePack with (one-letter) field names
+//! (the entity messages' format: fields may be added, unknown ones are ignored); each
+//! metric is `name → [value, smoothed]` as 32-bit floats (7 significant digits, plenty for
+//! a load figure; about 25 bytes a metric, 370 an entry with Concord's 11 metrics). Any input decodes to a
 //! message or an error, never a panic; what decodes is checked again by the collector
 //! ([`concord_core::cluster_metrics::NodeMetrics::validate`]).
 //!
 //! [`ProtocolId::CLUSTER_METRICS`]: concord_core::ProtocolId::CLUSTER_METRICS
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use concord_core::cluster_metrics::{Metric, MetricsGossipEnvelope, NodeMetrics};
@@ -18,23 +22,23 @@ use crate::sharding::entity::{decode, encode};
 pub const GOSSIP: u32 = 1;
 
 #[derive(Serialize, Deserialize)]
-struct WireMetric {
-    name: String,
-    value: f64,
-    smoothed: f64,
-}
-
-#[derive(Serialize, Deserialize)]
 struct WireEntry {
+    #[serde(rename = "n")]
     node: UniqueAddress,
+    #[serde(rename = "s")]
     sequence: u64,
+    #[serde(rename = "t")]
     sampled_at_ms: u64,
-    metrics: Vec<WireMetric>,
+    /// Name → (value, smoothed).
+    #[serde(rename = "m")]
+    metrics: BTreeMap<String, (f32, f32)>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct WireGossip {
+    #[serde(rename = "e")]
     entries: Vec<WireEntry>,
+    #[serde(rename = "r")]
     reply: bool,
 }
 
@@ -53,14 +57,12 @@ impl Codec for ClusterMetricsCodec {
                     node: e.node.clone(),
                     sequence: e.sequence,
                     sampled_at_ms: e.sampled_at_ms,
+                    // f64 → f32 rounds (and saturates to infinity beyond f32::MAX, which
+                    // the receiver refuses as not finite).
                     metrics: e
                         .metrics
                         .iter()
-                        .map(|(name, m)| WireMetric {
-                            name: name.clone(),
-                            value: m.value,
-                            smoothed: m.smoothed,
-                        })
+                        .map(|(name, m)| (name.clone(), (m.value as f32, m.smoothed as f32)))
                         .collect(),
                 })
                 .collect(),
@@ -83,17 +85,16 @@ impl Codec for ClusterMetricsCodec {
                     node: e.node,
                     sequence: e.sequence,
                     sampled_at_ms: e.sampled_at_ms,
-                    // A name given twice keeps its last value; the collector refuses an
-                    // entry with too many names.
+                    // The collector refuses an entry with too many names.
                     metrics: e
                         .metrics
                         .into_iter()
-                        .map(|m| {
+                        .map(|(name, (value, smoothed))| {
                             let metric = Metric {
-                                value: m.value,
-                                smoothed: m.smoothed,
+                                value: f64::from(value),
+                                smoothed: f64::from(smoothed),
                             };
-                            (m.name, metric)
+                            (name, metric)
                         })
                         .collect(),
                 })
@@ -115,7 +116,7 @@ pub fn samples() -> Vec<MetricsGossipEnvelope> {
             (names::CPU_COMBINED, cpu),
             (names::SYSTEM_LOAD_AVERAGE, 1.5),
             (names::PROCESSORS, 2.0),
-            (names::MEMORY_RSS, 52_428_800.0),
+            (names::MEMORY_RSS, 52_428_800.0), // exact in f32
             (names::ENTITIES, 12.0),
         ]
         .into_iter()

@@ -420,10 +420,14 @@ async fn serve_node(mut config: Config, sample: bool) -> anyhow::Result<()> {
         )
     });
     let entities = entities.transpose()?;
-    let mut builder = Node::builder(config).layer(ddata);
+    // The receptionist (and pub-sub on it) on the node's Distributed Data.
+    let (receptionist_layer, receptionist) =
+        concord::receptionist::ReceptionistLayer::new(replicator.clone());
+    let mut builder = Node::builder(config).layer(ddata).layer(receptionist_layer);
     if let Some(entities) = entities {
         let proxy = crate::sample::add_singleton(&mut singletons);
-        builder = builder.layer(SampleLayer::new(replicator, proxy, entities));
+        let pubsub = concord::pubsub::PubSub::new(receptionist);
+        builder = builder.layer(SampleLayer::new(replicator, proxy, entities, pubsub));
     }
     builder = builder.layer(singletons).layer(sharding);
     if let Some((layer, _)) = persistence {

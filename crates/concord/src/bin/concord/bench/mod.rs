@@ -25,6 +25,7 @@ pub mod delivery;
 pub mod flow;
 pub mod kv;
 pub mod layer;
+pub mod metrics_gossip;
 pub mod persistence;
 pub mod persistence_report;
 pub mod pg_server;

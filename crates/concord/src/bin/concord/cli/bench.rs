@@ -29,6 +29,17 @@ pub enum BenchCommand {
         #[arg(long, value_enum, default_value = "plain")]
         security: crate::bench::remote::BenchSecurity,
     },
+    /// Cluster metrics: the bytes per second the metrics gossip costs each node at each
+    /// cluster size (the real collectors and codec in lock step, default timings), and the
+    /// gossip rounds until every node knows every node's metrics.
+    ClusterMetrics {
+        /// Cluster sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "3,10,50,100,200")]
+        nodes: Vec<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time from a graceful leave of the singleton's node to the new instance running
     /// (default timings; Akka measured 5.3-7.1 s).
     Singleton {
@@ -169,6 +180,18 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
                 security,
             };
             bench_remote(&settings, json).await
+        }
+        BenchCommand::ClusterMetrics { nodes, json } => {
+            if nodes.iter().any(|n| !(2..=2000).contains(n)) {
+                anyhow::bail!("--nodes: each size must be from 2 to 2000");
+            }
+            let r = crate::bench::metrics_gossip::run(&nodes);
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", crate::bench::metrics_gossip::report(&r));
+                Ok(())
+            }
         }
         BenchCommand::Singleton { runs, json } => print_report(
             crate::bench::singleton::run_singleton(runs).await,

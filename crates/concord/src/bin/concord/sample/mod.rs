@@ -11,6 +11,8 @@
 //! - `GET /sample/ddata/counter/{key}?consistency=local|majority|all` → `{"value": <i64>}`
 //!   or 404.
 //!
+//! - `POST|GET /sample/chat`: the `chat` pub-sub topic ([`chat`]).
+//!
 //! A read or write that cannot reach its consistency answers 503 with the reason; bad input
 //! 400. Writes obey the management API's access rules (read-only, bearer token). Each start
 //! and stop of the sample singleton is logged with its incarnation and the wall clock
@@ -32,6 +34,7 @@ use concord::layer::{Layer, LayerContext, LayerError, LayerStarted};
 use concord::remote::{ProtocolRegistry, TransportSettings};
 use concord::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
 
+pub mod chat;
 pub mod entities;
 pub mod persistent;
 pub mod reliable_log;
@@ -89,20 +92,23 @@ pub struct SampleLayer {
     replicator: Replicator,
     singleton: SingletonRef<SampleMessage, Where>,
     entities: SampleEntities,
+    pubsub: concord::pubsub::PubSub,
 }
 
 impl SampleLayer {
-    /// Routes over the node's replicator, the sample singleton's proxy and the sample's
-    /// entity types (from [`entities::init`]).
+    /// Routes over the node's replicator, the sample singleton's proxy, the sample's
+    /// entity types (from [`entities::init`]) and the node's pub-sub (the `chat` topic).
     pub fn new(
         replicator: Replicator,
         singleton: SingletonRef<SampleMessage, Where>,
         entities: SampleEntities,
+        pubsub: concord::pubsub::PubSub,
     ) -> Self {
         SampleLayer {
             replicator,
             singleton,
             entities,
+            pubsub,
         }
     }
 }
@@ -163,6 +169,10 @@ impl Layer for SampleLayer {
         if let Some(carts) = self.entities.carts {
             routes = routes.merge(persistent::cart_routes(carts));
         }
+        routes = routes.merge(chat::routes(
+            &self.pubsub,
+            ctx.cluster.self_address().to_string(),
+        ));
         Ok(LayerStarted {
             routes: Some(routes),
             ..LayerStarted::default()
