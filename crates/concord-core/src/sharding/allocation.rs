@@ -24,9 +24,12 @@
 //!
 //! When a round may run at all (no member unreachable, joining or weakly up, one
 //! app-version) is the coordinator's check, not the strategy's.
+//!
+//! [`super::LoadAwareShardAllocationStrategy`] (opt-in) also weighs each node's measured
+//! load; it is fed through [`ShardAllocationStrategy::set_node_loads`].
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::UniqueAddress;
 
@@ -64,6 +67,12 @@ pub trait ShardAllocationStrategy: Send {
         regions: &[RegionEntry],
         rebalance_in_progress: &BTreeSet<ShardId>,
     ) -> Vec<ShardId>;
+
+    /// The latest load of each node, 0.0 (idle) … 1.0 (saturated), as the runtime measures
+    /// it (cluster metrics); nodes absent are unknown. Called often (every second on the
+    /// node that runs the coordinator); must be cheap. Default: ignored (a strategy that
+    /// does not look at load).
+    fn set_node_loads(&mut self, _loads: &BTreeMap<UniqueAddress, f64>) {}
 }
 
 /// Compares two app-versions the way Akka's `Version` does: dot- or dash-separated parts,
@@ -90,11 +99,17 @@ pub fn compare_app_versions(a: &str, b: &str) -> Ordering {
     pa.len().cmp(&pb.len())
 }
 
-/// The allocation order of the module docs: `Less` is the better home for a new shard.
-fn suitability(a: &RegionEntry, b: &RegionEntry) -> Ordering {
+/// Akka's preference between two homes before their shard counts: an Up member before a
+/// leaving one, then the highest app-version. `Less` is the better home.
+pub(super) fn preference(a: &RegionEntry, b: &RegionEntry) -> Ordering {
     (!a.is_up)
         .cmp(&!b.is_up)
         .then_with(|| compare_app_versions(&b.app_version, &a.app_version))
+}
+
+/// The allocation order of the module docs: `Less` is the better home for a new shard.
+fn suitability(a: &RegionEntry, b: &RegionEntry) -> Ordering {
+    preference(a, b)
         .then_with(|| a.shards.len().cmp(&b.shards.len()))
         .then_with(|| a.region.cmp(&b.region))
 }
@@ -112,7 +127,9 @@ impl LeastShardAllocationStrategy {
         LeastShardAllocationStrategy { settings }
     }
 
-    fn limit(&self, total_shards: usize) -> usize {
+    /// Most shards one round of the newer algorithm moves when `total_shards` are
+    /// allocated: `max(1, min(floor(relative-limit × shards), absolute-limit))`.
+    pub(super) fn limit(&self, total_shards: usize) -> usize {
         // `relative × total` is finite and non-negative for sane settings; `as` saturates.
         let relative = (self.settings.rebalance_relative_limit.max(0.0) * total_shards as f64)
             .floor() as usize;

@@ -73,6 +73,7 @@ pub mod extractor;
 mod handoff;
 mod hosted_shards;
 mod ids;
+pub mod load_aware_allocation;
 pub mod message;
 mod outbox;
 mod rebalance;
@@ -117,9 +118,11 @@ pub use extractor::{shard_id, shard_number};
 pub use ids::{
     EntityId, ShardId, MAX_ENTITY_ID_BYTES, MAX_SHARDS, MAX_SHARD_ID_BYTES, SHARD_HOMES_BATCH,
 };
+pub use load_aware_allocation::LoadAwareShardAllocationStrategy;
 pub use message::{Delivery, ShardingBody, ShardingMessage};
 pub use settings::{
-    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
+    EntityRecoveryStrategy, LeastShardAllocationSettings, LoadAwareAllocationSettings,
+    RememberEntitiesStore, ShardingSettings,
 };
 use timer::{ShardingTimer, HOUSEKEEPING_MS};
 
@@ -148,18 +151,21 @@ pub struct ClusterSharding {
 }
 
 impl ClusterSharding {
-    /// The machine for `settings.type_name` on `self_node`, with the default
-    /// [`LeastShardAllocationStrategy`]; `seed` seeds its random choices; its timers start
-    /// at `now_ms`.
+    /// The machine for `settings.type_name` on `self_node`, with the
+    /// [`LeastShardAllocationStrategy`], or the [`LoadAwareShardAllocationStrategy`] when
+    /// `settings.load_aware_allocation` is set; `seed` seeds its random choices; its timers
+    /// start at `now_ms`.
     pub fn new(
         settings: ShardingSettings,
         self_node: UniqueAddress,
         seed: u64,
         now_ms: u64,
     ) -> Self {
-        let strategy = Box::new(LeastShardAllocationStrategy::new(
-            settings.least_shard_allocation,
-        ));
+        let least = settings.least_shard_allocation;
+        let strategy: Box<dyn ShardAllocationStrategy> = match settings.load_aware_allocation {
+            Some(load) => Box::new(LoadAwareShardAllocationStrategy::new(least, load)),
+            None => Box::new(LeastShardAllocationStrategy::new(least)),
+        };
         Self::with_strategy(settings, self_node, strategy, seed, now_ms)
     }
 
@@ -235,6 +241,19 @@ impl ClusterSharding {
         r.register::<GSet<String>>();
         r.register::<ORSet<String>>();
         r
+    }
+
+    /// The latest load of each node, 0.0 (idle) … 1.0 (saturated): handed to the
+    /// allocation strategy, wherever it is now (the coordinator's when it runs here), with
+    /// [`ShardAllocationStrategy::set_node_loads`]. The runtime calls it every second when
+    /// `settings.load_aware_allocation` is set; other strategies ignore it.
+    pub fn set_node_loads(&mut self, loads: &std::collections::BTreeMap<UniqueAddress, f64>) {
+        if let Some(c) = self.coordinator.as_mut() {
+            c.strategy.set_node_loads(loads);
+        }
+        if let Some(s) = self.strategy.as_mut() {
+            s.set_node_loads(loads);
+        }
     }
 
     /// The settings.

@@ -1,6 +1,8 @@
 //! [`ShardingSettings`]: Akka's `akka.cluster.sharding` settings with their defaults
 //! (research notes, anchors §2.4), except where a field's doc says why Concord differs.
 
+use crate::cluster_metrics::CapacitySelector;
+
 /// How remembered entities are started again when their shard starts (Akka
 /// `entity-recovery-strategy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,41 @@ impl Default for LeastShardAllocationSettings {
     }
 }
 
+/// Settings of the Load-Aware Shard Allocation Strategy (Concord's; no Akka equivalent —
+/// Akka's cluster-metrics only drive routers). Loads are in *load units*: a node's
+/// `1 − capacity` by [`Self::selector`], 0.0 idle … 1.0 saturated. See
+/// [`super::LoadAwareShardAllocationStrategy`] for how each field is used.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadAwareAllocationSettings {
+    /// A region is *above* when its load exceeds the mean of the regions' loads by more
+    /// than this, load units (0.2; 0.0–1.0). An above region gets no new shard while a
+    /// region of the same preference class (Up, app-version) is not above.
+    pub load_threshold: f64,
+    /// Shards move away from a region only after it has been above in this many consecutive
+    /// rebalance rounds, count (3; at least 1): with `rebalance-interval` 10 s, about half a
+    /// minute of sustained load, longer than the metrics' 12 s half-life.
+    pub load_sustained_rounds: u32,
+    /// How much a region's shard count adds to its measured load when a new shard's home is
+    /// chosen, load units per `optimal` shards (1.0): a region holding the optimal count
+    /// counts as one load unit busier. Keeps a burst of allocations from all landing on the
+    /// one idle node before the metrics show the shards' load.
+    pub shard_count_weight: f64,
+    /// Which capacity the runtime measures loads by (`Mix`, the mean of CPU, load average,
+    /// memory and queues; Akka's default selector).
+    pub selector: CapacitySelector,
+}
+
+impl Default for LoadAwareAllocationSettings {
+    fn default() -> Self {
+        LoadAwareAllocationSettings {
+            load_threshold: 0.2,
+            load_sustained_rounds: 3,
+            shard_count_weight: 1.0,
+            selector: CapacitySelector::Mix,
+        }
+    }
+}
+
 /// Settings of one entity type's sharding (region, shards, coordinator). Durations in ms,
 /// sizes in counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,8 +143,13 @@ pub struct ShardingSettings {
     /// a shard with many remembered entities does not start them all in one burst; Akka's
     /// default is `all`).
     pub entity_recovery_strategy: EntityRecoveryStrategy,
-    /// The allocation strategy's settings.
+    /// The allocation strategy's settings (also the rebalance limits and the fallback of
+    /// the load-aware strategy).
     pub least_shard_allocation: LeastShardAllocationSettings,
+    /// `Some`: allocate with [`super::LoadAwareShardAllocationStrategy`] and these
+    /// settings (the runtime then feeds the machine the nodes' loads); `None` (the
+    /// default): [`super::LeastShardAllocationStrategy`].
+    pub load_aware_allocation: Option<LoadAwareAllocationSettings>,
     /// Replicas beyond a majority for coordinator-state writes (Akka
     /// `coordinator-state.write-majority-plus`, 3).
     pub coordinator_write_majority_plus: usize,
@@ -154,6 +196,7 @@ impl Default for ShardingSettings {
                 number_of_entities: 100,
             },
             least_shard_allocation: LeastShardAllocationSettings::default(),
+            load_aware_allocation: None,
             coordinator_write_majority_plus: 3,
             coordinator_read_majority_plus: 5,
             majority_min_cap: 5,
@@ -199,6 +242,9 @@ mod tests {
         assert_eq!(s.handoff_timeout_ms, 60_000);
         assert_eq!(s.passivation_idle_timeout_ms, Some(120_000));
         assert_eq!(s.least_shard_allocation.rebalance_absolute_limit, 20);
+        assert_eq!(s.load_aware_allocation, None, "least-shard unless asked");
+        let l = LoadAwareAllocationSettings::default();
+        assert_eq!((l.load_threshold, l.load_sustained_rounds), (0.2, 3));
         assert!(!s.remember_entities);
         assert_eq!(s.handoff_force_stop_ms(), 55_000);
         assert_eq!(

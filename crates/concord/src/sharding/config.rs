@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use concord_core::cluster_metrics::CapacitySelector;
 use concord_core::sharding::{
-    EntityRecoveryStrategy, LeastShardAllocationSettings, RememberEntitiesStore, ShardingSettings,
+    EntityRecoveryStrategy, LeastShardAllocationSettings, LoadAwareAllocationSettings,
+    RememberEntitiesStore, ShardingSettings,
 };
 use serde::{Deserialize, Serialize};
 
@@ -48,8 +50,25 @@ pub struct ShardingConfig {
     pub entity_recovery_constant_rate_strategy: RecoveryRateConfig,
     /// `[sharding.passivation]`.
     pub passivation: PassivationConfig,
-    /// `[sharding.least-shard-allocation-strategy]`.
+    /// `[sharding.least-shard-allocation-strategy]` (also the rebalance limits of the
+    /// load-aware strategy).
     pub least_shard_allocation_strategy: AllocationConfig,
+    /// Where new shards go and which move: "least-shard" (the default, Akka's
+    /// `LeastShardAllocationStrategy`) or "load-aware" (also weighs each node's load from
+    /// `[cluster-metrics]`; docs/SHARDING.md, "Load-aware allocation").
+    pub allocation_strategy: String,
+    /// Load-aware: a node is *above* when its load (`1 − capacity`, 0.0 idle … 1.0
+    /// saturated) exceeds the mean of the nodes' loads by more than this, 0.0–1.0 (0.2).
+    /// An above node gets no new shards; one above for `load-sustained-rounds` rounds
+    /// gives shards up.
+    pub load_threshold: f64,
+    /// Load-aware: consecutive rebalance rounds (`rebalance-interval` apart) a node must be
+    /// above before shards move away from it, at least 1 (3).
+    pub load_sustained_rounds: u32,
+    /// Load-aware: which capacity the load is measured by: "cpu", "load" (load average
+    /// per processor), "memory", "queues" (Concord's lanes, buffers and mailboxes) or
+    /// "mix" (the mean of those the node samples; the default).
+    pub load_selector: String,
     /// `[sharding.coordinator-state]`.
     pub coordinator_state: CoordinatorStateConfig,
     /// The least number of replicas of a majority for coordinator state (5).
@@ -155,6 +174,10 @@ impl Default for ShardingConfig {
                 rebalance_threshold: d.least_shard_allocation.rebalance_threshold,
                 max_simultaneous_rebalance: d.least_shard_allocation.max_simultaneous_rebalance,
             },
+            allocation_strategy: "least-shard".into(),
+            load_threshold: LoadAwareAllocationSettings::default().load_threshold,
+            load_sustained_rounds: LoadAwareAllocationSettings::default().load_sustained_rounds,
+            load_selector: "mix".into(),
             coordinator_state: CoordinatorStateConfig {
                 write_majority_plus: d.coordinator_write_majority_plus,
                 read_majority_plus: d.coordinator_read_majority_plus,
@@ -244,6 +267,14 @@ impl ShardingConfig {
                 rebalance_threshold: a.rebalance_threshold,
                 max_simultaneous_rebalance: a.max_simultaneous_rebalance,
             },
+            load_aware_allocation: (c.allocation_strategy == "load-aware").then(|| {
+                LoadAwareAllocationSettings {
+                    load_threshold: c.load_threshold,
+                    load_sustained_rounds: c.load_sustained_rounds.max(1),
+                    selector: selector(&c.load_selector).unwrap_or_default(),
+                    ..LoadAwareAllocationSettings::default()
+                }
+            }),
             coordinator_write_majority_plus: c.coordinator_state.write_majority_plus,
             coordinator_read_majority_plus: c.coordinator_state.read_majority_plus,
             majority_min_cap: c.majority_min_cap,
@@ -290,6 +321,39 @@ impl ShardingConfig {
                 "must be between 0.0 and 1.0",
             ));
         }
+        if !matches!(
+            self.allocation_strategy.as_str(),
+            "least-shard" | "load-aware"
+        ) {
+            errors.push(ConfigError::new(
+                "sharding.allocation-strategy",
+                format!(
+                    "`{}` is not a strategy: \"least-shard\" or \"load-aware\"",
+                    self.allocation_strategy
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.load_threshold) {
+            errors.push(ConfigError::new(
+                "sharding.load-threshold",
+                "must be between 0.0 and 1.0",
+            ));
+        }
+        if self.load_sustained_rounds == 0 {
+            errors.push(ConfigError::new(
+                "sharding.load-sustained-rounds",
+                "must be at least 1",
+            ));
+        }
+        if selector(&self.load_selector).is_none() {
+            errors.push(ConfigError::new(
+                "sharding.load-selector",
+                format!(
+                    "`{}` is not a selector: \"cpu\", \"load\", \"memory\", \"queues\" or \"mix\"",
+                    self.load_selector
+                ),
+            ));
+        }
         if self.buffer_size == 0 || self.entity_mailbox_size == 0 {
             errors.push(ConfigError::new(
                 "sharding.buffer-size",
@@ -306,5 +370,77 @@ impl ShardingConfig {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// The capacity selector named `name` in `load-selector`.
+fn selector(name: &str) -> Option<CapacitySelector> {
+    match name {
+        "cpu" => Some(CapacitySelector::Cpu),
+        "load" => Some(CapacitySelector::Load),
+        "memory" => Some(CapacitySelector::Memory),
+        "queues" => Some(CapacitySelector::Queues),
+        "mix" => Some(CapacitySelector::Mix),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_shard_by_default_and_load_aware_when_asked() {
+        let c = ShardingConfig::default();
+        assert_eq!(c.check(), Ok(()));
+        let config = Config::default();
+        assert_eq!(c.settings("t", &config).load_aware_allocation, None);
+        let c = ShardingConfig {
+            allocation_strategy: "load-aware".into(),
+            load_threshold: 0.3,
+            load_sustained_rounds: 5,
+            load_selector: "queues".into(),
+            ..ShardingConfig::default()
+        };
+        assert_eq!(c.check(), Ok(()));
+        let s = c
+            .settings("t", &config)
+            .load_aware_allocation
+            .expect("load-aware");
+        assert_eq!(s.load_threshold, 0.3);
+        assert_eq!(s.load_sustained_rounds, 5);
+        assert_eq!(s.selector, CapacitySelector::Queues);
+        assert_eq!(s.shard_count_weight, 1.0);
+    }
+
+    #[test]
+    fn load_aware_keys_are_validated() {
+        let bad = |f: fn(&mut ShardingConfig)| {
+            let mut c = ShardingConfig::default();
+            f(&mut c);
+            c.check().map_err(|e| e.to_string())
+        };
+        let e = bad(|c| c.allocation_strategy = "random".into()).unwrap_err();
+        assert!(e.contains("sharding.allocation-strategy"), "{e}");
+        let e = bad(|c| c.load_threshold = f64::NAN).unwrap_err();
+        assert!(e.contains("sharding.load-threshold"), "{e}");
+        let e = bad(|c| c.load_threshold = 1.5).unwrap_err();
+        assert!(e.contains("sharding.load-threshold"), "{e}");
+        let e = bad(|c| c.load_sustained_rounds = 0).unwrap_err();
+        assert!(e.contains("sharding.load-sustained-rounds"), "{e}");
+        let e = bad(|c| c.load_selector = "heap".into()).unwrap_err();
+        assert!(e.contains("sharding.load-selector"), "{e}");
+    }
+
+    #[test]
+    fn the_keys_parse_from_toml() {
+        let c: ShardingConfig = toml::from_str(
+            "allocation-strategy = \"load-aware\"\nload-threshold = 0.25\nload-sustained-rounds = 2\nload-selector = \"cpu\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.allocation_strategy, "load-aware");
+        assert_eq!(c.load_threshold, 0.25);
+        assert_eq!(c.load_sustained_rounds, 2);
+        assert_eq!(c.load_selector, "cpu");
     }
 }

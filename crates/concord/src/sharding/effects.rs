@@ -82,6 +82,10 @@ pub struct ShardingEffects {
     warnings: LogLimiter,
     /// Where this node's entity counts and queues are reported for its metrics samples.
     local_load: LocalLoad,
+    /// Every member's metrics, read on each tick for the machines of types with load-aware
+    /// allocation (`None`: their loads stay unknown, as with the least-shard strategy).
+    #[cfg(feature = "runtime")]
+    cluster_load: Option<crate::load::ClusterLoad>,
 }
 
 impl ShardingEffects {
@@ -133,6 +137,8 @@ impl ShardingEffects {
             exiting: None,
             warnings: LogLimiter::new(Duration::from_secs(10)),
             local_load: LocalLoad::new(),
+            #[cfg(feature = "runtime")]
+            cluster_load: None,
         }
     }
 
@@ -141,6 +147,46 @@ impl ShardingEffects {
     pub fn reporting_load(mut self, load: LocalLoad) -> Self {
         self.local_load = load;
         self
+    }
+
+    /// Feeds the machines of entity types with load-aware allocation every member's load
+    /// from `load` (`1 − capacity` by each type's selector) on every tick.
+    #[cfg(feature = "runtime")]
+    pub fn reading_cluster_load(mut self, load: crate::load::ClusterLoad) -> Self {
+        self.cluster_load = Some(load);
+        self
+    }
+
+    /// Gives each load-aware machine the members' loads by its selector (each selector's
+    /// loads computed once per tick).
+    #[cfg(feature = "runtime")]
+    fn feed_loads(&self, machines: &mut MachineGroup<ClusterSharding>) {
+        use concord_core::cluster_metrics::CapacitySelector;
+        use concord_core::UniqueAddress;
+        let Some(cluster) = &self.cluster_load else {
+            return;
+        };
+        let mut by_selector: Vec<(CapacitySelector, BTreeMap<UniqueAddress, f64>)> = Vec::new();
+        for (_, m) in machines.iter_mut() {
+            let Some(selector) = m.settings().load_aware_allocation.map(|l| l.selector) else {
+                continue;
+            };
+            let i = match by_selector.iter().position(|(s, _)| *s == selector) {
+                Some(i) => i,
+                None => {
+                    let loads = cluster
+                        .capacity(selector)
+                        .into_iter()
+                        .map(|(node, capacity)| (node, 1.0 - capacity))
+                        .collect();
+                    by_selector.push((selector, loads));
+                    by_selector.len() - 1
+                }
+            };
+            if let Some((_, loads)) = by_selector.get(i) {
+                m.set_node_loads(loads);
+            }
+        }
     }
 
     /// Tells the machine of `type_name` what a batch ended with.
@@ -469,6 +515,8 @@ impl LayerEffects for ShardingEffects {
     }
 
     fn tick(&mut self, fx: &mut Effects<'_, Self>) {
+        #[cfg(feature = "runtime")]
+        self.feed_loads(fx.machine);
         let backlog = fx.backlog;
         for (name, t) in self.types.iter_mut() {
             t.asks.retain(|_, tx| !tx.is_canceled());

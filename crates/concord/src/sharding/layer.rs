@@ -465,7 +465,8 @@ impl Layer for Sharding {
         let wake = Arc::new(tokio::sync::Notify::new());
         let outbound = BackloggedOutbound::new(sender, wake.clone());
         let effects = ShardingEffects::with_types(types, store, remember, me.address.to_string())
-            .reporting_load(ctx.local_load.clone());
+            .reporting_load(ctx.local_load.clone())
+            .reading_cluster_load(ctx.cluster_load.clone());
         ctx.start_host(
             machines,
             effects,

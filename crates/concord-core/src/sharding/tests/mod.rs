@@ -5,6 +5,7 @@
 //! that list over as the entity's state, and checks at every step that no entity is alive
 //! on two nodes.
 
+mod load_aware;
 mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
