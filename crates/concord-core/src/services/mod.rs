@@ -14,21 +14,24 @@
 //! ring of Up members (stable: joins move nothing, a leaving or crashed node only
 //! re-places its own instances; new instances spread round the ring in the spec's
 //! circular fashion), optionally refines it with the load-aware, opt-in [`rebalance()`]
-//! (cluster metrics), and derives the moves with [`pending_changes`]. The
-//! [`PartitionTable`] and the set of [`PartitionChange`]s are gossiped with the membership
-//! state; every node routes by the table. Each move is carried out by the graceful
+//! (cluster metrics), and derives the moves with [`pending_changes`]. The design (not built
+//! yet) gossips the [`PartitionTable`] and the set of [`PartitionChange`]s with the
+//! membership state, and every node routes by the table ([`Router`]). Each move is carried out by the graceful
 //! handoff of the spec (steps 1–6: the leader sets the pending change, N1 initializes N2,
 //! N2 creates the instance and answers ready, N1 marks the change
 //! [`Complete`](PartitionChangeStatus::Complete), the leader updates the table, all nodes
 //! converge on it). The handoff, the gossip fields and the runtime that starts instances
-//! are not here: this module is plain data and pure, deterministic functions (the same
-//! inputs give the same table on every node), property-tested.
+//! are not here (and not built yet): this module is plain data and pure, deterministic
+//! functions (the same inputs give the same table on every node), property-tested.
+//! [`Router`] picks the instance a message goes to (round robin, random, consistent
+//! hashing, adaptive to cluster metrics, broadcast); the receptionist's routers use it.
 
 pub mod instance_policy;
 pub mod partition_path;
 pub mod partition_table;
 pub mod placement;
 pub mod rebalance;
+pub mod routing;
 
 #[cfg(test)]
 mod tests;
@@ -38,3 +41,4 @@ pub use partition_path::{PartitionPath, PartitionPathError, MAX_PATH_LEN};
 pub use partition_table::{PartitionChange, PartitionChangeStatus, PartitionTable};
 pub use placement::{demand, pending_changes, place, sorted_ring};
 pub use rebalance::rebalance;
+pub use routing::{Router, RoutingLogic};
