@@ -246,3 +246,82 @@ impl Member {
         self.receptionist.replicator()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routers_spread_hash_and_broadcast_over_the_instances() {
+    use concord::receptionist::RoutingLogic;
+    let m = cluster().await;
+    let key = ServiceKey::<u32>::new("worker").unwrap();
+    let mut handles = Vec::new();
+    for x in &m {
+        handles.push(x.receptionist.register(&key).await.unwrap());
+    }
+    let mut rr = m[0]
+        .receptionist
+        .router(&key, RoutingLogic::RoundRobin)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), rr.wait_for(3))
+        .await
+        .expect("three instances")
+        .unwrap();
+    for n in 0..6u32 {
+        assert_eq!(rr.tell(&n).await.unwrap(), 1);
+    }
+    // Round robin: two each.
+    for h in &mut handles {
+        for _ in 0..2 {
+            let got = tokio::time::timeout(Duration::from_secs(10), h.recv()).await;
+            assert!(got.unwrap().is_some());
+        }
+    }
+    // Consistent hashing: one key, one instance, from any node.
+    let hashing_a = m[0]
+        .receptionist
+        .router(&key, RoutingLogic::ConsistentHashing)
+        .await
+        .unwrap();
+    let mut hashing_b = m[1]
+        .receptionist
+        .router(&key, RoutingLogic::ConsistentHashing)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), hashing_b.wait_for(3))
+        .await
+        .expect("three instances")
+        .unwrap();
+    assert_eq!(hashing_a.instances(), hashing_b.instances());
+    for n in 0..4u32 {
+        hashing_a.tell_keyed(b"user-7", &n).await.unwrap();
+        hashing_b.tell_keyed(b"user-7", &(n + 100)).await.unwrap();
+    }
+    let mut receivers = 0;
+    for h in &mut handles {
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(1500), h.recv()).await {
+            receivers += 1;
+            for _ in 0..7 {
+                let got = tokio::time::timeout(Duration::from_secs(10), h.recv()).await;
+                assert!(got.unwrap().is_some());
+            }
+        }
+    }
+    assert_eq!(receivers, 1, "one key, one instance");
+    // Broadcast: everyone.
+    let mut all = m[2]
+        .receptionist
+        .router(&key, RoutingLogic::Broadcast)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), all.wait_for(3))
+        .await
+        .expect("three instances")
+        .unwrap();
+    assert_eq!(all.tell(&9).await.unwrap(), 3);
+    for h in &mut handles {
+        let got = tokio::time::timeout(Duration::from_secs(10), h.recv()).await;
+        assert_eq!(got.unwrap(), Some(9));
+    }
+    for x in &m {
+        x.node.shutdown().await;
+    }
+}

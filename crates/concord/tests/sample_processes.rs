@@ -162,6 +162,63 @@ fn sample_singleton_and_counter_across_leave_crash_and_full_restart() {
     });
     drop(refs);
 
+    // Pub-sub: once every node's chat subscription is known on node 0, a message
+    // published there reaches the subscriber on every node.
+    let mut attempt = 0;
+    let mut delivered = String::new();
+    wait_until(
+        "a chat message published to all 5 nodes",
+        Duration::from_secs(60),
+        &[],
+        || {
+            attempt += 1;
+            let text = format!("hello-{attempt}");
+            let url = format!("{}/sample/chat", nodes[0].management_url());
+            let sent = post_form(&rt, &url, &[("text", &text)]);
+            if sent.is_some_and(|(s, v)| s == 200 && v["nodes"].as_u64() == Some(5)) {
+                delivered = text;
+                return true;
+            }
+            false
+        },
+    );
+    wait_until(
+        "every node received the chat message",
+        Duration::from_secs(30),
+        &[],
+        || {
+            nodes.iter().all(|n| {
+                get_json(&rt, &format!("{}/sample/chat", n.management_url())).is_some_and(
+                    |(_, v)| {
+                        v["messages"].as_array().is_some_and(|m| {
+                            m.iter().filter(|x| x["text"] == delivered.as_str()).count() == 1
+                        })
+                    },
+                )
+            })
+        },
+    );
+    // Cluster metrics: every node knows all five members' load.
+    wait_until(
+        "every node has five members' metrics",
+        Duration::from_secs(60),
+        &[],
+        || {
+            nodes.iter().all(|n| {
+                get_json(&rt, &format!("{}/cluster/metrics", n.management_url())).is_some_and(
+                    |(_, v)| {
+                        v["nodes"].as_array().is_some_and(|a| {
+                            a.len() == 5
+                                && a.iter().all(|e| {
+                                    e["metrics"]["memory-rss"]["value"].as_f64() > Some(0.0)
+                                })
+                        })
+                    },
+                )
+            })
+        },
+    );
+
     // One singleton, the same answer from every node.
     let mut first = None;
     wait_until(

@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub(crate) node: std::sync::OnceLock<String>,
     /// The `[pubsub]` limits (set when the layer starts; defaults before).
     pub(crate) pubsub: std::sync::OnceLock<super::config::PubSubConfig>,
+    /// The cluster's load, for adaptive routers (set when the layer starts).
+    pub(crate) cluster_load: std::sync::OnceLock<crate::load::ClusterLoad>,
 }
 
 /// The receptionist of one node; cheap to clone. Made with

@@ -55,6 +55,7 @@ impl ReceptionistLayer {
             mailbox_size: AtomicU64::new(ReceptionistConfig::default().mailbox_size as u64),
             node: std::sync::OnceLock::new(),
             pubsub: std::sync::OnceLock::new(),
+            cluster_load: std::sync::OnceLock::new(),
         });
         let handle = Receptionist::new(commands_tx, replicator.clone(), shared.clone());
         let layer = ReceptionistLayer {
@@ -108,6 +109,7 @@ impl Layer for ReceptionistLayer {
             .mailbox_size
             .store(config.mailbox_size as u64, Ordering::Relaxed);
         let _ = shared.pubsub.set(pubsub);
+        let _ = shared.cluster_load.set(ctx.cluster_load.clone());
         let me = ctx.cluster.self_unique_address().clone();
         let machine = ReceptionistMachine::new(me.clone(), config.max_registrations);
         let effects = ReceptionistEffects::new(

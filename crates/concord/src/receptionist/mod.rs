@@ -20,9 +20,12 @@ mod config;
 mod effects;
 mod handle;
 mod layer;
+mod router;
 
 pub use concord_core::receptionist::{Listing, ServiceInstance};
+pub use concord_core::services::RoutingLogic;
 pub use config::{PubSubConfig, ReceptionistConfig};
 pub use effects::{ReceptionistCommand, ReceptionistCompletion};
 pub use handle::{ListingSubscription, Receptionist, ReceptionistError, Registration, ServiceKey};
 pub use layer::ReceptionistLayer;
+pub use router::ServiceRouter;
