@@ -111,6 +111,18 @@ async fn a_registered_handle_is_found_followed_and_reached_and_goes_with_its_nod
         .unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), handle.recv()).await;
     assert_eq!(got.unwrap().as_deref(), Some("after"));
+    // The management route (and the dashboard panel) list it.
+    let url = format!(
+        "http://{}/cluster/receptionist",
+        m[1].node.management_addr().unwrap()
+    );
+    let registry = common::get_json(&url).await;
+    assert_eq!(registry["keys"][0]["key"], "greeter", "{registry}");
+    assert_eq!(
+        registry["keys"][0]["instances"][0],
+        instance.to_string().as_str(),
+        "{registry}"
+    );
 
     // The node leaves: its registration disappears from the others' listings.
     m[2].node.shutdown().await;

@@ -40,6 +40,7 @@ const COMMAND_QUEUE: usize = 4096;
 /// # drop((node, hello)); Ok(()) }
 /// ```
 pub struct ReceptionistLayer {
+    handle: Receptionist,
     commands: mpsc::Receiver<ReceptionistCommand>,
     replicator: Replicator,
     shared: Arc<Shared>,
@@ -59,6 +60,7 @@ impl ReceptionistLayer {
         });
         let handle = Receptionist::new(commands_tx, replicator.clone(), shared.clone());
         let layer = ReceptionistLayer {
+            handle: handle.clone(),
             commands,
             replicator,
             shared,
@@ -97,6 +99,7 @@ impl Layer for ReceptionistLayer {
 
     fn start(self: Box<Self>, ctx: LayerContext) -> Result<LayerStarted, LayerError> {
         let ReceptionistLayer {
+            handle,
             commands,
             replicator,
             shared,
@@ -132,6 +135,16 @@ impl Layer for ReceptionistLayer {
             HostPorts::new(Box::new(LaneOutbound::new(sender)), inbound).commands(commands),
         );
         let _ = shared.node.set(me.address.to_string());
-        Ok(LayerStarted::default())
+        let panel_handle = handle.clone();
+        Ok(LayerStarted {
+            routes: Some(super::routes::routes(handle)),
+            dashboard: vec![crate::management::DashboardPanel::new(
+                "receptionist",
+                move || {
+                    let r = panel_handle.clone();
+                    async move { super::routes::registry_json(&r).await }
+                },
+            )],
+        })
     }
 }

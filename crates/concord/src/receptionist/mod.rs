@@ -21,6 +21,7 @@ mod effects;
 mod handle;
 mod layer;
 mod router;
+pub mod routes;
 
 pub use concord_core::receptionist::{Listing, ServiceInstance};
 pub use concord_core::services::RoutingLogic;

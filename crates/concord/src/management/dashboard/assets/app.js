@@ -241,7 +241,18 @@
     return [el('table', {}, [el('thead', {}, [el('tr', {}, head.map((h) => el('th', { text: h })))]), el('tbody', {}, rows)])];
   }
 
-  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence, 'cluster-metrics': renderClusterMetrics };
+  function renderReceptionist(p) {
+    const keys = p.keys || [];
+    if (!keys.length) return [el('p', { class: 'empty', text: 'no service registered' })];
+    const rows = keys.map((k) => el('tr', {}, [
+      el('td', { text: k.key }), el('td', { text: String((k.instances || []).length) }), el('td', { text: String(k.unreachable || 0) }),
+    ]));
+    const out = [el('table', {}, [el('thead', {}, [el('tr', {}, ['service key', 'instances', 'unreachable'].map((h) => el('th', { text: h })))]), el('tbody', {}, rows)])];
+    if (p.truncated) out.push(el('p', { class: 'count', text: 'more keys or instances than shown' }));
+    return out;
+  }
+
+  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence, 'cluster-metrics': renderClusterMetrics, receptionist: renderReceptionist };
 
   function renderPanels(s) {
     for (const [name, p] of Object.entries(s.panels || {})) {
