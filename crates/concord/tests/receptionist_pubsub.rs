@@ -181,16 +181,8 @@ async fn a_publish_reaches_every_subscriber_once_and_a_group_send_reaches_one() 
     for t in &topics {
         workers.push(t.subscribe_in_group("workers").await.unwrap());
     }
-    let group =
-        concord::receptionist::ServiceKey::<Vec<u8>>::new("pubsub/group/chat/workers").unwrap();
     wait_for_async("node 0 knows the three workers", || async {
-        m[0].receptionist
-            .find(&group)
-            .await
-            .unwrap()
-            .reachable
-            .len()
-            == 3
+        topics[0].group("workers").await.unwrap().reachable.len() == 3
     })
     .await;
     assert!(topics[0].send("workers", &42).await.unwrap());
@@ -250,6 +242,10 @@ async fn limits_refuse_with_a_clear_error() {
         .unwrap();
     assert!(matches!(e, PubSubError::TooManyTopics(1)), "{e}");
     assert!(a.pubsub.topic::<u32>("a b").is_err());
+    // Names that would be ambiguous or take pub-sub's keys are refused.
+    assert!(a.pubsub.topic::<u32>("a/b").is_err());
+    assert!(t.subscribe_in_group("g/h").await.is_err());
+    assert!(ServiceKey::<u32>::new("pubsub/topic/t").is_err());
     a.node.shutdown().await;
 }
 

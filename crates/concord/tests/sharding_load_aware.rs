@@ -111,6 +111,21 @@ async fn load_aware_allocation_places_shards_and_entities_answer() {
         })
         .await;
     }
+    // ... and reaches the load-aware machines on every node (the sharding layer feeds
+    // them each tick; the gauge counts the nodes whose load they hold).
+    for n in [&a, &b, &c] {
+        wait_for_async("the strategy holds three nodes' loads", || async {
+            let text = reqwest::get(url(n, "/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .any(|l| l.starts_with("concord_sharding_load_aware_nodes{") && l.ends_with(" 3"))
+        })
+        .await;
+    }
     for i in 0..30 {
         ask(&region, i).await;
     }

@@ -108,6 +108,9 @@ pub struct ClusterMetricsCollector {
     peers: Vec<UniqueAddress>,
     sequence: u64,
     started: bool,
+    /// When this node last answered each member's round, ms: at most one answer per
+    /// member per half gossip interval, whatever a member asks.
+    answered: BTreeMap<UniqueAddress, u64>,
     rng: SmallRng,
     stats: CollectorStats,
     out: Outputs<MetricsGossipEnvelope, ClusterMetricsEvent, Timer>,
@@ -129,6 +132,7 @@ impl ClusterMetricsCollector {
             peers: Vec::new(),
             sequence: 0,
             started: false,
+            answered: BTreeMap::new(),
             rng: SmallRng::seed_from_u64(seed),
             stats: CollectorStats::default(),
             out: Outputs::new(),
@@ -222,7 +226,7 @@ impl ProtocolMachine for ClusterMetricsCollector {
         ProtocolId::CLUSTER_METRICS
     }
 
-    fn handle_message(&mut self, _now_ms: u64, from: &UniqueAddress, message: Self::Message) {
+    fn handle_message(&mut self, now_ms: u64, from: &UniqueAddress, message: Self::Message) {
         if !self.members.contains(from) || *from == self.me {
             self.stats.entries_refused += 1;
             return;
@@ -243,7 +247,13 @@ impl ProtocolMachine for ClusterMetricsCollector {
         if changed {
             self.out.events.push_back(ClusterMetricsEvent::Changed);
         }
-        if message.reply {
+        let spacing = self.settings.gossip_interval_ms / 2;
+        let due = self
+            .answered
+            .get(from)
+            .is_none_or(|at| now_ms.saturating_sub(*at) >= spacing);
+        if message.reply && due {
+            self.answered.insert(from.clone(), now_ms);
             self.send(&from.clone(), false);
         }
     }
@@ -261,6 +271,8 @@ impl ProtocolMachine for ClusterMetricsCollector {
             .collect();
         let before = self.gossip.len();
         self.gossip.retain_members(&self.members);
+        let members = &self.members;
+        self.answered.retain(|n, _| members.contains(n));
         if self.gossip.len() != before {
             self.out.events.push_back(ClusterMetricsEvent::Changed);
         }

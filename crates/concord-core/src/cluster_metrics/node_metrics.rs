@@ -12,8 +12,9 @@ use crate::address::UniqueAddress;
 
 /// The names of the metrics a node samples (Akka's names where Akka has the metric).
 pub mod names {
-    /// CPU in use on the machine, user + system + nice + iowait, as a fraction of all cores'
-    /// time, 0.0–1.0 (Akka's `cpu-combined`).
+    /// CPU in use on the machine, as a fraction of all cores' time, 0.0–1.0 (Akka's
+    /// `cpu-combined`; as `sysinfo` measures it on Linux: user + system + nice + irq +
+    /// softirq + steal, iowait counted as idle).
     pub const CPU_COMBINED: &str = "cpu-combined";
     /// CPU this process used since the last sample, as a fraction of all cores' time,
     /// 0.0–1.0.
@@ -36,6 +37,21 @@ pub mod names {
     pub const MAILBOX_DEPTH: &str = "mailbox-depth";
     /// Entities running on this node.
     pub const ENTITIES: &str = "entities";
+
+    /// Every name above.
+    pub const ALL: [&str; 11] = [
+        CPU_COMBINED,
+        CPU_PROCESS,
+        SYSTEM_LOAD_AVERAGE,
+        PROCESSORS,
+        MEMORY_RSS,
+        MEMORY_AVAILABLE,
+        MEMORY_TOTAL,
+        LANE_QUEUE,
+        REGION_BUFFERED,
+        MAILBOX_DEPTH,
+        ENTITIES,
+    ];
 }
 
 /// Most metrics one node's entry may carry; an entry with more is refused.

@@ -154,6 +154,26 @@ fn a_round_is_answered_once_and_a_removed_members_entry_goes() {
     assert!(!answer.message.reply);
     assert_eq!(answer.message.entries.len(), 3);
     assert!(c.poll_transmit().is_none());
+    // A second round from the same member within half a gossip interval is not answered.
+    c.handle_message(
+        1,
+        &ua(1),
+        MetricsGossipEnvelope {
+            entries: vec![],
+            reply: true,
+        },
+    );
+    assert!(c.poll_transmit().is_none(), "answers are spaced");
+    let later = ClusterMetricsSettings::default().gossip_interval_ms;
+    c.handle_message(
+        later,
+        &ua(1),
+        MetricsGossipEnvelope {
+            entries: vec![],
+            reply: true,
+        },
+    );
+    assert!(c.poll_transmit().is_some());
     events(&mut c);
     c.handle_membership(
         0,

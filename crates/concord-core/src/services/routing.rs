@@ -44,12 +44,14 @@ pub struct Router {
     rng: SmallRng,
 }
 
-/// The rendezvous weight of `instance` for `key`.
-fn score<T: std::hash::Hash>(key: &[u8], instance: &T) -> u64 {
+/// The rendezvous weight of the instance whose canonical bytes are `instance` for `key`:
+/// `xxh3(len(key) ‖ key ‖ instance)`, the same on every platform.
+fn score(key: &[u8], instance: &[u8]) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    std::hash::Hasher::write(&mut h, key);
-    instance.hash(&mut h);
-    std::hash::Hasher::finish(&h)
+    h.update(&(key.len() as u64).to_le_bytes());
+    h.update(key);
+    h.update(instance);
+    h.digest()
 }
 
 impl Router {
@@ -68,14 +70,16 @@ impl Router {
     }
 
     /// The targets of one message among `instances` (`node` gives an instance's node, for
-    /// adaptive routing; `capacity` is each node's capacity, 0.0–1.0, from cluster
-    /// metrics): one index into `instances`, every index for broadcast, none when
-    /// `instances` is empty. `key` is the message's consistent-hashing key (other logics
-    /// ignore it; without one, consistent hashing picks at random).
-    pub fn route<T: std::hash::Hash>(
+    /// adaptive routing; `id` its canonical bytes, for consistent hashing — the same on
+    /// every node, e.g. its registry entry; `capacity` is each node's capacity, 0.0–1.0,
+    /// from cluster metrics): one index into `instances`, every index for broadcast, none
+    /// when `instances` is empty. `key` is the message's consistent-hashing key (other
+    /// logics ignore it; without one, consistent hashing picks at random).
+    pub fn route<T>(
         &mut self,
         instances: &[T],
         node: impl Fn(&T) -> &UniqueAddress,
+        id: impl Fn(&T) -> Vec<u8>,
         key: Option<&[u8]>,
         capacity: &BTreeMap<UniqueAddress, f64>,
     ) -> Vec<usize> {
@@ -93,7 +97,7 @@ impl Router {
             RoutingLogic::Random => self.rng.random_range(0..n),
             RoutingLogic::ConsistentHashing => match key {
                 Some(k) => (0..n)
-                    .max_by_key(|i| (score(k, &instances[*i]), std::cmp::Reverse(*i)))
+                    .max_by_key(|i| (score(k, &id(&instances[*i])), std::cmp::Reverse(*i)))
                     .unwrap_or(0),
                 None => self.rng.random_range(0..n),
             },
@@ -136,7 +140,13 @@ mod tests {
     }
 
     fn route(r: &mut Router, inst: &[UniqueAddress], key: Option<&[u8]>) -> Vec<usize> {
-        r.route(inst, |u| u, key, &BTreeMap::new())
+        r.route(
+            inst,
+            |u| u,
+            |u| u.to_string().into_bytes(),
+            key,
+            &BTreeMap::new(),
+        )
     }
 
     #[test]
@@ -186,7 +196,7 @@ mod tests {
         let mut r = Router::new(RoutingLogic::Adaptive(CapacitySelector::Mix), 7);
         let mut counts = [0u32; 2];
         for _ in 0..10_000 {
-            counts[r.route(&inst, |u| u, None, &capacity)[0]] += 1;
+            counts[r.route(&inst, |u| u, |_| Vec::new(), None, &capacity)[0]] += 1;
         }
         // Weights 1 and 9.
         assert!(counts[1] > 8 * counts[0], "{counts:?}");
@@ -194,7 +204,7 @@ mod tests {
         // Without metrics: even.
         let mut even = [0u32; 2];
         for _ in 0..10_000 {
-            even[r.route(&inst, |u| u, None, &BTreeMap::new())[0]] += 1;
+            even[r.route(&inst, |u| u, |_| Vec::new(), None, &BTreeMap::new())[0]] += 1;
         }
         assert!(even[0] > 4_000 && even[1] > 4_000, "{even:?}");
     }

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use concord_core::cluster_metrics::{ClusterMetricsCollector, ClusterMetricsEvent, CollectorStats};
+use concord_core::cluster_metrics::{
+    names, ClusterMetricsCollector, ClusterMetricsEvent, CollectorStats,
+};
 
 use super::sampler::Sampler;
 use crate::host::{Effects, LayerEffects};
@@ -43,13 +45,19 @@ impl ClusterMetricsEffects {
     }
 
     /// Publishes the machine's entries and sets one gauge per member and metric:
-    /// `concord_cluster_metrics_value{node, member, metric}` (the smoothed value).
+    /// `concord_cluster_metrics_value{node, member, metric}` (the smoothed value), for the
+    /// metrics this version knows only ([`names::ALL`]): a name a peer sends cannot add
+    /// series.
     fn publish(&mut self, machine: &ClusterMetricsCollector) {
         let gossip = machine.gossip().clone();
         let mut series = BTreeSet::new();
         for e in gossip.entries() {
             let member = e.node.address.to_string();
-            for (name, m) in &e.metrics {
+            for (name, m) in e
+                .metrics
+                .iter()
+                .filter(|(n, _)| names::ALL.contains(&n.as_str()))
+            {
                 metrics::gauge!(
                     "concord_cluster_metrics_value",
                     "node" => self.node_label.clone(),
@@ -109,7 +117,11 @@ impl LayerEffects for ClusterMetricsEffects {
                 let sampler = self.sampler.clone();
                 let completions = fx.completions().clone();
                 fx.spawn_blocking(Box::new(move || {
-                    let values = sampler.lock().unwrap_or_else(|p| p.into_inner()).sample();
+                    // A sampler that panics gives an empty sample, so sampling goes on.
+                    let values = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        sampler.lock().unwrap_or_else(|p| p.into_inner()).sample()
+                    }))
+                    .unwrap_or_default();
                     completions.send(ClusterMetricsCompletion::Sample(values));
                 }));
             }

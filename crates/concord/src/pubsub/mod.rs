@@ -10,6 +10,9 @@
 //! The topic registry is the receptionist's, replicated with Distributed Data; a
 //! subscriber on a node that crashed disappears when the node is removed.
 //!
+//! Topic and group names are 1 to 80 bytes of `[A-Za-z0-9_.:-]`; the `pubsub/` prefix is
+//! reserved (an application's [`crate::receptionist::ServiceKey`] may not use it).
+//!
 //! Delivery is **at most once** (docs/SERVICES.md): a message published before a new
 //! subscriber's registration reached the publisher's node is not delivered to it, and a
 //! subscriber whose mailbox is full loses the message (counted). Reliable delivery

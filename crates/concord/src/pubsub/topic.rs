@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use concord_core::receptionist::{InvalidServiceKey, Listing};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -16,9 +17,9 @@ use crate::sharding::entity::{decode, encode};
 /// Why a pub-sub operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PubSubError {
-    /// The topic or group name is not a valid key (1 to ~180 bytes of `[A-Za-z0-9_.:-]`).
-    #[error("topic: {0}")]
-    InvalidName(#[from] InvalidServiceKey),
+    /// The topic or group name is not 1 to 80 bytes of `[A-Za-z0-9_.:-]`.
+    #[error("topic or group name `{0}`: 1 to 80 bytes of A-Z a-z 0-9 _ . : -")]
+    InvalidName(String),
     /// This node has subscribers of `pubsub.max-topics` topics already.
     #[error("this node has subscribers of {0} topics, the most `pubsub.max-topics` allows")]
     TooManyTopics(usize),
@@ -46,8 +47,27 @@ struct TopicLocal {
 
 #[derive(Default)]
 struct LocalState {
-    subscribers: Vec<mpsc::Sender<Vec<u8>>>,
+    subscribers: Vec<mpsc::Sender<Bytes>>,
     registered: bool,
+}
+
+/// Checks a topic or group name: 1 to 80 bytes of `[A-Za-z0-9_.:-]` (no `/`, so that
+/// `pubsub/group/<topic>/<group>` names one topic and one group).
+fn check_name(name: &str) -> Result<(), PubSubError> {
+    let ok = !name.is_empty()
+        && name.len() <= 80
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(PubSubError::InvalidName(name.chars().take(80).collect()))
+    }
+}
+
+fn bad_key(e: InvalidServiceKey) -> PubSubError {
+    PubSubError::InvalidName(e.0)
 }
 
 /// Distributed pub-sub on one node; cheap to clone.
@@ -75,7 +95,7 @@ pub struct Subscriber<M> {
 
 enum Inner {
     Topic {
-        rx: mpsc::Receiver<Vec<u8>>,
+        rx: mpsc::Receiver<Bytes>,
         local: Arc<TopicLocal>,
     },
     Group(Registration<Vec<u8>>),
@@ -95,8 +115,9 @@ impl PubSub {
     /// # Errors
     /// [`PubSubError::InvalidName`].
     pub fn topic<M>(&self, name: &str) -> Result<Topic<M>, PubSubError> {
+        check_name(name)?;
         Ok(Topic {
-            key: ServiceKey::new(&format!("pubsub/topic/{name}"))?,
+            key: ServiceKey::reserved(&format!("pubsub/topic/{name}")).map_err(bad_key)?,
             name: name.to_string(),
             pubsub: self.clone(),
             _type: PhantomData,
@@ -122,10 +143,8 @@ impl<M> Topic<M> {
     }
 
     fn group_key(&self, group: &str) -> Result<ServiceKey<Vec<u8>>, PubSubError> {
-        Ok(ServiceKey::new(&format!(
-            "pubsub/group/{}/{group}",
-            self.name
-        ))?)
+        check_name(group)?;
+        ServiceKey::reserved(&format!("pubsub/group/{}/{group}", self.name)).map_err(bad_key)
     }
 
     /// Subscribes on this node: every message published to the topic from now on (once
@@ -138,10 +157,15 @@ impl<M> Topic<M> {
         let pubsub = &self.pubsub;
         let (max_topics, max_subscribers) = pubsub.limits();
         let mut topics = pubsub.topics.lock().await;
-        if !topics.contains_key(&self.name) && topics.len() >= max_topics {
-            return Err(PubSubError::TooManyTopics(topics.len()));
-        }
-        let local = topics.entry(self.name.clone()).or_default().clone();
+        // A topic enters the map only once it has a subscriber, so a failed or cancelled
+        // subscription leaves nothing behind.
+        let local = match topics.get(&self.name) {
+            Some(l) => l.clone(),
+            None if topics.len() >= max_topics => {
+                return Err(PubSubError::TooManyTopics(topics.len()));
+            }
+            None => Arc::new(TopicLocal::default()),
+        };
         let mut state = local.state.lock().await;
         state.subscribers.retain(|s| !s.is_closed());
         if state.subscribers.len() >= max_subscribers {
@@ -170,6 +194,7 @@ impl<M> Topic<M> {
         let (tx, rx) = mpsc::channel(usize::try_from(size).unwrap_or(usize::MAX));
         state.subscribers.push(tx);
         drop(state);
+        topics.insert(self.name.clone(), local.clone());
         Ok(Subscriber {
             inner: Inner::Topic { rx, local },
             receptionist: pubsub.receptionist.clone(),
@@ -191,6 +216,15 @@ impl<M> Topic<M> {
             receptionist: self.pubsub.receptionist.clone(),
             _type: PhantomData,
         })
+    }
+
+    /// The subscribers of `group`, as this node knows them.
+    ///
+    /// # Errors
+    /// [`PubSubError::InvalidName`], [`PubSubError::Receptionist`].
+    pub async fn group(&self, group: &str) -> Result<Listing, PubSubError> {
+        let key = self.group_key(group)?;
+        Ok(self.pubsub.receptionist.find(&key).await?)
     }
 
     /// The nodes with subscribers of this topic, as this node knows them.
@@ -257,11 +291,24 @@ async fn fan_out(
     loop {
         tokio::select! {
             bytes = registration.recv_bytes() => {
-                let Some(bytes) = bytes else { break };
                 let mut state = local.state.lock().await;
+                let Some(bytes) = bytes else {
+                    // The node stopped: the subscribers' `recv` ends.
+                    state.subscribers.clear();
+                    state.registered = false;
+                    break;
+                };
                 state.subscribers.retain(|s| !s.is_closed());
                 for s in &state.subscribers {
-                    if s.try_send(bytes.clone()).is_err() {
+                    let sent = receptionist.reserve(bytes.len())
+                        && match s.try_send(bytes.clone()) {
+                            Ok(()) => true,
+                            Err(_) => {
+                                receptionist.release(bytes.len());
+                                false
+                            }
+                        };
+                    if !sent {
                         metrics::counter!("concord_pubsub_dropped_total", "node" => receptionist.node_label(), "reason" => "mailbox-full")
                             .increment(1);
                     }
@@ -301,7 +348,11 @@ impl<M: DeserializeOwned> Subscriber<M> {
     pub async fn recv(&mut self) -> Option<M> {
         loop {
             let bytes = match &mut self.inner {
-                Inner::Topic { rx, .. } => rx.recv().await?,
+                Inner::Topic { rx, .. } => {
+                    let b = rx.recv().await?;
+                    self.receptionist.release(b.len());
+                    b
+                }
                 Inner::Group(r) => r.recv_bytes().await?,
             };
             match decode(&bytes) {
@@ -316,6 +367,10 @@ impl<M> Drop for Subscriber<M> {
     fn drop(&mut self) {
         if let Inner::Topic { rx, local } = &mut self.inner {
             rx.close();
+            // What is still queued leaves the node's mailbox budget.
+            while let Ok(b) = rx.try_recv() {
+                self.receptionist.release(b.len());
+            }
             local.changed.notify_one();
         }
     }

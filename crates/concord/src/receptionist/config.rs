@@ -17,6 +17,10 @@ pub struct ReceptionistConfig {
     /// Messages waiting for one handle (1000); beyond, messages to it are dropped and
     /// counted.
     pub mailbox_size: usize,
+    /// Bytes of messages waiting in all of this node's handles' and pub-sub subscribers'
+    /// mailboxes together, at most (67108864, 64 MiB); beyond, messages are dropped and
+    /// counted.
+    pub max_mailbox_bytes: u64,
     /// How often the leader removes the registrations of nodes that left ("3s", Akka's
     /// `pruning-interval`).
     #[serde(with = "crate::config::duration::required")]
@@ -32,6 +36,7 @@ impl Default for ReceptionistConfig {
         ReceptionistConfig {
             max_registrations: 10_000,
             mailbox_size: 1_000,
+            max_mailbox_bytes: 64 << 20,
             pruning_interval: Duration::from_secs(3),
             prune_removed_older_than: Duration::from_secs(60),
         }
@@ -52,6 +57,12 @@ impl ConfigSection for ReceptionistConfig {
             return Err(ConfigError::new(
                 "receptionist.mailbox-size",
                 "must be from 1 to 1000000",
+            ));
+        }
+        if self.max_mailbox_bytes < 1 << 16 {
+            return Err(ConfigError::new(
+                "receptionist.max-mailbox-bytes",
+                "must be at least 65536",
             ));
         }
         if self.pruning_interval < Duration::from_millis(10) {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use concord_core::ddata::{Key, ORSet, ReadConsistency, WriteConsistency};
 use concord_core::receptionist::{
     ReceptionistEvent, ReceptionistMachine, ReceptionistStats, RegistrationRefused, RegistryPruner,
@@ -17,11 +18,12 @@ use futures_channel::oneshot;
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
+use super::handle::Receptionist;
 use crate::ddata::Replicator;
 use crate::host::{Effects, LayerEffects};
 
 /// What the receptionist's host is asked by its handles.
-pub enum ReceptionistCommand {
+pub(crate) enum ReceptionistCommand {
     /// Register local handle `id` under `key`, its messages into `mailbox`.
     Register {
         /// The handle's id.
@@ -29,7 +31,7 @@ pub enum ReceptionistCommand {
         /// Its key.
         key: ServiceKeyId,
         /// Where its messages go (encoded).
-        mailbox: mpsc::Sender<Vec<u8>>,
+        mailbox: mpsc::Sender<Bytes>,
         /// The instance, or why the registration was refused.
         reply: oneshot::Sender<Result<ServiceInstance, RegistrationRefused>>,
     },
@@ -50,7 +52,7 @@ pub enum ReceptionistCommand {
 }
 
 /// Work that finished away from the host.
-pub enum ReceptionistCompletion {
+pub(crate) enum ReceptionistCompletion {
     /// A pruning round read this node's replica of every registry key: `(key, elements)`.
     Registry(Vec<(String, Vec<String>)>),
     /// A pruning round ended (`removed` registrations of nodes that left).
@@ -62,8 +64,10 @@ pub enum ReceptionistCompletion {
 
 /// The receptionist's effects; see the module docs.
 pub(crate) struct ReceptionistEffects {
-    mailboxes: BTreeMap<u64, mpsc::Sender<Vec<u8>>>,
+    mailboxes: BTreeMap<u64, mpsc::Sender<Bytes>>,
     replicator: Replicator,
+    /// The handles' side: the budget of mailbox bytes.
+    budget: Receptionist,
     view: watch::Sender<Option<Arc<MembershipView>>>,
     pruning_interval_ms: u64,
     pruning: bool,
@@ -77,6 +81,7 @@ pub(crate) struct ReceptionistEffects {
 impl ReceptionistEffects {
     pub(crate) fn new(
         replicator: Replicator,
+        budget: Receptionist,
         view: watch::Sender<Option<Arc<MembershipView>>>,
         pruning: (u64, u64),
         node_label: String,
@@ -85,6 +90,7 @@ impl ReceptionistEffects {
         ReceptionistEffects {
             mailboxes: BTreeMap::new(),
             replicator,
+            budget,
             view,
             pruning_interval_ms,
             pruning: false,
@@ -206,7 +212,12 @@ impl LayerEffects for ReceptionistEffects {
                         id,
                     }
                 });
-                let _ = reply.send(result);
+                let registered = result.is_ok();
+                if reply.send(result).is_err() && registered {
+                    // The caller went away (a timeout): nobody holds the handle.
+                    fx.machine.deregister(id);
+                    self.mailboxes.remove(&id);
+                }
             }
             ReceptionistCommand::Deregister { id } => {
                 fx.machine.deregister(id);
@@ -257,11 +268,20 @@ impl LayerEffects for ReceptionistEffects {
                 let Some(mailbox) = self.mailboxes.get(&instance) else {
                     return;
                 };
-                match mailbox.try_send(payload) {
+                let n = payload.len();
+                if !self.budget.reserve(n) {
+                    self.mailbox_full += 1;
+                    return;
+                }
+                match mailbox.try_send(Bytes::from(payload)) {
                     Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(_)) => self.mailbox_full += 1,
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        self.budget.release(n);
+                        self.mailbox_full += 1;
+                    }
                     Err(mpsc::error::TrySendError::Closed(_)) => {
                         // The handle was dropped; its deregistration is on its way.
+                        self.budget.release(n);
                         self.mailboxes.remove(&instance);
                         fx.machine.deregister(instance);
                     }

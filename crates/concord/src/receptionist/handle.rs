@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use concord_core::ddata::{Key, ORSet, ReadConsistency, WriteConsistency};
 use concord_core::receptionist::{
     listing, InvalidServiceKey, Listing, RegistrationRefused, ServiceInstance, ServiceKeyId,
@@ -44,11 +45,23 @@ impl<M> std::fmt::Debug for ServiceKey<M> {
 }
 
 impl<M> ServiceKey<M> {
-    /// The key `id` (1 to 200 bytes of `[A-Za-z0-9_.:/-]`).
+    /// The prefix of the keys distributed pub-sub registers under; an application's keys
+    /// may not start with it.
+    pub const RESERVED_PREFIX: &'static str = "pubsub/";
+
+    /// The key `id` (1 to 200 bytes of `[A-Za-z0-9_.:/-]`, not starting with `pubsub/`).
     ///
     /// # Errors
     /// [`InvalidServiceKey`] naming the id.
     pub fn new(id: &str) -> Result<Self, InvalidServiceKey> {
+        if id.starts_with(Self::RESERVED_PREFIX) {
+            return Err(InvalidServiceKey(id.chars().take(200).collect()));
+        }
+        Self::reserved(id)
+    }
+
+    /// A key of distributed pub-sub's (`pubsub/...`).
+    pub(crate) fn reserved(id: &str) -> Result<Self, InvalidServiceKey> {
         Ok(ServiceKey {
             id: ServiceKeyId::new(id)?,
             _type: PhantomData,
@@ -84,6 +97,10 @@ pub(crate) struct Shared {
     pub(crate) view: watch::Sender<Option<Arc<MembershipView>>>,
     /// Messages waiting for one handle, at most (`receptionist.mailbox-size`).
     pub(crate) mailbox_size: AtomicU64,
+    /// Bytes of messages waiting in this node's handles' and subscribers' mailboxes.
+    pub(crate) mailbox_bytes: AtomicU64,
+    /// At most that many (`receptionist.max-mailbox-bytes`).
+    pub(crate) max_mailbox_bytes: AtomicU64,
     /// This node's address, for metric labels (set when the layer starts).
     pub(crate) node: std::sync::OnceLock<String>,
     /// The `[pubsub]` limits (set when the layer starts; defaults before).
@@ -108,7 +125,7 @@ pub struct Receptionist {
 pub struct Registration<M> {
     instance: ServiceInstance,
     key: ServiceKeyId,
-    rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::Receiver<Bytes>,
     receptionist: Receptionist,
     deregistered: bool,
     _type: PhantomData<fn() -> M>,
@@ -152,7 +169,7 @@ impl Receptionist {
     ) -> Result<Registration<M>, ReceptionistError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let size = self.shared.mailbox_size.load(Ordering::Relaxed).max(1);
-        let (mailbox, rx) = mpsc::channel(usize::try_from(size).unwrap_or(usize::MAX));
+        let (mailbox, rx) = mpsc::channel::<Bytes>(usize::try_from(size).unwrap_or(usize::MAX));
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(ReceptionistCommand::Register {
@@ -267,6 +284,30 @@ impl Receptionist {
             .map_err(|_| ReceptionistError::Stopped)
     }
 
+    /// Reserves `n` bytes of the node's mailbox budget; false (nothing reserved) when the
+    /// budget has no room.
+    pub(crate) fn reserve(&self, n: usize) -> bool {
+        let n = n as u64;
+        let max = self.shared.max_mailbox_bytes.load(Ordering::Relaxed);
+        self.shared
+            .mailbox_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|total| *total <= max)
+            })
+            .is_ok()
+    }
+
+    /// Returns `n` bytes to the node's mailbox budget.
+    pub(crate) fn release(&self, n: usize) {
+        let n = n as u64;
+        let _ =
+            self.shared
+                .mailbox_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    Some(used.saturating_sub(n))
+                });
+    }
+
     /// This node's address (metric label; empty before the layer starts).
     pub(crate) fn node_label(&self) -> String {
         self.shared.node.get().cloned().unwrap_or_default()
@@ -308,8 +349,10 @@ impl<M> Registration<M> {
     }
 
     /// The next message, encoded; `None` once the node stopped.
-    pub(crate) async fn recv_bytes(&mut self) -> Option<Vec<u8>> {
-        self.rx.recv().await
+    pub(crate) async fn recv_bytes(&mut self) -> Option<Bytes> {
+        let bytes = self.rx.recv().await?;
+        self.receptionist.release(bytes.len());
+        Some(bytes)
     }
 
     /// Removes the handle from the registry now (dropping it does the same in the
@@ -327,7 +370,7 @@ impl<M: DeserializeOwned> Registration<M> {
     /// `M` is dropped and counted (`concord_receptionist_undecodable_total`).
     pub async fn recv(&mut self) -> Option<M> {
         loop {
-            let bytes = self.rx.recv().await?;
+            let bytes = self.recv_bytes().await?;
             match decode(&bytes) {
                 Ok(m) => return Some(m),
                 Err(_) => self.receptionist.count_undecodable(),
@@ -338,6 +381,11 @@ impl<M: DeserializeOwned> Registration<M> {
 
 impl<M> Drop for Registration<M> {
     fn drop(&mut self) {
+        // What is still queued leaves the node's mailbox budget.
+        self.rx.close();
+        while let Ok(b) = self.rx.try_recv() {
+            self.receptionist.release(b.len());
+        }
         if self.deregistered {
             return;
         }

@@ -54,6 +54,8 @@ impl ReceptionistLayer {
         let shared = Arc::new(Shared {
             view: watch::channel(None).0,
             mailbox_size: AtomicU64::new(ReceptionistConfig::default().mailbox_size as u64),
+            mailbox_bytes: AtomicU64::new(0),
+            max_mailbox_bytes: AtomicU64::new(ReceptionistConfig::default().max_mailbox_bytes),
             node: std::sync::OnceLock::new(),
             pubsub: std::sync::OnceLock::new(),
             cluster_load: std::sync::OnceLock::new(),
@@ -111,12 +113,16 @@ impl Layer for ReceptionistLayer {
         shared
             .mailbox_size
             .store(config.mailbox_size as u64, Ordering::Relaxed);
+        shared
+            .max_mailbox_bytes
+            .store(config.max_mailbox_bytes, Ordering::Relaxed);
         let _ = shared.pubsub.set(pubsub);
         let _ = shared.cluster_load.set(ctx.cluster_load.clone());
         let me = ctx.cluster.self_unique_address().clone();
         let machine = ReceptionistMachine::new(me.clone(), config.max_registrations);
         let effects = ReceptionistEffects::new(
             replicator,
+            handle.clone(),
             shared.view.clone(),
             (
                 ms(config.pruning_interval),

@@ -26,7 +26,6 @@ pub mod routes;
 pub use concord_core::receptionist::{Listing, ServiceInstance};
 pub use concord_core::services::RoutingLogic;
 pub use config::{PubSubConfig, ReceptionistConfig};
-pub use effects::{ReceptionistCommand, ReceptionistCompletion};
 pub use handle::{ListingSubscription, Receptionist, ReceptionistError, Registration, ServiceKey};
 pub use layer::ReceptionistLayer;
 pub use router::ServiceRouter;

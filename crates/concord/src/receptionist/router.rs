@@ -88,7 +88,13 @@ impl<M> ServiceRouter<M> {
             None => Default::default(),
         };
         router
-            .route(&instances, |i| &i.node, hash_key, &capacity)
+            .route(
+                &instances,
+                |i| &i.node,
+                |i| i.to_entry().into_bytes(),
+                hash_key,
+                &capacity,
+            )
             .into_iter()
             .filter_map(|i| instances.get(i).cloned())
             .collect()

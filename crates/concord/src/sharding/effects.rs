@@ -167,7 +167,7 @@ impl ShardingEffects {
             return;
         };
         let mut by_selector: Vec<(CapacitySelector, BTreeMap<UniqueAddress, f64>)> = Vec::new();
-        for (_, m) in machines.iter_mut() {
+        for (name, m) in machines.iter_mut() {
             let Some(selector) = m.settings().load_aware_allocation.map(|l| l.selector) else {
                 continue;
             };
@@ -185,6 +185,8 @@ impl ShardingEffects {
             };
             if let Some((_, loads)) = by_selector.get(i) {
                 m.set_node_loads(loads);
+                metrics::gauge!("concord_sharding_load_aware_nodes", "node" => self.node_label.clone(), "type" => name.to_string())
+                    .set(loads.len() as f64);
             }
         }
     }
