@@ -71,9 +71,9 @@
 //!   `concord_sharding_outbound_backlog{node}` — frames waiting for room in a peer's lane
 //! - `concord_sharding_rebalance_rounds_total{node,type}`,
 //!   `concord_sharding_shards_allocated_total{node,type}`, `concord_sharding_coordinator{node,type}`
+//!   (1 where the coordinator runs)
 //! - `concord_sharding_load_aware_nodes{node,type}` — with load-aware allocation: the nodes
 //!   whose load the strategy holds (gauge)
-//!   (1 where the coordinator runs)
 //! - `concord_sharding_entities_started_total{node,type}`,
 //!   `concord_sharding_entities_passivated_total{node,type}`,
 //!   `concord_sharding_invalid_messages_total{node,type}`

@@ -244,7 +244,10 @@ async fn limits_refuse_with_a_clear_error() {
     assert!(a.pubsub.topic::<u32>("a b").is_err());
     // Names that would be ambiguous or take pub-sub's keys are refused.
     assert!(a.pubsub.topic::<u32>("a/b").is_err());
-    assert!(t.subscribe_in_group("g/h").await.is_err());
+    assert!(matches!(
+        t.subscribe_in_group("g/h").await,
+        Err(PubSubError::InvalidName(_))
+    ));
     assert!(ServiceKey::<u32>::new("pubsub/topic/t").is_err());
     a.node.shutdown().await;
 }
@@ -332,4 +335,70 @@ async fn routers_spread_hash_and_broadcast_over_the_instances() {
     for x in &m {
         x.node.shutdown().await;
     }
+}
+
+/// This node's value of the gauge or counter `name` (with `extra` in its labels), if shown.
+async fn series(n: &Node, name: &str, extra: &str) -> Option<f64> {
+    let url = format!("http://{}/metrics", n.management_addr().unwrap());
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    let label = format!("node=\"{}\"", n.self_address());
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label) && l.contains(extra))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mailbox_byte_budget_drops_beyond_it_and_gets_every_byte_back() {
+    let a = start(&[], |c| {
+        c.update_section(|r: &mut concord::receptionist::ReceptionistConfig| {
+            r.max_mailbox_bytes = 65_536;
+        })
+        .unwrap();
+    })
+    .await;
+    let key = ServiceKey::<Vec<u8>>::new("big").unwrap();
+    let mut h = a.receptionist.register(&key).await.unwrap();
+    let me = h.instance().clone();
+    let message = vec![7u8; 4_000];
+    for _ in 0..40 {
+        a.receptionist.tell(&key, &me, &message).await.unwrap();
+    }
+    // About 16 of the 40 fit in 64 KiB; the rest are dropped and counted.
+    let mut got = 0;
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), h.recv()).await {
+        assert_eq!(m.len(), 4_000);
+        got += 1;
+    }
+    assert!((10..40).contains(&got), "{got} received");
+    wait_for_async("the drops counted", || async {
+        series(
+            &a.node,
+            "concord_receptionist_dropped_total",
+            "mailbox-full",
+        )
+        .await
+        .is_some_and(|d| d + f64::from(got) >= 40.0)
+    })
+    .await;
+    wait_for_async("every received byte back in the budget", || async {
+        series(&a.node, "concord_receptionist_mailbox_bytes", "").await == Some(0.0)
+    })
+    .await;
+    // Messages left in a dropped handle's mailbox come back too.
+    for _ in 0..5 {
+        a.receptionist.tell(&key, &me, &message).await.unwrap();
+    }
+    wait_for_async("five waiting", || async {
+        series(&a.node, "concord_receptionist_mailbox_bytes", "")
+            .await
+            .is_some_and(|b| b > 0.0)
+    })
+    .await;
+    drop(h);
+    wait_for_async("a dropped handle's bytes back in the budget", || async {
+        series(&a.node, "concord_receptionist_mailbox_bytes", "").await == Some(0.0)
+    })
+    .await;
+    a.node.shutdown().await;
 }

@@ -121,8 +121,13 @@ async fn load_aware_allocation_places_shards_and_entities_answer() {
                 .text()
                 .await
                 .unwrap();
-            text.lines()
-                .any(|l| l.starts_with("concord_sharding_load_aware_nodes{") && l.ends_with(" 3"))
+            // The recorder is the process's: pick this node's series.
+            let label = format!("node=\"{}\"", n.self_address());
+            text.lines().any(|l| {
+                l.starts_with("concord_sharding_load_aware_nodes{")
+                    && l.contains(&label)
+                    && l.ends_with(" 3")
+            })
         })
         .await;
     }

@@ -5,12 +5,12 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use concord_core::receptionist::{InvalidServiceKey, Listing};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, Mutex, Notify};
 
+use crate::receptionist::handle::Charged;
 use crate::receptionist::{Receptionist, ReceptionistError, Registration, ServiceKey};
 use crate::sharding::entity::{decode, encode};
 
@@ -47,7 +47,7 @@ struct TopicLocal {
 
 #[derive(Default)]
 struct LocalState {
-    subscribers: Vec<mpsc::Sender<Bytes>>,
+    subscribers: Vec<mpsc::Sender<Arc<Charged>>>,
     registered: bool,
 }
 
@@ -95,7 +95,7 @@ pub struct Subscriber<M> {
 
 enum Inner {
     Topic {
-        rx: mpsc::Receiver<Bytes>,
+        rx: mpsc::Receiver<Arc<Charged>>,
         local: Arc<TopicLocal>,
     },
     Group(Registration<Vec<u8>>),
@@ -290,25 +290,19 @@ async fn fan_out(
 ) {
     loop {
         tokio::select! {
-            bytes = registration.recv_bytes() => {
+            charged = registration.recv_charged() => {
                 let mut state = local.state.lock().await;
-                let Some(bytes) = bytes else {
+                let Some(charged) = charged else {
                     // The node stopped: the subscribers' `recv` ends.
                     state.subscribers.clear();
                     state.registered = false;
                     break;
                 };
                 state.subscribers.retain(|s| !s.is_closed());
+                // One copy, charged once, shared by every local subscriber.
+                let shared = Arc::new(charged);
                 for s in &state.subscribers {
-                    let sent = receptionist.reserve(bytes.len())
-                        && match s.try_send(bytes.clone()) {
-                            Ok(()) => true,
-                            Err(_) => {
-                                receptionist.release(bytes.len());
-                                false
-                            }
-                        };
-                    if !sent {
+                    if s.try_send(shared.clone()).is_err() {
                         metrics::counter!("concord_pubsub_dropped_total", "node" => receptionist.node_label(), "reason" => "mailbox-full")
                             .increment(1);
                     }
@@ -348,14 +342,10 @@ impl<M: DeserializeOwned> Subscriber<M> {
     pub async fn recv(&mut self) -> Option<M> {
         loop {
             let bytes = match &mut self.inner {
-                Inner::Topic { rx, .. } => {
-                    let b = rx.recv().await?;
-                    self.receptionist.release(b.len());
-                    b
-                }
-                Inner::Group(r) => r.recv_bytes().await?,
+                Inner::Topic { rx, .. } => rx.recv().await?,
+                Inner::Group(r) => Arc::new(r.recv_charged().await?),
             };
-            match decode(&bytes) {
+            match decode(bytes.bytes()) {
                 Ok(m) => return Some(m),
                 Err(_) => self.receptionist.count_undecodable(),
             }
@@ -367,10 +357,6 @@ impl<M> Drop for Subscriber<M> {
     fn drop(&mut self) {
         if let Inner::Topic { rx, local } = &mut self.inner {
             rx.close();
-            // What is still queued leaves the node's mailbox budget.
-            while let Ok(b) = rx.try_recv() {
-                self.receptionist.release(b.len());
-            }
             local.changed.notify_one();
         }
     }

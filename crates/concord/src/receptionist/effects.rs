@@ -18,7 +18,7 @@ use futures_channel::oneshot;
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
-use super::handle::Receptionist;
+use super::handle::{Charged, Receptionist};
 use crate::ddata::Replicator;
 use crate::host::{Effects, LayerEffects};
 
@@ -31,7 +31,7 @@ pub(crate) enum ReceptionistCommand {
         /// Its key.
         key: ServiceKeyId,
         /// Where its messages go (encoded).
-        mailbox: mpsc::Sender<Bytes>,
+        mailbox: mpsc::Sender<Charged>,
         /// The instance, or why the registration was refused.
         reply: oneshot::Sender<Result<ServiceInstance, RegistrationRefused>>,
     },
@@ -64,7 +64,7 @@ pub(crate) enum ReceptionistCompletion {
 
 /// The receptionist's effects; see the module docs.
 pub(crate) struct ReceptionistEffects {
-    mailboxes: BTreeMap<u64, mpsc::Sender<Bytes>>,
+    mailboxes: BTreeMap<u64, mpsc::Sender<Charged>>,
     replicator: Replicator,
     /// The handles' side: the budget of mailbox bytes.
     budget: Receptionist,
@@ -268,20 +268,16 @@ impl LayerEffects for ReceptionistEffects {
                 let Some(mailbox) = self.mailboxes.get(&instance) else {
                     return;
                 };
-                let n = payload.len();
-                if !self.budget.reserve(n) {
+                // A message refused below is dropped, and its charge with it.
+                let Some(charged) = self.budget.charge(Bytes::from(payload)) else {
                     self.mailbox_full += 1;
                     return;
-                }
-                match mailbox.try_send(Bytes::from(payload)) {
+                };
+                match mailbox.try_send(charged) {
                     Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        self.budget.release(n);
-                        self.mailbox_full += 1;
-                    }
+                    Err(mpsc::error::TrySendError::Full(_)) => self.mailbox_full += 1,
                     Err(mpsc::error::TrySendError::Closed(_)) => {
                         // The handle was dropped; its deregistration is on its way.
-                        self.budget.release(n);
                         self.mailboxes.remove(&instance);
                         fx.machine.deregister(instance);
                     }
@@ -296,6 +292,20 @@ impl LayerEffects for ReceptionistEffects {
     }
 
     fn tick(&mut self, fx: &mut Effects<'_, Self>) {
+        // Handles whose owner went away without deregistering (a registration cancelled
+        // after the host answered it): forget them.
+        let closed: Vec<u64> = self
+            .mailboxes
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in closed {
+            self.mailboxes.remove(&id);
+            fx.machine.deregister(id);
+        }
+        metrics::gauge!("concord_receptionist_mailbox_bytes", "node" => self.node_label.clone())
+            .set(self.budget.mailbox_bytes() as f64);
         self.report(fx.machine);
         self.prune(fx);
     }

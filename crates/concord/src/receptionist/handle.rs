@@ -109,6 +109,37 @@ pub(crate) struct Shared {
     pub(crate) cluster_load: std::sync::OnceLock<crate::load::ClusterLoad>,
 }
 
+/// A message waiting in a mailbox, charged to the node's mailbox budget until it is dropped
+/// — received, refused by a full or closed mailbox, or left in a dropped one: every path
+/// returns its bytes exactly once. A fan-out shares one behind an `Arc` (charged once).
+pub(crate) struct Charged {
+    bytes: Bytes,
+    shared: Arc<Shared>,
+}
+
+impl Charged {
+    /// The message.
+    pub(crate) fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+impl Drop for Charged {
+    fn drop(&mut self) {
+        let n = self.bytes.len() as u64;
+        let released =
+            self.shared
+                .mailbox_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    Some(used.saturating_sub(n))
+                });
+        debug_assert!(
+            released.is_ok_and(|used| used >= n),
+            "released more than charged"
+        );
+    }
+}
+
 /// The receptionist of one node; cheap to clone. Made with
 /// [`crate::receptionist::ReceptionistLayer::new`].
 #[derive(Clone)]
@@ -125,7 +156,7 @@ pub struct Receptionist {
 pub struct Registration<M> {
     instance: ServiceInstance,
     key: ServiceKeyId,
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Charged>,
     receptionist: Receptionist,
     deregistered: bool,
     _type: PhantomData<fn() -> M>,
@@ -169,7 +200,7 @@ impl Receptionist {
     ) -> Result<Registration<M>, ReceptionistError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let size = self.shared.mailbox_size.load(Ordering::Relaxed).max(1);
-        let (mailbox, rx) = mpsc::channel::<Bytes>(usize::try_from(size).unwrap_or(usize::MAX));
+        let (mailbox, rx) = mpsc::channel::<Charged>(usize::try_from(size).unwrap_or(usize::MAX));
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(ReceptionistCommand::Register {
@@ -284,28 +315,26 @@ impl Receptionist {
             .map_err(|_| ReceptionistError::Stopped)
     }
 
-    /// Reserves `n` bytes of the node's mailbox budget; false (nothing reserved) when the
-    /// budget has no room.
-    pub(crate) fn reserve(&self, n: usize) -> bool {
-        let n = n as u64;
+    /// `bytes` charged to the node's mailbox budget (`receptionist.max-mailbox-bytes`) until
+    /// the returned value is dropped; `None` (nothing charged) when the budget has no room.
+    pub(crate) fn charge(&self, bytes: Bytes) -> Option<Charged> {
+        let n = bytes.len() as u64;
         let max = self.shared.max_mailbox_bytes.load(Ordering::Relaxed);
         self.shared
             .mailbox_bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(n).filter(|total| *total <= max)
             })
-            .is_ok()
+            .ok()?;
+        Some(Charged {
+            bytes,
+            shared: self.shared.clone(),
+        })
     }
 
-    /// Returns `n` bytes to the node's mailbox budget.
-    pub(crate) fn release(&self, n: usize) {
-        let n = n as u64;
-        let _ =
-            self.shared
-                .mailbox_bytes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                    Some(used.saturating_sub(n))
-                });
+    /// Bytes of messages waiting in this node's mailboxes now.
+    pub(crate) fn mailbox_bytes(&self) -> u64 {
+        self.shared.mailbox_bytes.load(Ordering::Relaxed)
     }
 
     /// This node's address (metric label; empty before the layer starts).
@@ -348,11 +377,10 @@ impl<M> Registration<M> {
         &self.instance
     }
 
-    /// The next message, encoded; `None` once the node stopped.
-    pub(crate) async fn recv_bytes(&mut self) -> Option<Bytes> {
-        let bytes = self.rx.recv().await?;
-        self.receptionist.release(bytes.len());
-        Some(bytes)
+    /// The next message, encoded and still charged to the budget; `None` once the node
+    /// stopped.
+    pub(crate) async fn recv_charged(&mut self) -> Option<Charged> {
+        self.rx.recv().await
     }
 
     /// Removes the handle from the registry now (dropping it does the same in the
@@ -370,8 +398,8 @@ impl<M: DeserializeOwned> Registration<M> {
     /// `M` is dropped and counted (`concord_receptionist_undecodable_total`).
     pub async fn recv(&mut self) -> Option<M> {
         loop {
-            let bytes = self.recv_bytes().await?;
-            match decode(&bytes) {
+            let charged = self.recv_charged().await?;
+            match decode(charged.bytes()) {
                 Ok(m) => return Some(m),
                 Err(_) => self.receptionist.count_undecodable(),
             }
@@ -381,11 +409,6 @@ impl<M: DeserializeOwned> Registration<M> {
 
 impl<M> Drop for Registration<M> {
     fn drop(&mut self) {
-        // What is still queued leaves the node's mailbox budget.
-        self.rx.close();
-        while let Ok(b) = self.rx.try_recv() {
-            self.receptionist.release(b.len());
-        }
         if self.deregistered {
             return;
         }

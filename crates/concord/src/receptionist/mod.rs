@@ -13,12 +13,14 @@
 //! - `concord_receptionist_undecodable_total{node}` — messages that did not decode for
 //!   their handle's type (dropped)
 //! - `concord_receptionist_pruned_total{node}` — registrations of departed nodes removed
+//! - `concord_receptionist_mailbox_bytes{node}` — bytes waiting in this node's mailboxes
+//!   (gauge; at most `receptionist.max-mailbox-bytes`)
 //! - `concord_pubsub_published_total{node}`, `concord_pubsub_dropped_total{node,reason}`
 
 pub mod codec;
 mod config;
 mod effects;
-mod handle;
+pub(crate) mod handle;
 mod layer;
 mod router;
 pub mod routes;

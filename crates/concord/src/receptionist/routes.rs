@@ -3,7 +3,7 @@
 //! `receptionist` panel).
 //!
 //! ```json
-//! {"keys": [{"key": "greeter", "instances": ["concord://sys@10.0.0.1:25520#42#7"],
+//! {"keys": [{"key": "greeter", "count": 1, "instances": ["concord://sys@10.0.0.1:25520#42#7"],
 //!   "unreachable": 0}], "truncated": false}
 //! ```
 //!
@@ -64,6 +64,7 @@ pub async fn registry_json(receptionist: &Receptionist) -> Value {
             .collect();
         out.push(json!({
             "key": id.as_str(),
+            "count": l.all.len(),
             "instances": instances,
             "unreachable": l.all.len() - l.reachable.len(),
         }));

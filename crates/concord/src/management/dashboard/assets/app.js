@@ -245,7 +245,7 @@
     const keys = p.keys || [];
     if (!keys.length) return [el('p', { class: 'empty', text: 'no service registered' })];
     const rows = keys.map((k) => el('tr', {}, [
-      el('td', { text: k.key }), el('td', { text: String((k.instances || []).length) }), el('td', { text: String(k.unreachable || 0) }),
+      el('td', { text: k.key }), el('td', { text: String(k.count !== undefined ? k.count : (k.instances || []).length) }), el('td', { text: String(k.unreachable || 0) }),
     ]));
     const out = [el('table', {}, [el('thead', {}, [el('tr', {}, ['service key', 'instances', 'unreachable'].map((h) => el('th', { text: h })))]), el('tbody', {}, rows)])];
     if (p.truncated) out.push(el('p', { class: 'count', text: 'more keys or instances than shown' }));
