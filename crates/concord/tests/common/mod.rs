@@ -259,6 +259,14 @@ impl Node {
         node
     }
 
+    /// Starts a node that binds port 0 and joins nothing until told to (through its
+    /// management API), so that a test can set up faults towards it first.
+    pub fn start_unjoined(system: &str, extra_env: &[(&str, &str)]) -> Node {
+        let mut node = Node::start_with_args("127.0.0.1", system, 0, 0, &[], extra_env, &[]);
+        node.wait_bound();
+        node
+    }
+
     /// Waits for the "node running" line and reads the ports the node bound.
     fn wait_bound(&mut self) {
         if !self.wait_running(Duration::from_secs(30)) {
