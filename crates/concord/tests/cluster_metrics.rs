@@ -7,28 +7,14 @@ mod common;
 
 use std::time::Duration;
 
+use common::echo_cluster::{start_echo, Echo};
 use common::{fast_config, get_json, port_of, wait_for_async, wait_self_up};
-use concord::sharding::{EntityContext, ShardRegion, Sharding};
+use concord::sharding::ShardRegion;
 use concord::{Config, Node};
 use serde_json::Value;
 
-struct Echo;
-
-impl concord::sharding::Entity for Echo {
-    type Message = u32;
-    type Reply = u32;
-    type State = ();
-
-    async fn handle(&mut self, _: &mut EntityContext, message: u32) -> u32 {
-        message
-    }
-}
-
 fn tune(c: &mut Config) {
     c.update_section(|m: &mut concord::cluster_metrics::ClusterMetricsConfig| {
-        m.sample_interval = Duration::from_millis(200);
-        m.gossip_interval = Duration::from_millis(200);
-        m.periodic_tasks_initial_delay = Duration::from_millis(100);
         // No smoothing: the entity count seen is the count sampled.
         m.moving_average_half_life = Duration::ZERO;
     })
@@ -36,16 +22,7 @@ fn tune(c: &mut Config) {
 }
 
 async fn start(seeds: &[u16]) -> (Node, ShardRegion<Echo>) {
-    let mut c = fast_config("metrics", seeds);
-    tune(&mut c);
-    let mut sharding = Sharding::new();
-    let region = sharding.init("echo", |_: &str, _: Option<()>| Echo, None);
-    let node = Node::builder(c).layer(sharding).start().await.unwrap();
-    if seeds.is_empty() {
-        let me = node.self_address().clone();
-        node.cluster().join(me).await.unwrap();
-    }
-    (node, region)
+    start_echo("metrics", seeds, tune).await
 }
 
 fn url(n: &Node, path: &str) -> String {

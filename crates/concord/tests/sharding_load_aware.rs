@@ -9,30 +9,12 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{fast_config, get_json, port_of, wait_for_async, wait_self_up};
-use concord::sharding::{EntityContext, ShardRegion, Sharding};
+use common::echo_cluster::{ask_until_answered as ask, start_echo};
+use common::{get_json, port_of, wait_for_async, wait_self_up};
 use concord::{Config, Node};
 use serde_json::Value;
 
-struct Echo;
-
-impl concord::sharding::Entity for Echo {
-    type Message = u32;
-    type Reply = u32;
-    type State = ();
-
-    async fn handle(&mut self, _: &mut EntityContext, message: u32) -> u32 {
-        message
-    }
-}
-
 fn tune(c: &mut Config) {
-    c.update_section(|m: &mut concord::cluster_metrics::ClusterMetricsConfig| {
-        m.sample_interval = Duration::from_millis(200);
-        m.gossip_interval = Duration::from_millis(200);
-        m.periodic_tasks_initial_delay = Duration::from_millis(100);
-    })
-    .expect("the metrics section parses");
     c.update_section(|s: &mut concord::sharding::ShardingConfig| {
         s.allocation_strategy = "load-aware".into();
         s.load_selector = "mix".into();
@@ -43,39 +25,17 @@ fn tune(c: &mut Config) {
     .expect("the sharding section parses");
 }
 
-async fn start(seeds: &[u16]) -> (Node, ShardRegion<Echo>) {
-    let mut c = fast_config("load-aware", seeds);
-    tune(&mut c);
-    let mut sharding = Sharding::new();
-    let region = sharding.init("echo", |_: &str, _: Option<()>| Echo, None);
-    let node = Node::builder(c).layer(sharding).start().await.unwrap();
-    if seeds.is_empty() {
-        let me = node.self_address().clone();
-        node.cluster().join(me).await.unwrap();
-    }
-    (node, region)
+async fn start(
+    seeds: &[u16],
+) -> (
+    Node,
+    concord::sharding::ShardRegion<common::echo_cluster::Echo>,
+) {
+    start_echo("load-aware", seeds, tune).await
 }
 
 fn url(n: &Node, path: &str) -> String {
     format!("http://{}{path}", n.management_addr().unwrap())
-}
-
-/// Asks `e<i>` until it answers (its shard may be allocating or moving).
-async fn ask(region: &ShardRegion<Echo>, i: u32) {
-    for _ in 0..100 {
-        match region
-            .entity_ref(format!("e{i}"))
-            .ask(&i, Duration::from_secs(3))
-            .await
-        {
-            Ok(reply) => {
-                assert_eq!(reply, i);
-                return;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    panic!("e{i} never answered");
 }
 
 /// Shards per region in `GET /cluster/shards/echo` on `n`.

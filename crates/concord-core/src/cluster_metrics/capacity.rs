@@ -134,18 +134,23 @@ pub fn weights(
 /// chosen with probability weight / total (a binary search over the cumulative weights, as
 /// Akka's `WeightedRoutees`). `None` when `weighted` is empty.
 pub fn pick(weighted: &[(UniqueAddress, u32)], random: u64) -> Option<&UniqueAddress> {
-    let mut cumulative = Vec::with_capacity(weighted.len());
+    let i = pick_index(weighted.iter().map(|(_, w)| *w), random)?;
+    weighted.get(i).map(|(r, _)| r)
+}
+
+/// The index [`pick`] chooses among `weights` with `random`; `None` when they sum to 0.
+pub fn pick_index(weights: impl IntoIterator<Item = u32>, random: u64) -> Option<usize> {
+    let mut cumulative = Vec::new();
     let mut total = 0u64;
-    for (_, w) in weighted {
-        total += u64::from(*w);
+    for w in weights {
+        total += u64::from(w);
         cumulative.push(total);
     }
     if total == 0 {
         return None;
     }
     let at = random % total;
-    let i = cumulative.partition_point(|c| *c <= at);
-    weighted.get(i).map(|(r, _)| r)
+    Some(cumulative.partition_point(|c| *c <= at))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod node_metrics;
 #[cfg(test)]
 mod tests;
 
-pub use capacity::{pick, weights, CapacitySelector};
+pub use capacity::{pick, pick_index, weights, CapacitySelector};
 pub use collector::{
     ClusterMetricsCollector, ClusterMetricsEvent, ClusterMetricsSettings, CollectorStats,
     MetricsGossipEnvelope,

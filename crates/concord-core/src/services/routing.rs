@@ -18,7 +18,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::address::UniqueAddress;
-use crate::cluster_metrics::{pick, weights, CapacitySelector};
+use crate::cluster_metrics::{pick_index, weights, CapacitySelector};
 
 /// How a router picks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -102,16 +102,11 @@ impl Router {
                 None => self.rng.random_range(0..n),
             },
             RoutingLogic::Adaptive(_) => {
+                // Each instance weighs what its node weighs (a node may hold several).
                 let nodes: Vec<UniqueAddress> = instances.iter().map(|i| node(i).clone()).collect();
-                let weighted: Vec<(UniqueAddress, u32)> = weights(&nodes, capacity);
-                // The same node may hold several instances: weigh each by its node.
-                let indexed: Vec<(UniqueAddress, u32)> = weighted
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (_, w))| (UniqueAddress::new(nodes[i].address.clone(), i as u64), w))
-                    .collect();
+                let weighted = weights(&nodes, capacity);
                 let r: u64 = self.rng.random();
-                pick(&indexed, r).map_or(0, |u| u.uid as usize)
+                pick_index(weighted.iter().map(|(_, w)| *w), r).unwrap_or(0)
             }
         };
         vec![one]

@@ -14,6 +14,7 @@ pub mod counter_entity;
 pub mod counter_load;
 pub mod delivery;
 pub mod docker;
+pub mod echo_cluster;
 pub mod postgres;
 pub mod sample_cluster;
 
