@@ -41,6 +41,8 @@ impl ProtocolId {
     pub const CLUSTER_METRICS: ProtocolId = ProtocolId(8);
     /// Messages to handles registered with the receptionist (and pub-sub topics).
     pub const RECEPTIONIST: ProtocolId = ProtocolId(9);
+    /// Partitioned services: the partition table's gossip, handoffs, service messages.
+    pub const SERVICES: ProtocolId = ProtocolId(10);
     /// `concord bench remote`: raw payloads for the throughput benchmark.
     pub const BENCH: ProtocolId = ProtocolId(900);
     /// The first id applications may use for their own protocols.
@@ -59,6 +61,7 @@ impl ProtocolId {
             ProtocolId::DELIVERY => "delivery".into(),
             ProtocolId::CLUSTER_METRICS => "cluster-metrics".into(),
             ProtocolId::RECEPTIONIST => "receptionist".into(),
+            ProtocolId::SERVICES => "services".into(),
             ProtocolId::BENCH => "bench".into(),
             ProtocolId(n) => format!("app-{n}"),
         }

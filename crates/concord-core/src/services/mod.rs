@@ -26,19 +26,36 @@
 //! [`Router`] picks the instance a message goes to (round robin, random, consistent
 //! hashing, adaptive to cluster metrics, broadcast); the receptionist's routers use it.
 
+mod handoff;
+pub mod hosting;
 pub mod instance_policy;
+pub mod leader_actions;
+pub mod machine;
+pub mod message;
 pub mod partition_path;
 pub mod partition_table;
 pub mod placement;
 pub mod rebalance;
 pub mod routing;
+pub mod scaling;
+pub mod services_state;
 
+#[cfg(test)]
+mod machine_tests;
 #[cfg(test)]
 mod tests;
 
+pub use hosting::{
+    RegisterError, SendOutcome, ServicesDrop, ServicesEvent, ServicesSettings, ServicesStats,
+};
 pub use instance_policy::{FaultTolerance, InstancePolicy, ScalingBounds, ScalingBoundsError};
+pub use leader_actions::{leader_step, live_nodes, ring_of, LeaderInput, LoadAware, NodeOffer};
+pub use machine::ServicesMachine;
+pub use message::{ServicesMessage, MAX_FORWARD_HOPS};
 pub use partition_path::{PartitionPath, PartitionPathError, MAX_PATH_LEN};
 pub use partition_table::{PartitionChange, PartitionChangeStatus, PartitionTable};
 pub use placement::{demand, pending_changes, place, sorted_ring};
 pub use rebalance::rebalance;
 pub use routing::{Router, RoutingLogic};
+pub use scaling::ScalingTracker;
+pub use services_state::ServicesState;
