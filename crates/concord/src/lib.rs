@@ -167,6 +167,8 @@ pub mod receptionist;
 pub mod remote;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+#[cfg(feature = "runtime")]
+pub mod services;
 pub mod sharding;
 pub mod singleton;
 #[cfg(feature = "runtime")]

@@ -74,6 +74,13 @@ pub enum ServicesEvent {
         /// The message.
         payload: Vec<u8>,
     },
+    /// The answer to this node's ask `id`.
+    Reply {
+        /// The correlation id.
+        id: u64,
+        /// The encoded answer, or why there is none.
+        result: Result<Vec<u8>, String>,
+    },
     /// A newer state was written or learnt.
     StateChanged {
         /// Its version.

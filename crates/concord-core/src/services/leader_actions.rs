@@ -23,6 +23,10 @@ pub struct NodeOffer {
     pub paths: BTreeSet<PartitionPath>,
     /// It is shutting down: placed nowhere, its instances handed off.
     pub draining: bool,
+    /// The `(version, writer)` of its state when it reported: a leader writes only once its
+    /// own state is at least as new as every member's (so a new leader never places from a
+    /// table older than one a node already follows).
+    pub digest: (u64, Option<UniqueAddress>),
 }
 
 /// Load-aware placement (opt-in): see [`rebalance`].

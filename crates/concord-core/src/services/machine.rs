@@ -244,7 +244,8 @@ impl ServicesMachine {
             | ServicesMessage::Forward { .. }
             | ServicesMessage::HandOver { .. }
             | ServicesMessage::Flush { .. }
-            | ServicesMessage::Drained { .. } => Lane::Ordinary,
+            | ServicesMessage::Drained { .. }
+            | ServicesMessage::Reply { .. } => Lane::Ordinary,
             _ => Lane::Control,
         };
         self.out.transmits.push_back(Transmit {
@@ -401,12 +402,24 @@ impl ServicesMachine {
         }
     }
 
+    /// Sends the answer to ask `id` back to the asking node `to` (or hands it over here).
+    pub fn reply(&mut self, to: &UniqueAddress, id: u64, result: Result<Vec<u8>, String>) {
+        if to == &self.me {
+            self.out
+                .events
+                .push_back(ServicesEvent::Reply { id, result });
+        } else {
+            let (payload, error) = match result {
+                Ok(p) => (p, None),
+                Err(e) => (Vec::new(), Some(e)),
+            };
+            self.transmit(to, ServicesMessage::Reply { id, payload, error });
+        }
+    }
+
     /// Sends this node's report to the leader (or records it, on the leader).
     pub(super) fn report(&mut self, now_ms: u64) {
-        let offer = NodeOffer {
-            paths: self.policies.keys().cloned().collect(),
-            draining: self.draining,
-        };
+        let offer = self.own_offer();
         match self.leader() {
             Some(l) if l == self.me => {
                 self.offers.insert(self.me.clone(), offer);
@@ -415,6 +428,7 @@ impl ServicesMachine {
                 self.leader_act(now_ms);
             }
             Some(l) => {
+                let (version, writer) = offer.digest;
                 let message = ServicesMessage::Report {
                     offers: offer.paths.into_iter().collect(),
                     depths: self
@@ -423,11 +437,53 @@ impl ServicesMachine {
                         .map(|(p, d)| (p.clone(), *d))
                         .collect(),
                     draining: offer.draining,
+                    version,
+                    writer,
                 };
                 self.transmit(&l, message);
             }
             None => {}
         }
+    }
+
+    fn own_offer(&self) -> NodeOffer {
+        NodeOffer {
+            paths: self.policies.keys().cloned().collect(),
+            draining: self.draining,
+            digest: self.state.digest(),
+        }
+    }
+
+    /// Whether this leader may write: every member has reported since it became leader,
+    /// and none follows a newer state (it is asked for it).
+    fn caught_up(&mut self) -> bool {
+        let Some(view) = self.view.as_ref() else {
+            return false;
+        };
+        let mine = self.state.digest();
+        let mut ready = true;
+        let mut ask = Vec::new();
+        for m in view.members.keys().filter(|m| **m != self.me) {
+            match self.offers.get(m) {
+                None => ready = false,
+                Some(o) if o.digest > mine => {
+                    ready = false;
+                    ask.push(m.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        let (version, writer) = mine;
+        for m in ask {
+            self.transmit(
+                &m,
+                ServicesMessage::Status {
+                    version,
+                    writer: writer.clone(),
+                },
+            );
+        }
+        ready
     }
 
     /// The leader's step, if this node is the leader and no member is unreachable.
@@ -438,13 +494,14 @@ impl ServicesMachine {
         if view.leader.as_ref() != Some(&self.me) || !view.unreachable.is_empty() {
             return;
         }
-        self.offers.insert(
-            self.me.clone(),
-            NodeOffer {
-                paths: self.policies.keys().cloned().collect(),
-                draining: self.draining,
-            },
-        );
+        let own = self.own_offer();
+        self.offers.insert(self.me.clone(), own);
+        if !self.caught_up() {
+            return;
+        }
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
         let scaling = self.scaling.wishes().clone();
         let load = self.settings.load_threshold.map(|threshold| LoadAware {
             load: &self.node_load,
@@ -539,11 +596,13 @@ impl ServicesMachine {
         offers: Vec<PartitionPath>,
         depths: Vec<(PartitionPath, u32)>,
         draining: bool,
+        digest: (u64, Option<UniqueAddress>),
     ) {
         let max = self.settings.max_services;
         let offer = NodeOffer {
             paths: offers.into_iter().take(max).collect(),
             draining,
+            digest,
         };
         let changed = self.offers.get(from) != Some(&offer);
         self.offers.insert(from.clone(), offer);
@@ -584,7 +643,9 @@ impl ProtocolMachine for ServicesMachine {
                 offers,
                 depths,
                 draining,
-            } => self.on_report(now_ms, from, offers, depths, draining),
+                version,
+                writer,
+            } => self.on_report(now_ms, from, offers, depths, draining, (version, writer)),
             ServicesMessage::Complete { change } => {
                 if self.leader().as_ref() == Some(&self.me)
                     && self.state.pending.iter().any(|p| {
@@ -619,13 +680,28 @@ impl ProtocolMachine for ServicesMachine {
             }
             ServicesMessage::Flush { path, next } => self.on_flush(now_ms, from, path, next),
             ServicesMessage::Drained { path, sender } => self.on_drained(now_ms, path, sender),
+            ServicesMessage::Reply { id, payload, error } => {
+                let result = match error {
+                    Some(e) => Err(e),
+                    None => Ok(payload),
+                };
+                self.out
+                    .events
+                    .push_back(ServicesEvent::Reply { id, result });
+            }
         }
     }
 
     fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, _: MembershipChange) {
         self.members = view.members.keys().cloned().collect();
         self.members.insert(self.me.clone());
+        let was_leader = self.leader().as_ref() == Some(&self.me);
         self.view = Some(view.clone());
+        if !was_leader && view.leader.as_ref() == Some(&self.me) {
+            // A new leader learns every member's state afresh before it writes.
+            self.offers.clear();
+            self.depths.clear();
+        }
         let members = &self.members;
         self.offers.retain(|n, _| members.contains(n));
         self.depths.retain(|n, _| members.contains(n));

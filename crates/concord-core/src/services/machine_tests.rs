@@ -132,7 +132,7 @@ impl Net {
                         );
                         self.delivered.push((i, path, sender, payload));
                     }
-                    ServicesEvent::StateChanged { .. } => {}
+                    ServicesEvent::StateChanged { .. } | ServicesEvent::Reply { .. } => {}
                 }
             }
             let a = self

@@ -33,8 +33,9 @@ pub enum ServicesMessage {
     /// A whole state (pushed by the leader on each write, or answering a `Status`).
     State(ServicesState),
     /// A node's report to the leader, every gossip interval: the paths it offers (has
-    /// registered), the mailbox depth of each instance it runs (messages waiting), and
-    /// whether it is draining (shutting down: placed nowhere, its instances handed off).
+    /// registered), the mailbox depth of each instance it runs (messages waiting), whether
+    /// it is draining (shutting down: placed nowhere, its instances handed off), and its
+    /// state's digest.
     Report {
         /// Registered paths.
         offers: Vec<PartitionPath>,
@@ -42,6 +43,12 @@ pub enum ServicesMessage {
         depths: Vec<(PartitionPath, u32)>,
         /// Shutting down.
         draining: bool,
+        /// The sender's state version.
+        #[serde(default)]
+        version: u64,
+        /// Its writer.
+        #[serde(default)]
+        writer: Option<UniqueAddress>,
     },
     /// Handoff step 2: the old host (N1) initializes the new one (N2) for the change
     /// written in state `version`.
@@ -73,6 +80,7 @@ pub enum ServicesMessage {
         /// The partition.
         path: PartitionPath,
         /// The message, encoded by the service's type.
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
         /// Set on the first message the sender sends here after its messages for `path`
         /// went to `hold_for` before: hold this sender's messages until `hold_for` says
@@ -86,6 +94,7 @@ pub enum ServicesMessage {
         /// The node that sent it first.
         sender: UniqueAddress,
         /// The message.
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
         /// How many times it has been passed on before (dropped beyond
         /// [`MAX_FORWARD_HOPS`]).
@@ -98,6 +107,16 @@ pub enum ServicesMessage {
         path: PartitionPath,
         /// Where the sender's messages go now.
         next: UniqueAddress,
+    },
+    /// The answer to an ask, from the instance's node to the asking node.
+    Reply {
+        /// The asker's correlation id.
+        id: u64,
+        /// The encoded answer (empty when `error` is set).
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+        /// Why there is no answer.
+        error: Option<String>,
     },
     /// From the previous host to `next`: every message of `sender` for `path` has been
     /// passed on (or delivered before the handoff), so its held messages may go.
@@ -124,6 +143,7 @@ impl ServicesMessage {
             ServicesMessage::Forward { .. } => "forward",
             ServicesMessage::Flush { .. } => "flush",
             ServicesMessage::Drained { .. } => "drained",
+            ServicesMessage::Reply { .. } => "reply",
         }
     }
 }

@@ -126,6 +126,15 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// Show the partitioned services: the partition table, pending handoffs, instances per
+    /// node and this node's local instances (GET /cluster/services).
+    Services {
+        #[command(flatten)]
+        m: ManagementArg,
+        /// Print the JSON of GET /cluster/services.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the persisted events of entity type TYPE after an offset, one JSON object per
     /// line (GET /persistence/events/TYPE; the node must run persistence).
     Events(cli::events::EventsArgs),
@@ -231,6 +240,7 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
         },
         Commands::Shards { name, m, json } => shards(&m, &name, json).await,
         Commands::Metrics { m, json } => cluster_metrics(&m, json).await,
+        Commands::Services { m, json } => services(&m, json).await,
         Commands::Events(args) => cli::events::run(args).await,
         Commands::Certs { command } => cli::certs::run(command),
         Commands::Demo { nodes } => {
@@ -298,6 +308,16 @@ async fn cluster_metrics(m: &ManagementArg, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", cli::metrics::metrics_table(&r));
+    }
+    Ok(())
+}
+
+async fn services(m: &ManagementArg, json: bool) -> anyhow::Result<()> {
+    let r = m.client()?.services().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", cli::services::services_table(&r));
     }
     Ok(())
 }
@@ -423,11 +443,18 @@ async fn serve_node(mut config: Config, sample: bool) -> anyhow::Result<()> {
     // The receptionist (and pub-sub on it) on the node's Distributed Data.
     let (receptionist_layer, receptionist) =
         concord::receptionist::ReceptionistLayer::new(replicator.clone());
-    let mut builder = Node::builder(config).layer(ddata).layer(receptionist_layer);
+    // Partitioned services (the sample registers `echo`).
+    let (services_layer, services) = concord::services::ServicesLayer::new();
+    let mut builder = Node::builder(config)
+        .layer(ddata)
+        .layer(receptionist_layer)
+        .layer(services_layer);
     if let Some(entities) = entities {
         let proxy = crate::sample::add_singleton(&mut singletons);
         let pubsub = concord::pubsub::PubSub::new(receptionist);
-        builder = builder.layer(SampleLayer::new(replicator, proxy, entities, pubsub));
+        builder = builder.layer(SampleLayer::new(
+            replicator, proxy, entities, pubsub, services,
+        ));
     }
     builder = builder.layer(singletons).layer(sharding);
     if let Some((layer, _)) = persistence {

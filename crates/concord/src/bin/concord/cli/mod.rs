@@ -7,6 +7,7 @@ pub mod kv;
 mod logging;
 mod management_arg;
 pub mod metrics;
+pub mod services;
 
 pub use logging::{init_logging, init_node_logging};
 pub use management_arg::ManagementArg;

@@ -196,6 +196,11 @@ impl ManagementClient {
         self.get_json("/cluster/metrics").await
     }
 
+    /// `GET /cluster/services`: the partition table, pending changes, local instances.
+    pub async fn services(&self) -> Result<serde_json::Value, ClientError> {
+        self.get_json("/cluster/services").await
+    }
+
     /// `GET /cluster/members`.
     pub async fn members(&self) -> Result<ClusterMembersJson, ClientError> {
         self.get_json("/cluster/members").await

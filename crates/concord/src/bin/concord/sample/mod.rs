@@ -12,6 +12,7 @@
 //!   or 404.
 //!
 //! - `POST|GET /sample/chat`: the `chat` pub-sub topic ([`chat`]).
+//! - `POST /sample/echo`: the partitioned `echo` service, N = 2 ([`echo`]).
 //!
 //! A read or write that cannot reach its consistency answers 503 with the reason; bad input
 //! 400. Writes obey the management API's access rules (read-only, bearer token). Each start
@@ -35,6 +36,7 @@ use concord::remote::{ProtocolRegistry, TransportSettings};
 use concord::singleton::{ClusterSingletons, SingletonContext, SingletonRef};
 
 pub mod chat;
+pub mod echo;
 pub mod entities;
 pub mod persistent;
 pub mod reliable_log;
@@ -93,22 +95,26 @@ pub struct SampleLayer {
     singleton: SingletonRef<SampleMessage, Where>,
     entities: SampleEntities,
     pubsub: concord::pubsub::PubSub,
+    services: concord::services::PartitionedServices,
 }
 
 impl SampleLayer {
     /// Routes over the node's replicator, the sample singleton's proxy, the sample's
-    /// entity types (from [`entities::init`]) and the node's pub-sub (the `chat` topic).
+    /// entity types (from [`entities::init`]), the node's pub-sub (the `chat` topic) and
+    /// its partitioned services (the `echo` service).
     pub fn new(
         replicator: Replicator,
         singleton: SingletonRef<SampleMessage, Where>,
         entities: SampleEntities,
         pubsub: concord::pubsub::PubSub,
+        services: concord::services::PartitionedServices,
     ) -> Self {
         SampleLayer {
             replicator,
             singleton,
             entities,
             pubsub,
+            services,
         }
     }
 }
@@ -173,6 +179,7 @@ impl Layer for SampleLayer {
             &self.pubsub,
             ctx.cluster.self_address().to_string(),
         ));
+        routes = routes.merge(echo::routes(&self.services));
         Ok(LayerStarted {
             routes: Some(routes),
             ..LayerStarted::default()
