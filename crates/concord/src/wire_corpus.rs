@@ -397,6 +397,12 @@ fn codecs() -> Vec<Box<dyn CorpusCodec>> {
             codec: crate::receptionist::codec::ReceptionistCodec,
             samples: crate::receptionist::codec::samples(),
         }),
+        Box::new(Of {
+            protocol: "services",
+            id: ProtocolId::SERVICES.0,
+            codec: crate::services::codec::ServicesCodec,
+            samples: crate::services::codec::samples(),
+        }),
     ]
 }
 
