@@ -119,12 +119,14 @@ async fn ask(State(s): State<EchoState>, Form(p): Form<Post>) -> Response {
         Some("random") => RoutingLogic::Random,
         Some("adaptive") => RoutingLogic::Adaptive(CapacitySelector::Mix),
         Some("consistent-hashing") => RoutingLogic::ConsistentHashing,
-        Some(other) => return message(
-            StatusCode::BAD_REQUEST,
-            format!(
+        Some(other) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                format!(
                 "unknown routing `{other}`: round-robin, random, adaptive or consistent-hashing"
             ),
-        ),
+            )
+        }
     };
     let echo = s.echo.with_routing(logic);
     let answer = match p.key {
