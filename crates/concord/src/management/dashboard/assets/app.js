@@ -252,7 +252,26 @@
     return out;
   }
 
-  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence, 'cluster-metrics': renderClusterMetrics, receptionist: renderReceptionist };
+  function renderServices(p) {
+    const table = p.table || [];
+    const pending = p.pending || [];
+    const local = p.local || {};
+    if (!table.length && !pending.length) return [el('p', { class: 'empty', text: 'no partitioned service placed' })];
+    const out = [el('p', { class: 'count', text: 'partition table version ' + String(p.version || 0) + ' by ' + short(p.writer) })];
+    const rows = table.map((t) => el('tr', {}, [
+      el('td', { text: t.path }), el('td', { text: String((t.instances || []).length) }),
+      el('td', { text: (t.instances || []).map(short).join(', ') }), el('td', { text: local[t.path] || '' }),
+    ]));
+    out.push(el('table', {}, [el('thead', {}, [el('tr', {}, ['path', 'N', 'instances', 'here'].map((h) => el('th', { text: h })))]), el('tbody', {}, rows)]));
+    if (pending.length) {
+      const prow = pending.map((c) => el('tr', {}, [el('td', { text: c.path }), el('td', { text: c.from ? short(c.from) : 'new' }), el('td', { text: short(c.to) }), el('td', { text: c.status })]));
+      out.push(el('table', {}, [el('thead', {}, [el('tr', {}, ['handoff', 'from', 'to', 'status'].map((h) => el('th', { text: h })))]), el('tbody', {}, prow)]));
+    }
+    if (p.truncated) out.push(el('p', { class: 'count', text: 'more paths than shown' }));
+    return out;
+  }
+
+  const RENDERERS = { sharding: renderSharding, singleton: renderSingleton, ddata: renderDdata, kv: renderKv, persistence: renderPersistence, 'cluster-metrics': renderClusterMetrics, receptionist: renderReceptionist, services: renderServices };
 
   function renderPanels(s) {
     for (const [name, p] of Object.entries(s.panels || {})) {
