@@ -41,6 +41,8 @@ pub mod scaling;
 pub mod services_state;
 
 #[cfg(test)]
+mod leader_actions_tests;
+#[cfg(test)]
 mod machine_tests;
 #[cfg(test)]
 mod tests;
