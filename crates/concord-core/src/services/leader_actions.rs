@@ -57,11 +57,19 @@ pub struct LeaderInput<'a> {
     pub load: Option<LoadAware<'a>>,
 }
 
-/// The nodes that can still host or hand off: Up and Leaving members.
+/// The nodes that can still host or hand off: Up, Leaving and Exiting members. An Exiting
+/// node still runs its instances and hands them off (its coordinated shutdown drains it,
+/// and it is removed only once that is done or timed out); treating it as gone would start
+/// a replacement while its instance still runs.
 pub fn live_nodes(view: &MembershipView) -> Vec<UniqueAddress> {
     view.members
         .values()
-        .filter(|m| matches!(m.status, MemberStatus::Up | MemberStatus::Leaving))
+        .filter(|m| {
+            matches!(
+                m.status,
+                MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting
+            )
+        })
         .map(|m| m.unique_address.clone())
         .collect()
 }
@@ -111,7 +119,7 @@ fn apply_complete(table: &mut PartitionTable, change: &PartitionChange) {
 /// `writer = me`.
 ///
 /// 1. Changes reported complete are applied to the table (step 5) and leave `pending`.
-/// 2. A change whose new host is no longer live (Up or Leaving) is dropped (the previous
+/// 2. A change whose new host is no longer live (Up, Leaving or Exiting) is dropped (the previous
 ///    host keeps or restarts its instance); one whose previous host is no longer live
 ///    loses it (`from: None`: the new host starts afresh).
 /// 3. Instances on nodes that are not live leave the table.

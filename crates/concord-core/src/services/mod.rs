@@ -9,22 +9,21 @@
 //! from metrics within [`ScalingBounds`].
 //!
 //! Where this code sits: **only the leader** changes the partition table. On each leader
-//! tick it evaluates the registered services' policies against the Up members
-//! ([`demand`]), computes the target table with [`place`] from the current table and the
-//! ring of Up members (stable: joins move nothing, a leaving or crashed node only
-//! re-places its own instances; new instances spread round the ring in the spec's
-//! circular fashion), optionally refines it with the load-aware, opt-in [`rebalance()`]
-//! (cluster metrics), and derives the moves with [`pending_changes`]. The design (not built
-//! yet) gossips the [`PartitionTable`] and the set of [`PartitionChange`]s with the
-//! membership state, and every node routes by the table ([`Router`]). Each move is carried out by the graceful
-//! handoff of the spec (steps 1–6: the leader sets the pending change, N1 initializes N2,
-//! N2 creates the instance and answers ready, N1 marks the change
-//! [`Complete`](PartitionChangeStatus::Complete), the leader updates the table, all nodes
-//! converge on it). The handoff, the gossip fields and the runtime that starts instances
-//! are not here (and not built yet): this module is plain data and pure, deterministic
-//! functions (the same inputs give the same table on every node), property-tested.
-//! [`Router`] picks the instance a message goes to (round robin, random, consistent
-//! hashing, adaptive to cluster metrics, broadcast); the receptionist's routers use it.
+//! step ([`leader_step`]) it evaluates the registered services' policies against the Up
+//! members that offer them ([`demand`]), computes the target table with [`place`] from the
+//! current table and the ring (stable: joins move nothing, a leaving or crashed node only
+//! re-places its own instances; new instances spread round the ring in the spec's circular
+//! fashion), optionally refines it with the load-aware, opt-in [`rebalance()`] (cluster
+//! metrics), and derives the moves with [`pending_changes`]. The [`ServicesMachine`]
+//! gossips the resulting [`ServicesState`] (the [`PartitionTable`] and the
+//! [`PartitionChange`]s, versioned) to every node, carries each move out by the spec's
+//! graceful handoff (steps 1–6: the leader sets the pending change, N1 initializes N2, N2
+//! answers ready, N1's instance stops, the leader updates the table, all nodes converge),
+//! and routes service messages by the table with [`Router`] (round robin, random,
+//! consistent hashing, adaptive to cluster metrics, broadcast), keeping each sending node's
+//! order across moves. The placement functions are plain data and pure, deterministic
+//! functions (the same inputs give the same table on every node), property-tested; the
+//! machine is sans-IO (the runtime is `concord::services`).
 
 mod handoff;
 pub mod hosting;

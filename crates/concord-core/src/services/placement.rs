@@ -158,9 +158,9 @@ fn next_node(counts: &[usize], hosts: &[bool], cursor: usize) -> Option<usize> {
 /// sorted by [`PartitionChange`]'s order, without duplicates.
 ///
 /// `live` is the set of nodes that can still hand off (any order): typically the
-/// reachable Up and Leaving members — a superset of the ring given to [`place`], since a
-/// Leaving node is off the placement ring but hands its partitions off gracefully before
-/// it becomes Exiting. A departed instance node that is not in `live` (crashed, downed,
+/// Up, Leaving and Exiting members ([`super::live_nodes`]) — a superset of the ring given
+/// to [`place`], since a Leaving or Exiting node is off the placement ring but hands its
+/// partitions off gracefully before it is removed. A departed instance node that is not in `live` (crashed, downed,
 /// removed) is skipped, so its replacement gets `from: None`.
 ///
 /// Departures without an arrival (the demand shrank, or the path is no longer demanded)
