@@ -93,6 +93,8 @@ pub struct ServicesMachine {
     pub(super) completed: BTreeSet<PartitionChange>,
     pub(super) scaling: ScalingTracker,
     pub(super) node_load: BTreeMap<UniqueAddress, f64>,
+    /// When this node last became leader, ms.
+    pub(super) leader_since_ms: u64,
     // Local hosting and order.
     pub(super) hosting: BTreeMap<PartitionPath, Hosting>,
     pub(super) reports: BTreeSet<PartitionChange>,
@@ -126,6 +128,7 @@ impl ServicesMachine {
             completed: BTreeSet::new(),
             scaling,
             node_load: BTreeMap::new(),
+            leader_since_ms: 0,
             hosting: BTreeMap::new(),
             reports: BTreeSet::new(),
             held: BTreeMap::new(),
@@ -193,6 +196,11 @@ impl ServicesMachine {
     /// placement on the leader.
     pub fn set_node_load(&mut self, load: BTreeMap<UniqueAddress, f64>) {
         self.node_load = load;
+    }
+
+    /// This node.
+    pub fn node(&self) -> &UniqueAddress {
+        &self.me
     }
 
     /// The current state (table and pending changes).
@@ -454,9 +462,12 @@ impl ServicesMachine {
         }
     }
 
-    /// Whether this leader may write: every member has reported since it became leader,
-    /// and none follows a newer state (it is asked for it).
-    fn caught_up(&mut self) -> bool {
+    /// Whether this leader may write: every member has reported since it became leader
+    /// (or `handoff-timeout` has passed since: a member that runs no services layer never
+    /// reports), and none that reported follows a newer state (it is asked for it).
+    fn caught_up(&mut self, now_ms: u64) -> bool {
+        let grace_over =
+            now_ms.saturating_sub(self.leader_since_ms) >= self.settings.handoff_timeout_ms;
         let Some(view) = self.view.as_ref() else {
             return false;
         };
@@ -465,7 +476,7 @@ impl ServicesMachine {
         let mut ask = Vec::new();
         for m in view.members.keys().filter(|m| **m != self.me) {
             match self.offers.get(m) {
-                None => ready = false,
+                None => ready &= grace_over,
                 Some(o) if o.digest > mine => {
                     ready = false;
                     ask.push(m.clone());
@@ -496,7 +507,7 @@ impl ServicesMachine {
         }
         let own = self.own_offer();
         self.offers.insert(self.me.clone(), own);
-        if !self.caught_up() {
+        if !self.caught_up(now_ms) {
             return;
         }
         let Some(view) = self.view.as_ref() else {
@@ -701,6 +712,7 @@ impl ProtocolMachine for ServicesMachine {
             // A new leader learns every member's state afresh before it writes.
             self.offers.clear();
             self.depths.clear();
+            self.leader_since_ms = now_ms;
         }
         let members = &self.members;
         self.offers.retain(|n, _| members.contains(n));

@@ -142,7 +142,7 @@ impl ServicesEffects {
             buffered: machine.buffered(),
             hosts_nothing: machine.hosts_nothing(),
             stats: machine.stats().clone(),
-            node: None,
+            node: Some(machine.node().clone()),
         };
         self.snapshot.send_replace(Arc::new(snapshot));
     }
