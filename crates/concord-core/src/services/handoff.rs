@@ -123,6 +123,11 @@ impl ServicesMachine {
                         .insert(path.clone(), Hosting::Preparing { to: to.clone() });
                     self.send_prepare(path, &to);
                 }
+                Some(Hosting::Moved { to: was, .. }) if was != to => {
+                    // Handed to a node that is gone; the leader moved the change on.
+                    self.hosting.remove(path);
+                    self.finish_hand_over(now_ms, path, change, VecDeque::new());
+                }
                 None | Some(Hosting::Arriving { .. }) => {
                     // Nothing runs here: hand over at once.
                     let buffer = match self.hosting.remove(path) {
@@ -165,6 +170,7 @@ impl ServicesMachine {
                         Hosting::Arriving {
                             from: Some(from),
                             version: self.state.version,
+                            since_ms: now_ms,
                             buffer: VecDeque::new(),
                         },
                     );
@@ -207,8 +213,27 @@ impl ServicesMachine {
         self.hosting.remove(path);
         if let Some(change) = self.change_from_me(path) {
             self.finish_hand_over(now_ms, path, change, buffer);
-        } else if self.in_table(path) || self.change_to_me(path).is_some() {
+        } else if self.in_table(path) {
             self.start(now_ms, path, buffer);
+        } else if let Some(change) = self.change_to_me(path) {
+            match change.from {
+                // Another node hands it over: wait for its `HandOver`.
+                Some(from) => {
+                    self.hosting.insert(
+                        path.clone(),
+                        Hosting::Arriving {
+                            from: Some(from),
+                            version: self.state.version,
+                            since_ms: now_ms,
+                            buffer,
+                        },
+                    );
+                }
+                None => {
+                    self.start(now_ms, path, buffer);
+                    self.reports.insert(change);
+                }
+            }
         } else {
             self.replay(now_ms, path, buffer);
         }
@@ -255,7 +280,7 @@ impl ServicesMachine {
 
     pub(super) fn on_prepare(
         &mut self,
-        _now_ms: u64,
+        now_ms: u64,
         from: &UniqueAddress,
         path: PartitionPath,
         version: u64,
@@ -264,12 +289,21 @@ impl ServicesMachine {
             self.drop_one(ServicesDrop::Unregistered);
             return;
         }
+        let announced = self
+            .change_to_me(&path)
+            .is_some_and(|c| c.from.as_ref() == Some(from));
+        if !announced && version <= self.state.version {
+            // A late retry for a change this node's state no longer has.
+            self.drop_one(ServicesDrop::Stale);
+            return;
+        }
         if !self.hosting.contains_key(&path) {
             self.hosting.insert(
                 path.clone(),
                 Hosting::Arriving {
                     from: Some(from.clone()),
                     version,
+                    since_ms: now_ms,
                     buffer: VecDeque::new(),
                 },
             );
@@ -286,17 +320,25 @@ impl ServicesMachine {
         }
     }
 
-    pub(super) fn on_hand_over(&mut self, now_ms: u64, _from: &UniqueAddress, path: PartitionPath) {
+    /// Starts the instance only for the handoff this node expects from `from` (its
+    /// `Prepare` made it `Arriving`, or its state announces the change): a stray or late
+    /// `HandOver` never starts a second instance.
+    pub(super) fn on_hand_over(&mut self, now_ms: u64, from: &UniqueAddress, path: PartitionPath) {
         if !self.policies.contains_key(&path) {
             self.drop_one(ServicesDrop::Unregistered);
             return;
         }
-        match self.hosting.remove(&path) {
-            Some(Hosting::Arriving { buffer, .. }) => self.start(now_ms, &path, buffer),
-            None | Some(Hosting::Moved { .. }) => self.start(now_ms, &path, VecDeque::new()),
-            Some(other) => {
-                self.hosting.insert(path, other);
+        let announced = self
+            .change_to_me(&path)
+            .is_some_and(|c| c.from.as_ref() == Some(from));
+        match self.hosting.get(&path) {
+            Some(Hosting::Arriving { from: Some(f), .. }) if f == from => {
+                if let Some(Hosting::Arriving { buffer, .. }) = self.hosting.remove(&path) {
+                    self.start(now_ms, &path, buffer);
+                }
             }
+            None if announced => self.start(now_ms, &path, VecDeque::new()),
+            _ => self.drop_one(ServicesDrop::Stale),
         }
     }
 
@@ -331,8 +373,12 @@ impl ServicesMachine {
                 return;
             }
         }
-        if let Some(held) = self.held.get_mut(&key) {
-            held.queue.push_back(payload);
+        if self.held.contains_key(&key) {
+            if self.buffered() >= self.settings.buffer_size {
+                self.drop_one(ServicesDrop::BufferFull);
+            } else if let Some(held) = self.held.get_mut(&key) {
+                held.queue.push_back(payload);
+            }
             return;
         }
         self.accept_local(now_ms, path, sender.clone(), payload, 0);
@@ -418,8 +464,13 @@ impl ServicesMachine {
         path: PartitionPath,
         next: UniqueAddress,
     ) {
+        if !self.policies.contains_key(&path) || !self.members.contains(&next) {
+            self.drop_one(ServicesDrop::Stale);
+            return;
+        }
+        let full = self.buffered() >= self.settings.buffer_size;
         match self.hosting.get_mut(&path) {
-            Some(Hosting::Stopping { buffer, .. } | Hosting::Arriving { buffer, .. }) => {
+            Some(Hosting::Stopping { buffer, .. } | Hosting::Arriving { buffer, .. }) if !full => {
                 buffer.push_back(Buffered::Drained {
                     sender: sender.clone(),
                     next,
@@ -432,6 +483,10 @@ impl ServicesMachine {
     /// Everything `sender` sent to its previous host for `path` has been passed on: its
     /// held messages go, in order.
     pub(super) fn on_drained(&mut self, now_ms: u64, path: PartitionPath, sender: UniqueAddress) {
+        if !self.policies.contains_key(&path) {
+            self.drop_one(ServicesDrop::Unregistered);
+            return;
+        }
         let key = (path.clone(), sender.clone());
         match self.held.remove(&key) {
             Some(held) => {
@@ -491,5 +546,22 @@ impl ServicesMachine {
             }
             _ => true,
         });
+        // An arrival the state never announced (a `Prepare` whose change was dropped)
+        // gives up after the timeout; what it kept is routed again.
+        let stale: Vec<PartitionPath> = self
+            .hosting
+            .iter()
+            .filter(|(p, h)| {
+                matches!(h, Hosting::Arriving { since_ms, .. } if old(*since_ms))
+                    && self.change_to_me(p).is_none()
+                    && !self.in_table(p)
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in stale {
+            if let Some(Hosting::Arriving { buffer, .. }) = self.hosting.remove(&path) {
+                self.replay(now_ms, &path, buffer);
+            }
+        }
     }
 }

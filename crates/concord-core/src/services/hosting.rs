@@ -35,6 +35,9 @@ pub struct ServicesSettings {
     /// more than this (the load figure's unit; cluster metrics' capacity use, 0–1); `None`:
     /// off (default).
     pub load_threshold: Option<f64>,
+    /// Largest service message, bytes (default 200 KiB, under the transport's ordinary
+    /// frame limit: a larger one would take the large-message lane and could overtake).
+    pub max_message_bytes: usize,
 }
 
 impl Default for ServicesSettings {
@@ -47,6 +50,7 @@ impl Default for ServicesSettings {
             scale_up_depth: 100,
             scale_sustained_rounds: 3,
             load_threshold: None,
+            max_message_bytes: 200 * 1024,
         }
     }
 }
@@ -123,6 +127,7 @@ pub(super) enum Hosting {
     Arriving {
         from: Option<UniqueAddress>,
         version: u64,
+        since_ms: u64,
         buffer: VecDeque<Buffered>,
     },
 }
@@ -162,6 +167,11 @@ pub enum ServicesDrop {
     TooManyHops,
     /// A state larger than `max-services` allows.
     StateTooLarge,
+    /// A message larger than `max-message-bytes`.
+    TooLarge,
+    /// An order marker or handoff message that does not fit this node's state (a path not
+    /// registered here, a next host that is not a member, a stale `Prepare`).
+    Stale,
 }
 
 impl ServicesDrop {
@@ -174,6 +184,8 @@ impl ServicesDrop {
             ServicesDrop::Unregistered => "unregistered",
             ServicesDrop::TooManyHops => "too-many-hops",
             ServicesDrop::StateTooLarge => "state-too-large",
+            ServicesDrop::TooLarge => "too-large",
+            ServicesDrop::Stale => "stale",
         }
     }
 }

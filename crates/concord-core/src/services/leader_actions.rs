@@ -147,7 +147,9 @@ pub fn leader_step(
             apply_complete(&mut table, change);
             continue;
         }
-        if !is_live(&change.to) || !input.policies.contains_key(&change.path) {
+        // Kept even when this leader has not registered the path (a leader of an older
+        // version): dropping a change mid-handoff could leave its instance nowhere or twice.
+        if !is_live(&change.to) {
             continue;
         }
         let mut change = change.clone();
@@ -191,6 +193,11 @@ pub fn leader_step(
             continue;
         }
         let mut ring = ring_of(input.view, input.offers, path);
+        if ring.is_empty() {
+            // Nowhere to place it (every host draining or joining): its live instances stay
+            // where they are, so that a later placement hands off from them.
+            continue;
+        }
         ring.sort();
         let n = u32::try_from(ring.len()).unwrap_or(u32::MAX);
         let wanted = policy.instances(n, input.scaling.get(path).copied());

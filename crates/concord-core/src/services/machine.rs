@@ -281,6 +281,12 @@ impl ServicesMachine {
         payload: Vec<u8>,
         capacity: &BTreeMap<UniqueAddress, f64>,
     ) -> SendOutcome {
+        if payload.len() > self.settings.max_message_bytes {
+            // A larger frame would travel on the large-message lane and could overtake
+            // the messages before it: refused, so that order holds.
+            self.drop_one(ServicesDrop::TooLarge);
+            return SendOutcome::Dropped(ServicesDrop::TooLarge);
+        }
         let instances: Vec<UniqueAddress> = self
             .state
             .table
@@ -565,7 +571,11 @@ impl ServicesMachine {
         if !state.supersedes(&self.state) {
             return;
         }
-        if state.size() > self.settings.max_services.saturating_mul(2) {
+        // Paths are bounded by `max-services`; instances and changes by what a cluster of
+        // that many services on up to 1,000 nodes can need.
+        if state.paths() > self.settings.max_services
+            || state.entries() > self.settings.max_services.saturating_mul(1000)
+        {
             self.drop_one(ServicesDrop::StateTooLarge);
             return;
         }
@@ -720,6 +730,7 @@ impl ProtocolMachine for ServicesMachine {
         self.last_host.retain(|_, n| members.contains(n));
         self.leader_act(now_ms);
         self.reconcile(now_ms);
+        self.send_unrouted(now_ms);
     }
 
     fn handle_timeout(&mut self, now_ms: u64) {

@@ -102,14 +102,13 @@ impl PartitionTable {
     }
 }
 
+/// O(n log n): a table from the network may list many nodes per path.
 fn dedup_keep_first(nodes: Vec<UniqueAddress>) -> Vec<UniqueAddress> {
-    let mut out: Vec<UniqueAddress> = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        if !out.contains(&node) {
-            out.push(node);
-        }
-    }
-    out
+    let mut seen = std::collections::BTreeSet::new();
+    nodes
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect()
 }
 
 impl From<BTreeMap<PartitionPath, Vec<UniqueAddress>>> for PartitionTable {

@@ -44,10 +44,17 @@ impl ServicesState {
         (self.version, self.writer.clone())
     }
 
-    /// The number of paths plus the number of instances and changes: the size the receiver
-    /// bounds (`max-services`).
-    pub fn size(&self) -> usize {
-        self.table.len() + self.pending.len()
+    /// The number of distinct paths in the table and the pending changes (what a receiver
+    /// bounds by `max-services`).
+    pub fn paths(&self) -> usize {
+        let mut paths: std::collections::BTreeSet<&PartitionPath> = self.table.paths().collect();
+        paths.extend(self.pending.iter().map(|c| &c.path));
+        paths.len()
+    }
+
+    /// Instances in the table plus pending changes.
+    pub fn entries(&self) -> usize {
+        self.table.total_instances() + self.pending.len()
     }
 }
 

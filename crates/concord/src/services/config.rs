@@ -81,6 +81,7 @@ impl ServicesConfig {
             scale_up_depth: self.scale_up_depth,
             scale_sustained_rounds: self.scale_sustained_rounds,
             load_threshold: (self.placement == Placement::LoadAware).then_some(self.load_threshold),
+            ..ServicesSettings::default()
         }
     }
 }

@@ -330,6 +330,8 @@ impl LayerEffects for ServicesEffects {
                 payload,
             } => {
                 let Some(instance) = self.instances.get(&path) else {
+                    let item = InstanceItem { sender, payload };
+                    fail_ask(fx, &item, "no instance here");
                     return;
                 };
                 match instance.mailbox.try_send(InstanceItem { sender, payload }) {

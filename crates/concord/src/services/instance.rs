@@ -38,7 +38,13 @@ pub(crate) async fn run_instance(
         node,
         sender: None,
     };
-    let mut service = factory(&ctx);
+    // A panicking factory leaves no instance: each message fails until one builds.
+    let build = |ctx: &ServiceContext| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| factory(ctx))).map_err(|_| {
+            warn!(path = %ctx.path, "a service's factory panicked; no instance");
+        })
+    };
+    let mut service = build(&ctx).ok();
     while let Some(item) = mailbox.recv().await {
         let envelope: WireEnvelope = match decode(&item.payload) {
             Ok(e) => e,
@@ -47,11 +53,19 @@ pub(crate) async fn run_instance(
                 continue;
             }
         };
+        if service.is_none() {
+            ctx.sender = None;
+            service = build(&ctx).ok();
+        }
         ctx.sender = Some(item.sender.clone());
-        let handled =
-            AssertUnwindSafe(service.handle(&mut ctx, &envelope.body, envelope.ask.is_some()))
-                .catch_unwind()
-                .await;
+        let handled = match service.as_mut() {
+            Some(service) => {
+                AssertUnwindSafe(service.handle(&mut ctx, &envelope.body, envelope.ask.is_some()))
+                    .catch_unwind()
+                    .await
+            }
+            None => Ok(Err("the service's factory failed: no instance".to_string())),
+        };
         let result = match handled {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => {
@@ -62,7 +76,7 @@ pub(crate) async fn run_instance(
                 // Akka's default supervision: restart, a fresh instance from the factory.
                 warn!(path = %path, "a service instance panicked handling a message; it restarts");
                 ctx.sender = None;
-                service = factory(&ctx);
+                service = build(&ctx).ok();
                 Err("the instance failed handling the message".to_string())
             }
         };
@@ -77,7 +91,9 @@ pub(crate) async fn run_instance(
             }
         }
     }
-    drop(service);
+    if std::panic::catch_unwind(AssertUnwindSafe(move || drop(service))).is_err() {
+        warn!(path = %path, "a service instance panicked when dropped");
+    }
     let _ = commands
         .send(ServicesCommand::InstanceStopped { path, generation })
         .await;
