@@ -1,7 +1,8 @@
 //! [`MetricsGossip`]: every node's latest [`NodeMetrics`] as one node knows them (Akka's
-//! `MetricsGossip`). Merging keeps, per node, the entry with the highest sequence number,
-//! so it is commutative, associative and idempotent: nodes that exchanged their gossip hold
-//! the same entries whatever the order of the exchanges.
+//! `MetricsGossip`), decoded for readers — what routing, placement, `GET /cluster/metrics`
+//! and Prometheus read. The collector keeps it in step with the gossiped, compact entries
+//! ([`super::MetricsState`]). Merging two of them keeps, per node, the entry with the
+//! highest sequence number, so it is commutative, associative and idempotent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,6 +41,21 @@ impl MetricsGossip {
             .values()
             .filter(|e| self.merge_entry((*e).clone()))
             .count()
+    }
+
+    /// Sets the entry of its node, whatever its version.
+    pub(crate) fn insert(&mut self, entry: NodeMetrics) {
+        self.nodes.insert(entry.node.clone(), entry);
+    }
+
+    /// Drops the entry of `node`.
+    pub(crate) fn remove(&mut self, node: &UniqueAddress) {
+        self.nodes.remove(node);
+    }
+
+    /// Drops the entries of the nodes `keep` refuses.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&UniqueAddress) -> bool) {
+        self.nodes.retain(|n, _| keep(n));
     }
 
     /// Drops the entries of nodes not in `members`.

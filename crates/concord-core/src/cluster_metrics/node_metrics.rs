@@ -2,9 +2,13 @@
 //! average — as the cluster-metrics gossip carries it (Akka's `NodeMetrics` and `Metric`,
 //! `akka-cluster-metrics/.../Metric.scala`).
 //!
-//! Metric names are strings on the wire so that a later version can add metrics and an
-//! earlier one keeps what it knows; [`names`] lists Concord's. Everything read from the
-//! network is checked by [`NodeMetrics::validate`] before it is kept.
+//! This is the consumers' form (routing, placement, `GET /cluster/metrics`): metric names and
+//! `f64` values. The gossip carries the compact form instead,
+//! [`crate::cluster_metrics::MetricsEntry`]: each metric as its number in [`names::ALL`] and
+//! its smoothed value quantised ([`crate::cluster_metrics::quantise`]). A later version may
+//! add names at the end of [`names::ALL`]; an earlier one keeps and forwards their codes
+//! without showing them. [`NodeMetrics::validate`] checks the entries of the first version's
+//! message ([`crate::cluster_metrics::MetricsGossipEnvelope`]), still understood.
 
 use std::collections::BTreeMap;
 
@@ -38,7 +42,8 @@ pub mod names {
     /// Entities running on this node.
     pub const ENTITIES: &str = "entities";
 
-    /// Every name above.
+    /// Every name above; a metric's position here is its number on the wire (never
+    /// reordered: a later version only appends).
     pub const ALL: [&str; 11] = [
         CPU_COMBINED,
         CPU_PROCESS,
@@ -52,19 +57,37 @@ pub mod names {
         MAILBOX_DEPTH,
         ENTITIES,
     ];
+
+    /// The wire number of metric `name` (its position in [`ALL`]); `None` for a name this
+    /// version does not know.
+    pub fn id(name: &str) -> Option<u8> {
+        ALL.iter().position(|n| *n == name).map(|i| i as u8)
+    }
+
+    /// The name of metric number `id`; `None` for a number this version does not know.
+    pub fn name(id: u8) -> Option<&'static str> {
+        ALL.get(usize::from(id)).copied()
+    }
 }
 
 /// Most metrics one node's entry may carry; an entry with more is refused.
 pub const MAX_METRICS_PER_NODE: usize = 32;
+/// Highest metric number an entry may carry (numbers are bits of a 64-bit presence mask on
+/// the wire).
+pub const MAX_METRIC_ID: u8 = 63;
 /// Longest metric name, bytes.
 pub const MAX_METRIC_NAME_BYTES: usize = 64;
 
 /// One metric: its latest sample and its moving average (see [`crate::cluster_metrics::Ewma`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Metric {
-    /// The latest sample (the metric's unit: fraction, bytes, count).
+    /// The latest sample (the metric's unit: fraction, bytes, count). Only a node's own
+    /// entry has it: the gossip carries moving averages only, so for another member it
+    /// equals `smoothed`.
     pub value: f64,
-    /// The exponentially weighted moving average of the samples so far.
+    /// The exponentially weighted moving average of the samples, as the node last published
+    /// it: quantised ([`crate::cluster_metrics::quantise`]), and within the metric's dead
+    /// band of the exact average.
     pub smoothed: f64,
 }
 
@@ -73,10 +96,13 @@ pub struct Metric {
 pub struct NodeMetrics {
     /// The node (its incarnation: a restarted node starts a new entry).
     pub node: UniqueAddress,
-    /// The number of the sample, counted by the node from 1; gossip keeps the highest.
+    /// The version of the node's entry, counted by the node from 1: a new one only when a
+    /// quantised value moved past its dead band, or on a refresh (every 30 s by default);
+    /// gossip keeps the highest.
     pub sequence: u64,
-    /// When the node took the sample, ms on its own clock (shown, never compared across
-    /// nodes).
+    /// For this node, when it took its latest sample; for another member, when this node
+    /// learnt that member's current version. Ms on this node's clock (shown, never compared
+    /// across nodes).
     pub sampled_at_ms: u64,
     /// Metric name → value.
     pub metrics: BTreeMap<String, Metric>,

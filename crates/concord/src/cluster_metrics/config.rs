@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::duration::ms;
 use crate::config::{Config, ConfigError, ConfigSection};
 
+/// Samples between two refreshes of a node's entry: 30 s with Akka's 3 s interval, and
+/// proportionally sooner with faster sampling (tests).
+const SAMPLES_PER_REFRESH: u64 = 10;
+
 /// `[cluster-metrics]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -20,7 +24,10 @@ pub struct ClusterMetricsConfig {
     /// How often a node samples its metrics ("3s").
     #[serde(with = "crate::config::duration::required")]
     pub sample_interval: Duration,
-    /// How often a node sends what it knows to one random member ("3s").
+    /// How often a node starts a gossip round with one random member ("3s"): it sends a
+    /// digest of the versions it holds, and the two exchange only the entries one of them
+    /// lacks. (A node publishes a new version of its own entry when a value moved past its
+    /// dead band, and at least every ten samples: a refresh.)
     #[serde(with = "crate::config::duration::required")]
     pub gossip_interval: Duration,
     /// The moving averages' half-life ("12s"; "0s": no smoothing).
@@ -52,6 +59,7 @@ impl ClusterMetricsConfig {
             gossip_interval_ms: ms(self.gossip_interval),
             moving_average_half_life_ms: ms(self.moving_average_half_life),
             periodic_tasks_initial_delay_ms: ms(self.periodic_tasks_initial_delay),
+            refresh_interval_ms: ms(self.sample_interval).saturating_mul(SAMPLES_PER_REFRESH),
         }
     }
 }

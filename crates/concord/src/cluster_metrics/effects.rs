@@ -142,6 +142,16 @@ impl LayerEffects for ClusterMetricsEffects {
             was.samples,
         );
         add(
+            "concord_cluster_metrics_versions_published_total",
+            now.published,
+            was.published,
+        );
+        add(
+            "concord_cluster_metrics_entries_sent_total",
+            now.entries_sent,
+            was.entries_sent,
+        );
+        add(
             "concord_cluster_metrics_gossip_sent_total",
             now.gossip_sent,
             was.gossip_sent,

@@ -21,7 +21,7 @@ const LAYER: &str = "cluster-metrics";
 #[derive(Default)]
 pub struct ClusterMetrics {
     inbound: Option<
-        tokio::sync::mpsc::Receiver<Inbound<concord_core::cluster_metrics::MetricsGossipEnvelope>>,
+        tokio::sync::mpsc::Receiver<Inbound<concord_core::cluster_metrics::ClusterMetricsMessage>>,
     >,
 }
 

@@ -24,9 +24,11 @@ use crate::load::ClusterLoad;
 /// One metric of a member: its latest sample and its moving average (the metric's unit).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricJson {
-    /// Latest sample.
+    /// Latest sample, for the node answering; for another member, equal to `smoothed` (the
+    /// gossip carries averages only).
     pub value: f64,
-    /// Moving average.
+    /// Moving average as the member published it: quantised, within the metric's dead band
+    /// of the exact average (docs/CLUSTER_METRICS.md).
     pub smoothed: f64,
 }
 
@@ -38,9 +40,11 @@ pub struct NodeMetricsJson {
     pub node: String,
     /// Its incarnation's uid.
     pub uid: u64,
-    /// The number of its latest sample.
+    /// The version of its entry (a new one when a value moved past its dead band, or on a
+    /// refresh every 30 s).
     pub sequence: u64,
-    /// When it took that sample, ms on its own clock.
+    /// For the node answering, when it took its latest sample; for another member, when
+    /// the node answering learnt that version. Ms on the answering node's clock.
     pub sampled_at_ms: u64,
     /// Metric name → value.
     pub metrics: BTreeMap<String, MetricJson>,
