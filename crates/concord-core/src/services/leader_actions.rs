@@ -126,7 +126,9 @@ fn apply_complete(table: &mut PartitionTable, change: &PartitionChange) {
 /// 4. For each registered path without a pending change: the target is [`place`] (or
 ///    [`rebalance`] when load-aware, and only while nothing is pending) over the path's
 ///    ring ([`ring_of`]) for the policy's instance count on that ring; departures without
-///    an arrival leave the table at once (the demand shrank), arrivals become
+///    an arrival leave the table at once (the demand shrank) unless their node is live,
+///    off the ring and still offers the path (draining, Leaving, Exiting: the ring is
+///    short, it keeps the instance until an arrival pairs with it), arrivals become
 ///    [`pending_changes`] (the departure they pair with stays in the table until complete).
 /// 5. A path nobody offers and the leader has not registered leaves the table; one that a
 ///    live node offers but the leader has not registered (a rolling upgrade that adds a
@@ -222,11 +224,20 @@ pub fn leader_step(
                 .filter(|c| &c.path == path)
                 .filter_map(|c| c.from.as_ref())
                 .collect();
+            // A live node off the ring that still offers the path (draining, Leaving,
+            // Exiting) keeps an instance no arrival takes over yet: the ring is short, the
+            // demand did not shrink, and a later arrival hands off from it. Dropping it
+            // would stop it while a later arrival starts afresh at once (N + 1 running).
+            let off_ring = |n: &UniqueAddress| {
+                !ring.contains(n)
+                    && is_live(n)
+                    && input.offers.get(n).is_some_and(|o| o.paths.contains(path))
+            };
             let kept: Vec<UniqueAddress> = current
                 .instances(path)
                 .unwrap_or(&[])
                 .iter()
-                .filter(|n| wanted.contains(n) || leaving.contains(n))
+                .filter(|n| wanted.contains(n) || leaving.contains(n) || off_ring(n))
                 .cloned()
                 .collect();
             table.insert(path.clone(), kept);

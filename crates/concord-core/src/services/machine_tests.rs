@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::address::UniqueAddress;
-use crate::member::MemberStatus::{self, Leaving, Up};
+use crate::member::MemberStatus::{self, Exiting, Joining, Leaving, Up};
 use crate::protocol::{MembershipChange, ProtocolMachine};
 use crate::test_views::{ua, view};
 
@@ -158,6 +158,36 @@ impl Net {
         panic!("did not settle");
     }
 
+    /// Delivers every message in flight (FIFO per pair, pairs at random) without letting a
+    /// stopping instance finish its stop.
+    fn deliver_messages(&mut self) {
+        for _ in 0..100_000 {
+            self.pump();
+            self.links.retain(|_, q| !q.is_empty());
+            if self.links.is_empty() {
+                return;
+            }
+            let pick = self.rng.random_range(0..self.links.len());
+            let (&(i, j), q) = self.links.iter_mut().nth(pick).unwrap();
+            let message = q.pop_front().unwrap();
+            let now = self.now;
+            self.machines
+                .get_mut(&j)
+                .unwrap()
+                .handle_message(now, &ua(i), message);
+        }
+        panic!("did not settle");
+    }
+
+    fn set_status(&mut self, node: u16, status: MemberStatus) {
+        for (i, s) in self.statuses.iter_mut() {
+            if *i == node {
+                *s = status;
+            }
+        }
+        self.publish_view();
+    }
+
     fn tick(&mut self, rounds: usize) {
         for _ in 0..rounds {
             self.now += 100;
@@ -296,6 +326,114 @@ fn leaving_host_case(seed: u64) {
     assert!(net.m(h).hosts_nothing());
     assert_eq!(net.m(h).stats().handoffs, 1, "not a graceful handoff");
     assert_eq!(net.m(h).stats().dropped, BTreeMap::new());
+}
+
+/// The membership leader moves a Leaving node on to Exiting at convergence, typically
+/// before its handoff is done (its instance may take long to stop). An Exiting node still
+/// runs: the services leader must keep it as the change's previous host, not start the
+/// instance afresh elsewhere while the old one still runs (it did: Exiting did not count
+/// as live, so the change lost its `from`).
+#[test]
+fn a_host_that_becomes_exiting_mid_handoff_still_hands_off_first() {
+    for seed in 0..20u64 {
+        let mut net = Net::new(4, &[("a", InstancePolicy::Fixed(1))]);
+        net.rng = SmallRng::seed_from_u64(seed);
+        net.tick(3);
+        let host = net.m(0).state().table.instances(&path("a")).unwrap()[0].clone();
+        let h = net.index(&host).unwrap();
+        net.set_status(h, Leaving);
+        net.deliver_messages();
+        assert_eq!(
+            net.m(h).local_hosting()[&path("a")],
+            "stopping",
+            "seed {seed}"
+        );
+        // Exiting while its instance still stops; reports reach the (maybe new) leader.
+        net.set_status(h, Exiting);
+        net.now += 100;
+        for m in net.machines.values_mut() {
+            m.handle_timeout(net.now);
+        }
+        net.deliver_messages();
+        assert_eq!(
+            net.max_running_a, 1,
+            "seed {seed}: started elsewhere while the Exiting host's instance ran"
+        );
+        net.tick(5);
+        let state = net.m(0).state().clone();
+        assert_ne!(state.table.instances(&path("a")).unwrap()[0], host);
+        assert!(state.pending.is_empty());
+        assert_eq!(net.max_running_a, 1, "seed {seed}");
+        assert_eq!(
+            net.m(h).stats().handoffs,
+            1,
+            "seed {seed}: a graceful handoff"
+        );
+        assert!(net.m(h).hosts_nothing());
+    }
+}
+
+/// A draining host whose instance no other node can take yet keeps it until one can:
+/// dropping it made its node stop the instance while a member that came Up just after
+/// started a new one at once (N + 1 instances). N = 1: nobody else is on the ring; N = 2:
+/// the ring is shorter than N.
+#[test]
+fn a_draining_host_keeps_its_instance_until_another_node_can_take_it_over() {
+    for n in [1, 2] {
+        for seed in 0..20u64 {
+            draining_host_case(n, seed);
+        }
+    }
+}
+
+fn draining_host_case(n: u32, seed: u64) {
+    let mut net = Net::new(3, &[("a", InstancePolicy::Fixed(n))]);
+    net.rng = SmallRng::seed_from_u64(seed);
+    // Node 2 is still joining: off the ring.
+    net.set_status(2, Joining);
+    net.tick(3);
+    let hosts = net
+        .m(0)
+        .state()
+        .table
+        .instances(&path("a"))
+        .unwrap()
+        .to_vec();
+    assert_eq!(hosts.len(), n as usize);
+    let host = hosts[hosts.len() - 1].clone();
+    let h = net.index(&host).unwrap();
+    if n == 1 {
+        // The other Up member leaves: nobody else is on the ring.
+        net.set_status(1 - h, Leaving);
+    }
+    let now = net.now;
+    net.m(h).drain(now);
+    net.deliver_messages();
+    assert_eq!(
+        net.m(0).state().table.instances(&path("a")).unwrap(),
+        &hosts[..],
+        "N = {n}, seed {seed}: kept on the draining host"
+    );
+    assert!(!net.m(h).hosts_nothing());
+    // Node 2 comes Up: the instance moves there by a graceful handoff.
+    net.set_status(2, Up);
+    net.deliver_messages();
+    net.tick(5);
+    let state = net.m(0).state().clone();
+    let now_on = state.table.instances(&path("a")).unwrap();
+    assert!(now_on.contains(&ua(2)) && !now_on.contains(&host));
+    assert_eq!(now_on.len(), n as usize);
+    assert!(state.pending.is_empty());
+    assert_eq!(
+        net.max_running_a, n as usize,
+        "N = {n}, seed {seed}: more than N instances at once"
+    );
+    assert_eq!(
+        net.m(h).stats().handoffs,
+        1,
+        "N = {n}, seed {seed}: handed off"
+    );
+    assert!(net.m(h).hosts_nothing());
 }
 
 #[test]
