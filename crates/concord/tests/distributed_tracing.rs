@@ -162,7 +162,7 @@ async fn one_ask_across_three_nodes_is_one_trace_naming_all_three() {
             .expect("the ask is answered");
         answered.insert(answer);
         i += 1;
-        if i % 50 == 0 {
+        if i.is_multiple_of(50) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
