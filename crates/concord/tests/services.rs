@@ -268,7 +268,10 @@ async fn a_leaving_host_hands_off_one_instance_at_a_time_with_order_kept() {
             seq + 1
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for("the old host handles messages", || {
+        solo.log.lock().unwrap().len() >= 20
+    })
+    .await;
     let gone = m.remove(leaving);
     gone.node
         .coordinated_shutdown()
@@ -278,7 +281,10 @@ async fn a_leaving_host_hands_off_one_instance_at_a_time_with_order_kept() {
         .expect("the leaving node stops");
     placed(&m).await;
     assert_ne!(instances(&m[0], "solo")[0], host);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for("the new host handles messages", || {
+        solo.log.lock().unwrap().iter().any(|(n, _)| *n != host)
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     let mut sent = Vec::new();
     for t in tasks {
