@@ -1,14 +1,17 @@
-//! The sample's partitioned `echo` service (N = 2) on real `concord node --sample`
-//! processes under a stream of asks: five nodes agree on the partition table with its two
-//! instances; a sixth node joins and nothing moves (the spec's stability); an instance's
+//! The sample's partitioned `echo` service with N = 3 (`CONCORD_SAMPLE_ECHO_INSTANCES`) on
+//! real `concord node --sample` processes under load (a thread keeps 4 asks in flight
+//! through every live node, beside the test's own asks): five nodes agree on the partition
+//! table with its three instances; a sixth node joins and nothing moves (the spec's stability); an instance's
 //! node is SIGKILLed and, once split brain resolution has removed it, the leader places a
 //! fresh instance on a live node and every node's asks are answered by the table's
 //! instances again. Failed asks during the crash are counted and printed (at most once:
-//! asks in flight to the crashed node fail), never asserted on time.
+//! asks in flight to the crashed node fail), never asserted on time; so are the load's.
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::sample_cluster::{kill_and_wait_removed, SampleCluster};
@@ -41,7 +44,10 @@ fn echo_hosts(rt: &tokio::runtime::Runtime, n: &Node) -> Option<(u64, Vec<String
     Some((version, hosts, s["pending"].as_array()?.is_empty()))
 }
 
-/// Every node has the same table version with two echo instances on `live` nodes and
+/// The service's instances in this test.
+const N: usize = 3;
+
+/// Every node has the same table version with [`N`] echo instances on `live` nodes and
 /// nothing pending: the instances.
 fn agreed(rt: &tokio::runtime::Runtime, nodes: &[&Node], live: &[String]) -> Option<Vec<String>> {
     let first = echo_hosts(rt, nodes[0])?;
@@ -51,7 +57,7 @@ fn agreed(rt: &tokio::runtime::Runtime, nodes: &[&Node], live: &[String]) -> Opt
             return None;
         }
     }
-    (first.1.len() == 2 && first.1.iter().all(|h| live.contains(h))).then_some(first.1)
+    (first.1.len() == N && first.1.iter().all(|h| live.contains(h))).then_some(first.1)
 }
 
 /// Asks echo through `n`; the node of the instance that answered.
@@ -72,6 +78,85 @@ fn ask(rt: &tokio::runtime::Runtime, n: &Node, text: &str) -> Option<String> {
     })
 }
 
+/// Asks echo without pause, 4 at a time, through the nodes whose management URLs are in
+/// `targets` (the test changes them as nodes join and crash), until stopped.
+struct Load {
+    targets: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(targets: Vec<String>) -> Load {
+        let targets = Arc::new(Mutex::new(targets));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (t, st, o, f) = (targets.clone(), stop.clone(), ok.clone(), failed.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = reqwest::Client::new();
+                let workers = (0..4u64).map(|w| {
+                    let (t, st, o, f, client) =
+                        (t.clone(), st.clone(), o.clone(), f.clone(), client.clone());
+                    async move {
+                        let mut i = w;
+                        while !st.load(Ordering::Relaxed) {
+                            let url = {
+                                let t = t.lock().unwrap();
+                                t[(i as usize) % t.len()].clone()
+                            };
+                            i += 1;
+                            let answered = client
+                                .post(format!("{url}/sample/echo"))
+                                .form(&[("text", format!("load{i}"))])
+                                .timeout(Duration::from_secs(5))
+                                .send()
+                                .await
+                                .is_ok_and(|r| r.status().as_u16() == 200);
+                            let counter = if answered { &o } else { &f };
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+                futures_util::future::join_all(workers).await;
+            });
+        });
+        Load {
+            targets,
+            stop,
+            ok,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    fn set_targets(&self, targets: Vec<String>) {
+        *self.targets.lock().unwrap() = targets;
+    }
+
+    /// Answered and failed asks so far.
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+
+    fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.counts()
+    }
+}
+
 #[test]
 fn echo_survives_a_join_and_a_crash_under_asks() {
     let _guard = serial();
@@ -85,6 +170,7 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
                 "2s".into(),
             ),
             ("CONCORD__SERVICES__GOSSIP_INTERVAL".into(), "300ms".into()),
+            ("CONCORD_SAMPLE_ECHO_INSTANCES".into(), N.to_string()),
         ],
         dir: dir.path().to_path_buf(),
     };
@@ -110,7 +196,8 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
             || agreed(&rt, &refs, &addrs).map(|h| hosts = h).is_some(),
         );
     }
-    // Asks from every node are answered by the two instances, and only by them.
+    let load = Load::start(nodes.iter().map(Node::management_url).collect());
+    // Asks from every node are answered by the three instances, and only by them.
     let mut answered = BTreeSet::new();
     let mut ok = 0;
     for round in 0..20 {
@@ -128,6 +215,7 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
     // A sixth node joins: nothing moves.
     nodes.push(cluster.start(6, &[seed]));
     addrs.push(nodes[5].address());
+    load.set_targets(nodes.iter().map(Node::management_url).collect());
     {
         let refs: Vec<&Node> = nodes.iter().collect();
         wait_until("six Up", Duration::from_secs(90), &refs, || {
@@ -145,6 +233,15 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
     // SIGKILL one instance's node while asks go on from the others.
     let victim = nodes.iter().position(|n| n.address() == hosts[0]).unwrap();
     let victim_addr = nodes[victim].address();
+    load.set_targets(
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != victim)
+            .map(|(_, n)| n.management_url())
+            .collect(),
+    );
+    let before_crash = load.counts();
     kill_and_wait_removed(&rt, &mut nodes, victim, &addrs);
     let live: Vec<String> = addrs
         .iter()
@@ -180,8 +277,8 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
     );
     assert!(!new_hosts.contains(&victim_addr));
     assert!(
-        new_hosts.contains(&hosts[1]),
-        "the surviving instance moved"
+        hosts[1..].iter().all(|h| new_hosts.contains(h)),
+        "a surviving instance moved"
     );
     let mut answered = BTreeSet::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -195,4 +292,11 @@ fn echo_survives_a_join_and_a_crash_under_asks() {
     }
     let expected: BTreeSet<String> = new_hosts.into_iter().collect();
     assert_eq!(answered, expected);
+    let (ok, failed) = load.stop();
+    eprintln!(
+        "load: {ok} asks answered, {failed} failed ({} answered and {} failed from the crash on)",
+        ok - before_crash.0,
+        failed - before_crash.1
+    );
+    assert!(ok > 0, "the load thread's asks were never answered");
 }

@@ -72,6 +72,10 @@ enum Commands {
         /// types `counter` and `log`.
         #[arg(long)]
         sample: bool,
+        /// Instances of the sample's partitioned `echo` service (with `--sample`).
+        #[arg(long, env = "CONCORD_SAMPLE_ECHO_INSTANCES", default_value_t = crate::sample::echo::INSTANCES,
+              value_parser = clap::value_parser!(u32).range(1..=16))]
+        sample_echo_instances: u32,
         /// Run the key-value store with its HTTP API on this port (`kv.http-port`; 0: any
         /// free port); every node of the cluster should run it (docs/KV_STORE.md).
         #[arg(long)]
@@ -211,6 +215,7 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
             roles,
             data_dir,
             sample,
+            sample_echo_instances,
             kv_port,
         } => {
             let mut overrides = node_overrides(
@@ -225,6 +230,9 @@ async fn run(huge_pages: huge_pages::HugePages) -> ExitCode {
             if let Some(p) = kv_port {
                 overrides.push(("kv.http-port".into(), p.to_string()));
             }
+            let sample = sample.then_some(crate::sample::SampleOptions {
+                echo_instances: sample_echo_instances,
+            });
             run_node(config, overrides, sample, huge_pages).await
         }
         Commands::Kv { command, k } => cli::kv::run(command, &k).await,
@@ -383,7 +391,7 @@ fn node_overrides(
 async fn run_node(
     config: Option<PathBuf>,
     overrides: Vec<(String, String)>,
-    sample: bool,
+    sample: Option<crate::sample::SampleOptions>,
     huge_pages: huge_pages::HugePages,
 ) -> anyhow::Result<()> {
     let config = Config::load(config.as_deref(), &overrides)?;
@@ -400,7 +408,11 @@ async fn run_node(
 }
 
 /// Starts the node of `concord node` and runs it until it terminates.
-async fn serve_node(mut config: Config, sample: bool) -> anyhow::Result<()> {
+async fn serve_node(
+    mut config: Config,
+    sample_options: Option<crate::sample::SampleOptions>,
+) -> anyhow::Result<()> {
+    let sample = sample_options.is_some();
     match concord::management::raise_descriptor_limit() {
         Ok((before, after)) if after > before => {
             info!(
@@ -449,11 +461,15 @@ async fn serve_node(mut config: Config, sample: bool) -> anyhow::Result<()> {
         .layer(ddata)
         .layer(receptionist_layer)
         .layer(services_layer);
-    if let Some(entities) = entities {
+    if let (Some(entities), Some(options)) = (entities, sample_options) {
         let proxy = crate::sample::add_singleton(&mut singletons);
-        let pubsub = concord::pubsub::PubSub::new(receptionist);
         builder = builder.layer(SampleLayer::new(
-            replicator, proxy, entities, pubsub, services,
+            replicator,
+            proxy,
+            entities,
+            receptionist,
+            services,
+            options,
         ));
     }
     builder = builder.layer(singletons).layer(sharding);

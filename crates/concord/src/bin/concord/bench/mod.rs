@@ -13,6 +13,11 @@
 //!   without the durable queue, next to plain tell; send-to-confirm latency.
 //! - [`kv`]: the key-value store's puts and gets per second and latency at two value
 //!   sizes, keys transferred per second to a joining node, bytes on disk per key.
+//! - [`routing`]: messages/s through the receptionist's `ServiceRouter` (each logic) to
+//!   handles on 3 nodes, next to sharded tell in the same run.
+//! - [`pubsub_fanout`]: distributed pub-sub to 1,000 subscribers on 5 nodes: deliveries/s,
+//!   publish-to-last-subscriber latency, node-wide mailbox bytes.
+//! - [`services_cli`]: the subcommands of those two.
 //! - [`cluster`]: in-process clusters for the benchmarks.
 //! - [`layer`]: [`layer::BenchLayer`], the layer that carries the benchmark's payloads
 //!   ([`concord_core::ProtocolId::BENCH`]); the library's integration tests compile this
@@ -29,7 +34,10 @@ pub mod metrics_gossip;
 pub mod persistence;
 pub mod persistence_report;
 pub mod pg_server;
+pub mod pubsub_fanout;
 pub mod remote;
+pub mod routing;
+pub mod services_cli;
 pub mod sharding;
 pub mod singleton;
 

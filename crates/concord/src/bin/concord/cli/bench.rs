@@ -151,6 +151,9 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// `routing` and `pubsub-fanout` (crate::bench::services_cli).
+    #[command(flatten)]
+    Services(crate::bench::services_cli::ServicesBenchCommand),
 }
 
 /// Runs `bench` with logging at `warn`.
@@ -311,6 +314,7 @@ pub async fn run(bench: BenchCommand) -> anyhow::Result<()> {
                 crate::bench::ddata::report,
             )
         }
+        BenchCommand::Services(command) => crate::bench::services_cli::run(command).await,
     }
 }
 

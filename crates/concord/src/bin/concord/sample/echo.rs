@@ -1,9 +1,11 @@
 //! The sample's partitioned `echo` service (docs/SERVICES.md): every node running
-//! `--sample` registers it with N = 2 instances; the leader places them and moves them
+//! `--sample` registers it with N = 2 instances (`--sample-echo-instances`, or the
+//! environment variable `CONCORD_SAMPLE_ECHO_INSTANCES`, sets another N); the leader places them and moves them
 //! when nodes come and go.
 //!
 //! - `POST /sample/echo` (form `text=<1 to 1000 bytes>`, optional `routing=round-robin|
-//!   random|adaptive|consistent-hashing` and `key=<text>` for consistent hashing) →
+//!   random|adaptive|consistent-hashing`, `selector=cpu|load|memory|queues|mix` for
+//!   adaptive (default `mix`) and `key=<text>` for consistent hashing) →
 //!   `{"node": "<node of the instance that answered>", "incarnation": <u64 per instance
 //!   start>, "handled": <messages that instance handled>, "text": "<the text>"}`; 503 when
 //!   no instance answered within 3 s.
@@ -28,7 +30,7 @@ use super::message;
 
 /// The service's path.
 pub const PATH: &str = "echo";
-/// Its instances.
+/// Its instances unless `--sample-echo-instances` says otherwise.
 pub const INSTANCES: u32 = 2;
 /// Longest text, bytes.
 const MAX_TEXT: usize = 1000;
@@ -80,17 +82,19 @@ struct EchoState {
 struct Post {
     text: String,
     routing: Option<String>,
+    selector: Option<CapacitySelector>,
     key: Option<String>,
 }
 
-/// Registers `echo` on this node (in the background) and returns its routes.
-pub fn routes(services: &PartitionedServices) -> Router {
+/// Registers `echo` with `instances` instances on this node (in the background) and
+/// returns its routes.
+pub fn routes(services: &PartitionedServices, instances: u32) -> Router {
     let s = services.clone();
     tokio::spawn(async move {
         let registered = s
             .register(
                 PATH,
-                InstancePolicy::Fixed(INSTANCES),
+                InstancePolicy::Fixed(instances),
                 |ctx: &ServiceContext| Echo {
                     node: ctx.node().to_string(),
                     incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
@@ -117,7 +121,7 @@ async fn ask(State(s): State<EchoState>, Form(p): Form<Post>) -> Response {
     let logic = match p.routing.as_deref() {
         None | Some("round-robin") => RoutingLogic::RoundRobin,
         Some("random") => RoutingLogic::Random,
-        Some("adaptive") => RoutingLogic::Adaptive(CapacitySelector::Mix),
+        Some("adaptive") => RoutingLogic::Adaptive(p.selector.unwrap_or(CapacitySelector::Mix)),
         Some("consistent-hashing") => RoutingLogic::ConsistentHashing,
         Some(other) => {
             return message(

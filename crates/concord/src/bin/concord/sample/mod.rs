@@ -13,6 +13,7 @@
 //!
 //! - `POST|GET /sample/chat`: the `chat` pub-sub topic ([`chat`]).
 //! - `POST /sample/echo`: the partitioned `echo` service, N = 2 ([`echo`]).
+//! - `POST|GET /sample/route`: the `sample-echo` service and its routers ([`route`]).
 //!
 //! A read or write that cannot reach its consistency answers 503 with the reason; bad input
 //! 400. Writes obey the management API's access rules (read-only, bearer token). Each start
@@ -40,6 +41,7 @@ pub mod echo;
 pub mod entities;
 pub mod persistent;
 pub mod reliable_log;
+pub mod route;
 
 pub use entities::SampleEntities;
 
@@ -95,26 +97,40 @@ pub struct SampleLayer {
     singleton: SingletonRef<SampleMessage, Where>,
     entities: SampleEntities,
     pubsub: concord::pubsub::PubSub,
+    receptionist: concord::receptionist::Receptionist,
     services: concord::services::PartitionedServices,
+    options: SampleOptions,
+}
+
+/// The sample's settings (`concord node --sample ...`).
+#[derive(Clone, Copy, Debug)]
+pub struct SampleOptions {
+    /// Instances of the `echo` service (`--sample-echo-instances`, default
+    /// [`echo::INSTANCES`]).
+    pub echo_instances: u32,
 }
 
 impl SampleLayer {
     /// Routes over the node's replicator, the sample singleton's proxy, the sample's
-    /// entity types (from [`entities::init`]), the node's pub-sub (the `chat` topic) and
-    /// its partitioned services (the `echo` service).
+    /// entity types (from [`entities::init`]), the node's receptionist (the
+    /// `sample-echo` service, and pub-sub on it: the `chat` topic) and its partitioned
+    /// services (the `echo` service).
     pub fn new(
         replicator: Replicator,
         singleton: SingletonRef<SampleMessage, Where>,
         entities: SampleEntities,
-        pubsub: concord::pubsub::PubSub,
+        receptionist: concord::receptionist::Receptionist,
         services: concord::services::PartitionedServices,
+        options: SampleOptions,
     ) -> Self {
         SampleLayer {
             replicator,
             singleton,
             entities,
-            pubsub,
+            pubsub: concord::pubsub::PubSub::new(receptionist.clone()),
+            receptionist,
             services,
+            options,
         }
     }
 }
@@ -179,7 +195,11 @@ impl Layer for SampleLayer {
             &self.pubsub,
             ctx.cluster.self_address().to_string(),
         ));
-        routes = routes.merge(echo::routes(&self.services));
+        routes = routes.merge(echo::routes(&self.services, self.options.echo_instances));
+        routes = routes.merge(route::routes(
+            self.receptionist,
+            ctx.cluster.self_address().to_string(),
+        ));
         Ok(LayerStarted {
             routes: Some(routes),
             ..LayerStarted::default()
