@@ -23,7 +23,19 @@ use crate::address::UniqueAddress;
 pub const QUEUE_HALF_CAPACITY: f64 = 100.0;
 
 /// Which capacity to weigh nodes by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CapacitySelector {
     /// CPU left.

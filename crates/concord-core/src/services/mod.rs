@@ -38,6 +38,7 @@ pub mod rebalance;
 pub mod routing;
 pub mod scaling;
 pub mod services_state;
+mod state_gossip;
 
 #[cfg(test)]
 mod leader_actions_tests;

@@ -21,7 +21,9 @@ use crate::address::UniqueAddress;
 use crate::cluster_metrics::{pick_index, weights, CapacitySelector};
 
 /// How a router picks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RoutingLogic {
     /// The next instance in turn.
