@@ -35,6 +35,7 @@
 //! node; registrations and received states are bounded by `max-services`; forwarded
 //! messages by [`MAX_FORWARD_HOPS`]. Messages from non-members are dropped and counted.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use rand::rngs::SmallRng;
@@ -78,6 +79,11 @@ pub(super) struct Held {
     pub(super) queue: VecDeque<Vec<u8>>,
 }
 
+/// An instance's id for consistent hashing: `"<address>#<uid>"`, the same on every node.
+fn hash_id(node: &UniqueAddress) -> Vec<u8> {
+    format!("{}#{}", node.address, node.uid).into_bytes()
+}
+
 /// The partitioned-services machine of one node; see the module docs.
 #[derive(Debug)]
 pub struct ServicesMachine {
@@ -106,6 +112,9 @@ pub struct ServicesMachine {
     pub(super) last_host: BTreeMap<PartitionPath, UniqueAddress>,
     pub(super) unrouted: VecDeque<Unrouted>,
     pub(super) routers: BTreeMap<(PartitionPath, RoutingLogic), Router>,
+    /// Each member's consistent-hashing id ([`hash_id`]), made on membership changes
+    /// rather than for every message.
+    pub(super) hash_ids: BTreeMap<UniqueAddress, Vec<u8>>,
     pub(super) stats: ServicesStats,
     pub(super) out: Outputs<ServicesMessage, ServicesEvent, Timer>,
 }
@@ -139,6 +148,7 @@ impl ServicesMachine {
             last_host: BTreeMap::new(),
             unrouted: VecDeque::new(),
             routers: BTreeMap::new(),
+            hash_ids: BTreeMap::new(),
             stats: ServicesStats::default(),
             out,
         }
@@ -318,10 +328,14 @@ impl ServicesMachine {
             .routers
             .entry((path.clone(), logic))
             .or_insert_with(|| Router::new(logic, seed));
+        let hash_ids = &self.hash_ids;
         let targets = router.route(
             &instances,
             |n| n,
-            |n| format!("{}#{}", n.address, n.uid).into_bytes(),
+            |n| match hash_ids.get(n) {
+                Some(id) => Cow::Borrowed(id.as_slice()),
+                None => Cow::Owned(hash_id(n)),
+            },
             key,
             capacity,
         );
@@ -516,6 +530,11 @@ impl ProtocolMachine for ServicesMachine {
     fn handle_membership(&mut self, now_ms: u64, view: &MembershipView, _: MembershipChange) {
         self.members = view.members.keys().cloned().collect();
         self.members.insert(self.me.clone());
+        self.hash_ids = self
+            .members
+            .iter()
+            .map(|m| (m.clone(), hash_id(m)))
+            .collect();
         let was_leader = self.leader().as_ref() == Some(&self.me);
         self.view = Some(view.clone());
         if !was_leader && view.leader.as_ref() == Some(&self.me) {

@@ -77,11 +77,11 @@ impl Router {
     /// from cluster metrics): one index into `instances`, every index for broadcast, none
     /// when `instances` is empty. `key` is the message's consistent-hashing key (other
     /// logics ignore it; without one, consistent hashing picks at random).
-    pub fn route<T>(
+    pub fn route<T, B: AsRef<[u8]>>(
         &mut self,
         instances: &[T],
         node: impl Fn(&T) -> &UniqueAddress,
-        id: impl Fn(&T) -> Vec<u8>,
+        id: impl Fn(&T) -> B,
         key: Option<&[u8]>,
         capacity: &BTreeMap<UniqueAddress, f64>,
     ) -> Vec<usize> {
@@ -99,7 +99,10 @@ impl Router {
             RoutingLogic::Random => self.rng.random_range(0..n),
             RoutingLogic::ConsistentHashing => match key {
                 Some(k) => (0..n)
-                    .max_by_key(|i| (score(k, &id(&instances[*i])), std::cmp::Reverse(*i)))
+                    .max_by_key(|i| {
+                        let id = id(&instances[*i]);
+                        (score(k, id.as_ref()), std::cmp::Reverse(*i))
+                    })
                     .unwrap_or(0),
                 None => self.rng.random_range(0..n),
             },
