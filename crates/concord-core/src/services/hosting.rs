@@ -38,6 +38,13 @@ pub struct ServicesSettings {
     /// Largest service message, bytes (default 200 KiB, under the transport's ordinary
     /// frame limit: a larger one would take the large-message lane and could overtake).
     pub max_message_bytes: usize,
+    /// How long the leader waits, after it first sees a node that hosts an instance (or is
+    /// in a pending change) Down or removed, before it writes any change, ms (default 0;
+    /// the runtime uses the split brain resolver's `stable-after`, as the singleton does).
+    /// It is the time a downed node cut off or paused has to learn it is Down and stop its
+    /// instances: with it longer than failure detection on the downed side plus its pause,
+    /// a single-instance path never runs twice (Akka's `down-removal-margin`).
+    pub removal_margin_ms: u64,
 }
 
 impl Default for ServicesSettings {
@@ -50,6 +57,7 @@ impl Default for ServicesSettings {
             scale_up_depth: 100,
             scale_sustained_rounds: 3,
             load_threshold: None,
+            removal_margin_ms: 0,
             max_message_bytes: 200 * 1024,
         }
     }

@@ -542,3 +542,72 @@ fn a_buffer_beyond_its_size_drops() {
     assert_eq!(m.buffered(), 0);
     assert_eq!(m.stats().dropped.get(&ServicesDrop::NoInstance), Some(&2));
 }
+
+#[test]
+fn a_downed_host_keeps_its_paths_for_the_removal_margin() {
+    let mut net = Net::new(
+        3,
+        &[
+            ("a", InstancePolicy::Fixed(1)),
+            ("b", InstancePolicy::Fixed(3)),
+        ],
+    );
+    for m in net.machines.values_mut() {
+        m.settings.removal_margin_ms = 2_000;
+        // A new leader waits this long for the downed node's report.
+        m.settings.handoff_timeout_ms = 500;
+    }
+    net.tick(3);
+    let host = net.m(0).state().table.instances(&path("a")).unwrap()[0].clone();
+    let gone = net.index(&host).unwrap();
+    // Downed (cut off or paused: it may still run its instance), not yet removed.
+    net.machines.remove(&gone);
+    net.running.retain(|(i, _)| *i != gone);
+    net.nodes.retain(|i| *i != gone);
+    net.set_status(gone, MemberStatus::Down);
+    let leader = net.nodes[0];
+    // Within the margin (1.5 s of 2 s): `a` stays on the downed host, and so does `b`'s
+    // instance there; nothing is pending for them.
+    net.tick(15);
+    let state = net.m(leader).state().clone();
+    assert_eq!(
+        state.table.instances(&path("a")).unwrap(),
+        std::slice::from_ref(&host)
+    );
+    assert!(state.table.instances(&path("b")).unwrap().contains(&host));
+    assert!(state.pending.iter().all(|c| c.path != path("a")));
+    // After it, both are placed on live nodes.
+    net.tick(15);
+    let state = net.m(leader).state().clone();
+    let a = state.table.instances(&path("a")).unwrap();
+    assert_eq!(a.len(), 1);
+    assert_ne!(a[0], host);
+    assert!(!state.table.instances(&path("b")).unwrap().contains(&host));
+    assert!(state.pending.is_empty(), "{:?}", state.pending);
+}
+
+#[test]
+fn without_a_removal_margin_a_downed_host_is_replaced_at_once() {
+    let mut net = Net::new(3, &[("a", InstancePolicy::Fixed(1))]);
+    for m in net.machines.values_mut() {
+        m.settings.handoff_timeout_ms = 500;
+    }
+    net.tick(3);
+    let host = net.m(0).state().table.instances(&path("a")).unwrap()[0].clone();
+    let gone = net.index(&host).unwrap();
+    net.machines.remove(&gone);
+    net.running.retain(|(i, _)| *i != gone);
+    net.nodes.retain(|i| *i != gone);
+    net.set_status(gone, MemberStatus::Down);
+    net.tick(8);
+    let leader = net.nodes[0];
+    let a = net
+        .m(leader)
+        .state()
+        .table
+        .instances(&path("a"))
+        .unwrap()
+        .to_vec();
+    assert_eq!(a.len(), 1);
+    assert_ne!(a[0], host);
+}

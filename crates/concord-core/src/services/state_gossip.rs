@@ -98,6 +98,7 @@ impl ServicesMachine {
         if !self.caught_up(now_ms) {
             return;
         }
+        let frozen = self.frozen_by_removal_margin(now_ms);
         let Some(view) = self.view.as_ref() else {
             return;
         };
@@ -115,10 +116,32 @@ impl ServicesMachine {
             scaling: &scaling,
             load,
         };
-        let Some(next) = leader_step(&self.state, &self.me, &input) else {
+        let Some(mut next) = leader_step(&self.state, &self.me, &input) else {
             self.completed.clear();
             return;
         };
+        if !frozen.is_empty() {
+            // Within the removal margin these paths stay as they were.
+            for path in &frozen {
+                match self.state.table.instances(path) {
+                    Some(nodes) => next.table.insert(path.clone(), nodes.to_vec()),
+                    None => next.table.remove(path),
+                };
+            }
+            next.pending.retain(|c| !frozen.contains(&c.path));
+            next.pending.extend(
+                self.state
+                    .pending
+                    .iter()
+                    .filter(|c| frozen.contains(&c.path))
+                    .cloned(),
+            );
+            let same_pending = next.pending.len() == self.state.pending.len()
+                && next.pending.iter().all(|c| self.state.pending.contains(c));
+            if next.table == self.state.table && same_pending {
+                return;
+            }
+        }
         self.completed.clear();
         self.state = next;
         let state = self.state.clone();

@@ -74,13 +74,22 @@ struct Totals {
     zombie_deliveries: u64,
 }
 
+/// The services' removal margin: `CONCORD_SIM_REMOVAL_MARGIN_MS`, else 20 s (above the
+/// longest pause, 15 s, as the singleton's test uses).
+fn margin() -> u64 {
+    std::env::var("CONCORD_SIM_REMOVAL_MARGIN_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000)
+}
+
 fn random_case(seed: u64, harshness: Harshness, totals: &mut Totals) -> Result<(), String> {
     let trace_on = std::env::var("CONCORD_SIM_TRACE").is_ok();
     let harsh = harshness == Harshness::PartitionsAndPauses;
     let (mut sim, world) = if harsh {
-        sim(7_000 + seed, 0.01)
+        sim(7_000 + seed, 0.01, margin())
     } else {
-        sim(900_000 + seed, 0.0)
+        sim(900_000 + seed, 0.0, margin())
     };
     let addrs = sim.form_cluster(5, 60_000).ok_or("did not form")?;
     let mut checker = Checker::default();
@@ -221,11 +230,15 @@ fn random_case(seed: u64, harshness: Harshness, totals: &mut Totals) -> Result<(
         }
     }
     let zombie_deliveries = check_order(&world).map_err(|e| format!("{e}; faults {faults:?}"))?;
-    if !harsh && (checker.zombies > 0 || checker.max_solo > 1) {
+    // With the removal margin above the longest pause (the default here) there is no
+    // zombie even with partitions and pauses: never two `solo` instances at any step.
+    if (!harsh || margin() >= 20_000) && (checker.zombies > 0 || checker.max_solo > 1) {
         return Err(format!(
-            "{} zombie(s), up to {} solo instances at once without partitions or pauses; \
+            "{} zombie(s), up to {} solo instances at once (removal margin {} ms); \
              faults {faults:?}",
-            checker.zombies, checker.max_solo
+            checker.zombies,
+            checker.max_solo,
+            margin()
         ));
     }
     if !harsh {
@@ -242,7 +255,9 @@ fn random_case(seed: u64, harshness: Harshness, totals: &mut Totals) -> Result<(
             let got: BTreeSet<u64> = delivered_from(&world, &h.me).into_iter().collect();
             let first = h.sent.first().copied().unwrap_or(0);
             for (seq, at) in h.sent.iter().enumerate() {
-                let near_crash = crashes.iter().any(|c| *at + 100 >= *c && *at <= c + 20_000);
+                let near_crash = crashes
+                    .iter()
+                    .any(|c| *at + 100 >= *c && *at <= c + 20_000 + margin());
                 if !got.contains(&(seq as u64)) && !near_crash && *at > first + 3_000 {
                     return Err(format!(
                         "{}'s message {seq} sent at {at} was lost, far from any crash; \
@@ -265,7 +280,7 @@ fn random_case(seed: u64, harshness: Harshness, totals: &mut Totals) -> Result<(
     totals.zombies += checker.zombies;
     totals.zombie_steps += checker.zombie_steps;
     totals.zombie_deliveries += zombie_deliveries as u64;
-    if trace_on {
+    if trace_on || (checker.zombies > 0 && std::env::var("CONCORD_SIM_ZOMBIES").is_ok()) {
         let zs: Vec<(String, u64, u64)> = world
             .borrow()
             .intervals

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn a_join_moves_nothing_and_a_graceful_leave_hands_off_with_no_loss_and_order_kept() {
-    let (mut sim, world) = sim(11, 0.0);
+    let (mut sim, world) = sim(11, 0.0, 0);
     let mut checker = Checker::default();
     let mut addrs = sim.form_cluster(4, 60_000).expect("forms");
     let ok = |s: &Simulation| services_converged(s).is_ok();
@@ -119,7 +119,7 @@ fn a_join_moves_nothing_and_a_graceful_leave_hands_off_with_no_loss_and_order_ke
 #[test]
 fn a_leave_from_elsewhere_hands_off_in_the_exiting_phase_without_overlap() {
     for seed in 0..10 {
-        let (mut sim, world) = sim(100 + seed, 0.0);
+        let (mut sim, world) = sim(100 + seed, 0.0, 0);
         let mut checker = Checker::default();
         let addrs = sim.form_cluster(4, 60_000).expect("forms");
         let ok = |s: &Simulation| services_converged(s).is_ok();
@@ -156,7 +156,7 @@ fn a_leave_from_elsewhere_hands_off_in_the_exiting_phase_without_overlap() {
 
 #[test]
 fn a_crashed_host_is_replaced_after_it_is_downed_losing_only_around_the_crash() {
-    let (mut sim, world) = sim(21, 0.0);
+    let (mut sim, world) = sim(21, 0.0, 0);
     let mut checker = Checker::default();
     let addrs = sim.form_cluster(5, 60_000).expect("forms");
     let ok = |s: &Simulation| services_converged(s).is_ok();

@@ -49,6 +49,12 @@ pub struct ServicesConfig {
     /// How long a leaving node waits for its instances to be handed off ("30s").
     #[serde(with = "crate::config::duration::required")]
     pub drain_timeout: Duration,
+    /// How long the leader waits after it sees a node hosting an instance Down or removed
+    /// before it places that instance (or changes anything) elsewhere; "off" or absent:
+    /// the split brain resolver's `stable-after` when it is on, else 0 (as the singleton's
+    /// `removal-margin`).
+    #[serde(with = "crate::config::duration::optional")]
+    pub removal_margin: Option<Duration>,
 }
 
 impl Default for ServicesConfig {
@@ -65,15 +71,18 @@ impl Default for ServicesConfig {
             placement: Placement::Ring,
             load_threshold: 0.2,
             drain_timeout: Duration::from_secs(30),
+            removal_margin: None,
         }
     }
 }
 
 impl ServicesConfig {
-    /// The machine's settings.
-    pub fn settings(&self) -> ServicesSettings {
+    /// The machine's settings (`config`: the node's, for the split brain resolver's
+    /// `stable-after`, the default removal margin).
+    pub fn settings(&self, config: &Config) -> ServicesSettings {
         let ms = crate::config::duration::ms;
         ServicesSettings {
+            removal_margin_ms: config.removal_margin_ms(self.removal_margin),
             gossip_interval_ms: ms(self.gossip_interval),
             handoff_timeout_ms: ms(self.handoff_timeout),
             buffer_size: self.buffer_size,
@@ -142,7 +151,7 @@ mod tests {
         );
         let c = Config::from_toml("[services]\nplacement = \"load-aware\"\nload-threshold = 0.3\n")
             .unwrap();
-        let s = c.section::<ServicesConfig>().unwrap().settings();
+        let s = c.section::<ServicesConfig>().unwrap().settings(&c);
         assert_eq!(s.load_threshold, Some(0.3));
         for bad in [
             "[services]\nbuffer-size = 0\n",

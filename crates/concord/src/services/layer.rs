@@ -106,7 +106,7 @@ impl Layer for ServicesLayer {
         let inbound = inbound.ok_or(LayerError::NotRegistered { layer: LAYER })?;
         let config = ctx.section::<ServicesConfig>(LAYER)?;
         let me = ctx.cluster.self_unique_address().clone();
-        let machine = ServicesMachine::new(me.clone(), config.settings(), me.uid);
+        let machine = ServicesMachine::new(me.clone(), config.settings(&ctx.config), me.uid);
         let effects = ServicesEffects::new(
             commands_tx.clone(),
             config.max_pending_asks,
