@@ -284,8 +284,9 @@ impl ServicesMachine {
 
     /// Records when this node first saw each member Down or gone (for the removal margin;
     /// call with the new view in place): members of `old` that died, and members Down in
-    /// the new view that it never saw die (it joined after). Records are forgotten once
-    /// the margin has passed and the node is neither a member nor a host.
+    /// the new view that it never saw die (it joined after). Records are forgotten when the
+    /// node is alive in the new view, and once the margin has passed and the node is
+    /// neither a member nor a host.
     fn note_written_off(&mut self, now_ms: u64, old: Option<&MembershipView>) {
         let margin = self.settings.removal_margin_ms;
         if margin == 0 {
@@ -316,12 +317,15 @@ impl ServicesMachine {
             .written_off
             .iter()
             .filter(|(n, at)| {
-                at.saturating_add(margin) > now_ms
-                    || self
-                        .view
-                        .as_ref()
-                        .is_some_and(|v| v.members.contains_key(*n))
-                    || self.hosts_or_pending(n)
+                // A node alive in this view (a host this node had not heard of yet) has no
+                // record: when it dies, its margin starts then.
+                self.is_dead(n)
+                    && (at.saturating_add(margin) > now_ms
+                        || self
+                            .view
+                            .as_ref()
+                            .is_some_and(|v| v.members.contains_key(*n))
+                        || self.hosts_or_pending(n))
             })
             .map(|(n, _)| n.clone())
             .collect();

@@ -611,3 +611,30 @@ fn without_a_removal_margin_a_downed_host_is_replaced_at_once() {
     assert_eq!(a.len(), 1);
     assert_ne!(a[0], host);
 }
+
+#[test]
+fn a_host_not_yet_in_the_view_is_not_left_with_a_stale_record() {
+    let mut net = Net::new(3, &[("a", InstancePolicy::Fixed(1))]);
+    for m in net.machines.values_mut() {
+        m.settings.removal_margin_ms = 2_000;
+    }
+    net.tick(3);
+    let leader = net.nodes[0];
+    let stranger = ua(9);
+    // The leader sees a host it does not know (yet) in its table: recorded as dead...
+    net.m(leader)
+        .state
+        .table
+        .insert(path("z"), vec![stranger.clone()]);
+    let now = net.now;
+    assert!(net
+        .m(leader)
+        .frozen_by_removal_margin(now)
+        .contains(&path("z")));
+    assert!(net.m(leader).written_off.contains_key(&stranger));
+    // ...until a view shows it alive: then the record goes, so its margin starts afresh
+    // if it dies later.
+    net.statuses.push((9, Up));
+    net.publish_view();
+    assert!(!net.m(leader).written_off.contains_key(&stranger));
+}
