@@ -35,6 +35,7 @@ pub mod partition_path;
 pub mod partition_table;
 pub mod placement;
 pub mod rebalance;
+mod removal_margin;
 pub mod routing;
 pub mod scaling;
 pub mod services_state;
