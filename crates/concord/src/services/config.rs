@@ -49,8 +49,9 @@ pub struct ServicesConfig {
     /// How long a leaving node waits for its instances to be handed off ("30s").
     #[serde(with = "crate::config::duration::required")]
     pub drain_timeout: Duration,
-    /// How long the leader waits after it sees a node hosting an instance Down or removed
-    /// before it places that instance (or changes anything) elsewhere; "off" or absent:
+    /// How long the leader leaves the paths of a node it saw Down or removed as they are
+    /// before it places that node's instances elsewhere (other paths keep moving); "off"
+    /// or absent:
     /// the split brain resolver's `stable-after` when it is on, else 0 (as the singleton's
     /// `removal-margin`).
     #[serde(with = "crate::config::duration::optional")]
