@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use super::machine::ServicesMachine;
-use super::PartitionPath;
+use super::{PartitionPath, ServicesState};
 use crate::address::UniqueAddress;
 use crate::member::MemberStatus;
 use crate::membership_view::MembershipView;
@@ -136,5 +136,35 @@ impl ServicesMachine {
                 .map(|c| c.path.clone()),
         );
         frozen
+    }
+
+    /// Puts the `frozen` paths of `next` (the leader's next state) back as they are now:
+    /// their table entries and pending changes. Whether `next` still differs from the
+    /// current state (when it does not, there is nothing to write).
+    pub(super) fn hold_frozen_paths(
+        &self,
+        next: &mut ServicesState,
+        frozen: &BTreeSet<PartitionPath>,
+    ) -> bool {
+        if frozen.is_empty() {
+            return true;
+        }
+        for path in frozen {
+            match self.state.table.instances(path) {
+                Some(nodes) => next.table.insert(path.clone(), nodes.to_vec()),
+                None => next.table.remove(path),
+            };
+        }
+        next.pending.retain(|c| !frozen.contains(&c.path));
+        next.pending.extend(
+            self.state
+                .pending
+                .iter()
+                .filter(|c| frozen.contains(&c.path))
+                .cloned(),
+        );
+        let same_pending = next.pending.len() == self.state.pending.len()
+            && next.pending.iter().all(|c| self.state.pending.contains(c));
+        next.table != self.state.table || !same_pending
     }
 }

@@ -120,41 +120,26 @@ impl ServicesMachine {
             self.completed.clear();
             return;
         };
-        if !frozen.is_empty() {
-            // Within the removal margin these paths stay as they were.
-            for path in &frozen {
-                match self.state.table.instances(path) {
-                    Some(nodes) => next.table.insert(path.clone(), nodes.to_vec()),
-                    None => next.table.remove(path),
-                };
-            }
-            next.pending.retain(|c| !frozen.contains(&c.path));
-            next.pending.extend(
-                self.state
-                    .pending
-                    .iter()
-                    .filter(|c| frozen.contains(&c.path))
-                    .cloned(),
-            );
-            let same_pending = next.pending.len() == self.state.pending.len()
-                && next.pending.iter().all(|c| self.state.pending.contains(c));
-            if next.table == self.state.table && same_pending {
-                return;
-            }
+        if !self.hold_frozen_paths(&mut next, &frozen) {
+            return;
         }
         self.completed.clear();
         self.state = next;
         let state = self.state.clone();
-        let others: Vec<UniqueAddress> = self
-            .members
-            .iter()
-            .filter(|m| **m != self.me)
-            .cloned()
-            .collect();
+        let others = self.other_members();
         for m in others {
             self.transmit(&m, ServicesMessage::State(state.clone()));
         }
         self.state_changed(now_ms);
+    }
+
+    /// The members other than this node.
+    fn other_members(&self) -> Vec<UniqueAddress> {
+        self.members
+            .iter()
+            .filter(|m| **m != self.me)
+            .cloned()
+            .collect()
     }
 
     /// A newer state was adopted: the local instances follow it, waiting messages go.
@@ -194,12 +179,7 @@ impl ServicesMachine {
             now_ms.saturating_add(self.settings.gossip_interval_ms),
         );
         // Gossip the digest to one random other member.
-        let others: Vec<UniqueAddress> = self
-            .members
-            .iter()
-            .filter(|m| **m != self.me)
-            .cloned()
-            .collect();
+        let others = self.other_members();
         if !others.is_empty() {
             let to = others[self.rng.random_range(0..others.len())].clone();
             let (version, writer) = self.state.digest();
