@@ -55,6 +55,7 @@ pub struct NodeBuilder {
     discovery: Option<Arc<dyn ServiceDiscovery>>,
     join_decider: Option<Arc<dyn JoinDecider>>,
     layers: Vec<Box<dyn Layer>>,
+    readiness: management::ReadinessChecks,
 }
 
 impl NodeBuilder {
@@ -65,6 +66,7 @@ impl NodeBuilder {
             discovery: None,
             join_decider: None,
             layers: Vec::new(),
+            readiness: management::ReadinessChecks::new(),
         }
     }
 
@@ -77,6 +79,13 @@ impl NodeBuilder {
     /// Join decider for Cluster Bootstrap (default: [`LowestAddressJoinDecider`]).
     pub fn join_decider(mut self, d: Arc<dyn JoinDecider>) -> Self {
         self.join_decider = Some(d);
+        self
+    }
+
+    /// The application's readiness checks: `GET /ready` answers 200 only once the node is
+    /// Up and every check registered there is met ([`management::ReadinessChecks`]).
+    pub fn readiness_checks(mut self, checks: management::ReadinessChecks) -> Self {
+        self.readiness = checks;
         self
     }
 
@@ -97,6 +106,7 @@ impl NodeBuilder {
             discovery,
             join_decider,
             mut layers,
+            readiness,
         } = self;
         config.resolve_host_address()?;
         config.validate()?;
@@ -202,6 +212,7 @@ impl NodeBuilder {
             transport,
             shutdown,
             management_addr: None,
+            readiness,
         };
         // From here on a failure stops what was started: the daemon, remoting, the port.
         match node
@@ -264,6 +275,7 @@ impl Node {
                 panels,
                 clock: self.clock,
                 started_ms: self.clock.started_ms(),
+                readiness: self.readiness.clone(),
             };
             self.management_addr = Some(
                 management::serve(state, &config.management, &config.remote.hostname, routes)
@@ -360,6 +372,7 @@ pub struct Node {
     transport: Transport,
     shutdown: CoordinatedShutdown,
     management_addr: Option<SocketAddr>,
+    readiness: management::ReadinessChecks,
 }
 
 impl Node {
@@ -381,6 +394,12 @@ impl Node {
     /// Remoting (counters, fault injection, sending a registered protocol's messages).
     pub fn transport(&self) -> &Transport {
         &self.transport
+    }
+
+    /// The readiness checks `GET /ready` requires ([`NodeBuilder::readiness_checks`]): an
+    /// application may register more once the node runs.
+    pub fn readiness_checks(&self) -> &management::ReadinessChecks {
+        &self.readiness
     }
 
     /// The coordinated shutdown: add tasks, see the reason and the phase.

@@ -171,6 +171,14 @@ async fn management_api_routes_answer_in_akka_shapes() {
     let r = http.get(format!("{base}/ready")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "OK");
+    // An application's readiness check not met: not ready, named; met: ready again.
+    let warm = a.readiness_checks().register("cache-warm");
+    let r = http.get(format!("{base}/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 500);
+    assert!(r.text().await.unwrap().contains("cache-warm"));
+    warm.set(true);
+    let r = http.get(format!("{base}/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
 
     // POST /cluster/members joins b (told through b's API) to a.
     let r = http

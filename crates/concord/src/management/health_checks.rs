@@ -30,7 +30,21 @@ pub(super) async fn ready(State(s): State<ManagementState>) -> Response {
             .into_response();
     }
     match c.view().self_member().map(|m| m.status) {
-        Some(MemberStatus::Up | MemberStatus::WeaklyUp) => (StatusCode::OK, "OK").into_response(),
+        Some(MemberStatus::Up | MemberStatus::WeaklyUp) => {
+            let unmet = s.readiness.unmet();
+            if unmet.is_empty() {
+                (StatusCode::OK, "OK").into_response()
+            } else {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "Not Healthy: readiness checks not met: {}",
+                        unmet.join(", ")
+                    ),
+                )
+                    .into_response()
+            }
+        }
         Some(st) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("Not Healthy: member status is {st}, not Up or WeaklyUp"),

@@ -37,6 +37,7 @@ mod health_checks;
 mod limits;
 mod members_json;
 mod message;
+mod readiness;
 mod request;
 mod router;
 mod server;
@@ -54,6 +55,7 @@ pub use members_json::{
     ClusterUnreachableMemberJson, OtherClusterJson,
 };
 pub use message::MessageJson;
+pub use readiness::{ReadinessCheck, ReadinessChecks};
 pub use router::router;
 pub(crate) use server::serve_app;
 pub use server::{serve, ManagementError};

@@ -21,4 +21,6 @@ pub struct ManagementState {
     pub clock: crate::host::SystemClock,
     /// When the node started, on `clock` (ms): the dashboard's uptime.
     pub started_ms: u64,
+    /// The application's readiness checks: `GET /ready` answers 200 only once all are met.
+    pub readiness: super::ReadinessChecks,
 }

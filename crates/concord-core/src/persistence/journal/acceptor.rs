@@ -86,7 +86,7 @@ pub fn segment_bounds(s: u16) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// A record key's parts: segment, log, kind, seq.
-fn parse_key(k: &[u8]) -> Option<(u16, &str, u8, u64)> {
+pub(super) fn parse_key(k: &[u8]) -> Option<(u16, &str, u8, u64)> {
     if k.len() < 2 + 1 + 1 + 8 {
         return None;
     }
@@ -513,6 +513,69 @@ pub fn handoff_page<S: KvStorage>(
         last = false;
     }
     Ok((records, last))
+}
+
+/// Pages of records a [`handoff_page_skipping`] reads at most, for one page it sends.
+const SKIP_SCANS: usize = 16;
+
+/// [`handoff_page`] for a new replica that holds `holding` already: the records it would
+/// not change are left out ([`super::holding`]). Reads at most 16 × `max_records` records;
+/// returns the page, the key to resume after (the last record read, sent or not) and
+/// whether the segment ended. A page may be empty without being the last.
+///
+/// # Errors
+/// The storage failed.
+pub fn handoff_page_skipping<S: KvStorage>(
+    st: &mut S,
+    segment: u16,
+    after: Option<&[u8]>,
+    max_records: usize,
+    max_bytes: usize,
+    holding: &super::holding::SegmentHolding,
+) -> Result<HandoffPage, StorageError> {
+    let max_records = max_records.max(1);
+    let mut page = HandoffPage {
+        resume: after.map(<[u8]>::to_vec),
+        ..HandoffPage::default()
+    };
+    let mut bytes = 0usize;
+    for _ in 0..SKIP_SCANS {
+        let records = segment_records(st, segment, page.resume.as_deref(), max_records)?;
+        let n = records.len();
+        for (k, v) in records {
+            if holding.covers(&k, &v) {
+                page.skipped += 1;
+            } else {
+                let size = k.len().saturating_add(v.len());
+                if !page.records.is_empty()
+                    && (page.records.len() >= max_records || bytes.saturating_add(size) > max_bytes)
+                {
+                    return Ok(page);
+                }
+                bytes = bytes.saturating_add(size);
+                page.records.push((k.clone(), v));
+            }
+            page.resume = Some(k);
+        }
+        if n < max_records {
+            page.last = true;
+            return Ok(page);
+        }
+    }
+    Ok(page)
+}
+
+/// A handoff page read by [`handoff_page_skipping`].
+#[derive(Debug, Default)]
+pub struct HandoffPage {
+    /// Its records.
+    pub records: Vec<crate::kv::storage::Record>,
+    /// The key the next page starts after (the last record read, sent or not).
+    pub resume: Option<Vec<u8>>,
+    /// It is the segment's last.
+    pub last: bool,
+    /// Records read and left out.
+    pub skipped: u64,
 }
 
 /// Merges a record handed off by another replica (see the module docs); a record that

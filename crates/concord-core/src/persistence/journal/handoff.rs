@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::holding::SegmentHolding;
 use super::standing::{Marks, Standing};
 use super::wait::same_replicas;
 pub use super::wait::{
@@ -33,6 +34,9 @@ pub const PAGE_BYTES: usize = 1 << 20;
 pub const RESEND_MS: u64 = 2_000;
 /// Pages in flight from one node at once.
 pub const MAX_IN_FLIGHT: usize = 32;
+/// Runs and logs of the new replicas' holdings ([`super::holding`]) a node keeps in all,
+/// at most (about 32 MiB); holdings beyond are ignored and their segments sent whole.
+pub const MAX_STORED_HOLDING_RUNS: usize = 1 << 20;
 
 /// One segment on its way to one new replica.
 #[derive(Debug, Clone, Default)]
@@ -41,8 +45,15 @@ pub struct Outgoing {
     pub page: u32,
     /// The last key of the pages acknowledged.
     pub after: Option<Vec<u8>>,
-    /// The page in flight: when it was sent, its last key, whether it is the last.
+    /// The page in flight: when it was sent, the key its next page starts after, whether
+    /// it is the last.
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
+    /// What the new replica holds of the segment already, as it said
+    /// ([`super::holding`]): records it would not change are left out.
+    pub holding: Option<SegmentHolding>,
+    /// When this node first could have sent the first page, ms: it waits up to
+    /// [`super::holding::WAIT_MS`] from then for the new replica's holding.
+    pub ready_ms: Option<u64>,
 }
 
 /// Adds `needs` to what this node's copy of `segment` owes (each once; beyond
@@ -72,6 +83,9 @@ pub struct Handoffs {
     pub next_misplaced_ms: u64,
     /// (segment, replica) pairs those were sent to since the last ring change.
     pub misplaced_sent: BTreeSet<(u16, UniqueAddress)>,
+    /// (segment, replica waited for) pairs this node sent its holding of the segment to
+    /// in its current wait ([`super::holding`]; once per wait).
+    pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
     /// This incarnation has been in a ring (its pending segments since are not its
     /// first ring's).
     pub was_member: bool,
@@ -389,7 +403,13 @@ impl Handoffs {
                         }
                     }
                 } else if involved(me) {
-                    self.outgoing.insert((s, x.clone()), Outgoing::default());
+                    // From the first page again; what the new replica said it holds (it
+                    // may have asked before this node saw the change) still holds.
+                    let o = self.outgoing.entry((s, x.clone())).or_default();
+                    *o = Outgoing {
+                        holding: o.holding.take(),
+                        ..Outgoing::default()
+                    };
                 }
             }
             if new_l.contains(&me) && !self.pending.contains_key(&s) {
@@ -398,6 +418,8 @@ impl Handoffs {
         }
         // The waits this change began, ended or changed go to disk with its commit.
         self.owed_dirty = true;
+        // Ask at once (with what this node holds), so that its senders can leave that out.
+        self.next_ask_ms = 0;
     }
 
     /// Sends the records of segments held here but not replicated here (after a ring
@@ -437,6 +459,35 @@ impl Handoffs {
                 self.completed(segment);
             }
         }
+    }
+
+    /// Keeps what `from` says it holds of some segments ([`super::holding`]) for the
+    /// handoffs to it (made if missing); the number ignored: malformed, or beyond
+    /// [`MAX_STORED_HOLDING_RUNS`] kept in all (those segments go whole).
+    pub fn take_holdings(&mut self, from: &UniqueAddress, held: Vec<SegmentHolding>) -> u64 {
+        let cost = |h: &SegmentHolding| h.runs().saturating_add(h.logs.len());
+        let mut stored: usize = self
+            .outgoing
+            .values()
+            .filter_map(|o| o.holding.as_ref())
+            .map(cost)
+            .sum();
+        let mut ignored = 0;
+        for h in held {
+            if h.segment >= SEGMENTS
+                || !h.is_valid()
+                || stored.saturating_add(cost(&h)) > MAX_STORED_HOLDING_RUNS
+            {
+                ignored += 1;
+                continue;
+            }
+            stored = stored.saturating_add(cost(&h));
+            let o = self.outgoing.entry((h.segment, from.clone())).or_default();
+            if let Some(old) = o.holding.replace(h) {
+                stored = stored.saturating_sub(cost(&old));
+            }
+        }
+        ignored
     }
 
     /// `to` acknowledged page `page` of `segment`.

@@ -3,6 +3,7 @@
 
 use super::entry::{Ballot, Entry, StoredSnapshot};
 use super::handoff::Need;
+use super::holding::SegmentHolding;
 use super::learn::LearnedLog;
 use super::standing::Standing;
 use super::stream::StreamEvent;
@@ -190,6 +191,10 @@ pub enum JournalMessage {
     HandoffWanted {
         /// The segments.
         segments: Vec<u16>,
+        /// What the new replica holds of some of them already, sent once per wait: their
+        /// senders leave out what it would not change ([`super::holding`]; empty from a
+        /// node of an earlier version).
+        held: Vec<SegmentHolding>,
     },
     /// A handoff page merged.
     HandoffAck {

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::handoff::Need;
+use super::holding::{self, SegmentHolding};
 use super::message::JournalMessage;
 use super::standing::Standing;
 use super::unable::UnableReason;
@@ -24,6 +25,23 @@ fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
         *replicas = view;
     }
     m
+}
+
+/// Bytes of holdings one `HandoffWanted` carries, about, at most (it fits in a frame of
+/// the ordinary lane).
+const HOLDING_MESSAGE_BYTES: usize = 128 * 1024;
+
+/// A `HandoffWanted` telling `to` what this node holds of the segments of `held`.
+fn holding_message(to: &UniqueAddress, held: Vec<SegmentHolding>) -> Transmit<JournalMessage> {
+    Transmit {
+        to: to.address.clone(),
+        to_uid: Some(to.uid),
+        lane: Lane::Ordinary,
+        message: JournalMessage::HandoffWanted {
+            segments: held.iter().map(|h| h.segment).collect(),
+            held,
+        },
+    }
 }
 
 /// Segments one `HandoffEmpty` message closes, at most.
@@ -176,10 +194,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.handoffs.acknowledged(segment, from, page);
                 return None;
             }
-            JournalMessage::HandoffWanted { segments } => {
+            JournalMessage::HandoffWanted { segments, held } => {
                 for s in segments {
                     self.handoffs.outgoing.entry((s, from.clone())).or_default();
                 }
+                let ignored = self.handoffs.take_holdings(from, held);
+                self.stats.holdings_ignored = self.stats.holdings_ignored.saturating_add(ignored);
                 return None;
             }
             JournalMessage::HandoffEmpty { segments, needs } => {
@@ -246,13 +266,59 @@ impl<S: KvStorage> JournalMachine<S> {
                     }
                 }
             }
+            let pending = &self.handoffs.pending;
+            self.handoffs
+                .holding_sent
+                .retain(|(s, to)| pending.get(s).is_some_and(|p| p.from.contains(to)));
+            let mut summaries: BTreeMap<u16, Option<SegmentHolding>> = BTreeMap::new();
             for (to, segments) in wanted {
+                let mut held = Vec::new();
+                for &s in &segments {
+                    if self.handoffs.holding_sent.contains(&(s, to.clone())) {
+                        continue;
+                    }
+                    let summary = match summaries.get(&s) {
+                        Some(h) => h.clone(),
+                        None => {
+                            let Ok(h) = holding::summarize(&mut self.storage, s) else {
+                                self.stats.storage_errors += 1;
+                                return;
+                            };
+                            summaries.insert(s, h.clone());
+                            h
+                        }
+                    };
+                    if let Some(h) = summary {
+                        self.handoffs.holding_sent.insert((s, to.clone()));
+                        held.push(h);
+                    }
+                }
                 self.out.transmits.push_back(Transmit {
                     to: to.address.clone(),
                     to_uid: Some(to.uid),
                     lane: Lane::Ordinary,
-                    message: JournalMessage::HandoffWanted { segments },
+                    message: JournalMessage::HandoffWanted {
+                        segments,
+                        held: Vec::new(),
+                    },
                 });
+                // What it holds, in messages of at most HOLDING_MESSAGE_BYTES (one
+                // segment's holding is at most holding::MAX_BYTES).
+                let mut batch: Vec<SegmentHolding> = Vec::new();
+                let mut bytes = 0usize;
+                for h in held {
+                    if !batch.is_empty() && bytes.saturating_add(h.size()) > HOLDING_MESSAGE_BYTES {
+                        self.out
+                            .transmits
+                            .push_back(holding_message(&to, std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                    bytes = bytes.saturating_add(h.size());
+                    batch.push(h);
+                }
+                if !batch.is_empty() {
+                    self.out.transmits.push_back(holding_message(&to, batch));
+                }
             }
         }
         let mut in_flight = self
@@ -332,7 +398,7 @@ impl<S: KvStorage> JournalMachine<S> {
             if self.handoffs.holds_back(segment) {
                 continue;
             }
-            let Some(o) = self.handoffs.outgoing.get(&(segment, to.clone())) else {
+            let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) else {
                 continue;
             };
             if o.in_flight
@@ -341,18 +407,50 @@ impl<S: KvStorage> JournalMachine<S> {
             {
                 continue;
             }
+            // The first page waits a moment for what the new replica holds (it asks as
+            // soon as its wait begins).
+            if o.page == 0 && o.holding.is_none() {
+                let ready = *o.ready_ms.get_or_insert(now_ms);
+                if now_ms < ready.saturating_add(holding::WAIT_MS) {
+                    continue;
+                }
+            }
             let (page, after) = (o.page, o.after.clone());
-            let Ok((records, last)) = acceptor::handoff_page(
-                &mut self.storage,
-                segment,
-                after.as_deref(),
-                handoff::PAGE_RECORDS,
-                handoff::PAGE_BYTES,
-            ) else {
+            let read = match &o.holding {
+                Some(h) => acceptor::handoff_page_skipping(
+                    &mut self.storage,
+                    segment,
+                    after.as_deref(),
+                    handoff::PAGE_RECORDS,
+                    handoff::PAGE_BYTES,
+                    h,
+                ),
+                None => acceptor::handoff_page(
+                    &mut self.storage,
+                    segment,
+                    after.as_deref(),
+                    handoff::PAGE_RECORDS,
+                    handoff::PAGE_BYTES,
+                )
+                .map(|(records, last)| acceptor::HandoffPage {
+                    resume: records.last().map(|(k, _)| k.clone()).or(after),
+                    records,
+                    last,
+                    skipped: 0,
+                }),
+            };
+            let Ok(acceptor::HandoffPage {
+                records,
+                resume: last_key,
+                last,
+                skipped,
+            }) = read
+            else {
                 self.stats.storage_errors += 1;
                 return;
             };
-            let last_key = records.last().map(|(k, _)| k.clone()).or(after);
+            self.stats.handoff_records_sent += records.len() as u64;
+            self.stats.handoff_records_skipped += skipped;
             if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
                 o.in_flight = Some((now_ms, last_key, last));
             }

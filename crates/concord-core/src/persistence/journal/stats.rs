@@ -18,6 +18,14 @@ pub struct JournalStats {
     pub rejected: u64,
     /// Handoff pages merged.
     pub handoff_pages: u64,
+    /// Handoff records sent.
+    pub handoff_records_sent: u64,
+    /// Handoff records left out: the new replica said it held them already
+    /// ([`super::holding`]).
+    pub handoff_records_skipped: u64,
+    /// Holdings received that were malformed or beyond the bound kept (those segments are
+    /// sent whole).
+    pub holdings_ignored: u64,
     /// Learns sent again (not acknowledged in time).
     pub learn_resends: u64,
     /// Learns given up (too many waiting).

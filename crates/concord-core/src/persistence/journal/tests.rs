@@ -467,8 +467,13 @@ fn no_two_events_at_one_sequence_number_under_faults_and_competing_writers() {
         acked += a;
         conflicts += c;
     }
-    // The run is not vacuous: writers raced and lost.
-    assert!(conflicts > seeds, "{conflicts} conflicts in {seeds} seeds");
+    // The run is not vacuous: writers raced and lost (47 in the 40 seeds before a restarted
+    // replica's senders waited up to 500 ms for its holding, 26 since: its segments wait
+    // longer, and fewer writes race there).
+    assert!(
+        conflicts > seeds / 2,
+        "{conflicts} conflicts in {seeds} seeds"
+    );
     eprintln!("{acked} events acknowledged, {conflicts} conflicts in {seeds} seeds");
 }
 

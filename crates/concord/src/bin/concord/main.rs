@@ -457,20 +457,18 @@ async fn serve_node(
         concord::receptionist::ReceptionistLayer::new(replicator.clone());
     // Partitioned services (the sample registers `echo`).
     let (services_layer, services) = concord::services::ServicesLayer::new();
+    let readiness = concord::management::ReadinessChecks::new();
     let mut builder = Node::builder(config)
+        .readiness_checks(readiness.clone())
         .layer(ddata)
         .layer(receptionist_layer)
         .layer(services_layer);
     if let (Some(entities), Some(options)) = (entities, sample_options) {
         let proxy = crate::sample::add_singleton(&mut singletons);
-        builder = builder.layer(SampleLayer::new(
-            replicator,
-            proxy,
-            entities,
-            receptionist,
-            services,
-            options,
-        ));
+        builder = builder.layer(
+            SampleLayer::new(replicator, proxy, entities, receptionist, services, options)
+                .readiness(readiness),
+        );
     }
     builder = builder.layer(singletons).layer(sharding);
     if let Some((layer, _)) = persistence {

@@ -51,7 +51,7 @@ pub mod manifest {
     pub const HANDOFF_EMPTY: u32 = 16;
     /// `JournalSegments` (its acknowledgement).
     pub const HANDOFF_EMPTY_ACK: u32 = 17;
-    /// `JournalSegments` (segments wanted).
+    /// `JournalHandoffWanted` (segments wanted, and what the new replica holds of them).
     pub const HANDOFF_WANTED: u32 = 18;
     /// `JournalLearn`.
     pub const LEARN: u32 = 19;
@@ -406,12 +406,9 @@ impl Codec for JournalCodec {
                 }
                 .encode_to_vec(),
             ),
-            M::HandoffWanted { segments } => (
+            M::HandoffWanted { segments, held } => (
                 manifest::HANDOFF_WANTED,
-                wire::JournalSegments {
-                    segments: segments.iter().map(|s| u32::from(*s)).collect(),
-                }
-                .encode_to_vec(),
+                holding_codec::encode(segments, held),
             ),
             M::HandoffEmptyAck { segments } => (
                 manifest::HANDOFF_EMPTY_ACK,
@@ -599,9 +596,7 @@ impl Codec for JournalCodec {
                     needs: needs_from(m.needs, n)?,
                 }
             }
-            manifest::HANDOFF_WANTED => M::HandoffWanted {
-                segments: segments(payload)?,
-            },
+            manifest::HANDOFF_WANTED => return holding_codec::decode(payload),
             manifest::HANDOFF_EMPTY_ACK => M::HandoffEmptyAck {
                 segments: segments(payload)?,
             },
@@ -617,6 +612,8 @@ impl Codec for JournalCodec {
 
 #[path = "codec_give_up.rs"]
 mod give_up_codec;
+#[path = "codec_holding.rs"]
+mod holding_codec;
 #[path = "codec_stream.rs"]
 mod stream_codec;
 

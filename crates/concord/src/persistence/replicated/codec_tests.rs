@@ -1,4 +1,5 @@
 use super::*;
+use concord_core::persistence::journal::holding::{EntryRun, LogHolding, SegmentHolding, SlotRun};
 use concord_core::persistence::journal::learn::LearnedLog;
 use concord_core::persistence::journal::stream::StreamEvent;
 
@@ -133,7 +134,29 @@ pub(crate) fn all_messages() -> Vec<JournalMessage> {
         JournalMessage::HandoffEmptyAck {
             segments: vec![1, 2],
         },
-        JournalMessage::HandoffWanted { segments: vec![3] },
+        JournalMessage::HandoffWanted {
+            segments: vec![3],
+            held: Vec::new(),
+        },
+        JournalMessage::HandoffWanted {
+            segments: vec![3, 4],
+            held: vec![SegmentHolding {
+                segment: 4,
+                logs: vec![LogHolding {
+                    log: "ex|1".into(),
+                    entries: vec![EntryRun {
+                        first: 1,
+                        count: 40,
+                        ballot: Ballot { round: 9, node: 2 },
+                    }],
+                    marks: vec![SlotRun {
+                        first: 1,
+                        count: 39,
+                    }],
+                    snapshot_seq: 20,
+                }],
+            }],
+        },
         JournalMessage::Learn {
             id: 8,
             logs: vec![LearnedLog {
@@ -339,4 +362,49 @@ fn a_give_up_naming_too_many_or_a_bad_address_is_an_error() {
     for bytes in [too_many, bad] {
         assert!(c.decode(manifest::GIVE_UP, &bytes).is_err());
     }
+}
+
+#[test]
+fn a_handoff_wanted_with_holdings_is_one_an_earlier_version_reads_and_the_reverse() {
+    // An earlier version's ask: the segments alone.
+    let old = wire::JournalSegments {
+        segments: vec![1, 2],
+    }
+    .encode_to_vec();
+    assert_eq!(
+        JournalCodec.decode(manifest::HANDOFF_WANTED, &old).unwrap(),
+        JournalMessage::HandoffWanted {
+            segments: vec![1, 2],
+            held: Vec::new(),
+        }
+    );
+    // This version's ask, as an earlier version reads it: the same segments.
+    let m = all_messages()
+        .into_iter()
+        .find(|m| matches!(m, JournalMessage::HandoffWanted { held, .. } if !held.is_empty()))
+        .unwrap();
+    let (manifest, bytes) = JournalCodec.encode(&m);
+    assert_eq!(manifest, manifest::HANDOFF_WANTED);
+    assert_eq!(
+        wire::JournalSegments::decode(bytes.as_ref())
+            .unwrap()
+            .segments,
+        [3, 4]
+    );
+    // A holding beyond its bounds is an error, not a large allocation kept.
+    let huge = wire::JournalHandoffWanted {
+        segments: vec![1],
+        held: vec![wire::JournalSegmentHolding {
+            segment: 1,
+            logs: vec![wire::JournalLogHolding {
+                log: "x".into(),
+                marks: vec![wire::JournalSlotRun { first: 1, count: 1 }; 5_000],
+                ..Default::default()
+            }],
+        }],
+    }
+    .encode_to_vec();
+    assert!(JournalCodec
+        .decode(manifest::HANDOFF_WANTED, &huge)
+        .is_err());
 }

@@ -62,6 +62,11 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
     metrics::counter!("concord_journal_storage_errors_total", &l).absolute(s.storage_errors);
     metrics::counter!("concord_journal_rejected_total", &l).absolute(s.rejected);
     metrics::counter!("concord_journal_handoff_pages_total", &l).absolute(s.handoff_pages);
+    metrics::counter!("concord_journal_handoff_records_sent_total", &l)
+        .absolute(s.handoff_records_sent);
+    metrics::counter!("concord_journal_handoff_records_skipped_total", &l)
+        .absolute(s.handoff_records_skipped);
+    metrics::counter!("concord_journal_holdings_ignored_total", &l).absolute(s.holdings_ignored);
     metrics::gauge!("concord_journal_pending_learns", &l).set(m.pending_learns() as f64);
     metrics::counter!("concord_journal_learn_resends_total", &l).absolute(s.learn_resends);
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);

@@ -111,7 +111,7 @@ fn sample_shards(demo: &Demo, stop: Arc<AtomicBool>) -> Arc<Mutex<ShardMoves>> {
 enum Phase {
     /// From SIGTERM until the old process exited (its shards hand over, it leaves).
     Leaving,
-    /// From then until the new process is Up on every node.
+    /// From then until the new process is Up on every node and ready (`GET /ready`).
     Joining,
     /// From then until the cluster settled ([`settle`]).
     Settling,
@@ -168,6 +168,34 @@ async fn settle(demo: &Demo, nodes: &[usize]) -> Option<Duration> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
+}
+
+/// How long a new node may take to pass its readiness check after it is Up everywhere.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits until node `i` answers `GET /ready` with 200 (polled every 100 ms); false after
+/// [`READY_WITHIN`].
+async fn ready(demo: &Demo, i: usize) -> bool {
+    let started = Instant::now();
+    let Ok(http) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+    else {
+        return false;
+    };
+    let url = format!("http://127.0.0.1:{}/ready", demo.nodes[i].management_port);
+    while started.elapsed() < READY_WITHIN {
+        if http
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// The sum of the samples of the metric `name` in a Prometheus text exposition: lines
@@ -308,6 +336,15 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
                 })
         })
         .await?;
+        // Traffic only once it is ready (`GET /ready`: Up, and its readiness checks met —
+        // the sample's log producer started), as a load balancer's readiness gate does.
+        if !ready(demo, i).await {
+            println!(
+                "  ! node {} not ready within {} s of Up (sending it traffic anyway)",
+                i + 1,
+                READY_WITHIN.as_secs()
+            );
+        }
         demo.set_targets(&all_nodes);
         let up = started.elapsed();
         phases.push((load.elapsed_ms(), Phase::Settling));

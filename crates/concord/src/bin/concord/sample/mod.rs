@@ -100,6 +100,7 @@ pub struct SampleLayer {
     receptionist: concord::receptionist::Receptionist,
     services: concord::services::PartitionedServices,
     options: SampleOptions,
+    readiness: concord::management::ReadinessChecks,
 }
 
 /// The sample's settings (`concord node --sample ...`).
@@ -131,7 +132,16 @@ impl SampleLayer {
             receptionist,
             services,
             options,
+            readiness: concord::management::ReadinessChecks::new(),
         }
+    }
+
+    /// The node's readiness checks: the sample registers `sample-log-producer` there, met
+    /// while the node's log producer runs (`GET /ready` fails meanwhile: a node whose
+    /// producer still recovers its queue would make `POST /sample/log` wait).
+    pub fn readiness(mut self, checks: concord::management::ReadinessChecks) -> Self {
+        self.readiness = checks;
+        self
     }
 }
 
@@ -159,6 +169,7 @@ impl Layer for SampleLayer {
             r.start(
                 ctx.cluster.self_address().clone(),
                 ctx.coordinated_shutdown.clone(),
+                self.readiness.register("sample-log-producer"),
             );
         }
         let state = SampleState {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use concord::coordinated_shutdown::CoordinatedShutdown;
 use concord::delivery::{ConsumerEnvelope, DeliveryError, ReliableEventSourced, ShardingProducer};
+use concord::management::ReadinessCheck;
 use concord::persistence::{Effect, EventSourced, EventSourcedEntity, Persistence};
 use concord::sharding::{EntityContext, ShardRegion};
 use concord_core::delivery::DeliverySettings;
@@ -103,24 +104,27 @@ impl ReliableLogs {
     /// that keeps the node's producer running until the node shuts down — started at once
     /// (a node restarted with its data sends what its durable queue holds without waiting
     /// for a request) and again, with a backoff, whenever it stops (its store failed).
-    pub fn start(&self, node: Address, shutdown: CoordinatedShutdown) {
+    /// `ready` is met while the producer runs.
+    pub fn start(&self, node: Address, shutdown: CoordinatedShutdown, ready: ReadinessCheck) {
         let _ = self.node.set(node);
         let logs = self.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.started() => {}
-                () = logs.supervise() => {}
+                () = logs.supervise(&ready) => {}
             }
         });
     }
 
-    async fn supervise(&self) {
+    async fn supervise(&self, ready: &ReadinessCheck) {
         let mut backoff = SUPERVISOR_BACKOFF_MIN;
         loop {
             match self.producer().await {
                 Ok(p) => {
                     backoff = SUPERVISOR_BACKOFF_MIN;
+                    ready.set(true);
                     p.stopped().await;
+                    ready.set(false);
                     let mut slot = self.producer.lock().await;
                     if slot.as_ref().is_some_and(|q| q.is_same(&p)) {
                         *slot = None;
