@@ -86,6 +86,9 @@ pub struct Handoffs {
     /// (segment, replica waited for) pairs this node sent its holding of the segment to
     /// in its current wait ([`super::holding`]; once per wait).
     pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
+    /// (segment, member new to the ring) pairs this node tells what it holds of the
+    /// segment at its next ask, unasked: the new member hands it its disk's copy.
+    pub holding_offers: BTreeSet<(u16, UniqueAddress)>,
     /// This incarnation has been in a ring (its pending segments since are not its
     /// first ring's).
     pub was_member: bool,
@@ -275,6 +278,7 @@ impl Handoffs {
             self.completed(s);
         }
         self.outgoing.retain(|(_, to), _| members.contains(to));
+        self.holding_offers.retain(|(_, to)| members.contains(to));
         self.misplaced_sent.clear();
         self.next_misplaced_ms = 0;
         let first_ring = !self.was_member;
@@ -282,9 +286,32 @@ impl Handoffs {
             self.was_member = true;
         }
         let mut without: BTreeMap<UniqueAddress, Ring> = BTreeMap::new();
+        // Members new to the ring hand this node what their disks hold of the segments
+        // they share with it (their first ring: see below); it tells them what it holds
+        // there, so that they leave that out ([`super::holding`]).
+        let joined: Vec<&UniqueAddress> = if first_ring {
+            Vec::new()
+        } else {
+            new.members()
+                .iter()
+                .filter(|m| *m != me && !old.members().contains(m))
+                .collect()
+        };
+        let without_me = (!joined.is_empty())
+            .then(|| Ring::new(new.members().iter().filter(|m| *m != me).cloned(), vnodes));
         for s in 0..SEGMENTS {
             let old_l = old.preference_list(s, n);
             let new_l = new.preference_list(s, n);
+            if let Some(rest) = &without_me {
+                if new_l.contains(&me) {
+                    let rest_l = rest.preference_list(s, n);
+                    for x in &joined {
+                        if new_l.contains(x) || rest_l.contains(x) {
+                            self.holding_offers.insert((s, (*x).clone()));
+                        }
+                    }
+                }
+            }
             // A replica that stays, in a segment that lost a majority of its replicas at
             // once, cannot answer for it alone either: it waits for them too. In a list that
             // shrank, it waits for the copies of the others that stay, answering meanwhile

@@ -270,6 +270,18 @@ impl<S: KvStorage> JournalMachine<S> {
             self.handoffs
                 .holding_sent
                 .retain(|(s, to)| pending.get(s).is_some_and(|p| p.from.contains(to)));
+            // Holdings offered to members new to the ring (they hand this node their
+            // disks' copies), once.
+            let mut offered: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+            for (s, to) in std::mem::take(&mut self.handoffs.holding_offers) {
+                offered.entry(to).or_default().push(s);
+            }
+            for (to, segments) in offered {
+                let w = wanted.entry(to).or_default();
+                w.extend(segments);
+                w.sort_unstable();
+                w.dedup();
+            }
             let mut summaries: BTreeMap<u16, Option<SegmentHolding>> = BTreeMap::new();
             for (to, segments) in wanted {
                 let mut held = Vec::new();
