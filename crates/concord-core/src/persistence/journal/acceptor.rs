@@ -515,11 +515,13 @@ pub fn handoff_page<S: KvStorage>(
     Ok((records, last))
 }
 
-/// Pages of records a [`handoff_page_skipping`] reads at most, for one page it sends.
-const SKIP_SCANS: usize = 16;
+/// Pages of records a [`handoff_page_skipping`] reads at most, for one page it sends (a
+/// node sends up to [`super::handoff::MAX_IN_FLIGHT`] pages a tick: this bounds the reads
+/// of one tick to 4 times those of full pages).
+const SKIP_SCANS: usize = 4;
 
 /// [`handoff_page`] for a new replica that holds `holding` already: the records it would
-/// not change are left out ([`super::holding`]). Reads at most 16 × `max_records` records;
+/// not change are left out ([`super::holding`]). Reads at most 4 × `max_records` records;
 /// returns the page, the key to resume after (the last record read, sent or not) and
 /// whether the segment ended. A page may be empty without being the last.
 ///

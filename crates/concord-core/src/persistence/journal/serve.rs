@@ -315,21 +315,23 @@ impl<S: KvStorage> JournalMachine<S> {
                     },
                 });
                 // What it holds, in messages of at most HOLDING_MESSAGE_BYTES (one
-                // segment's holding is at most holding::MAX_BYTES).
+                // segment's holding is at most holding::MAX_BYTES), held until the turn's
+                // commit like every answer that says what is on disk: a holding read from
+                // writes of a turn whose commit fails would make a sender leave out what
+                // this node does not hold.
                 let mut batch: Vec<SegmentHolding> = Vec::new();
                 let mut bytes = 0usize;
                 for h in held {
                     if !batch.is_empty() && bytes.saturating_add(h.size()) > HOLDING_MESSAGE_BYTES {
-                        self.out
-                            .transmits
-                            .push_back(holding_message(&to, std::mem::take(&mut batch)));
+                        self.held_transmits
+                            .push(holding_message(&to, std::mem::take(&mut batch)));
                         bytes = 0;
                     }
                     bytes = bytes.saturating_add(h.size());
                     batch.push(h);
                 }
                 if !batch.is_empty() {
-                    self.out.transmits.push_back(holding_message(&to, batch));
+                    self.held_transmits.push(holding_message(&to, batch));
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! ([`super::super::owed`]), so it does not answer from its empty copy although no ring of
 //! its own is on disk and none of the replicas that held the segment is in its ring.
 
-use super::held::{answer_to, recovery_held, three_writes_to, view_of, with_timeout};
+use super::held::{answer_to, recovery_held, three_writes_to, view_of, with_timeout, write};
 use super::*;
 
 #[test]
@@ -84,5 +84,93 @@ fn needs_on_disk_as_computed(net: &mut Net) {
         let stored = owed::load(&mut disk).expect("readable");
         assert_eq!(stored, m.handoffs.owed_on_disk, "node {i}");
         assert_eq!(stored, m.handoffs.needs_on_disk(), "node {i}");
+    }
+}
+
+/// A replica restarted with its disk says what it holds ([`super::super::holding`]): the
+/// replicas that hand its segments back send only the writes made while it was away, and
+/// the log it then recovers holds every write.
+#[test]
+fn a_replica_restarted_with_its_disk_is_sent_only_what_it_lacks() {
+    let mut net = Net::new(36, 0.0);
+    with_timeout(&mut net, 5_000);
+    net.run_until(net.now + 3_000);
+    let settings = net.machines[4].settings.clone();
+    let (vnodes, n) = (settings.virtual_nodes, settings.n);
+    let five = Ring::new((0..5).map(|i| ua(i, net.uids[i])), vnodes);
+    let four_l = ua(4, net.uids[4]);
+    let log = (0..)
+        .map(log_name)
+        .find(|l| {
+            five.preference_list(acceptor::segment_of_log(l), n)
+                .contains(&&four_l)
+        })
+        .expect("a log on node 4");
+    // 20 writes while node 4 is a replica.
+    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
+    assert!(matches!(
+        net.answer(0, 1, 3_000).result,
+        Ok(JournalOutput::Recovered { highest: 0, .. })
+    ));
+    let mut request = 1;
+    let mut append = |net: &mut Net, seq: u64| {
+        request += 1;
+        net.machines[0].append(net.now, request, log.clone(), write(seq, "w"), false);
+        let answer = net.answer(0, request, 3_000);
+        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
+    };
+    for seq in 1..=20 {
+        append(&mut net, seq);
+    }
+    net.run_until(net.now + 1_000);
+    // Node 4 leaves the ring; 3 more writes; it comes back, restarted on its disk.
+    let four = [0usize, 1, 2, 3];
+    view_of(&mut net, &four, &four);
+    net.run_until(net.now + 3_000);
+    for seq in 21..=23 {
+        append(&mut net, seq);
+    }
+    net.run_until(net.now + 1_000);
+    net.uids[4] += 100;
+    net.machines[4] =
+        JournalMachine::new(settings, ua(4, net.uids[4]), net.disks[4].clone(), net.now);
+    let skipped_before: u64 = net
+        .machines
+        .iter()
+        .map(|m| m.stats().handoff_records_skipped)
+        .sum();
+    view_of(&mut net, &[0, 1, 2, 3, 4], &[0, 1, 2, 3, 4]);
+    net.run_until(net.now + 5_000);
+    assert!(!net.machines[4]
+        .pending()
+        .contains_key(&acceptor::segment_of_log(&log)));
+    let skipped: u64 = net
+        .machines
+        .iter()
+        .map(|m| m.stats().handoff_records_skipped)
+        .sum::<u64>()
+        - skipped_before;
+    // Each of the log's other replicas left out node 4's 20 writes and their marks.
+    assert!(skipped >= 20, "{skipped} records left out");
+    // What node 4 holds now is the whole log: it answers a recovery with a replica that
+    // never saw the last writes cut off.
+    net.machines[4].recover(net.now, 90, log.clone(), 1, 100);
+    let answer = net.answer(4, 90, 3_000);
+    assert!(
+        matches!(
+            answer.result,
+            Ok(JournalOutput::Recovered { highest: 23, .. })
+        ),
+        "{answer:?}"
+    );
+    let mut disk = net.disks[4].clone();
+    for seq in 1..=23 {
+        let k = acceptor::key(&log, acceptor::KIND_ENTRY, seq);
+        assert!(
+            disk.get(crate::kv::storage::Table::Journal, &k)
+                .unwrap()
+                .is_some(),
+            "slot {seq} on node 4"
+        );
     }
 }
