@@ -25,15 +25,7 @@ fn a_new_replica_restarted_before_its_handoff_ended_waits_for_the_replicas_that_
     let members = |ix: &[usize], net: &Net| -> Vec<UniqueAddress> {
         ix.iter().map(|&i| ua(i, net.uids[i])).collect()
     };
-    let five = Ring::new(members(&[0, 1, 2, 3, 4], &net), vnodes);
-    let joiner = ua(4, net.uids[4]);
-    let log = (0..)
-        .map(log_name)
-        .find(|l| {
-            five.preference_list(acceptor::segment_of_log(l), n)
-                .contains(&&joiner)
-        })
-        .expect("a log on node 4");
+    let log = log_replicated_on_node_4(&net);
     let segment = acceptor::segment_of_log(&log);
     three_writes_to(&mut net, &log, 3_000);
     let held: Vec<usize> = Ring::new(members(&four, &net), vnodes)
@@ -76,6 +68,20 @@ fn a_new_replica_restarted_before_its_handoff_ended_waits_for_the_replicas_that_
     needs_on_disk_as_computed(&mut net);
 }
 
+/// A log whose replica list, in the ring of nodes 0–4 as they are now, holds node 4.
+fn log_replicated_on_node_4(net: &Net) -> String {
+    let settings = &net.machines[4].settings;
+    let five = Ring::new((0..5).map(|i| ua(i, net.uids[i])), settings.virtual_nodes);
+    let four = ua(4, net.uids[4]);
+    (0..)
+        .map(log_name)
+        .find(|l| {
+            five.preference_list(acceptor::segment_of_log(l), settings.n)
+                .contains(&&four)
+        })
+        .expect("a log on node 4")
+}
+
 /// On every node, the needs on disk are those its handoffs compute (written segment by
 /// segment as pages arrive, all of them at a ring change).
 fn needs_on_disk_as_computed(net: &mut Net) {
@@ -96,16 +102,7 @@ fn a_replica_restarted_with_its_disk_is_sent_only_what_it_lacks() {
     with_timeout(&mut net, 5_000);
     net.run_until(net.now + 3_000);
     let settings = net.machines[4].settings.clone();
-    let (vnodes, n) = (settings.virtual_nodes, settings.n);
-    let five = Ring::new((0..5).map(|i| ua(i, net.uids[i])), vnodes);
-    let four_l = ua(4, net.uids[4]);
-    let log = (0..)
-        .map(log_name)
-        .find(|l| {
-            five.preference_list(acceptor::segment_of_log(l), n)
-                .contains(&&four_l)
-        })
-        .expect("a log on node 4");
+    let log = log_replicated_on_node_4(&net);
     // 20 writes while node 4 is a replica.
     net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
     assert!(matches!(
