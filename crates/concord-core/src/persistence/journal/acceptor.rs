@@ -515,9 +515,8 @@ pub fn handoff_page<S: KvStorage>(
     Ok((records, last))
 }
 
-/// Pages of records a [`handoff_page_skipping`] reads at most, for one page it sends (a
-/// node sends up to [`super::handoff::MAX_IN_FLIGHT`] pages a tick: this bounds the reads
-/// of one tick to 4 times those of full pages).
+/// Pages of records a [`handoff_page_skipping`] reads at most, for one page it sends (the
+/// reads of one tick are bounded by [`super::handoff::MAX_TICK_RECORDS`] too).
 const SKIP_SCANS: usize = 4;
 
 /// [`handoff_page`] for a new replica that holds `holding` already: the records it would

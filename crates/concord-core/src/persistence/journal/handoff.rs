@@ -32,8 +32,19 @@ pub const PAGE_RECORDS: usize = 256;
 pub const PAGE_BYTES: usize = 1 << 20;
 /// A page not acknowledged within this is sent again, ms.
 pub const RESEND_MS: u64 = 2_000;
-/// Pages in flight from one node at once.
-pub const MAX_IN_FLIGHT: usize = 32;
+/// Pages in flight from one node at once, at most.
+pub const MAX_IN_FLIGHT: usize = 128;
+/// Records in the pages in flight from one node at once, at most (but at least one page):
+/// 32 full pages. Pages that left out what the new replica holds ([`super::holding`]) are
+/// small, so up to [`MAX_IN_FLIGHT`] of those go at once.
+pub const MAX_IN_FLIGHT_RECORDS: usize = 32 * PAGE_RECORDS;
+/// Bytes of keys and values in the pages in flight from one node at once, at most (but at
+/// least one page): 32 full pages.
+pub const MAX_IN_FLIGHT_BYTES: usize = 32 * PAGE_BYTES;
+/// Records a node reads for its handoff pages in one tick, at most (but at least one
+/// page): those of 128 full pages, so that a tick of pages that leave most out stays as
+/// short as one of 32 full pages with their reads left out.
+pub const MAX_TICK_RECORDS: usize = 128 * PAGE_RECORDS;
 /// Runs and logs of the new replicas' holdings ([`super::holding`]) a node keeps in all,
 /// at most (about 32 MiB); holdings beyond are ignored and their segments sent whole.
 pub const MAX_STORED_HOLDING_RUNS: usize = 1 << 20;
@@ -48,6 +59,8 @@ pub struct Outgoing {
     /// The page in flight: when it was sent, the key its next page starts after, whether
     /// it is the last.
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
+    /// Records, and bytes of their keys and values, of the page in flight.
+    pub in_flight_size: (usize, usize),
     /// What the new replica holds of the segment already, as it said
     /// ([`super::holding`]): records it would not change are left out.
     pub holding: Option<SegmentHolding>,
@@ -89,6 +102,10 @@ pub struct Handoffs {
     /// (segment, member new to the ring) pairs this node tells what it holds of the
     /// segment at its next ask, unasked: the new member hands it its disk's copy.
     pub holding_offers: BTreeSet<(u16, UniqueAddress)>,
+    /// (segment, member that left the ring) pairs this node tells what it holds of the
+    /// segment, unasked, once it no longer waits there: the departed member hands its
+    /// copy to the segment's replicas before it goes ([`Handoffs::send_misplaced`]).
+    pub departure_offers: BTreeSet<(u16, UniqueAddress)>,
     /// This incarnation has been in a ring (its pending segments since are not its
     /// first ring's).
     pub was_member: bool,
@@ -279,6 +296,10 @@ impl Handoffs {
         }
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.holding_offers.retain(|(_, to)| members.contains(to));
+        // Those the new ring holds again, or whose segment this node no longer replicates,
+        // are no longer owed.
+        self.departure_offers
+            .retain(|(s, to)| !members.contains(to) && new.preference_list(*s, n).contains(&me));
         self.misplaced_sent.clear();
         self.next_misplaced_ms = 0;
         let first_ring = !self.was_member;
@@ -297,6 +318,16 @@ impl Handoffs {
                 .filter(|m| *m != me && !old.members().contains(m))
                 .collect()
         };
+        // Members that left the ring hand this node their copies of the segments it
+        // replicates (`send_misplaced`); it tells them what it holds there.
+        let departed: Vec<&UniqueAddress> = if new.members().contains(me) {
+            old.members()
+                .iter()
+                .filter(|m| *m != me && !members.contains(m))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let without_me = (!joined.is_empty())
             .then(|| Ring::new(new.members().iter().filter(|m| *m != me).cloned(), vnodes));
         for s in 0..SEGMENTS {
@@ -310,6 +341,11 @@ impl Handoffs {
                             self.holding_offers.insert((s, (*x).clone()));
                         }
                     }
+                }
+            }
+            if new_l.contains(&me) {
+                for x in departed.iter().filter(|x| old_l.contains(x)) {
+                    self.departure_offers.insert((s, (*x).clone()));
                 }
             }
             // A replica that stays, in a segment that lost a majority of its replicas at

@@ -251,6 +251,17 @@ impl<S: KvStorage> JournalMachine<S> {
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
+        // A departed member owed a holding that this node may now tell: at once (it holds
+        // its first pages back for it).
+        let pending = &self.handoffs.pending;
+        if self
+            .handoffs
+            .departure_offers
+            .iter()
+            .any(|(s, _)| pending.get(s).is_none_or(|p| p.from.is_empty()))
+        {
+            self.handoffs.next_ask_ms = now_ms;
+        }
         // Ask every replica this node waits for, again and again until it delivered: its
         // view of the ring may have changed differently.
         if now_ms >= self.handoffs.next_ask_ms {
@@ -275,6 +286,18 @@ impl<S: KvStorage> JournalMachine<S> {
             let mut offered: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
             for (s, to) in std::mem::take(&mut self.handoffs.holding_offers) {
                 offered.entry(to).or_default().push(s);
+            }
+            // Holdings offered to members that left the ring (they hand this node their
+            // copies before they go), once this node waits there for no member of the
+            // ring: what it then holds includes what the replicas that stay handed it. (A
+            // wait that needs the departed copies themselves is told at once.)
+            let departure_offers = std::mem::take(&mut self.handoffs.departure_offers);
+            for (s, to) in departure_offers {
+                if pending.get(&s).is_some_and(|p| !p.from.is_empty()) {
+                    self.handoffs.departure_offers.insert((s, to));
+                } else {
+                    offered.entry(to).or_default().push(s);
+                }
             }
             for (to, segments) in offered {
                 let w = wanted.entry(to).or_default();
@@ -335,7 +358,9 @@ impl<S: KvStorage> JournalMachine<S> {
                 }
             }
         }
-        let mut in_flight = self
+        // Pages in flight, their records and bytes: a page that left out nearly everything
+        // (the new replica held it) is small, so many more of those go at once.
+        let (mut in_flight, mut in_flight_records, mut in_flight_bytes) = self
             .handoffs
             .outgoing
             .values()
@@ -344,7 +369,13 @@ impl<S: KvStorage> JournalMachine<S> {
                     .as_ref()
                     .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
             })
-            .count();
+            .fold((0usize, 0usize, 0usize), |(n, r, b), o| {
+                (
+                    n + 1,
+                    r.saturating_add(o.in_flight_size.0),
+                    b.saturating_add(o.in_flight_size.1),
+                )
+            });
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
         let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing, Vec<Need>)>> = BTreeMap::new();
@@ -358,7 +389,9 @@ impl<S: KvStorage> JournalMachine<S> {
             let Some(o) = self.handoffs.outgoing.get_mut(&(*segment, to.clone())) else {
                 continue;
             };
+            // Looked at once: a segment found to hold records keeps them (`ready_ms` set).
             if o.page != 0
+                || o.ready_ms.is_some()
                 || o.in_flight
                     .as_ref()
                     .is_some_and(|(t, ..)| now_ms < t + handoff::RESEND_MS)
@@ -375,7 +408,9 @@ impl<S: KvStorage> JournalMachine<S> {
                         .or_default()
                         .push((*segment, standing, needs));
                 }
-                Ok(_) => {}
+                Ok(_) => {
+                    o.ready_ms = Some(now_ms);
+                }
                 Err(_) => {
                     self.stats.storage_errors += 1;
                     return;
@@ -405,8 +440,14 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.held_transmits.push(empty_message(&to, batch));
             }
         }
+        let departed = !self.ring.members().contains(&self.self_node);
+        let mut read_this_tick = 0usize;
         for (segment, to) in keys {
-            if in_flight >= handoff::MAX_IN_FLIGHT {
+            if in_flight >= handoff::MAX_IN_FLIGHT
+                || in_flight_records >= handoff::MAX_IN_FLIGHT_RECORDS
+                || in_flight_bytes >= handoff::MAX_IN_FLIGHT_BYTES
+                || read_this_tick >= handoff::MAX_TICK_RECORDS
+            {
                 return;
             }
             if self.handoffs.holds_back(segment) {
@@ -422,10 +463,16 @@ impl<S: KvStorage> JournalMachine<S> {
                 continue;
             }
             // The first page waits a moment for what the new replica holds (it asks as
-            // soon as its wait begins).
+            // soon as its wait begins); a node that left the ring waits longer, for
+            // replicas that tell it once their own waits ended.
             if o.page == 0 && o.holding.is_none() {
                 let ready = *o.ready_ms.get_or_insert(now_ms);
-                if now_ms < ready.saturating_add(holding::WAIT_MS) {
+                let wait = if departed {
+                    holding::DEPARTED_WAIT_MS
+                } else {
+                    holding::WAIT_MS
+                };
+                if now_ms < ready.saturating_add(wait) {
                     continue;
                 }
             }
@@ -465,10 +512,19 @@ impl<S: KvStorage> JournalMachine<S> {
             };
             self.stats.handoff_records_sent += records.len() as u64;
             self.stats.handoff_records_skipped += skipped;
+            read_this_tick = read_this_tick
+                .saturating_add(records.len())
+                .saturating_add(usize::try_from(skipped).unwrap_or(usize::MAX));
+            let bytes = records
+                .iter()
+                .fold(0usize, |b, (k, v)| b.saturating_add(k.len() + v.len()));
             if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
                 o.in_flight = Some((now_ms, last_key, last));
+                o.in_flight_size = (records.len(), bytes);
             }
             in_flight += 1;
+            in_flight_records = in_flight_records.saturating_add(records.len());
+            in_flight_bytes = in_flight_bytes.saturating_add(bytes);
             self.held_transmits.push(Transmit {
                 to: to.address.clone(),
                 to_uid: Some(to.uid),

@@ -171,3 +171,55 @@ fn a_replica_restarted_with_its_disk_is_sent_only_what_it_lacks() {
         );
     }
 }
+
+/// A replica that leaves the ring hands its copies to the segments' replicas before it
+/// goes (`Handoffs::send_misplaced`); they tell it what they hold once they no longer wait
+/// there ([`super::super::holding`]), so it sends only what they lack: here nothing of the
+/// log's 20 writes (the two replicas that stay held them, and the new one took them from
+/// those two). It is done handing over, and every replica holds every write.
+#[test]
+fn a_leaving_replica_sends_only_what_the_replicas_lack() {
+    let mut net = Net::new(37, 0.0);
+    with_timeout(&mut net, 5_000);
+    net.run_until(net.now + 3_000);
+    let log = log_replicated_on_node_4(&net);
+    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
+    assert!(matches!(
+        net.answer(0, 1, 3_000).result,
+        Ok(JournalOutput::Recovered { highest: 0, .. })
+    ));
+    for seq in 1..=20 {
+        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
+        let answer = net.answer(0, 1 + seq, 3_000);
+        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
+    }
+    net.run_until(net.now + 1_000);
+    let sent_before = net.machines[4].stats().handoff_records_sent;
+    let skipped_before = net.machines[4].stats().handoff_records_skipped;
+    // Node 4 leaves: every node, itself included, sees the ring without it.
+    view_of(&mut net, &[0, 1, 2, 3], &[0, 1, 2, 3, 4]);
+    net.run_until(net.now + 8_000);
+    assert!(net.machines[4].handed_over(), "node 4 still hands over");
+    let stats = net.machines[4].stats();
+    let (sent, skipped) = (
+        stats.handoff_records_sent - sent_before,
+        stats.handoff_records_skipped - skipped_before,
+    );
+    // Each of the log's three replicas was told what it lacks: none of the 20 entries.
+    assert!(skipped >= 3 * 20, "{skipped} left out, {sent} sent");
+    let replicas = net.machines[0].replicas(&log);
+    assert!(!replicas.iter().any(|r| r.address.port == 2554));
+    for r in &replicas {
+        let i = usize::from(r.address.port - 2550);
+        let mut disk = net.disks[i].clone();
+        for seq in 1..=20 {
+            let k = acceptor::key(&log, acceptor::KIND_ENTRY, seq);
+            assert!(
+                disk.get(crate::kv::storage::Table::Journal, &k)
+                    .unwrap()
+                    .is_some(),
+                "slot {seq} on node {i}"
+            );
+        }
+    }
+}

@@ -39,6 +39,9 @@ pub(crate) struct Record {
     /// When each failed request ended (ms since the load started), and why (see
     /// [`failure`]).
     failed_at_ms: Vec<(u64, String)>,
+    /// Every request, for `CONCORD_LOAD_TRACE` ([`Load::stop`]): (ms since the load
+    /// started when it ended, latency µs, route, node index, entity index, answered).
+    trace: Vec<(u64, u64, &'static str, usize, usize, bool)>,
     ok: u64,
     failed: u64,
 }
@@ -86,7 +89,10 @@ impl Load {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Stops the workers (waiting for the requests in flight).
+    /// Stops the workers (waiting for the requests in flight). With `CONCORD_LOAD_TRACE`
+    /// set to a path, writes every request there as CSV (`end_ms,latency_us,route,node,
+    /// entity,answered`; node and entity are indexes) — for finding where slow requests
+    /// went.
     pub(crate) async fn stop(mut self) -> Finished {
         self.stop.store(true, Ordering::Relaxed);
         for w in self.workers.drain(..) {
@@ -94,6 +100,15 @@ impl Load {
         }
         let elapsed = self.started.elapsed();
         let record = std::mem::take(&mut *self.record.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(path) = std::env::var_os("CONCORD_LOAD_TRACE") {
+            let mut csv = String::from("end_ms,latency_us,route,node,entity,answered\n");
+            for (at, lat, route, node, entity, ok) in &record.trace {
+                csv.push_str(&format!("{at},{lat},{route},{node},{entity},{ok}\n"));
+            }
+            if let Err(e) = std::fs::write(&path, csv) {
+                eprintln!("could not write the load's trace to {path:?}: {e}");
+            }
+        }
         Finished { record, elapsed }
     }
 }
@@ -124,8 +139,10 @@ async fn worker(
         };
         round += 1;
         let started = Instant::now();
+        let mut what = ("counter", 0);
         let why = if round.is_multiple_of(2) {
             let c = rand::rng().random_range(0..COUNTERS);
+            what.1 = c;
             if let Ok(mut r) = record.lock() {
                 *r.counters_sent.entry(c).or_default() += 1;
             }
@@ -145,6 +162,7 @@ async fn worker(
             // This worker's logs only: one log's appends through one node are sequential.
             let logs: Vec<usize> = (w..LOGS).step_by(WORKERS).collect();
             let l = logs[rand::rng().random_range(0..logs.len())];
+            what = ("log", l);
             let seq = seqs.entry((l, node)).or_insert(0);
             let s = *seq;
             *seq += 1;
@@ -167,6 +185,8 @@ async fn worker(
         let ok = why.is_none();
         if let Ok(mut r) = record.lock() {
             let at = load_started.elapsed().as_millis() as u64;
+            let lat = started.elapsed().as_micros() as u64;
+            r.trace.push((at, lat, what.0, node, what.1, ok));
             if ok {
                 r.ok += 1;
                 r.latencies_us

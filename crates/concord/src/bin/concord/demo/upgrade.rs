@@ -365,6 +365,19 @@ async fn roll(demo: &mut Demo, o: &UpgradeOptions, to: PathBuf) -> anyhow::Resul
         );
     }
     let roll_to = load.elapsed_ms();
+    if let Some(path) = std::env::var_os("CONCORD_LOAD_TRACE") {
+        // The phases beside the load's trace: `start_ms,phase` (each node's four in turn).
+        let mut csv = format!("{steady_from},steady\n{roll_from},roll\n");
+        for (at, phase) in &phases {
+            csv.push_str(&format!("{at},{}\n", phase.label()));
+        }
+        csv.push_str(&format!("{roll_to},after\n"));
+        let mut path = PathBuf::from(path).into_os_string();
+        path.push(".phases");
+        if let Err(e) = std::fs::write(&path, csv) {
+            eprintln!("could not write the roll's phases to {path:?}: {e}");
+        }
+    }
     tokio::time::sleep(o.steady).await;
     let after_to = load.elapsed_ms();
     stop_sampling.store(true, Ordering::Relaxed);
