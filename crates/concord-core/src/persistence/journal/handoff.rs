@@ -51,9 +51,6 @@ pub const MISPLACED_SEEKS_PER_TICK: usize = 64;
 /// handing segments over — after every ring change, on every node at once — never holds
 /// the journal, and the writes queued behind it, for long.
 pub const MAX_TICK_RECORDS: usize = 8 * PAGE_RECORDS;
-/// (segment, departed member) offers a node keeps at most ([`Handoffs::departure_offers`]):
-/// those of four departures at once.
-pub const MAX_DEPARTURE_OFFERS: usize = 4 * SEGMENTS as usize;
 /// Runs and logs of the new replicas' holdings ([`super::holding`]) a node keeps in all,
 /// at most (about 32 MiB); holdings beyond are ignored and their segments sent whole.
 pub const MAX_STORED_HOLDING_RUNS: usize = 1 << 20;
@@ -115,8 +112,7 @@ pub struct Handoffs {
     /// in its current wait ([`super::holding`]; once per wait).
     pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
     /// (segment, member new to the ring) pairs this node tells what it holds of the
-    /// segment, unasked (a few segments a tick: `super::offers`): the new member hands it
-    /// its disk's copy.
+    /// segment at its next ask, unasked: the new member hands it its disk's copy.
     pub holding_offers: BTreeSet<(u16, UniqueAddress)>,
     /// (segment, member that left the ring) pairs this node tells what it holds of the
     /// segment, unasked, once it no longer waits there: the departed member hands its
@@ -362,10 +358,7 @@ impl Handoffs {
             }
             if new_l.contains(&me) {
                 for x in departed.iter().filter(|x| old_l.contains(x)) {
-                    // Beyond the bound the departed node sends its copy whole, as before.
-                    if self.departure_offers.len() < MAX_DEPARTURE_OFFERS {
-                        self.departure_offers.insert((s, (*x).clone()));
-                    }
+                    self.departure_offers.insert((s, (*x).clone()));
                 }
             }
             // A replica that stays, in a segment that lost a majority of its replicas at
