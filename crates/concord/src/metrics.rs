@@ -41,10 +41,6 @@
 //!   EMFILE); gauges `concord_remote_inbound_connections{node}` and
 //!   `concord_remote_max_inbound_connections{node}`; `concord_tls_reloads_total{node,result}`
 //!
-//! Layers (recorded by the layer host):
-//! - `concord_layer_slow_turns_total{node,layer}` — inputs and flushes of a layer that took
-//!   longer than 100 ms (its machine held the layer's task; what queued behind it waited)
-//!
 //! Distributed Data:
 //! - `concord_ddata_keys{node}` — keys held, tombstones included (gauge)
 //! - `concord_ddata_gossip_bytes_total{node}` — bytes of anti-entropy `Status`/`Gossip` sent

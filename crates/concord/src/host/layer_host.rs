@@ -218,12 +218,6 @@ impl<E: LayerEffects> LayerHost<E> {
         }
         self.stats.slow += 1;
         self.slow_log.1 += 1;
-        metrics::counter!(
-            "concord_layer_slow_turns_total",
-            "node" => self.env.node.address.to_string(),
-            "layer" => self.effects.name()
-        )
-        .increment(1);
         let due = self
             .slow_log
             .0

@@ -1,7 +1,6 @@
 //! [`drive`] with a layer that stops itself (as the membership layer does on `Shutdown`):
 //! no input after the stop is handled, the turn is flushed ([`LayerEffects::flushed`]
-//! included) and the host comes back for what the layer does after. And a host counts an
-//! input that holds its layer over 100 ms as slow.
+//! included) and the host comes back for what the layer does after.
 
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use concord_core::{
 use tokio::sync::mpsc;
 
 use super::{drive, HostChannels};
-use crate::host::{Collect, Effects, HostInput, LayerEffects, LayerHost, SystemClock};
+use crate::host::{Collect, Effects, LayerEffects, LayerHost, SystemClock};
 use crate::runtime::TokioSpawner;
 
 /// A machine that counts what it is told and says nothing.
@@ -44,8 +43,6 @@ impl ProtocolMachine for Counter {
 enum Cmd {
     Tell,
     Stop,
-    /// Holds the layer's task for 150 ms.
-    Slow,
 }
 
 #[derive(Default)]
@@ -66,7 +63,6 @@ impl LayerEffects for Fx {
         match command {
             Cmd::Tell => fx.machine.told += 1,
             Cmd::Stop => fx.stop(),
-            Cmd::Slow => std::thread::sleep(std::time::Duration::from_millis(150)),
         }
     }
     fn completion(&mut self, _: &mut Effects<'_, Self>, _: ()) {}
@@ -114,28 +110,5 @@ async fn a_layer_that_stops_takes_no_further_input_and_is_flushed_and_returned()
     assert!(
         tx.try_send(Cmd::Tell).is_err(),
         "the queue went with the host"
-    );
-}
-
-#[tokio::test]
-async fn an_input_that_holds_the_layer_over_100_ms_is_counted_slow() {
-    let clock = SystemClock::new();
-    let node = UniqueAddress::new(Address::new("test", "127.0.0.1", 1), 1);
-    let mut host = LayerHost::new(
-        Counter::default(),
-        Fx::default(),
-        node,
-        Arc::new(clock),
-        Arc::new(TokioSpawner::current()),
-        Box::new(Collect::<()>::default()),
-    );
-    host.handle(HostInput::Command(Cmd::Slow));
-    host.flush();
-    assert_eq!(host.stats().slow, 1);
-    host.handle(HostInput::Command(Cmd::Slow));
-    assert_eq!(
-        host.stats().slow,
-        2,
-        "counted every time (logged at most every 10 s)"
     );
 }

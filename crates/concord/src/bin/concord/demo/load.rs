@@ -123,8 +123,6 @@ async fn worker(
 ) {
     let mut seqs: BTreeMap<(usize, usize), u64> = BTreeMap::new();
     let mut round = 0usize;
-    // Every request is kept only for the trace ([`Load::stop`]).
-    let trace = std::env::var_os("CONCORD_LOAD_TRACE").is_some();
     while !stop.load(Ordering::Relaxed) {
         let choice = {
             let t = targets.lock().unwrap_or_else(|p| p.into_inner());
@@ -188,9 +186,7 @@ async fn worker(
         if let Ok(mut r) = record.lock() {
             let at = load_started.elapsed().as_millis() as u64;
             let lat = started.elapsed().as_micros() as u64;
-            if trace {
-                r.trace.push((at, lat, what.0, node, what.1, ok));
-            }
+            r.trace.push((at, lat, what.0, node, what.1, ok));
             if ok {
                 r.ok += 1;
                 r.latencies_us
