@@ -33,16 +33,7 @@ pub struct HostStats {
     pub turns: u64,
     /// Transmits sent.
     pub transmits: u64,
-    /// Inputs and flushes that took longer than [`SLOW_TURN_MS`] (the layer's machine, or
-    /// its commit, held its task that long: every input queued behind it waited).
-    pub slow: u64,
 }
-
-/// An input or flush that takes longer than this is slow ([`HostStats::slow`]; logged at
-/// most every [`SLOW_LOG_EVERY`]), ms.
-pub const SLOW_TURN_MS: u128 = 100;
-/// Slow inputs are logged at most this often per layer.
-pub const SLOW_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The effects of a turn at `now` (a macro, not a method: it borrows the host's fields one
 /// by one, so the host may use its other fields meanwhile).
@@ -75,8 +66,6 @@ pub struct LayerHost<E: LayerEffects> {
     trace: TraceState,
     stop: bool,
     stats: HostStats,
-    /// When a slow input was last logged, and the slow ones since.
-    slow_log: (Option<std::time::Instant>, u64),
 }
 
 impl<E: LayerEffects> LayerHost<E> {
@@ -113,7 +102,6 @@ impl<E: LayerEffects> LayerHost<E> {
             trace: TraceState::default(),
             stop: false,
             stats: HostStats::default(),
-            slow_log: (None, 0),
         }
     }
 
@@ -197,44 +185,6 @@ impl<E: LayerEffects> LayerHost<E> {
     /// Handles one input (its outputs wait for [`LayerHost::flush`]).
     pub fn handle(&mut self, input: HostInput<E>) {
         self.stats.inputs += 1;
-        let started = std::time::Instant::now();
-        let kind = match &input {
-            HostInput::Inbound(_) => "message",
-            HostInput::Membership(_) => "membership",
-            HostInput::Command(_) => "command",
-            HostInput::Completion(_) => "completion",
-            HostInput::Timeout => "timeout",
-        };
-        self.handle_input(input);
-        self.count_if_slow(kind, started);
-    }
-
-    /// Counts (and now and then logs) an input or flush of `kind` that began at `started`
-    /// if it was slow.
-    fn count_if_slow(&mut self, kind: &'static str, started: std::time::Instant) {
-        let took = started.elapsed();
-        if took.as_millis() <= SLOW_TURN_MS {
-            return;
-        }
-        self.stats.slow += 1;
-        self.slow_log.1 += 1;
-        let due = self
-            .slow_log
-            .0
-            .is_none_or(|at| at.elapsed() >= SLOW_LOG_EVERY);
-        if due {
-            tracing::warn!(
-                layer = self.effects.name(),
-                input = kind,
-                took_ms = took.as_millis() as u64,
-                slow_since_last_log = self.slow_log.1,
-                "a layer's turn was slow (its machine held the layer's task; what queued behind it waited)"
-            );
-            self.slow_log = (Some(std::time::Instant::now()), 0);
-        }
-    }
-
-    fn handle_input(&mut self, input: HostInput<E>) {
         let now = self.now();
         let mut fx = effects_at!(self, now);
         match input {
@@ -421,12 +371,6 @@ impl<E: LayerEffects> LayerHost<E> {
     /// machine more to do) until the machine has nothing more to say, then every transmit
     /// of the turn to the outbound sender at once, then [`LayerEffects::flushed`].
     pub fn flush(&mut self) {
-        let started = std::time::Instant::now();
-        self.flush_outputs();
-        self.count_if_slow("flush", started);
-    }
-
-    fn flush_outputs(&mut self) {
         self.stats.turns += 1;
         let now = self.now();
         if self.effects.sends_before_commit() {

@@ -244,38 +244,3 @@ fn a_promise_cuts_its_page_by_the_tail_it_carries() {
     assert_eq!(page.len(), 1);
     assert_eq!(covered_to, 1, "complete up to the write it holds");
 }
-
-#[test]
-fn held_segments_are_found_a_few_seeks_at_a_time() {
-    let mut st = MemoryStorage::new();
-    let mut segments: Vec<u16> = Vec::new();
-    for l in 0..40 {
-        let log = format!("log{l}");
-        accept(
-            &mut st,
-            1,
-            &log,
-            Ballot { round: 1, node: 1 },
-            0,
-            false,
-            &[entry(1, 1, 1)],
-        )
-        .unwrap();
-        segments.push(segment_of_log(&log));
-    }
-    segments.sort_unstable();
-    segments.dedup();
-    let mut found = Vec::new();
-    let mut from = Some(0u16);
-    let mut rounds = 0;
-    while let Some(f) = from {
-        let (held, next) = held_segments_from(&mut st, f, 3).unwrap();
-        assert!(held.len() <= 3);
-        found.extend(held);
-        from = next;
-        rounds += 1;
-    }
-    assert_eq!(found, segments);
-    assert_eq!(found, held_segments(&mut st).unwrap());
-    assert!(rounds >= segments.len() / 3, "{rounds} rounds");
-}

@@ -41,16 +41,10 @@ pub const MAX_IN_FLIGHT_RECORDS: usize = 32 * PAGE_RECORDS;
 /// Bytes of keys and values in the pages in flight from one node at once, at most (but at
 /// least one page): 32 full pages.
 pub const MAX_IN_FLIGHT_BYTES: usize = 32 * PAGE_BYTES;
-/// Seeks a node makes in one tick, at most, looking for segments it holds but does not
-/// replicate, and — apart — for which of the segments it is to hand over hold a record (a
-/// node that left the ring makes 16 times as many): a seek reads the storage's every level,
-/// so a look at all [`SEGMENTS`] at once held the journal for 50–200 ms.
-pub const MISPLACED_SEEKS_PER_TICK: usize = 64;
 /// Records a node reads for its handoff pages in one tick, at most (but at least one
-/// page): those of 8 full pages (about 10 ms of reads on a busy 2-core machine), so that
-/// handing segments over — after every ring change, on every node at once — never holds
-/// the journal, and the writes queued behind it, for long.
-pub const MAX_TICK_RECORDS: usize = 8 * PAGE_RECORDS;
+/// page): those of 128 full pages, so that a tick of pages that leave most out stays as
+/// short as one of 32 full pages with their reads left out.
+pub const MAX_TICK_RECORDS: usize = 128 * PAGE_RECORDS;
 /// Runs and logs of the new replicas' holdings ([`super::holding`]) a node keeps in all,
 /// at most (about 32 MiB); holdings beyond are ignored and their segments sent whole.
 pub const MAX_STORED_HOLDING_RUNS: usize = 1 << 20;
@@ -65,9 +59,6 @@ pub struct Outgoing {
     /// The page in flight: when it was sent, the key its next page starts after, whether
     /// it is the last.
     pub in_flight: Option<(u64, Option<Vec<u8>>, bool)>,
-    /// The new replica asked for the segment (it waits for it, and says what it holds as
-    /// it asks): the first page waits only [`super::holding::WAIT_MS`] for its holding.
-    pub asked: bool,
     /// Records, and bytes of their keys and values, of the page in flight.
     pub in_flight_size: (usize, usize),
     /// What the new replica holds of the segment already, as it said
@@ -103,9 +94,6 @@ pub struct Handoffs {
     pub next_ask_ms: u64,
     /// When to look for segments held here that this node does not replicate, ms.
     pub next_misplaced_ms: u64,
-    /// The next segment the running look for segments held here but not replicated here
-    /// starts at ([`MISPLACED_SEEKS_PER_TICK`] a tick); `None` between looks.
-    pub misplaced_scan: Option<u16>,
     /// (segment, replica) pairs those were sent to since the last ring change.
     pub misplaced_sent: BTreeSet<(u16, UniqueAddress)>,
     /// (segment, replica waited for) pairs this node sent its holding of the segment to
@@ -314,7 +302,6 @@ impl Handoffs {
             .retain(|(s, to)| !members.contains(to) && new.preference_list(*s, n).contains(&me));
         self.misplaced_sent.clear();
         self.next_misplaced_ms = 0;
-        self.misplaced_scan = None;
         let first_ring = !self.was_member;
         if new.members().contains(me) {
             self.was_member = true;
@@ -484,7 +471,6 @@ impl Handoffs {
                     let o = self.outgoing.entry((s, x.clone())).or_default();
                     *o = Outgoing {
                         holding: o.holding.take(),
-                        asked: o.asked,
                         ..Outgoing::default()
                     };
                 }

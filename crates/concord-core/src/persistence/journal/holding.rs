@@ -37,14 +37,13 @@ pub const MAX_BYTES: usize = 96 * 1024;
 /// How long a sender holds back the first page of a segment for a new replica that has
 /// not sent its holding yet (it asks as soon as its wait begins), ms.
 pub const WAIT_MS: u64 = 500;
-/// How long a node that left the ring, or is in its first ring, holds back the first page
-/// of a segment it hands over for the receiver's holding, ms. Those receivers tell it
-/// unasked, a few segments a tick (`super::offers`), and a replica new to a segment only
-/// once it no longer waits there itself — it first takes the copies of the replicas that
-/// stay, and then lacks little or nothing of the departed node's — so this is longer than
-/// [`WAIT_MS`]; it stays well within coordinated shutdown's 10 s for a leaving node's
-/// handoffs.
-pub const OFFER_WAIT_MS: u64 = 5_000;
+/// How long a node that left the ring holds back the first page of a segment it hands to
+/// the segment's replicas (`super::handoff::Handoffs::send_misplaced`) for their holding,
+/// ms. They tell it once they no longer wait there themselves — a replica new to the
+/// segment first takes the copies of the replicas that stay, and then lacks little or
+/// nothing of the leaving node's — so this is longer than [`WAIT_MS`]; it stays well
+/// within coordinated shutdown's 10 s for the leaving node's handoffs.
+pub const DEPARTED_WAIT_MS: u64 = 5_000;
 
 /// Entries at slots `first .. first + count` (each slot a key of its own), each accepted
 /// at `ballot`.

@@ -30,14 +30,12 @@ pub mod chain;
 pub mod entry;
 pub mod give_up;
 pub mod handoff;
-pub mod handoff_pages;
 mod handoff_records;
 mod held;
 pub mod holding;
 pub mod last_ring;
 pub mod learn;
 pub mod message;
-mod offers;
 pub mod output;
 pub mod owed;
 mod proposer;
@@ -286,8 +284,7 @@ impl<S: KvStorage> JournalMachine<S> {
     pub fn handed_over(&self) -> bool {
         !self.ring.members().contains(&self.self_node)
             && self.handoffs.outgoing.is_empty()
-            && (self.ring.is_empty()
-                || (self.handoffs.next_misplaced_ms > 0 && self.handoffs.misplaced_scan.is_none()))
+            && (self.ring.is_empty() || self.handoffs.next_misplaced_ms > 0)
     }
 
     /// The replicas of `log`.

@@ -27,6 +27,23 @@ fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
     m
 }
 
+/// Bytes of holdings one `HandoffWanted` carries, about, at most (it fits in a frame of
+/// the ordinary lane).
+const HOLDING_MESSAGE_BYTES: usize = 128 * 1024;
+
+/// A `HandoffWanted` telling `to` what this node holds of the segments of `held`.
+fn holding_message(to: &UniqueAddress, held: Vec<SegmentHolding>) -> Transmit<JournalMessage> {
+    Transmit {
+        to: to.address.clone(),
+        to_uid: Some(to.uid),
+        lane: Lane::Ordinary,
+        message: JournalMessage::HandoffWanted {
+            segments: held.iter().map(|h| h.segment).collect(),
+            held,
+        },
+    }
+}
+
 /// Segments one `HandoffEmpty` message closes, at most.
 const EMPTY_SEGMENTS: usize = 64;
 
@@ -179,11 +196,7 @@ impl<S: KvStorage> JournalMachine<S> {
             }
             JournalMessage::HandoffWanted { segments, held } => {
                 for s in segments {
-                    self.handoffs
-                        .outgoing
-                        .entry((s, from.clone()))
-                        .or_default()
-                        .asked = true;
+                    self.handoffs.outgoing.entry((s, from.clone())).or_default();
                 }
                 let ignored = self.handoffs.take_holdings(from, held);
                 self.stats.holdings_ignored = self.stats.holdings_ignored.saturating_add(ignored);
@@ -226,36 +239,29 @@ impl<S: KvStorage> JournalMachine<S> {
     }
 
     pub(super) fn handoff_tick(&mut self, now_ms: u64) {
-        let departed = !self.ring.members().contains(&self.self_node);
-        // A node that left the ring serves nothing: it reads as fast as the bounds on pages
-        // in flight let it, so that it is gone soon. Others read a little a tick, so that
-        // handing over — after every ring change, on every node at once — never holds the
-        // journal, and the writes queued behind it, for long.
-        let scale = if departed { 16 } else { 1 };
-        if !self.ring.is_empty() {
-            if self.handoffs.misplaced_scan.is_none() && now_ms >= self.handoffs.next_misplaced_ms {
-                self.handoffs.misplaced_scan = Some(0);
-            }
-            if let Some(from) = self.handoffs.misplaced_scan {
-                let seeks = handoff::MISPLACED_SEEKS_PER_TICK.saturating_mul(scale);
-                match acceptor::held_segments_from(&mut self.storage, from, seeks) {
-                    Ok((held, next)) => {
-                        self.handoffs.send_misplaced(
-                            &held,
-                            &self.ring,
-                            &self.self_node,
-                            self.settings.n,
-                        );
-                        self.handoffs.misplaced_scan = next;
-                        if next.is_none() {
-                            self.handoffs.next_misplaced_ms = now_ms.saturating_add(MISPLACED_MS);
-                        }
-                    }
-                    Err(_) => self.stats.storage_errors += 1,
-                }
+        if now_ms >= self.handoffs.next_misplaced_ms && !self.ring.is_empty() {
+            self.handoffs.next_misplaced_ms = now_ms + MISPLACED_MS;
+            match acceptor::held_segments(&mut self.storage) {
+                Ok(held) => self.handoffs.send_misplaced(
+                    &held,
+                    &self.ring,
+                    &self.self_node,
+                    self.settings.n,
+                ),
+                Err(_) => self.stats.storage_errors += 1,
             }
         }
-        self.send_offers();
+        // A departed member owed a holding that this node may now tell: at once (it holds
+        // its first pages back for it).
+        let pending = &self.handoffs.pending;
+        if self
+            .handoffs
+            .departure_offers
+            .iter()
+            .any(|(s, _)| pending.get(s).is_none_or(|p| p.from.is_empty()))
+        {
+            self.handoffs.next_ask_ms = now_ms;
+        }
         // Ask every replica this node waits for, again and again until it delivered: its
         // view of the ring may have changed differently.
         if now_ms >= self.handoffs.next_ask_ms {
@@ -275,6 +281,30 @@ impl<S: KvStorage> JournalMachine<S> {
             self.handoffs
                 .holding_sent
                 .retain(|(s, to)| pending.get(s).is_some_and(|p| p.from.contains(to)));
+            // Holdings offered to members new to the ring (they hand this node their
+            // disks' copies), once.
+            let mut offered: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
+            for (s, to) in std::mem::take(&mut self.handoffs.holding_offers) {
+                offered.entry(to).or_default().push(s);
+            }
+            // Holdings offered to members that left the ring (they hand this node their
+            // copies before they go), once this node waits there for no member of the
+            // ring: what it then holds includes what the replicas that stay handed it. (A
+            // wait that needs the departed copies themselves is told at once.)
+            let departure_offers = std::mem::take(&mut self.handoffs.departure_offers);
+            for (s, to) in departure_offers {
+                if pending.get(&s).is_some_and(|p| !p.from.is_empty()) {
+                    self.handoffs.departure_offers.insert((s, to));
+                } else {
+                    offered.entry(to).or_default().push(s);
+                }
+            }
+            for (to, segments) in offered {
+                let w = wanted.entry(to).or_default();
+                w.extend(segments);
+                w.sort_unstable();
+                w.dedup();
+            }
             let mut summaries: BTreeMap<u16, Option<SegmentHolding>> = BTreeMap::new();
             for (to, segments) in wanted {
                 let mut held = Vec::new();
@@ -307,7 +337,25 @@ impl<S: KvStorage> JournalMachine<S> {
                         held: Vec::new(),
                     },
                 });
-                self.send_holdings(&to, held);
+                // What it holds, in messages of at most HOLDING_MESSAGE_BYTES (one
+                // segment's holding is at most holding::MAX_BYTES), held until the turn's
+                // commit like every answer that says what is on disk: a holding read from
+                // writes of a turn whose commit fails would make a sender leave out what
+                // this node does not hold.
+                let mut batch: Vec<SegmentHolding> = Vec::new();
+                let mut bytes = 0usize;
+                for h in held {
+                    if !batch.is_empty() && bytes.saturating_add(h.size()) > HOLDING_MESSAGE_BYTES {
+                        self.held_transmits
+                            .push(holding_message(&to, std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                    bytes = bytes.saturating_add(h.size());
+                    batch.push(h);
+                }
+                if !batch.is_empty() {
+                    self.held_transmits.push(holding_message(&to, batch));
+                }
             }
         }
         // Pages in flight, their records and bytes: a page that left out nearly everything
@@ -331,10 +379,6 @@ impl<S: KvStorage> JournalMachine<S> {
         let keys: Vec<(u16, UniqueAddress)> = self.handoffs.outgoing.keys().cloned().collect();
         // Segments with no record here close in one message per new replica.
         let mut empty: BTreeMap<UniqueAddress, Vec<(u16, Standing, Vec<Need>)>> = BTreeMap::new();
-        // Whether each segment looked at this tick holds a record; at most
-        // `MISPLACED_SEEKS_PER_TICK` looks a tick (the rest at the next ticks).
-        let mut looked: BTreeMap<u16, bool> = BTreeMap::new();
-        let looks = handoff::MISPLACED_SEEKS_PER_TICK.saturating_mul(scale);
         for (segment, to) in &keys {
             // A node that became a replica in a ring change and still waits has nothing
             // complete to give; a node in its first ring gives what its disk holds, and a
@@ -354,17 +398,8 @@ impl<S: KvStorage> JournalMachine<S> {
             {
                 continue;
             }
-            let holds = match looked.get(segment) {
-                Some(h) => Ok(*h),
-                None if looked.len() >= looks => continue,
-                None => acceptor::segment_records(&mut self.storage, *segment, None, 1)
-                    .map(|r| !r.is_empty()),
-            };
-            if let Ok(h) = holds {
-                looked.insert(*segment, h);
-            }
-            match holds {
-                Ok(false) => {
+            match acceptor::segment_records(&mut self.storage, *segment, None, 1) {
+                Ok(r) if r.is_empty() => {
                     o.in_flight = Some((now_ms, None, true));
                     let standing = self.handoffs.standing(*segment);
                     let needs = self.handoffs.needs_of(*segment);
@@ -373,7 +408,7 @@ impl<S: KvStorage> JournalMachine<S> {
                         .or_default()
                         .push((*segment, standing, needs));
                 }
-                Ok(true) => {
+                Ok(_) => {
                     o.ready_ms = Some(now_ms);
                 }
                 Err(_) => {
@@ -405,14 +440,13 @@ impl<S: KvStorage> JournalMachine<S> {
                 self.held_transmits.push(empty_message(&to, batch));
             }
         }
-        let told_unasked = departed || self.handoffs.pending.values().any(|p| p.first_ring);
-        let read_budget = handoff::MAX_TICK_RECORDS.saturating_mul(scale);
+        let departed = !self.ring.members().contains(&self.self_node);
         let mut read_this_tick = 0usize;
         for (segment, to) in keys {
             if in_flight >= handoff::MAX_IN_FLIGHT
                 || in_flight_records >= handoff::MAX_IN_FLIGHT_RECORDS
                 || in_flight_bytes >= handoff::MAX_IN_FLIGHT_BYTES
-                || read_this_tick >= read_budget
+                || read_this_tick >= handoff::MAX_TICK_RECORDS
             {
                 return;
             }
@@ -429,15 +463,12 @@ impl<S: KvStorage> JournalMachine<S> {
                 continue;
             }
             // The first page waits a moment for what the new replica holds (it asks as
-            // soon as its wait begins); a node that left the ring, or is in its first
-            // ring, waits longer, for replicas that tell it unasked (`super::offers`).
+            // soon as its wait begins); a node that left the ring waits longer, for
+            // replicas that tell it once their own waits ended.
             if o.page == 0 && o.holding.is_none() {
-                // Not looked at yet (above), or closed empty.
-                let Some(ready) = o.ready_ms else {
-                    continue;
-                };
-                let wait = if told_unasked && !o.asked {
-                    holding::OFFER_WAIT_MS
+                let ready = *o.ready_ms.get_or_insert(now_ms);
+                let wait = if departed {
+                    holding::DEPARTED_WAIT_MS
                 } else {
                     holding::WAIT_MS
                 };
