@@ -160,16 +160,7 @@ fn a_replica_restarted_with_its_disk_is_sent_only_what_it_lacks() {
         ),
         "{answer:?}"
     );
-    let mut disk = net.disks[4].clone();
-    for seq in 1..=23 {
-        let k = acceptor::key(&log, acceptor::KIND_ENTRY, seq);
-        assert!(
-            disk.get(crate::kv::storage::Table::Journal, &k)
-                .unwrap()
-                .is_some(),
-            "slot {seq} on node 4"
-        );
-    }
+    assert_slots_on_disk(&net, 4, &log, 23);
 }
 
 /// A replica that leaves the ring hands its copies to the segments' replicas before it
@@ -210,16 +201,20 @@ fn a_leaving_replica_sends_only_what_the_replicas_lack() {
     let replicas = net.machines[0].replicas(&log);
     assert!(!replicas.iter().any(|r| r.address.port == 2554));
     for r in &replicas {
-        let i = usize::from(r.address.port - 2550);
-        let mut disk = net.disks[i].clone();
-        for seq in 1..=20 {
-            let k = acceptor::key(&log, acceptor::KIND_ENTRY, seq);
-            assert!(
-                disk.get(crate::kv::storage::Table::Journal, &k)
-                    .unwrap()
-                    .is_some(),
-                "slot {seq} on node {i}"
-            );
-        }
+        assert_slots_on_disk(&net, usize::from(r.address.port - 2550), &log, 20);
+    }
+}
+
+/// Node `i`'s disk holds `log`'s entries at slots 1 to `last`.
+fn assert_slots_on_disk(net: &Net, i: usize, log: &str, last: u64) {
+    let mut disk = net.disks[i].clone();
+    for seq in 1..=last {
+        let k = acceptor::key(log, acceptor::KIND_ENTRY, seq);
+        assert!(
+            disk.get(crate::kv::storage::Table::Journal, &k)
+                .unwrap()
+                .is_some(),
+            "slot {seq} on node {i}"
+        );
     }
 }
