@@ -32,6 +32,7 @@ pub mod give_up;
 pub mod handoff;
 mod handoff_records;
 mod held;
+pub mod held_index;
 pub mod holding;
 pub mod last_ring;
 pub mod learn;

@@ -241,13 +241,16 @@ impl<S: KvStorage> JournalMachine<S> {
     pub(super) fn handoff_tick(&mut self, now_ms: u64) {
         if now_ms >= self.handoffs.next_misplaced_ms && !self.ring.is_empty() {
             self.handoffs.next_misplaced_ms = now_ms + MISPLACED_MS;
-            match acceptor::held_segments(&mut self.storage) {
-                Ok(held) => self.handoffs.send_misplaced(
-                    &held,
-                    &self.ring,
-                    &self.self_node,
-                    self.settings.n,
-                ),
+            // Only segments not replicated here and not yet sent to every replica in this
+            // ring are looked up on the disk (`HeldIndex`).
+            let (ring, me, n) = (&self.ring, &self.self_node, self.settings.n);
+            let sent = &self.handoffs.misplaced_sent;
+            let looked = self.storage.held_segments_where(|s| {
+                let list = ring.preference_list(s, n);
+                !list.contains(&me) && list.iter().any(|r| !sent.contains(&(s, (*r).clone())))
+            });
+            match looked {
+                Ok(held) => self.handoffs.send_misplaced(&held, ring, me, n),
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
@@ -315,7 +318,16 @@ impl<S: KvStorage> JournalMachine<S> {
                     let summary = match summaries.get(&s) {
                         Some(h) => h.clone(),
                         None => {
-                            let Ok(h) = holding::summarize(&mut self.storage, s) else {
+                            // Nothing held there, known without a seek (`HeldIndex`).
+                            let read = if self.storage.may_hold(s) {
+                                holding::summarize(&mut self.storage, s)
+                            } else {
+                                Ok(Some(SegmentHolding {
+                                    segment: s,
+                                    logs: Vec::new(),
+                                }))
+                            };
+                            let Ok(h) = read else {
                                 self.stats.storage_errors += 1;
                                 return;
                             };
@@ -398,7 +410,13 @@ impl<S: KvStorage> JournalMachine<S> {
             {
                 continue;
             }
-            match acceptor::segment_records(&mut self.storage, *segment, None, 1) {
+            // A segment the index knows holds nothing here is empty without a seek.
+            let records = if self.storage.may_hold(*segment) {
+                acceptor::segment_records(&mut self.storage, *segment, None, 1)
+            } else {
+                Ok(Vec::new())
+            };
+            match records {
                 Ok(r) if r.is_empty() => {
                     o.in_flight = Some((now_ms, None, true));
                     let standing = self.handoffs.standing(*segment);

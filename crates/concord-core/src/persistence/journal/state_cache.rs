@@ -17,12 +17,16 @@
 //!
 //! Entry records are kept the same way, but only as they are written (a learn reads back
 //! the entry its replica accepted a moment before), within [`RecentEntries`]' bounds.
+//!
+//! It also notes the segment of every journal record written ([`HeldIndex`]), for
+//! [`StateCache::held_segments_where`].
 
 use std::collections::HashMap;
 
 use crate::kv::storage::{KvStorage, Record, StorageError, Table};
 
-use super::acceptor::{is_entry_key, is_state_key};
+use super::acceptor::{held_segments, is_entry_key, is_state_key, segment_bounds};
+use super::held_index::HeldIndex;
 use super::recent_entries::{self, RecentEntries};
 
 /// State records cached, at most, by default (about 100 bytes each: a key of the log's
@@ -40,6 +44,8 @@ pub struct StateCache<S> {
     /// Entry records written lately.
     entries: RecentEntries,
     entry_hits: u64,
+    /// The segments that may hold journal records (a superset).
+    held: HeldIndex,
 }
 
 impl<S: KvStorage> StateCache<S> {
@@ -62,6 +68,74 @@ impl<S: KvStorage> StateCache<S> {
             hits: 0,
             entries,
             entry_hits: 0,
+            held: HeldIndex::default(),
+        }
+    }
+
+    /// The segments holding journal records here among those `want` picks, ascending.
+    ///
+    /// The first call scans the storage (one range seek per segment held, and one more:
+    /// what the storage holds then, committed or not); later ones seek only the segments `want` picks among those that may hold records
+    /// ([`HeldIndex`]: written since, or found by the scan), one seek each.
+    ///
+    /// # Errors
+    /// The storage failed (the index is kept: the next call seeks again).
+    pub fn held_segments_where(
+        &mut self,
+        mut want: impl FnMut(u16) -> bool,
+    ) -> Result<Vec<u16>, StorageError> {
+        if !self.held.scanned() {
+            let mut all = held_segments(&mut self.inner)?;
+            self.held.scanned_all(&all);
+            all.retain(|s| want(*s));
+            return Ok(all);
+        }
+        let mut out = Vec::new();
+        for s in self.held.segments() {
+            if !want(s) {
+                continue;
+            }
+            let (start, end) = segment_bounds(s);
+            if self
+                .inner
+                .range(Table::Journal, &start, &end, 1)?
+                .is_empty()
+            {
+                self.held.emptied(s);
+            } else {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// False only if no journal record of `segment` is here: the index was scanned and
+    /// nothing of the segment written since (no seek).
+    pub fn may_hold(&self, segment: u16) -> bool {
+        self.held.may_hold(segment)
+    }
+
+    fn put_through(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        if !Self::cached(table, key) {
+            if table == Table::Journal && is_entry_key(key) {
+                // Forgotten first: no stale copy stays beside a write the storage refused.
+                self.entries.forget(key);
+                self.inner.put(table, key, value)?;
+                self.entries.wrote(key, value);
+                return Ok(());
+            }
+            return self.inner.put(table, key, value);
+        }
+        match self.inner.put(table, key, value) {
+            Ok(()) => {
+                self.keep(key, Some(value.to_vec()));
+                Ok(())
+            }
+            Err(e) => {
+                // No stale copy stays beside a write the storage refused.
+                self.states.remove(key);
+                Err(e)
+            }
         }
     }
 
@@ -125,27 +199,13 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
     }
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        if !Self::cached(table, key) {
-            if table == Table::Journal && is_entry_key(key) {
-                // Forgotten first: no stale copy stays beside a write the storage refused.
-                self.entries.forget(key);
-                self.inner.put(table, key, value)?;
-                self.entries.wrote(key, value);
-                return Ok(());
-            }
-            return self.inner.put(table, key, value);
-        }
-        match self.inner.put(table, key, value) {
-            Ok(()) => {
-                self.keep(key, Some(value.to_vec()));
-                Ok(())
-            }
-            Err(e) => {
-                // No stale copy stays beside a write the storage refused.
-                self.states.remove(key);
-                Err(e)
+        self.put_through(table, key, value)?;
+        if table == Table::Journal {
+            if let Some(segment) = HeldIndex::segment_of_key(key) {
+                self.held.wrote(segment);
             }
         }
+        Ok(())
     }
 
     fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
@@ -182,6 +242,9 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
         if r.is_err() {
             self.states.clear();
             self.entries.clear();
+            // The turn's removals may be undone too: a segment the index found empty may
+            // hold records again. Scanned again at the next look.
+            self.held = HeldIndex::default();
         }
         r
     }
@@ -296,6 +359,7 @@ mod tests {
         c.put(Table::Journal, &k, b"newer").unwrap();
         c.inner.fail_next_commit = true;
         assert!(c.commit().is_err());
+        assert!(c.may_hold(13), "unknown until scanned again");
         assert_eq!(c.get(Table::Journal, &k).unwrap(), Some(b"entry".to_vec()));
         assert_eq!(c.inner.gets, 1);
         // A read that missed is not kept; a removal forgets.
@@ -334,6 +398,7 @@ mod tests {
         assert_eq!(log_state(&mut c, "log").unwrap(), state(2, 5));
         c.inner.fail_next_commit = true;
         assert!(c.commit().is_err());
+        assert!(c.may_hold(13), "unknown until scanned again");
         // The storage dropped the write; the cache must not answer with it.
         assert_eq!(log_state(&mut c, "log").unwrap(), state(1, 1));
         assert!(c.inner.gets > 0);
@@ -368,5 +433,75 @@ mod tests {
         put_state(&mut off, "log", &state(1, 1)).unwrap();
         assert_eq!(log_state(&mut off, "log").unwrap(), state(1, 1));
         assert!(off.is_empty());
+    }
+
+    /// A storage that counts its range reads.
+    struct Ranges {
+        inner: MemoryStorage,
+        ranges: u64,
+    }
+
+    impl KvStorage for Ranges {
+        fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+            self.inner.get(t, k)
+        }
+        fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StorageError> {
+            self.inner.put(t, k, v)
+        }
+        fn remove(&mut self, t: Table, k: &[u8]) -> Result<(), StorageError> {
+            self.inner.remove(t, k)
+        }
+        fn range(
+            &mut self,
+            t: Table,
+            a: &[u8],
+            b: &[u8],
+            limit: usize,
+        ) -> Result<Vec<Record>, StorageError> {
+            self.ranges += 1;
+            self.inner.range(t, a, b, limit)
+        }
+        fn commit(&mut self) -> Result<(), StorageError> {
+            self.inner.commit()
+        }
+    }
+
+    #[test]
+    fn held_segments_are_scanned_once_then_sought_only_where_asked() {
+        let seg_key = |s: u16, rest: &[u8]| [&s.to_be_bytes()[..], rest].concat();
+        let mut inner = MemoryStorage::new();
+        // On disk before the cache exists (a restart): segments 3, 7 and 900.
+        for s in [3u16, 7, 900] {
+            inner
+                .put(Table::Journal, &seg_key(s, b"old"), b"v")
+                .unwrap();
+        }
+        inner
+            .put(Table::JournalMeta, &seg_key(5, b"meta"), b"v")
+            .unwrap();
+        let mut c = StateCache::new(Ranges { inner, ranges: 0 }, 8);
+        assert_eq!(c.held_segments_where(|_| true).unwrap(), vec![3, 7, 900]);
+        // The scan: one seek per segment held, and one that finds no more.
+        assert_eq!(c.inner.ranges, 4);
+        // Written since: found without a scan; emptied: dropped; only asked ones sought.
+        c.put(Table::Journal, &seg_key(12, b"new"), b"v").unwrap();
+        c.remove(Table::Journal, &seg_key(7, b"old")).unwrap();
+        c.inner.ranges = 0;
+        assert_eq!(c.held_segments_where(|_| true).unwrap(), vec![3, 12, 900]);
+        assert_eq!(c.inner.ranges, 4, "3, 7 (found empty), 12, 900");
+        c.inner.ranges = 0;
+        assert_eq!(c.held_segments_where(|s| s > 10).unwrap(), vec![12, 900]);
+        assert_eq!(c.inner.ranges, 2);
+        assert!(c.may_hold(12) && !c.may_hold(7) && !c.may_hold(13));
+        c.inner.ranges = 0;
+        assert!(c.held_segments_where(|_| false).unwrap().is_empty());
+        assert_eq!(c.inner.ranges, 0);
+        // A failed commit may undo removals: the next look scans again.
+        c.inner.inner.fail_next_commits(1);
+        assert!(c.commit().is_err());
+        assert!(c.may_hold(13), "unknown until scanned again");
+        c.inner.ranges = 0;
+        assert_eq!(c.held_segments_where(|_| true).unwrap(), vec![3, 12, 900]);
+        assert_eq!(c.inner.ranges, 4, "a scan of 3 held and one more");
     }
 }
