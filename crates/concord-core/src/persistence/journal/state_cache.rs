@@ -75,8 +75,9 @@ impl<S: KvStorage> StateCache<S> {
     /// The segments holding journal records here among those `want` picks, ascending.
     ///
     /// The first call scans the storage (one range seek per segment held, and one more:
-    /// what the storage holds then, committed or not); later ones seek only the segments `want` picks among those that may hold records
-    /// ([`HeldIndex`]: written since, or found by the scan), one seek each.
+    /// what the storage holds then, committed or not); later ones seek only the segments
+    /// `want` picks among those that may hold records ([`HeldIndex`]: written since, or
+    /// found by the scan), one seek each.
     ///
     /// # Errors
     /// The storage failed (the index is kept: the next call seeks again).
