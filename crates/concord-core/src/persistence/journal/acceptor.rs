@@ -658,9 +658,8 @@ pub fn held_segments<S: KvStorage>(st: &mut S) -> Result<Vec<u16>, StorageError>
         let Some((k, _)) = r.first() else {
             return Ok(out);
         };
-        let s = match k.as_slice() {
-            [a, b, ..] => u16::from_be_bytes([*a, *b]),
-            _ => return Err(corrupt("a bad key")),
+        let Some(s) = super::held_index::HeldIndex::segment_of_key(k) else {
+            return Err(corrupt("a bad key"));
         };
         out.push(s);
         match s.checked_add(1) {
