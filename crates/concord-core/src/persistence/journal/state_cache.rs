@@ -19,7 +19,9 @@
 //! the entry its replica accepted a moment before), within [`RecentEntries`]' bounds.
 //!
 //! It also notes the segment of every journal record written ([`HeldIndex`]), for
-//! [`StateCache::held_segments_where`].
+//! [`StateCache::held_segments_where`], and keeps the holdings of the segments asked for
+//! up to date ([`LiveHoldings`]), for [`StateCache::holding`] and
+//! [`StateCache::handoff_page_lacking`].
 
 use std::collections::HashMap;
 
@@ -27,6 +29,10 @@ use crate::kv::storage::{KvStorage, Record, StorageError, Table};
 
 use super::acceptor::{held_segments, is_entry_key, is_state_key, segment_bounds};
 use super::held_index::HeldIndex;
+use super::live_holdings::LiveHoldings;
+
+#[path = "state_cache_holdings.rs"]
+mod holdings;
 use super::recent_entries::{self, RecentEntries};
 
 /// State records cached, at most, by default (about 100 bytes each: a key of the log's
@@ -46,6 +52,8 @@ pub struct StateCache<S> {
     entry_hits: u64,
     /// The segments that may hold journal records (a superset).
     held: HeldIndex,
+    /// The holdings of the segments asked for, kept up to date.
+    live: LiveHoldings,
 }
 
 impl<S: KvStorage> StateCache<S> {
@@ -69,6 +77,7 @@ impl<S: KvStorage> StateCache<S> {
             entries,
             entry_hits: 0,
             held: HeldIndex::default(),
+            live: LiveHoldings::default(),
         }
     }
 
@@ -200,32 +209,32 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
     }
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        self.put_through(table, key, value)?;
+        let r = self.put_through(table, key, value);
         if table == Table::Journal {
             if let Some(segment) = HeldIndex::segment_of_key(key) {
-                self.held.wrote(segment);
+                if r.is_ok() {
+                    self.held.wrote(segment);
+                    self.live.noted(segment, key, Some(value));
+                } else {
+                    self.live.drop_segment(segment);
+                }
             }
         }
-        Ok(())
+        r
     }
 
     fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
-        if !Self::cached(table, key) {
-            if table == Table::Journal && is_entry_key(key) {
-                self.entries.forget(key);
-            }
-            return self.inner.remove(table, key);
-        }
-        match self.inner.remove(table, key) {
-            Ok(()) => {
-                self.keep(key, None);
-                Ok(())
-            }
-            Err(e) => {
-                self.states.remove(key);
-                Err(e)
+        let r = self.remove_through(table, key);
+        if table == Table::Journal {
+            if let Some(segment) = HeldIndex::segment_of_key(key) {
+                if r.is_ok() {
+                    self.live.noted(segment, key, None);
+                } else {
+                    self.live.drop_segment(segment);
+                }
             }
         }
+        r
     }
 
     fn range(
@@ -246,8 +255,30 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
             // The turn's removals may be undone too: a segment the index found empty may
             // hold records again. Scanned again at the next look.
             self.held = HeldIndex::default();
+            self.live.clear();
         }
         r
+    }
+}
+
+impl<S: KvStorage> StateCache<S> {
+    fn remove_through(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
+        if !Self::cached(table, key) {
+            if table == Table::Journal && is_entry_key(key) {
+                self.entries.forget(key);
+            }
+            return self.inner.remove(table, key);
+        }
+        match self.inner.remove(table, key) {
+            Ok(()) => {
+                self.keep(key, None);
+                Ok(())
+            }
+            Err(e) => {
+                self.states.remove(key);
+                Err(e)
+            }
+        }
     }
 }
 
