@@ -274,6 +274,12 @@ impl<S: KvStorage> JournalMachine<S> {
         self.learns.pending()
     }
 
+    /// Segments whose holdings are kept in memory ([`live_holdings::LiveHoldings`]; of
+    /// [`crate::kv::ring::SEGMENTS`]).
+    pub fn holdings_kept(&self) -> usize {
+        self.storage.holdings_kept()
+    }
+
     /// Segment handoffs this node still sends.
     pub fn outgoing_handoffs(&self) -> usize {
         self.handoffs.outgoing.len()

@@ -30,10 +30,10 @@ use crate::kv::storage::{KvStorage, Record, StorageError, Table};
 use super::acceptor::{held_segments, is_entry_key, is_state_key, segment_bounds};
 use super::held_index::HeldIndex;
 use super::live_holdings::LiveHoldings;
+use super::recent_entries::{self, RecentEntries};
 
 #[path = "state_cache_holdings.rs"]
 mod holdings;
-use super::recent_entries::{self, RecentEntries};
 
 /// State records cached, at most, by default (about 100 bytes each: a key of the log's
 /// name and a value of four numbers).

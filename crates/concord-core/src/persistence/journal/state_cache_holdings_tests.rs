@@ -331,6 +331,10 @@ fn warming_keeps_every_segment_a_budget_at_a_time() {
         .unwrap()
         .len();
     assert!(records > 30);
-    assert_eq!(c.warm_holdings(usize::MAX).unwrap(), records, "one segment read");
+    assert_eq!(
+        c.warm_holdings(usize::MAX).unwrap(),
+        records,
+        "one segment read"
+    );
     assert_eq!(c.holdings_kept(), 1024);
 }

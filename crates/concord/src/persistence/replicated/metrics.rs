@@ -68,6 +68,7 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
         .absolute(s.handoff_records_skipped);
     metrics::counter!("concord_journal_holdings_ignored_total", &l).absolute(s.holdings_ignored);
     metrics::gauge!("concord_journal_pending_learns", &l).set(m.pending_learns() as f64);
+    metrics::gauge!("concord_journal_holdings_kept", &l).set(m.holdings_kept() as f64);
     metrics::counter!("concord_journal_learn_resends_total", &l).absolute(s.learn_resends);
     metrics::counter!("concord_journal_learns_dropped_total", &l).absolute(s.learns_dropped);
     metrics::counter!("concord_journal_held_total", &l).absolute(s.held);
