@@ -7,8 +7,9 @@
 //! holding (every record read, to leave out those covered). Under a rolling upgrade that
 //! read most of every node's journal at each leave and each join, and the journal host
 //! threads spent 68–70 % of those moments on it (docs/BENCHMARKS.md, "Rolling upgrade").
-//! Here a segment is read once, the first time it is asked for, and every later write or
-//! removal of one of its records updates it in memory, so that
+//! Here a segment is read once — a little each tick from the node's start
+//! ([`LiveHoldings::warm`]), or when a ring change asks for it first — and every later
+//! write or removal of one of its records updates it in memory, so that
 //! - a holding offered is built from memory ([`LiveHoldings::holding`]);
 //! - a handoff page to a replica that told its holding reads only the records it lacks
 //!   ([`LiveHoldings::lacking`]: its key ranges, by comparing both holdings): the state

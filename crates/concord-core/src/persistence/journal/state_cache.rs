@@ -19,7 +19,7 @@
 //! the entry its replica accepted a moment before), within [`RecentEntries`]' bounds.
 //!
 //! It also notes the segment of every journal record written ([`HeldIndex`]), for
-//! [`StateCache::held_segments_where`], and keeps the holdings of the segments asked for
+//! [`StateCache::held_segments_where`], and keeps the holdings of the segments read
 //! up to date ([`LiveHoldings`]), for [`StateCache::holding`] and
 //! [`StateCache::handoff_page_lacking`].
 
@@ -52,7 +52,7 @@ pub struct StateCache<S> {
     entry_hits: u64,
     /// The segments that may hold journal records (a superset).
     held: HeldIndex,
-    /// The holdings of the segments asked for, kept up to date.
+    /// The holdings of the segments read, kept up to date.
     live: LiveHoldings,
 }
 
