@@ -28,7 +28,7 @@ use super::unable::UnableReason;
 use crate::kv::ring::{key_hash, segment_of};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
-const KIND_STATE: u8 = 0;
+pub(super) const KIND_STATE: u8 = 0;
 pub(super) const KIND_ENTRY: u8 = 1;
 pub(super) const KIND_SNAPSHOT: u8 = 2;
 /// Kind 3, seq = slot: the write is indexed in the events-by-type stream (value: its

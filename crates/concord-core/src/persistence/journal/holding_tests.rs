@@ -1,106 +1,11 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::kv::storage::{MemoryStorage, Table};
+use crate::kv::storage::MemoryStorage;
 use crate::persistence::journal::acceptor::{
-    accept_and_learn, handoff_page, handoff_page_skipping, merge_record, save_snapshot,
-    segment_of_log,
+    accept_and_learn, handoff_page, handoff_page_skipping, merge_record,
 };
-
-/// Three event logs of one segment (their records interleave with nothing else).
-fn logs() -> (u16, Vec<String>) {
-    let first = "et|0".to_string();
-    let segment = segment_of_log(&first);
-    let mut logs = vec![first];
-    for i in 1.. {
-        let log = format!("et|{i}");
-        if segment_of_log(&log) == segment {
-            logs.push(log);
-            if logs.len() == 3 {
-                break;
-            }
-        }
-    }
-    (segment, logs)
-}
-
-/// One change to a replica's records.
-#[derive(Debug, Clone)]
-enum Op {
-    /// An accept of one write of `events` events at `round`, learned or not.
-    Accept {
-        log: usize,
-        round: u64,
-        first: u64,
-        events: usize,
-        committed: u64,
-        learn: bool,
-    },
-    /// A snapshot kept.
-    Snapshot { log: usize, seq: u64 },
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => (0..3usize, 1..4u64, 1..24u64, 1..3usize, 0..24u64, any::<bool>()).prop_map(
-            |(log, round, first, events, committed, learn)| Op::Accept {
-                log,
-                round,
-                first,
-                events,
-                committed: committed.min(first),
-                learn,
-            }
-        ),
-        1 => (0..3usize, 1..24u64).prop_map(|(log, seq)| Op::Snapshot { log, seq }),
-    ]
-}
-
-fn apply(st: &mut MemoryStorage, logs: &[String], ops: &[Op]) {
-    for op in ops {
-        match *op {
-            Op::Accept {
-                log,
-                round,
-                first,
-                events,
-                committed,
-                learn,
-            } => {
-                let ballot = Ballot { round, node: 7 };
-                let w = Entry {
-                    first_seq: first,
-                    ballot,
-                    timestamp_ms: 5,
-                    events: (0..events).map(|i| vec![round as u8, i as u8]).collect(),
-                };
-                let at = learn.then_some(1_000 + first);
-                accept_and_learn(st, 1, &logs[log], ballot, committed, false, &[w], at).unwrap();
-            }
-            Op::Snapshot { log, seq } => save_snapshot(
-                st,
-                &logs[log],
-                &StoredSnapshot {
-                    seq_nr: seq,
-                    timestamp_ms: 9,
-                    payload: vec![seq as u8; 4],
-                },
-            )
-            .unwrap(),
-        }
-    }
-}
-
-/// Every record of the journal's tables.
-fn dump(st: &mut MemoryStorage) -> Vec<(Table, Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    for t in [Table::Journal, Table::JournalIndex] {
-        for (k, v) in st.range(t, &[], &[0xff; 8], usize::MAX).unwrap() {
-            out.push((t, k, v));
-        }
-    }
-    out
-}
+use crate::persistence::journal::test_history::{apply, dump, logs, write as op};
 
 /// Hands `segment` of `from` over to `to`, skipping by `holding` if given (pages of
 /// `max` records); the records sent.

@@ -29,7 +29,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::acceptor::{key, parse_key, segment_records, KIND_ENTRY, KIND_INDEXED, KIND_SNAPSHOT};
+use super::acceptor::{
+    key, parse_key, segment_records, KIND_ENTRY, KIND_INDEXED, KIND_SNAPSHOT, KIND_STATE,
+};
 use super::entry::{Ballot, Entry, StoredSnapshot};
 use super::holding::{
     EntryRun, LogHolding, SegmentHolding, SlotRun, MAX_BYTES, MAX_LOGS, MAX_RUNS,
@@ -40,8 +42,6 @@ use crate::kv::storage::{KvStorage, StorageError};
 /// Bytes of holdings kept, at most, about ([`SegmentHolding::size`]): beyond, a segment
 /// read is not kept, and one that grows past it is dropped.
 pub const DEFAULT_BUDGET_BYTES: usize = 32 * 1024 * 1024;
-
-const KIND_STATE: u8 = 0;
 
 /// What this replica holds of one log.
 #[derive(Debug, Clone, Default)]
@@ -153,7 +153,7 @@ impl Segment {
                         })
                         .collect(),
                     marks: runs(&l.marks),
-                    snapshot_seq: if l.snapshot { l.snapshot_seq } else { 0 },
+                    snapshot_seq: l.snapshot_seq,
                 })
                 .collect(),
         }

@@ -51,6 +51,8 @@ pub mod state_cache;
 mod stats;
 pub mod stream;
 mod stream_query;
+#[cfg(test)]
+mod test_history;
 pub mod unable;
 pub mod wait;
 

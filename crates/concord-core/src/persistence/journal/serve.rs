@@ -328,17 +328,8 @@ impl<S: KvStorage> JournalMachine<S> {
                     let summary = match summaries.get(&s) {
                         Some(h) => h.clone(),
                         None => {
-                            // Nothing held there, known without a seek (`HeldIndex`);
-                            // else from memory once read (`LiveHoldings`).
-                            let read = if self.storage.may_hold(s) {
-                                self.storage.holding(s)
-                            } else {
-                                Ok(Some(SegmentHolding {
-                                    segment: s,
-                                    logs: Vec::new(),
-                                }))
-                            };
-                            let Ok(h) = read else {
+                            // From memory once read (`LiveHoldings`).
+                            let Ok(h) = self.storage.holding(s) else {
                                 self.stats.storage_errors += 1;
                                 return;
                             };

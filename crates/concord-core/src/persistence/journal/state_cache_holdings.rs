@@ -10,12 +10,19 @@ use super::StateCache;
 
 impl<S: KvStorage> StateCache<S> {
     /// What this replica holds of `segment` ([`holding::summarize`]; `None`: beyond its
-    /// limits). From memory if the segment is kept ([`LiveHoldings`](super::super::live_holdings::LiveHoldings)); else read from the
+    /// limits). Empty without a read if the held index knows nothing is held there; from
+    /// memory if the segment is kept ([`LiveHoldings`](super::super::live_holdings::LiveHoldings)); else read from the
     /// storage once, and kept from then on if it can be.
     ///
     /// # Errors
     /// The storage failed.
     pub fn holding(&mut self, segment: u16) -> Result<Option<SegmentHolding>, StorageError> {
+        if !self.held.may_hold(segment) {
+            return Ok(Some(SegmentHolding {
+                segment,
+                logs: Vec::new(),
+            }));
+        }
         if let Some(h) = self.live.holding(segment) {
             return Ok(Some(h));
         }

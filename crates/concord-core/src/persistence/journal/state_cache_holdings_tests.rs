@@ -2,111 +2,12 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::kv::storage::MemoryStorage;
-use crate::persistence::journal::acceptor::{
-    accept_and_learn, delete_to, handoff_page_skipping, merge_record, save_snapshot, segment_of_log,
-};
-use crate::persistence::journal::entry::{Ballot, Entry, StoredSnapshot};
+use crate::persistence::journal::acceptor::{handoff_page_skipping, merge_record};
+use crate::persistence::journal::entry::Ballot;
 use crate::persistence::journal::holding::summarize;
-
-/// Three logs of one segment.
-fn logs() -> (u16, Vec<String>) {
-    let first = "et|0".to_string();
-    let segment = segment_of_log(&first);
-    let mut logs = vec![first];
-    for i in 1.. {
-        let log = format!("et|{i}");
-        if segment_of_log(&log) == segment {
-            logs.push(log);
-            if logs.len() == 3 {
-                break;
-            }
-        }
-    }
-    (segment, logs)
-}
-
-/// One change to a replica's records, writes and removals.
-#[derive(Debug, Clone)]
-enum Op {
-    /// An accept of one write of `events` events at `round`, learned or not; `compact`:
-    /// a durable state's (the slots before it are removed).
-    Accept {
-        log: usize,
-        round: u64,
-        first: u64,
-        events: usize,
-        committed: u64,
-        learn: bool,
-        compact: bool,
-    },
-    /// A snapshot kept.
-    Snapshot { log: usize, seq: u64 },
-    /// Committed entries deleted up to `to`.
-    Delete { log: usize, to: u64 },
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => (0..3usize, 1..4u64, 1..24u64, 1..3usize, 0..24u64, any::<bool>(), 0..8u8)
-            .prop_map(|(log, round, first, events, committed, learn, c)| Op::Accept {
-                log,
-                round,
-                first,
-                events,
-                committed: committed.min(first),
-                learn,
-                compact: c == 0,
-            }),
-        1 => (0..3usize, 1..24u64).prop_map(|(log, seq)| Op::Snapshot { log, seq }),
-        1 => (0..3usize, 1..24u64).prop_map(|(log, to)| Op::Delete { log, to }),
-    ]
-}
-
-fn apply<S: KvStorage>(st: &mut S, logs: &[String], op: &Op) {
-    match *op {
-        Op::Accept {
-            log,
-            round,
-            first,
-            events,
-            committed,
-            learn,
-            compact,
-        } => {
-            let ballot = Ballot { round, node: 7 };
-            let w = Entry {
-                first_seq: first,
-                ballot,
-                timestamp_ms: 5,
-                events: (0..events).map(|i| vec![round as u8, i as u8]).collect(),
-            };
-            let at = learn.then_some(1_000 + first);
-            accept_and_learn(st, 1, &logs[log], ballot, committed, compact, &[w], at).unwrap();
-        }
-        Op::Snapshot { log, seq } => save_snapshot(
-            st,
-            &logs[log],
-            &StoredSnapshot {
-                seq_nr: seq,
-                timestamp_ms: 9,
-                payload: vec![seq as u8; 4],
-            },
-        )
-        .unwrap(),
-        Op::Delete { log, to } => delete_to(st, &logs[log], to).unwrap(),
-    }
-}
-
-/// Every record of the journal's tables.
-fn dump(st: &mut MemoryStorage) -> Vec<(Table, Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    for t in [Table::Journal, Table::JournalIndex] {
-        for (k, v) in st.range(t, &[], &[0xff; 8], usize::MAX).unwrap() {
-            out.push((t, k, v));
-        }
-    }
-    out
-}
+use crate::persistence::journal::test_history::{
+    apply, change as op, dump, learned_write, logs, Op,
+};
 
 /// Hands `segment` over to `to` page by page (`max` records each) with `page`; the
 /// records sent and left out.
@@ -142,13 +43,13 @@ proptest! {
         let disk = MemoryStorage::new();
         let mut c = StateCache::new(disk.clone(), 100);
         for o in &before {
-            apply(&mut c, &logs, o);
+            apply(&mut c, &logs, std::slice::from_ref(o));
         }
         let first = c.holding(segment).unwrap();
         prop_assert_eq!(&first, &summarize(&mut disk.clone(), segment).unwrap());
         prop_assert!(c.live.keeps(segment));
         for o in &after {
-            apply(&mut c, &logs, o);
+            apply(&mut c, &logs, std::slice::from_ref(o));
             c.commit().unwrap();
             prop_assert!(c.live.keeps(segment));
             let kept = c.live.holding(segment);
@@ -173,13 +74,13 @@ proptest! {
             if i == read_at {
                 from.holding(segment).unwrap();
             }
-            apply(&mut from, &logs, o);
+            apply(&mut from, &logs, std::slice::from_ref(o));
         }
         from.commit().unwrap();
         let build = || {
             let mut st = MemoryStorage::new();
             for o in common.iter().chain(&receiver) {
-                apply(&mut st, &logs, o);
+                apply(&mut st, &logs, std::slice::from_ref(o));
             }
             st
         };
@@ -204,38 +105,12 @@ proptest! {
 fn a_page_reads_only_what_the_replica_lacks() {
     let (segment, logs) = logs();
     let b = Ballot { round: 1, node: 7 };
-    let write = |first: u64| Entry {
-        first_seq: first,
-        ballot: b,
-        timestamp_ms: 5,
-        events: vec![vec![1; 100]],
-    };
     let (a, mut restarted) = (MemoryStorage::new(), MemoryStorage::new());
     let mut c = StateCache::new(a.clone(), 100);
     for seq in 1..=110 {
-        accept_and_learn(
-            &mut c,
-            1,
-            &logs[0],
-            b,
-            seq - 1,
-            false,
-            &[write(seq)],
-            Some(seq),
-        )
-        .unwrap();
+        learned_write(&mut c, &logs[0], b, seq);
         if seq <= 100 {
-            accept_and_learn(
-                &mut restarted,
-                1,
-                &logs[0],
-                b,
-                seq - 1,
-                false,
-                &[write(seq)],
-                Some(seq),
-            )
-            .unwrap();
+            learned_write(&mut restarted, &logs[0], b, seq);
         }
     }
     c.commit().unwrap();
@@ -257,7 +132,7 @@ fn a_segment_not_kept_is_read_as_before_and_a_failed_commit_forgets_all() {
     let (segment, logs) = logs();
     let disk = MemoryStorage::new();
     let mut c = StateCache::new(disk.clone(), 100);
-    apply(&mut c, &logs, &Op::Snapshot { log: 0, seq: 3 });
+    apply(&mut c, &logs, &[Op::Snapshot { log: 0, seq: 3 }]);
     // An unknown kind (9) in the segment.
     let odd = super::super::super::acceptor::key(&logs[1], 9, 1);
     c.put(Table::Journal, &odd, b"?").unwrap();
@@ -278,7 +153,7 @@ fn a_segment_not_kept_is_read_as_before_and_a_failed_commit_forgets_all() {
     c.holding(segment).unwrap();
     assert!(c.live.keeps(segment));
     disk.fail_next_commits(1);
-    apply(&mut c, &logs, &Op::Snapshot { log: 0, seq: 4 });
+    apply(&mut c, &logs, &[Op::Snapshot { log: 0, seq: 4 }]);
     assert!(c.commit().is_err());
     assert!(!c.live.keeps(segment));
 }
@@ -294,7 +169,7 @@ fn warming_keeps_every_segment_a_budget_at_a_time() {
         apply(
             &mut c,
             &logs,
-            &Op::Accept {
+            &[Op::Accept {
                 log: (seq % 3) as usize,
                 round: 1,
                 first: seq,
@@ -302,7 +177,7 @@ fn warming_keeps_every_segment_a_budget_at_a_time() {
                 committed: seq - 1,
                 learn: true,
                 compact: false,
-            },
+            }],
         );
     }
     c.commit().unwrap();
@@ -320,7 +195,7 @@ fn warming_keeps_every_segment_a_budget_at_a_time() {
     assert_eq!(kept.map(|h| h.logs.len()), Some(3));
     // A failed commit forgets them; after the index's scan, empty segments cost no read.
     disk.fail_next_commits(1);
-    apply(&mut c, &logs, &Op::Snapshot { log: 0, seq: 2 });
+    apply(&mut c, &logs, &[Op::Snapshot { log: 0, seq: 2 }]);
     assert!(c.commit().is_err());
     assert_eq!(c.holdings_kept(), 0);
     c.held_segments_where(|_| true).unwrap();
