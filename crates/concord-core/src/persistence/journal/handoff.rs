@@ -99,6 +99,14 @@ pub struct Handoffs {
     /// (segment, replica waited for) pairs this node sent its holding of the segment to
     /// in its current wait ([`super::holding`]; once per wait).
     pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
+    /// (segment, replica waited for) pairs asked without this node's holding: the
+    /// replicas a wait asks are told it one at a time, each once the one told before
+    /// delivered, so that only the first sends what this node lacks and the others what
+    /// it still lacks after that copy (see `JournalMachine::ask_handoffs`). Told once the
+    /// wait ends, too (they may still be sending).
+    pub holding_deferred: BTreeSet<(u16, UniqueAddress)>,
+    /// Segment → when the last replica its wait asks was told this node's holding, ms.
+    pub holding_told_ms: BTreeMap<u16, u64>,
     /// (segment, member new to the ring) pairs this node tells what it holds of the
     /// segment at its next ask, unasked: the new member hands it its disk's copy.
     pub holding_offers: BTreeSet<(u16, UniqueAddress)>,
@@ -296,6 +304,7 @@ impl Handoffs {
         }
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.holding_offers.retain(|(_, to)| members.contains(to));
+        self.holding_deferred.retain(|(_, to)| members.contains(to));
         // Those the new ring holds again, or whose segment this node no longer replicates,
         // are no longer owed.
         self.departure_offers
@@ -511,6 +520,12 @@ impl Handoffs {
         standing: Standing,
         needs: &[Need],
     ) {
+        // It delivered: it needs no holding any more. The next replica waited for is
+        // told what this node now holds, at once.
+        self.holding_deferred.remove(&(segment, from.clone()));
+        if self.holding_deferred.iter().any(|(s, _)| *s == segment) {
+            self.next_ask_ms = 0;
+        }
         if let Some(p) = self.pending.get_mut(&segment) {
             self.owed_dirty_segments.insert(segment);
             p.from.remove(from);

@@ -26,6 +26,7 @@
 //! entry kept.
 
 pub mod acceptor;
+mod ask;
 pub mod chain;
 pub mod entry;
 pub mod give_up;

@@ -2,10 +2,10 @@
 //! a replica of the log in this node's own view, and not before its handoff), handoff
 //! pages in and out, and the members that host logs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::handoff::Need;
-use super::holding::{self, SegmentHolding};
+use super::holding;
 use super::message::JournalMessage;
 use super::standing::Standing;
 use super::unable::UnableReason;
@@ -25,23 +25,6 @@ fn with_view(mut m: JournalMessage, view: u64) -> JournalMessage {
         *replicas = view;
     }
     m
-}
-
-/// Bytes of holdings one `HandoffWanted` carries, about, at most (it fits in a frame of
-/// the ordinary lane).
-const HOLDING_MESSAGE_BYTES: usize = 128 * 1024;
-
-/// A `HandoffWanted` telling `to` what this node holds of the segments of `held`.
-fn holding_message(to: &UniqueAddress, held: Vec<SegmentHolding>) -> Transmit<JournalMessage> {
-    Transmit {
-        to: to.address.clone(),
-        to_uid: Some(to.uid),
-        lane: Lane::Ordinary,
-        message: JournalMessage::HandoffWanted {
-            segments: held.iter().map(|h| h.segment).collect(),
-            held,
-        },
-    }
 }
 
 /// Records the journal reads per tick, about, to keep segments' holdings in memory before
@@ -275,101 +258,10 @@ impl<S: KvStorage> JournalMachine<S> {
         {
             self.handoffs.next_ask_ms = now_ms;
         }
-        // Ask every replica this node waits for, again and again until it delivered: its
-        // view of the ring may have changed differently.
         if now_ms >= self.handoffs.next_ask_ms {
             self.handoffs.next_ask_ms = now_ms + handoff::RESEND_MS;
-            let mut wanted: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
-            for (s, p) in &self.handoffs.pending {
-                // Also those an inherited need still waits for.
-                let missing = self.ring.members().iter().filter(|m| p.awaits(&m.address));
-                let ask: BTreeSet<&UniqueAddress> = p.from.iter().chain(missing).collect();
-                for f in ask {
-                    if *f != self.self_node {
-                        wanted.entry(f.clone()).or_default().push(*s);
-                    }
-                }
-            }
-            let pending = &self.handoffs.pending;
-            self.handoffs
-                .holding_sent
-                .retain(|(s, to)| pending.get(s).is_some_and(|p| p.from.contains(to)));
-            // Holdings offered to members new to the ring (they hand this node their
-            // disks' copies), once.
-            let mut offered: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
-            for (s, to) in std::mem::take(&mut self.handoffs.holding_offers) {
-                offered.entry(to).or_default().push(s);
-            }
-            // Holdings offered to members that left the ring (they hand this node their
-            // copies before they go), once this node waits there for no member of the
-            // ring: what it then holds includes what the replicas that stay handed it. (A
-            // wait that needs the departed copies themselves is told at once.)
-            let departure_offers = std::mem::take(&mut self.handoffs.departure_offers);
-            for (s, to) in departure_offers {
-                if pending.get(&s).is_some_and(|p| !p.from.is_empty()) {
-                    self.handoffs.departure_offers.insert((s, to));
-                } else {
-                    offered.entry(to).or_default().push(s);
-                }
-            }
-            for (to, segments) in offered {
-                let w = wanted.entry(to).or_default();
-                w.extend(segments);
-                w.sort_unstable();
-                w.dedup();
-            }
-            let mut summaries: BTreeMap<u16, Option<SegmentHolding>> = BTreeMap::new();
-            for (to, segments) in wanted {
-                let mut held = Vec::new();
-                for &s in &segments {
-                    if self.handoffs.holding_sent.contains(&(s, to.clone())) {
-                        continue;
-                    }
-                    let summary = match summaries.get(&s) {
-                        Some(h) => h.clone(),
-                        None => {
-                            // From memory once read (`LiveHoldings`).
-                            let Ok(h) = self.storage.holding(s) else {
-                                self.stats.storage_errors += 1;
-                                return;
-                            };
-                            summaries.insert(s, h.clone());
-                            h
-                        }
-                    };
-                    if let Some(h) = summary {
-                        self.handoffs.holding_sent.insert((s, to.clone()));
-                        held.push(h);
-                    }
-                }
-                self.out.transmits.push_back(Transmit {
-                    to: to.address.clone(),
-                    to_uid: Some(to.uid),
-                    lane: Lane::Ordinary,
-                    message: JournalMessage::HandoffWanted {
-                        segments,
-                        held: Vec::new(),
-                    },
-                });
-                // What it holds, in messages of at most HOLDING_MESSAGE_BYTES (one
-                // segment's holding is at most holding::MAX_BYTES), held until the turn's
-                // commit like every answer that says what is on disk: a holding read from
-                // writes of a turn whose commit fails would make a sender leave out what
-                // this node does not hold.
-                let mut batch: Vec<SegmentHolding> = Vec::new();
-                let mut bytes = 0usize;
-                for h in held {
-                    if !batch.is_empty() && bytes.saturating_add(h.size()) > HOLDING_MESSAGE_BYTES {
-                        self.held_transmits
-                            .push(holding_message(&to, std::mem::take(&mut batch)));
-                        bytes = 0;
-                    }
-                    bytes = bytes.saturating_add(h.size());
-                    batch.push(h);
-                }
-                if !batch.is_empty() {
-                    self.held_transmits.push(holding_message(&to, batch));
-                }
+            if !self.ask_handoffs(now_ms) {
+                return;
             }
         }
         // Pages in flight, their records and bytes: a page that left out nearly everything

@@ -171,20 +171,7 @@ fn a_replica_restarted_with_its_disk_is_sent_only_what_it_lacks() {
 #[test]
 fn a_leaving_replica_sends_only_what_the_replicas_lack() {
     let mut net = Net::new(37, 0.0);
-    with_timeout(&mut net, 5_000);
-    net.run_until(net.now + 3_000);
-    let log = log_replicated_on_node_4(&net);
-    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
-    assert!(matches!(
-        net.answer(0, 1, 3_000).result,
-        Ok(JournalOutput::Recovered { highest: 0, .. })
-    ));
-    for seq in 1..=20 {
-        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
-        let answer = net.answer(0, 1 + seq, 3_000);
-        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
-    }
-    net.run_until(net.now + 1_000);
+    let log = twenty_writes_to_a_log_on_node_4(&mut net);
     let sent_before = net.machines[4].stats().handoff_records_sent;
     let skipped_before = net.machines[4].stats().handoff_records_skipped;
     // Node 4 leaves: every node, itself included, sees the ring without it.
@@ -205,6 +192,26 @@ fn a_leaving_replica_sends_only_what_the_replicas_lack() {
     }
 }
 
+/// A log replicated on node 4 (`log_replicated_on_node_4`), recovered by node 0, which
+/// then writes slots 1 to 20 to it.
+fn twenty_writes_to_a_log_on_node_4(net: &mut Net) -> String {
+    with_timeout(net, 5_000);
+    net.run_until(net.now + 3_000);
+    let log = log_replicated_on_node_4(net);
+    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
+    assert!(matches!(
+        net.answer(0, 1, 3_000).result,
+        Ok(JournalOutput::Recovered { highest: 0, .. })
+    ));
+    for seq in 1..=20 {
+        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
+        let answer = net.answer(0, 1 + seq, 3_000);
+        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
+    }
+    net.run_until(net.now + 1_000);
+    log
+}
+
 /// Node `i`'s disk holds `log`'s entries at slots 1 to `last`.
 fn assert_slots_on_disk(net: &Net, i: usize, log: &str, last: u64) {
     let mut disk = net.disks[i].clone();
@@ -217,4 +224,47 @@ fn assert_slots_on_disk(net: &Net, i: usize, log: &str, last: u64) {
             "slot {seq} on node {i}"
         );
     }
+}
+
+/// A replica new to a segment needs the copies of a majority of its previous replicas,
+/// which hold the same records: it tells its holding to one of them at a time
+/// (`JournalMachine::ask_handoffs`), so the first sends the log whole and the second only
+/// what the new replica still lacks by then — not a second copy of all of it.
+#[test]
+fn a_new_replica_takes_one_copy_whole_and_from_the_next_only_what_it_lacks() {
+    let mut net = Net::new(38, 0.0);
+    let log = twenty_writes_to_a_log_on_node_4(&mut net);
+    let index = |r: &UniqueAddress| usize::from(r.address.port - 2550);
+    let old = net.machines[0].replicas(&log);
+    let totals = |net: &Net, nodes: &[usize]| {
+        nodes.iter().fold((0, 0), |(sent, skipped), &i| {
+            let s = net.machines[i].stats();
+            (
+                sent + s.handoff_records_sent,
+                skipped + s.handoff_records_skipped,
+            )
+        })
+    };
+    // Node 4 leaves: every node, itself included, sees the ring without it.
+    view_of(&mut net, &[0, 1, 2, 3], &[0, 1, 2, 3, 4]);
+    let new = net.machines[0].replicas(&log);
+    let staying: Vec<usize> = new.iter().filter(|r| old.contains(r)).map(index).collect();
+    let added = new
+        .iter()
+        .find(|r| !old.contains(r))
+        .map(index)
+        .expect("a replica new to the log");
+    assert_eq!(staying.len(), 2);
+    let before = totals(&net, &staying);
+    net.run_until(net.now + 8_000);
+    assert!(!net.machines[added]
+        .pending()
+        .contains_key(&acceptor::segment_of_log(&log)));
+    assert_slots_on_disk(&net, added, &log, 20);
+    let after = totals(&net, &staying);
+    let (sent, skipped) = (after.0 - before.0, after.1 - before.1);
+    // One whole copy (the 20 entries, their 20 marks, the log's state record) and, from
+    // the second replica, the state record alone: it left out the 40 others.
+    assert!(skipped >= 40, "{skipped} left out, {sent} sent");
+    assert!(sent <= 42, "{sent} sent, {skipped} left out");
 }
