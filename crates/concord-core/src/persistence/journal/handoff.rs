@@ -100,10 +100,10 @@ pub struct Handoffs {
     /// in its current wait ([`super::holding`]; once per wait).
     pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
     /// (segment, replica waited for) pairs asked without this node's holding: the
-    /// replicas a wait asks are told it one at a time, each once the one told before
-    /// delivered, so that only the first sends what this node lacks and the others what
-    /// it still lacks after that copy (see `JournalMachine::ask_handoffs`). Told once the
-    /// wait ends, too (they may still be sending).
+    /// replicas a wait asks are told it one at a time — the next once the one told before
+    /// delivered, or after 2 s — so that the first sends what this node lacks and the
+    /// next only what it still lacks then (`super::ask`). Those still not told when the
+    /// wait ends are told then (they may still be sending).
     pub holding_deferred: BTreeSet<(u16, UniqueAddress)>,
     /// Segment → when the last replica its wait asks was told this node's holding, ms.
     pub holding_told_ms: BTreeMap<u16, u64>,
