@@ -36,11 +36,11 @@ pub const MAX_LOGS: usize = 4_096;
 pub const MAX_BYTES: usize = 96 * 1024;
 /// How long a sender holds back the first page of a segment for a new replica that has
 /// not sent its holding yet, ms. It asks as soon as its wait begins, but tells its
-/// holding to one replica it waits for at a time (the next once that one delivered:
-/// `JournalMachine::ask_handoffs`), and a node restarted on a large journal first reads
-/// its holdings of the segments it waits for that it has not read ahead. At 500 ms (until
-/// 2026-12-07) senders sent whole copies meanwhile: in the rolling upgrade a third more
-/// records than with 5 s (docs/BENCHMARKS.md).
+/// holding to one replica it waits for at a time (the next once that one delivered, or
+/// after 2 s: `super::ask`), and a node restarted on a large journal first reads its
+/// holdings of the segments it waits for that it has not read ahead. At 500 ms (until
+/// 2026-12-07) senders sent whole copies meanwhile: in the rolling upgrade about 30 % more
+/// records per request served than with 5 s (docs/BENCHMARKS.md).
 pub const WAIT_MS: u64 = 5_000;
 /// How long a node that left the ring holds back the first page of a segment it hands to
 /// the segment's replicas (`super::handoff::Handoffs::send_misplaced`) for their holding,
