@@ -126,17 +126,12 @@ impl<S: KvStorage> JournalMachine<S> {
             w.sort_unstable();
             w.dedup();
         }
-        // Replicas asked without the holding whose turn came (the one told before
-        // delivered), or whose wait ended: told now, without asking again.
+        // Replicas asked without the holding and not asked any more (their wait ended,
+        // or they left it without delivering): told now, without asking again. Those
+        // asked again are told, or deferred again, below.
         let mut late: BTreeMap<UniqueAddress, Vec<u16>> = BTreeMap::new();
-        let deferred = std::mem::take(&mut self.handoffs.holding_deferred);
-        for (s, to) in deferred {
-            let asked_now = wanted.get(&to).is_some_and(|w| w.contains(&s));
-            if asked_now {
-                if !tell.contains(&(s, to.clone())) {
-                    self.handoffs.holding_deferred.insert((s, to));
-                }
-            } else {
+        for (s, to) in std::mem::take(&mut self.handoffs.holding_deferred) {
+            if !wanted.get(&to).is_some_and(|w| w.contains(&s)) {
                 late.entry(to).or_default().push(s);
             }
         }
