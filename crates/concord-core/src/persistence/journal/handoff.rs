@@ -49,6 +49,10 @@ pub const MAX_TICK_RECORDS: usize = 128 * PAGE_RECORDS;
 /// at most (about 32 MiB); holdings beyond are ignored and their segments sent whole.
 pub const MAX_STORED_HOLDING_RUNS: usize = 1 << 20;
 
+/// (segment, replica) pairs [`Handoffs::misplaced_delivered`] keeps, at most (beyond:
+/// forgotten, and sent again after a ring change, as before).
+pub const MAX_DELIVERED: usize = 1 << 16;
+
 /// One segment on its way to one new replica.
 #[derive(Debug, Clone, Default)]
 pub struct Outgoing {
@@ -67,6 +71,10 @@ pub struct Outgoing {
     /// When this node first could have sent the first page, ms: it waits up to
     /// [`super::holding::WAIT_MS`] from then for the new replica's holding.
     pub ready_ms: Option<u64>,
+    /// The segment's last write here ([`super::segment_writes`]) when its first page was
+    /// last read: if it is the same when the last page is acknowledged, the new replica
+    /// holds everything this node's copy holds ([`Handoffs::misplaced_delivered`]).
+    pub read_at: Option<u64>,
 }
 
 /// Adds `needs` to what this node's copy of `segment` owes (each once; beyond
@@ -96,6 +104,12 @@ pub struct Handoffs {
     pub next_misplaced_ms: u64,
     /// (segment, replica) pairs those were sent to since the last ring change.
     pub misplaced_sent: BTreeSet<(u16, UniqueAddress)>,
+    /// (segment, replica) → the segment's last write here ([`super::segment_writes`]) when
+    /// this node's copy went to that replica whole (every page acknowledged, no write in
+    /// between): while the number stays, [`Handoffs::send_misplaced`] does not send it
+    /// there again after the next ring change. Kept across ring changes for members only,
+    /// at most [`MAX_DELIVERED`] pairs.
+    pub misplaced_delivered: BTreeMap<(u16, UniqueAddress), u64>,
     /// (segment, replica waited for) pairs this node sent its holding of the segment to
     /// in its current wait ([`super::holding`]; once per wait).
     pub holding_sent: BTreeSet<(u16, UniqueAddress)>,
@@ -110,9 +124,12 @@ pub struct Handoffs {
     /// (segment, member new to the ring) pairs this node tells what it holds of the
     /// segment at its next ask, unasked: the new member hands it its disk's copy.
     pub holding_offers: BTreeSet<(u16, UniqueAddress)>,
-    /// (segment, member that left the ring) pairs this node tells what it holds of the
-    /// segment, unasked, once it no longer waits there: the departed member hands its
-    /// copy to the segment's replicas before it goes ([`Handoffs::send_misplaced`]).
+    /// (segment, replica that left the segment's preference list) pairs this node tells
+    /// what it holds of the segment, unasked, once it no longer waits there: the departed
+    /// replica hands its copy to the segment's replicas ([`Handoffs::send_misplaced`]) —
+    /// before it goes, if it left the ring; after every ring change, if it stays a member
+    /// (until 2026-12-08 only those that left the ring were told, and a member that left a
+    /// list sent the list's replicas whole copies they held already).
     pub departure_offers: BTreeSet<(u16, UniqueAddress)>,
     /// This incarnation has been in a ring (its pending segments since are not its
     /// first ring's).
@@ -305,11 +322,15 @@ impl Handoffs {
         self.outgoing.retain(|(_, to), _| members.contains(to));
         self.holding_offers.retain(|(_, to)| members.contains(to));
         self.holding_deferred.retain(|(_, to)| members.contains(to));
-        // Those the new ring holds again, or whose segment this node no longer replicates,
-        // are no longer owed.
-        self.departure_offers
-            .retain(|(s, to)| !members.contains(to) && new.preference_list(*s, n).contains(&me));
+        // Those back in the segment's list, or whose segment this node no longer
+        // replicates, are no longer owed.
+        self.departure_offers.retain(|(s, to)| {
+            let l = new.preference_list(*s, n);
+            !l.contains(&to) && l.contains(&me)
+        });
         self.misplaced_sent.clear();
+        self.misplaced_delivered
+            .retain(|(_, to), _| members.contains(to));
         self.next_misplaced_ms = 0;
         let first_ring = !self.was_member;
         if new.members().contains(me) {
@@ -327,16 +348,6 @@ impl Handoffs {
                 .filter(|m| *m != me && !old.members().contains(m))
                 .collect()
         };
-        // Members that left the ring hand this node their copies of the segments it
-        // replicates (`send_misplaced`); it tells them what it holds there.
-        let departed: Vec<&UniqueAddress> = if new.members().contains(me) {
-            old.members()
-                .iter()
-                .filter(|m| *m != me && !members.contains(m))
-                .collect()
-        } else {
-            Vec::new()
-        };
         let without_me = (!joined.is_empty())
             .then(|| Ring::new(new.members().iter().filter(|m| *m != me).cloned(), vnodes));
         for s in 0..SEGMENTS {
@@ -352,8 +363,10 @@ impl Handoffs {
                     }
                 }
             }
+            // Replicas that left the list (and the ring, or not) hand this node their
+            // copies (`send_misplaced`); it tells them what it holds there.
             if new_l.contains(&me) {
-                for x in departed.iter().filter(|x| old_l.contains(x)) {
+                for x in old_l.iter().filter(|x| **x != me && !new_l.contains(x)) {
                     self.departure_offers.insert((s, (*x).clone()));
                 }
             }
@@ -494,24 +507,6 @@ impl Handoffs {
         self.next_ask_ms = 0;
     }
 
-    /// Sends the records of segments held here but not replicated here (after a ring
-    /// change, or a whole cluster's restart, they may be the only copies) to their
-    /// replicas, once per ring.
-    pub fn send_misplaced(&mut self, held: &[u16], ring: &Ring, me: &UniqueAddress, n: u8) {
-        for &s in held {
-            let list = ring.preference_list(s, n);
-            if list.contains(&me) {
-                continue;
-            }
-            for r in list {
-                let key = (s, r.clone());
-                if self.misplaced_sent.insert(key.clone()) {
-                    self.outgoing.entry(key).or_default();
-                }
-            }
-        }
-    }
-
     /// `from` sent the last page of `segment`, standing so, its copy owing `needs`.
     pub fn received_last(
         &mut self,
@@ -568,23 +563,27 @@ impl Handoffs {
         ignored
     }
 
-    /// `to` acknowledged page `page` of `segment`.
-    pub fn acknowledged(&mut self, segment: u16, to: &UniqueAddress, page: u32) {
+    /// `to` acknowledged page `page` of `segment`; the handoff, removed, if that was its
+    /// last page.
+    pub fn acknowledged(
+        &mut self,
+        segment: u16,
+        to: &UniqueAddress,
+        page: u32,
+    ) -> Option<Outgoing> {
         let key = (segment, to.clone());
-        let Some(o) = self.outgoing.get_mut(&key) else {
-            return;
-        };
+        let o = self.outgoing.get_mut(&key)?;
         if o.page != page {
-            return;
+            return None;
         }
         if let Some((_, last_key, last)) = o.in_flight.take() {
             if last {
-                self.outgoing.remove(&key);
-                return;
+                return self.outgoing.remove(&key);
             }
             o.after = last_key;
             o.page = o.page.saturating_add(1);
         }
+        None
     }
 }
 

@@ -180,7 +180,10 @@ impl<S: KvStorage> JournalMachine<S> {
                 return Some(JournalMessage::HandoffAck { segment, page });
             }
             JournalMessage::HandoffAck { segment, page } => {
-                self.handoffs.acknowledged(segment, from, page);
+                if let Some(o) = self.handoffs.acknowledged(segment, from, page) {
+                    let last_write = self.storage.last_write(segment);
+                    self.handoffs.delivered(segment, from, &o, last_write);
+                }
                 return None;
             }
             JournalMessage::HandoffWanted { segments, held } => {
@@ -243,7 +246,11 @@ impl<S: KvStorage> JournalMachine<S> {
                 !list.contains(&me) && list.iter().any(|r| !sent.contains(&(s, (*r).clone())))
             });
             match looked {
-                Ok(held) => self.handoffs.send_misplaced(&held, ring, me, n),
+                Ok(held) => {
+                    let storage = &self.storage;
+                    self.handoffs
+                        .send_misplaced(&held, ring, me, n, |s| storage.last_write(s));
+                }
                 Err(_) => self.stats.storage_errors += 1,
             }
         }
@@ -434,12 +441,24 @@ impl<S: KvStorage> JournalMachine<S> {
                 return;
             };
             self.stats.handoff_records_sent += records.len() as u64;
+            if departed
+                || !self
+                    .ring
+                    .preference_list(segment, self.settings.n)
+                    .contains(&&self.self_node)
+            {
+                self.stats.handoff_misplaced_records_sent += records.len() as u64;
+            }
             self.stats.handoff_records_skipped += skipped;
             read_this_tick = read_this_tick.saturating_add(records_read);
             let bytes = records
                 .iter()
                 .fold(0usize, |b, (k, v)| b.saturating_add(k.len() + v.len()));
+            let read_at = self.storage.last_write(segment);
             if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
+                if page == 0 {
+                    o.read_at = Some(read_at);
+                }
                 o.in_flight = Some((now_ms, last_key, last));
                 o.in_flight_size = (records.len(), bytes);
             }

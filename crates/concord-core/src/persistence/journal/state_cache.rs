@@ -31,6 +31,7 @@ use super::acceptor::{held_segments, is_entry_key, is_state_key, segment_bounds}
 use super::held_index::HeldIndex;
 use super::live_holdings::LiveHoldings;
 use super::recent_entries::{self, RecentEntries};
+use super::segment_writes::SegmentWrites;
 
 #[path = "state_cache_holdings.rs"]
 mod holdings;
@@ -54,6 +55,8 @@ pub struct StateCache<S> {
     held: HeldIndex,
     /// The holdings of the segments read, kept up to date.
     live: LiveHoldings,
+    /// When each segment was last written.
+    writes: SegmentWrites,
 }
 
 impl<S: KvStorage> StateCache<S> {
@@ -78,6 +81,7 @@ impl<S: KvStorage> StateCache<S> {
             entry_hits: 0,
             held: HeldIndex::default(),
             live: LiveHoldings::default(),
+            writes: SegmentWrites::default(),
         }
     }
 
@@ -123,6 +127,11 @@ impl<S: KvStorage> StateCache<S> {
     /// nothing of the segment written since (no seek).
     pub fn may_hold(&self, segment: u16) -> bool {
         self.held.may_hold(segment)
+    }
+
+    /// The number of `segment`'s last write here ([`SegmentWrites::last_write`]).
+    pub fn last_write(&self, segment: u16) -> u64 {
+        self.writes.last_write(segment)
     }
 
     fn put_through(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
@@ -212,6 +221,7 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
         let r = self.put_through(table, key, value);
         if table == Table::Journal {
             if let Some(segment) = HeldIndex::segment_of_key(key) {
+                self.writes.wrote(segment);
                 if r.is_ok() {
                     self.held.wrote(segment);
                     self.live.noted(segment, key, Some(value));
@@ -227,6 +237,7 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
         let r = self.remove_through(table, key);
         if table == Table::Journal {
             if let Some(segment) = HeldIndex::segment_of_key(key) {
+                self.writes.wrote(segment);
                 if r.is_ok() {
                     self.live.noted(segment, key, None);
                 } else {
@@ -256,6 +267,7 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
             // hold records again. Scanned again at the next look.
             self.held = HeldIndex::default();
             self.live.clear();
+            self.writes.all_changed();
         }
         r
     }

@@ -23,6 +23,9 @@ pub struct JournalStats {
     /// Handoff records left out: the new replica said it held them already
     /// ([`super::holding`]).
     pub handoff_records_skipped: u64,
+    /// Handoff records sent of segments this node does not replicate (misplaced copies,
+    /// [`super::handoff::Handoffs::send_misplaced`]; counted in `handoff_records_sent` too).
+    pub handoff_misplaced_records_sent: u64,
     /// Holdings received that were malformed or beyond the bound kept (those segments are
     /// sent whole).
     pub holdings_ignored: u64,

@@ -21,6 +21,8 @@ mod commit;
 mod fencing;
 #[path = "tests_held.rs"]
 mod held;
+#[path = "tests_misplaced.rs"]
+mod misplaced;
 #[path = "tests_restart.rs"]
 mod restart;
 #[path = "tests_shrink.rs"]

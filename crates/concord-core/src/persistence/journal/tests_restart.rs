@@ -194,7 +194,7 @@ fn a_leaving_replica_sends_only_what_the_replicas_lack() {
 
 /// A log replicated on node 4 (`log_replicated_on_node_4`), recovered by node 0, which
 /// then writes slots 1 to 20 to it.
-fn twenty_writes_to_a_log_on_node_4(net: &mut Net) -> String {
+pub(super) fn twenty_writes_to_a_log_on_node_4(net: &mut Net) -> String {
     with_timeout(net, 5_000);
     net.run_until(net.now + 3_000);
     let log = log_replicated_on_node_4(net);
@@ -213,7 +213,7 @@ fn twenty_writes_to_a_log_on_node_4(net: &mut Net) -> String {
 }
 
 /// Node `i`'s disk holds `log`'s entries at slots 1 to `last`.
-fn assert_slots_on_disk(net: &Net, i: usize, log: &str, last: u64) {
+pub(super) fn assert_slots_on_disk(net: &Net, i: usize, log: &str, last: u64) {
     let mut disk = net.disks[i].clone();
     for seq in 1..=last {
         let k = acceptor::key(log, acceptor::KIND_ENTRY, seq);

@@ -66,6 +66,8 @@ pub(super) fn record<S: KvStorage>(node: &str, m: &JournalMachine<S>) {
         .absolute(s.handoff_records_sent);
     metrics::counter!("concord_journal_handoff_records_skipped_total", &l)
         .absolute(s.handoff_records_skipped);
+    metrics::counter!("concord_journal_handoff_misplaced_records_sent_total", &l)
+        .absolute(s.handoff_misplaced_records_sent);
     metrics::counter!("concord_journal_holdings_ignored_total", &l).absolute(s.holdings_ignored);
     metrics::gauge!("concord_journal_pending_learns", &l).set(m.pending_learns() as f64);
     metrics::gauge!("concord_journal_holdings_kept", &l).set(m.holdings_kept() as f64);
