@@ -16,7 +16,7 @@ impl Handoffs {
     /// replicas, once per ring — but not to a replica this copy already went to whole,
     /// unchanged since (`last_write`: [`super::segment_writes`]; see
     /// [`Handoffs::misplaced_delivered`]). Without that, every ring change of a rolling
-    /// upgrade sent every misplaced copy whole again: 59 % of the records handed over
+    /// upgrade sent every misplaced copy whole again: 55–66 % of the records handed over
     /// (docs/BENCHMARKS.md).
     pub fn send_misplaced(
         &mut self,
