@@ -454,10 +454,9 @@ impl<S: KvStorage> JournalMachine<S> {
             let bytes = records
                 .iter()
                 .fold(0usize, |b, (k, v)| b.saturating_add(k.len() + v.len()));
-            let read_at = self.storage.last_write(segment);
             if let Some(o) = self.handoffs.outgoing.get_mut(&(segment, to.clone())) {
                 if page == 0 {
-                    o.read_at = Some(read_at);
+                    o.read_at = Some(self.storage.last_write(segment));
                 }
                 o.in_flight = Some((now_ms, last_key, last));
                 o.in_flight_size = (records.len(), bytes);

@@ -104,14 +104,20 @@ fn three_writes(net: &mut Net) -> String {
 /// Node 0 recovers `log` (empty; within `ms`) and writes three writes to it (requests 1
 /// to 4), then the network runs 1 s more.
 pub(super) fn three_writes_to(net: &mut Net, log: &str, ms: u64) {
+    writes_to(net, log, 3, ms, 1_000);
+}
+
+/// Node 0 recovers `log` (answered within `recover_ms`) and writes slots 1 to `count` to
+/// it (each answered within `append_ms`), then the network runs 1 s more.
+pub(super) fn writes_to(net: &mut Net, log: &str, count: u64, recover_ms: u64, append_ms: u64) {
     net.machines[0].recover(net.now, 1, log.to_owned(), 1, 10);
     assert!(matches!(
-        net.answer(0, 1, ms).result,
+        net.answer(0, 1, recover_ms).result,
         Ok(JournalOutput::Recovered { highest: 0, .. })
     ));
-    for seq in 1..=3 {
+    for seq in 1..=count {
         net.machines[0].append(net.now, 1 + seq, log.to_owned(), write(seq, "w"), false);
-        let answer = net.answer(0, 1 + seq, 1_000);
+        let answer = net.answer(0, 1 + seq, append_ms);
         assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
     }
     net.run_until(net.now + 1_000);

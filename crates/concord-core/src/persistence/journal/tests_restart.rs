@@ -2,7 +2,9 @@
 //! ([`super::super::owed`]), so it does not answer from its empty copy although no ring of
 //! its own is on disk and none of the replicas that held the segment is in its ring.
 
-use super::held::{answer_to, recovery_held, three_writes_to, view_of, with_timeout, write};
+use super::held::{
+    answer_to, recovery_held, three_writes_to, view_of, with_timeout, write, writes_to,
+};
 use super::*;
 
 #[test]
@@ -198,17 +200,7 @@ pub(super) fn twenty_writes_to_a_log_on_node_4(net: &mut Net) -> String {
     with_timeout(net, 5_000);
     net.run_until(net.now + 3_000);
     let log = log_replicated_on_node_4(net);
-    net.machines[0].recover(net.now, 1, log.clone(), 1, 10);
-    assert!(matches!(
-        net.answer(0, 1, 3_000).result,
-        Ok(JournalOutput::Recovered { highest: 0, .. })
-    ));
-    for seq in 1..=20 {
-        net.machines[0].append(net.now, 1 + seq, log.clone(), write(seq, "w"), false);
-        let answer = net.answer(0, 1 + seq, 3_000);
-        assert_eq!(answer.result, Ok(JournalOutput::Appended), "{answer:?}");
-    }
-    net.run_until(net.now + 1_000);
+    writes_to(net, &log, 20, 3_000, 3_000);
     log
 }
 
