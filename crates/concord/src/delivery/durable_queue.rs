@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
 
 use concord_core::delivery::{DurableQueueState, Incarnation, QueueEvent};
 use concord_core::persistence::{AtomicWrite, PersistenceId};
@@ -51,6 +53,19 @@ pub(super) struct DurableQueue {
     confirmations: BTreeMap<(String, Incarnation), u64>,
     /// Work-pulling messages confirmed, not written yet.
     done: Vec<u64>,
+    /// When the last write ended.
+    written_at: Instant,
+    /// The deletion running beside the writes, if any: its cut and its task.
+    compacting: Option<(u64, tokio::task::JoinHandle<Result<(), String>>)>,
+}
+
+impl Drop for DurableQueue {
+    fn drop(&mut self) {
+        // A queue read again meanwhile must not see a deletion go on under it.
+        if let Some((_, task)) = self.compacting.take() {
+            task.abort();
+        }
+    }
 }
 
 /// Ids per [`QueueEvent::Done`] event.
@@ -155,6 +170,8 @@ impl DurableQueue {
             state,
             confirmations: BTreeMap::new(),
             done: Vec::new(),
+            written_at: Instant::now(),
+            compacting: None,
         })
     }
 
@@ -164,7 +181,7 @@ impl DurableQueue {
     }
 
     /// Notes a confirmation, written with the next write (the producer writes what is
-    /// noted at least once a second).
+    /// noted within about two seconds: [`super::recorder::WRITE_CONFIRMATIONS_IDLE`]).
     pub(super) fn confirmed(&mut self, entity_id: String, incarnation: Incarnation, seq_nr: u64) {
         let c = self
             .confirmations
@@ -183,8 +200,14 @@ impl DurableQueue {
         !self.confirmations.is_empty() || !self.done.is_empty()
     }
 
+    /// How long since the last write ended.
+    pub(super) fn idle_for(&self) -> Duration {
+        self.written_at.elapsed()
+    }
+
     /// Writes `sent` (and the confirmations noted) after the log's end, in atomic writes
-    /// of at most 1000 events; then deletes what is no longer needed.
+    /// of at most 1000 events; then starts deleting what is no longer needed, if enough is
+    /// ([`DurableQueue::compact`]).
     ///
     /// # Errors
     /// [`DeliveryError::Store`]: the write failed (another producer with this id wrote
@@ -224,15 +247,39 @@ impl DurableQueue {
             self.highest += chunk.len() as u64;
             self.ends.push_back(self.highest);
         }
-        self.compact().await;
+        self.written_at = Instant::now();
+        self.compact();
         Ok(())
     }
 
     /// Deletes the events no longer needed, once enough are: first a marker snapshot at
     /// the new start (empty: the state is the fold of the events after it), then the events
-    /// up to it. A failure is logged: the next call tries again; a marker saved without its
+    /// up to it. A failure is logged: a later call tries again; a marker saved without its
     /// deletion only makes the next recovery start there.
-    async fn compact(&mut self) {
+    ///
+    /// The deletion runs in a task of its own, beside the writes, one at a time: awaited
+    /// in the write, its three store requests held up every `send` behind them, once per
+    /// 256 events — in a rolling upgrade's load, the sample log's slowest 1 % of requests
+    /// (docs/BENCHMARKS.md, "Deletions"). Dropping the queue stops it.
+    fn compact(&mut self) {
+        if let Some((to, task)) = self.compacting.take() {
+            if !task.is_finished() {
+                self.compacting = Some((to, task));
+                return;
+            }
+            match task.now_or_never() {
+                Some(Ok(Ok(()))) => {
+                    self.deleted_to = self.deleted_to.max(to);
+                    while self.ends.front().is_some_and(|e| *e <= to) {
+                        self.ends.pop_front();
+                    }
+                }
+                Some(Ok(Err(e))) => {
+                    tracing::debug!(queue = %self.pid, error = %e, "durable queue events not deleted yet")
+                }
+                _ => tracing::debug!(queue = %self.pid, "the durable queue's deletion stopped"),
+            }
+        }
         // The last write boundary at or before the first event still needed.
         let limit = self.state.deletable_up_to(self.highest);
         let Some(to) = self.ends.iter().rev().find(|e| **e <= limit).copied() else {
@@ -246,23 +293,31 @@ impl DurableQueue {
             timestamp_ms: now_ms(),
             payload: Vec::new(),
         };
-        let compact = async {
-            self.snapshots.save(&self.pid, marker).await?;
-            self.journal.delete_to(&self.pid, to).await?;
+        let (journal, snapshots, pid) = (self.journal.clone(), self.snapshots.clone(), self.pid.clone());
+        let compact = async move {
+            snapshots.save(&pid, marker).await?;
+            journal.delete_to(&pid, to).await?;
             // Older markers are of no use (a store that keeps only the newest has none).
-            self.snapshots.delete_to(&self.pid, to - 1).await
+            snapshots.delete_to(&pid, to - 1).await
         };
-        match tokio::time::timeout(STORE_TIMEOUT, compact).await {
-            Ok(Ok(())) => {
-                self.deleted_to = to;
-                while self.ends.front().is_some_and(|e| *e <= to) {
-                    self.ends.pop_front();
-                }
+        let task = tokio::spawn(async move {
+            match tokio::time::timeout(STORE_TIMEOUT, compact).await {
+                Ok(r) => r.map_err(|e: PersistenceError| e.to_string()),
+                Err(_) => Err("timed out".to_string()),
             }
-            Ok(Err(e)) => {
-                tracing::debug!(queue = %self.pid, error = %e, "durable queue events not deleted yet")
+        });
+        self.compacting = Some((to, task));
+    }
+
+    /// Waits for the deletion running, if any, and takes its outcome (tests).
+    #[cfg(test)]
+    async fn compacted(&mut self) {
+        loop {
+            match self.compacting.as_ref() {
+                Some((_, task)) if !task.is_finished() => tokio::task::yield_now().await,
+                Some(_) => self.compact(),
+                None => return,
             }
-            Err(_) => tracing::debug!(queue = %self.pid, "deleting durable queue events timed out"),
         }
     }
 }
@@ -311,6 +366,7 @@ mod tests {
             }
         }
         q.write(Vec::new()).await.unwrap();
+        q.compacted().await;
         assert!(q.deleted_to > 0, "never cut");
         let ends: Vec<u64> = q.ends.iter().copied().collect();
         assert!(ends.windows(2).all(|w| w[0] < w[1]) && ends.first() > Some(&q.deleted_to));

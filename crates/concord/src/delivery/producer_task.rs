@@ -19,7 +19,7 @@ use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
 use super::producer_core::{Confirmation, ProducerCore};
-use super::recorder::Recorder;
+use super::recorder::{Recorder, WRITE_CONFIRMATIONS_IDLE};
 use super::status::ProducerStatus;
 use crate::sharding::{ShardRegion, ShardingError};
 
@@ -177,13 +177,13 @@ impl<E: ConsumerEntity> Task<E> {
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 metrics::producer(core.node(), core.producer_id(), &self.status());
-                if let Err(e) = self.recorder.write_confirmations().await {
+                if let Err(e) = self.recorder.write_confirmations(WRITE_CONFIRMATIONS_IDLE).await {
                     self.fail(&e);
                     return e;
                 }
             }
         }
-        if let Err(e) = self.recorder.write_confirmations().await {
+        if let Err(e) = self.recorder.write_confirmations(Duration::ZERO).await {
             tracing::debug!(producer = %core.producer_id(), error = %e, "the last confirmations were not recorded");
         }
         metrics::producer(core.node(), core.producer_id(), &self.status());

@@ -3,11 +3,19 @@
 //! once its record is written; without a queue it is answered at once. Shared by the
 //! sharded producer's task and the work-pulling producer's.
 
+use std::time::Duration;
+
 use concord_core::delivery::QueueEvent;
 use tokio::sync::oneshot;
 
 use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
+
+/// A producer writes the confirmations noted by themselves only once its queue was not
+/// written for this long ([`Recorder::write_confirmations`]); its task looks once a
+/// second, so a confirmation is on disk within about two seconds when nothing else is
+/// written.
+pub(super) const WRITE_CONFIRMATIONS_IDLE: Duration = Duration::from_secs(1);
 
 /// Where a `send` caller learns its message's number.
 pub(super) type Accepted = oneshot::Sender<Result<u64, DeliveryError>>;
@@ -73,12 +81,18 @@ impl Recorder {
         Ok(())
     }
 
-    /// Writes the confirmations noted, if any.
+    /// Writes the confirmations noted, if any, unless the queue was written within
+    /// `idle` (every write takes the confirmations noted: while messages are written,
+    /// confirmations go with them, and a write of its own would only hold up the next).
     ///
     /// # Errors
     /// As [`Recorder::record`].
-    pub(super) async fn write_confirmations(&mut self) -> Result<(), DeliveryError> {
-        match self.queue.as_mut().filter(|q| q.has_confirmations()) {
+    pub(super) async fn write_confirmations(&mut self, idle: Duration) -> Result<(), DeliveryError> {
+        match self
+            .queue
+            .as_mut()
+            .filter(|q| q.has_confirmations() && q.idle_for() >= idle)
+        {
             Some(q) => q.write(Vec::new()).await,
             None => Ok(()),
         }

@@ -20,7 +20,7 @@ use super::durable_queue::DurableQueue;
 use super::error::DeliveryError;
 use super::metrics;
 use super::point_consumer::ConsumerRef;
-use super::recorder::Recorder;
+use super::recorder::{Recorder, WRITE_CONFIRMATIONS_IDLE};
 use super::router_effects::{DeliveryCommand, EndpointInput};
 use super::status::{ProducerStatus, WorkPullingStatus};
 
@@ -254,13 +254,13 @@ impl Task {
                 self.metrics();
                 // Callers of `send_and_confirm` that gave up.
                 self.waiters.retain(|_, w| !w.is_closed());
-                if let Err(e) = self.recorder.write_confirmations().await {
+                if let Err(e) = self.recorder.write_confirmations(WRITE_CONFIRMATIONS_IDLE).await {
                     self.fail(&e);
                     break;
                 }
             }
         }
-        if let Err(e) = self.recorder.write_confirmations().await {
+        if let Err(e) = self.recorder.write_confirmations(Duration::ZERO).await {
             tracing::debug!(producer = %self.producer_id, error = %e, "the last confirmations were not recorded");
         }
         self.metrics();

@@ -45,7 +45,7 @@ pub const MAX_PAGE_BYTES: usize = 1 << 20;
 /// `Unable`; a writer that never completes a write leaves at most one).
 pub const MAX_TAIL_ENTRIES: usize = 1000;
 /// Records read from storage at once.
-const SCAN: usize = 256;
+pub(super) const SCAN: usize = 256;
 
 /// The ring segment of a log.
 pub fn segment_of_log(log: &str) -> u16 {
@@ -211,7 +211,7 @@ fn page<S: KvStorage>(
 }
 
 /// True if `k` is the key after slot `u64::MAX` (the scan is over).
-fn slot_after(k: &[u8]) -> bool {
+pub(super) fn slot_after(k: &[u8]) -> bool {
     k.ends_with(&u64::MAX.to_be_bytes())
 }
 
@@ -444,23 +444,6 @@ pub fn load_snapshot<S: KvStorage>(
     st.get(Table::Journal, &key(log, KIND_SNAPSHOT, 0))?
         .map(|b| StoredSnapshot::decode(&b).map_err(corrupt))
         .transpose()
-}
-
-/// Deletes the committed entries of `log` that end at or before `to`.
-///
-/// # Errors
-/// The storage failed or holds a corrupt record.
-pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), StorageError> {
-    let state = log_state(st, log)?;
-    let (entries, _) = page(st, log, 1, usize::MAX, MAX_PAGE_BYTES)?;
-    for e in entries {
-        if e.first_seq > state.committed || e.last_seq() > to {
-            break;
-        }
-        st.remove(Table::Journal, &key(log, KIND_ENTRY, e.first_seq))?;
-        super::stream::unindex(st, log, e.first_seq)?;
-    }
-    Ok(())
 }
 
 /// Records of segment `segment` from `after` (exclusive; `None`: from the start), at most

@@ -1,5 +1,6 @@
 use super::*;
 use crate::kv::storage::MemoryStorage;
+use crate::persistence::journal::deletion::delete_to;
 
 fn entry(first: u64, n: usize, round: u64) -> Entry {
     Entry {

@@ -28,6 +28,7 @@
 pub mod acceptor;
 mod ask;
 pub mod chain;
+pub mod deletion;
 pub mod entry;
 pub mod give_up;
 pub mod handoff;

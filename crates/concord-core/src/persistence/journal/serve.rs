@@ -149,7 +149,8 @@ impl<S: KvStorage> JournalMachine<S> {
                     replicas: 0,
                 })
                 .map_err(|e| (request, e)),
-            JournalMessage::Delete { request, log, to } => acceptor::delete_to(st, &log, to)
+            JournalMessage::Delete { request, log, to } => st
+                .delete_to(&log, to)
                 .map(|()| JournalMessage::Done {
                     request,
                     replicas: 0,

@@ -18,6 +18,8 @@
 //! Entry records are kept the same way, but only as they are written (a learn reads back
 //! the entry its replica accepted a moment before), within [`RecentEntries`]' bounds.
 //!
+//! It keeps each log's deletion floor ([`DeletionFloors`]) for [`StateCache::delete_to`].
+//!
 //! It also notes the segment of every journal record written ([`HeldIndex`]), for
 //! [`StateCache::held_segments_where`], and keeps the holdings of the segments read
 //! up to date ([`LiveHoldings`]), for [`StateCache::holding`] and
@@ -27,7 +29,8 @@ use std::collections::HashMap;
 
 use crate::kv::storage::{KvStorage, Record, StorageError, Table};
 
-use super::acceptor::{held_segments, is_entry_key, is_state_key, segment_bounds};
+use super::acceptor::{held_segments, is_entry_key, is_state_key, parse_key, segment_bounds};
+use super::deletion::{delete_from, DeletionFloors};
 use super::held_index::HeldIndex;
 use super::live_holdings::LiveHoldings;
 use super::recent_entries::{self, RecentEntries};
@@ -57,6 +60,8 @@ pub struct StateCache<S> {
     live: LiveHoldings,
     /// When each segment was last written.
     writes: SegmentWrites,
+    /// Where each log's next deletion may start looking.
+    floors: DeletionFloors,
 }
 
 impl<S: KvStorage> StateCache<S> {
@@ -82,7 +87,26 @@ impl<S: KvStorage> StateCache<S> {
             held: HeldIndex::default(),
             live: LiveHoldings::default(),
             writes: SegmentWrites::default(),
+            floors: DeletionFloors::default(),
         }
+    }
+
+    /// The storage under the cache (tests look at it).
+    #[cfg(test)]
+    pub(super) fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Deletes the committed entries of `log` that end at or before `to`
+    /// ([`delete_from`]), looking from where its last deletion here left off.
+    ///
+    /// # Errors
+    /// The storage failed or holds a corrupt record.
+    pub fn delete_to(&mut self, log: &str, to: u64) -> Result<(), StorageError> {
+        let from = self.floors.floor(log);
+        let floor = delete_from(self, log, from, to)?;
+        self.floors.deleted(log, floor);
+        Ok(())
     }
 
     /// The segments holding journal records here among those `want` picks, ascending.
@@ -219,6 +243,11 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
 
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         let r = self.put_through(table, key, value);
+        if table == Table::Journal && !self.floors.is_empty() && is_entry_key(key) {
+            if let Some((_, log, _, slot)) = parse_key(key) {
+                self.floors.wrote(log, slot);
+            }
+        }
         if table == Table::Journal {
             if let Some(segment) = HeldIndex::segment_of_key(key) {
                 self.writes.wrote(segment);
@@ -268,6 +297,7 @@ impl<S: KvStorage> KvStorage for StateCache<S> {
             self.held = HeldIndex::default();
             self.live.clear();
             self.writes.all_changed();
+            self.floors.clear();
         }
         r
     }

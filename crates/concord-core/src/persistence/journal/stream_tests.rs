@@ -1,6 +1,5 @@
-use super::super::acceptor::{
-    accept, delete_to, held_segments, log_state, merge_record, segment_records,
-};
+use super::super::acceptor::{accept, held_segments, log_state, merge_record, segment_records};
+use super::super::deletion::delete_to;
 use super::*;
 use crate::kv::ring::SEGMENTS;
 use crate::kv::storage::MemoryStorage;

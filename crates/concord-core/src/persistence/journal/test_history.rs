@@ -4,7 +4,8 @@
 
 use proptest::prelude::*;
 
-use super::acceptor::{accept_and_learn, delete_to, save_snapshot, segment_of_log};
+use super::acceptor::{accept_and_learn, save_snapshot, segment_of_log};
+use super::deletion::delete_to;
 use super::entry::{Ballot, Entry, StoredSnapshot};
 use crate::kv::storage::{KvStorage, MemoryStorage, Table};
 
