@@ -293,7 +293,11 @@ impl DurableQueue {
             timestamp_ms: now_ms(),
             payload: Vec::new(),
         };
-        let (journal, snapshots, pid) = (self.journal.clone(), self.snapshots.clone(), self.pid.clone());
+        let (journal, snapshots, pid) = (
+            self.journal.clone(),
+            self.snapshots.clone(),
+            self.pid.clone(),
+        );
         let compact = async move {
             snapshots.save(&pid, marker).await?;
             journal.delete_to(&pid, to).await?;

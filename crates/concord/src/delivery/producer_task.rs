@@ -177,7 +177,11 @@ impl<E: ConsumerEntity> Task<E> {
             if last_metrics.elapsed() >= Duration::from_secs(1) {
                 last_metrics = Instant::now();
                 metrics::producer(core.node(), core.producer_id(), &self.status());
-                if let Err(e) = self.recorder.write_confirmations(WRITE_CONFIRMATIONS_IDLE).await {
+                if let Err(e) = self
+                    .recorder
+                    .write_confirmations(WRITE_CONFIRMATIONS_IDLE)
+                    .await
+                {
                     self.fail(&e);
                     return e;
                 }

@@ -87,7 +87,10 @@ impl Recorder {
     ///
     /// # Errors
     /// As [`Recorder::record`].
-    pub(super) async fn write_confirmations(&mut self, idle: Duration) -> Result<(), DeliveryError> {
+    pub(super) async fn write_confirmations(
+        &mut self,
+        idle: Duration,
+    ) -> Result<(), DeliveryError> {
         match self
             .queue
             .as_mut()

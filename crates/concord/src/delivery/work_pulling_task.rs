@@ -254,7 +254,11 @@ impl Task {
                 self.metrics();
                 // Callers of `send_and_confirm` that gave up.
                 self.waiters.retain(|_, w| !w.is_closed());
-                if let Err(e) = self.recorder.write_confirmations(WRITE_CONFIRMATIONS_IDLE).await {
+                if let Err(e) = self
+                    .recorder
+                    .write_confirmations(WRITE_CONFIRMATIONS_IDLE)
+                    .await
+                {
                     self.fail(&e);
                     break;
                 }
