@@ -19,7 +19,8 @@ pub fn delete_to<S: KvStorage>(st: &mut S, log: &str, to: u64) -> Result<(), Sto
 
 /// Deletes the committed entries of `log` that end at or before `to`, looking from slot
 /// `from` on (the caller knows no entry starts below it here), and at most
-/// [`MAX_PAGE_BYTES`] of their events in one call (the next call deletes on). Returns the
+/// [`MAX_PAGE_BYTES`] of their events in one call (but at least one entry; the next call
+/// deletes on). Returns the
 /// slot the next call may look from: the first entry kept, or the slot after the last
 /// one deleted (`from` if none was there).
 ///
@@ -46,7 +47,8 @@ pub fn delete_from<S: KvStorage>(
         for (k, v) in records {
             let (_, _, _, slot) = parse_key(&k).ok_or_else(|| corrupt("a bad key"))?;
             let e = Entry::decode(slot, &v).map_err(corrupt)?;
-            if e.first_seq > state.committed || e.last_seq() > to || bytes > MAX_PAGE_BYTES {
+            let full = bytes > 0 && bytes.saturating_add(e.payload_bytes()) > MAX_PAGE_BYTES;
+            if e.first_seq > state.committed || e.last_seq() > to || full {
                 return Ok(e.first_seq);
             }
             bytes = bytes.saturating_add(e.payload_bytes());
