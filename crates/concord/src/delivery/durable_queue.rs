@@ -329,7 +329,7 @@ impl DurableQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::persistence::InMemoryStore;
+    use crate::persistence::{InMemoryStore, StoreFuture};
 
     fn incarnation() -> Incarnation {
         Incarnation {
@@ -402,5 +402,103 @@ mod tests {
             .first()
             .map(|e| e.seq_nr);
         assert!(first.is_none_or(|f| f > 1), "{first:?}");
+    }
+
+    /// The snapshots of an in-memory store, whose saves wait for a permit of `gate`.
+    struct GatedSnapshots {
+        inner: InMemoryStore,
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl SnapshotStore for GatedSnapshots {
+        fn save<'a>(&'a self, pid: &'a PersistenceId, snapshot: Snapshot) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                let _permit = self.gate.acquire().await;
+                self.inner.save(pid, snapshot).await
+            })
+        }
+        fn load_latest<'a>(&'a self, pid: &'a PersistenceId) -> StoreFuture<'a, Option<Snapshot>> {
+            self.inner.load_latest(pid)
+        }
+        fn delete_to<'a>(&'a self, pid: &'a PersistenceId, max_seq_nr: u64) -> StoreFuture<'a, ()> {
+            SnapshotStore::delete_to(&self.inner, pid, max_seq_nr)
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_go_on_while_a_deletion_is_held_and_it_lands_afterwards() {
+        let store = InMemoryStore::new();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let stores = Stores {
+            journal: Arc::new(store.clone()),
+            snapshots: Arc::new(GatedSnapshots {
+                inner: store.clone(),
+                gate: gate.clone(),
+            }),
+            state: Arc::new(store.clone()),
+            snapshots_in_journal: false,
+        };
+        let sent = |seq: u64| QueueEvent::Sent {
+            entity_id: "a".into(),
+            incarnation: incarnation(),
+            seq_nr: seq,
+            payload: vec![],
+        };
+        let mut q = DurableQueue::recover(&stores, "p@n").await.unwrap();
+        // 300 messages, each confirmed: the next write records the confirmation and
+        // starts a deletion, whose marker save is held.
+        for seq in 1..=300u64 {
+            q.write(vec![sent(seq)]).await.unwrap();
+            q.confirmed("a".into(), incarnation(), seq);
+        }
+        tokio::time::timeout(Duration::from_secs(5), q.write(vec![sent(301)]))
+            .await
+            .expect("the write waited for the deletion it started")
+            .unwrap();
+        assert!(q.compacting.is_some(), "no deletion started");
+        // Writes go on while it is held (awaited in the write, they waited for it).
+        for seq in 302..=310u64 {
+            tokio::time::timeout(Duration::from_secs(5), q.write(vec![sent(seq)]))
+                .await
+                .expect("a write waited for the deletion")
+                .unwrap();
+        }
+        assert_eq!(q.deleted_to, 0);
+        gate.add_permits(100);
+        q.compacted().await;
+        assert!(q.deleted_to >= 256, "{}", q.deleted_to);
+        let again = DurableQueue::recover(&stores, "p@n").await.unwrap();
+        assert_eq!(again.state(), q.state());
+        let held: Vec<u64> = again
+            .state()
+            .entities()
+            .flat_map(|(_, e)| e.unconfirmed.iter().map(|(n, _, _)| *n))
+            .collect();
+        assert_eq!(held, (301..=310).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn confirmations_are_written_by_themselves_only_after_a_quiet_second() {
+        let stores = Stores::of(InMemoryStore::new());
+        let queue = DurableQueue::recover(&stores, "p@n").await.unwrap();
+        let mut r = super::super::recorder::Recorder::new(Some(queue));
+        let q = r.queue_mut().unwrap();
+        q.write(vec![QueueEvent::Sent {
+            entity_id: "a".into(),
+            incarnation: incarnation(),
+            seq_nr: 1,
+            payload: vec![],
+        }])
+        .await
+        .unwrap();
+        q.confirmed("a".into(), incarnation(), 1);
+        let idle = super::super::recorder::WRITE_CONFIRMATIONS_IDLE;
+        // Just written: the confirmation waits for the next write.
+        r.write_confirmations(idle).await.unwrap();
+        assert!(r.queue_mut().unwrap().has_confirmations());
+        // Nothing written for `idle`: written by itself.
+        r.write_confirmations(Duration::ZERO).await.unwrap();
+        assert!(!r.queue_mut().unwrap().has_confirmations());
+        assert_eq!(r.queue_mut().unwrap().highest, 2);
     }
 }
