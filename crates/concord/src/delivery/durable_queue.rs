@@ -260,7 +260,7 @@ impl DurableQueue {
     /// The deletion runs in a task of its own, beside the writes, one at a time: awaited
     /// in the write, its three store requests held up every `send` behind them, once per
     /// 256 events — in a rolling upgrade's load, the sample log's slowest 1 % of requests
-    /// (docs/BENCHMARKS.md, "Deletions"). Dropping the queue stops it.
+    /// (docs/BENCHMARKS.md, "Rolling upgrade", stop 62). Dropping the queue stops it.
     fn compact(&mut self) {
         if let Some((to, task)) = self.compacting.take() {
             if !task.is_finished() {
