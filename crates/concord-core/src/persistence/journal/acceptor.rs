@@ -45,7 +45,7 @@ pub const MAX_PAGE_BYTES: usize = 1 << 20;
 /// `Unable`; a writer that never completes a write leaves at most one).
 pub const MAX_TAIL_ENTRIES: usize = 1000;
 /// Records read from storage at once.
-pub(super) const SCAN: usize = 256;
+const SCAN: usize = 256;
 
 /// The ring segment of a log.
 pub fn segment_of_log(log: &str) -> u16 {
@@ -177,7 +177,7 @@ pub(super) fn put_state<S: KvStorage>(
 
 /// Entries of `log` with slots from `from`, at most `max_events` events and `max_bytes` of
 /// them (but at least one entry), and the slot up to which the page is complete.
-fn page<S: KvStorage>(
+pub(super) fn page<S: KvStorage>(
     st: &mut S,
     log: &str,
     from: u64,
@@ -211,7 +211,7 @@ fn page<S: KvStorage>(
 }
 
 /// True if `k` is the key after slot `u64::MAX` (the scan is over).
-pub(super) fn slot_after(k: &[u8]) -> bool {
+fn slot_after(k: &[u8]) -> bool {
     k.ends_with(&u64::MAX.to_be_bytes())
 }
 

@@ -3,10 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::acceptor::{
-    corrupt, key, log_state, parse_key, slot_after, KIND_ENTRY, KIND_SNAPSHOT, MAX_PAGE_BYTES, SCAN,
-};
-use super::entry::Entry;
+use super::acceptor::{key, log_state, page, KIND_ENTRY, MAX_PAGE_BYTES};
 use crate::kv::storage::{KvStorage, StorageError, Table};
 
 /// Deletes the committed entries of `log` that end at or before `to`.
@@ -38,29 +35,17 @@ pub fn delete_from<S: KvStorage>(
     to: u64,
 ) -> Result<u64, StorageError> {
     let state = log_state(st, log)?;
-    let end = key(log, KIND_SNAPSHOT, 0);
-    let mut start = key(log, KIND_ENTRY, from.max(1));
-    let (mut next, mut bytes) = (from.max(1), 0usize);
-    loop {
-        let records = st.range(Table::Journal, &start, &end, SCAN)?;
-        let exhausted = records.len() < SCAN;
-        for (k, v) in records {
-            let (_, _, _, slot) = parse_key(&k).ok_or_else(|| corrupt("a bad key"))?;
-            let e = Entry::decode(slot, &v).map_err(corrupt)?;
-            let full = bytes > 0 && bytes.saturating_add(e.payload_bytes()) > MAX_PAGE_BYTES;
-            if e.first_seq > state.committed || e.last_seq() > to || full {
-                return Ok(e.first_seq);
-            }
-            bytes = bytes.saturating_add(e.payload_bytes());
-            st.remove(Table::Journal, &k)?;
-            super::stream::unindex(st, log, e.first_seq)?;
-            next = e.last_seq().saturating_add(1);
-            start = key(log, KIND_ENTRY, slot.saturating_add(1));
+    let (entries, _) = page(st, log, from, usize::MAX, MAX_PAGE_BYTES)?;
+    let mut next = from.max(1);
+    for e in entries {
+        if e.first_seq > state.committed || e.last_seq() > to {
+            return Ok(e.first_seq);
         }
-        if exhausted || slot_after(&start) {
-            return Ok(next);
-        }
+        st.remove(Table::Journal, &key(log, KIND_ENTRY, e.first_seq))?;
+        super::stream::unindex(st, log, e.first_seq)?;
+        next = e.last_seq().saturating_add(1);
     }
+    Ok(next)
 }
 
 /// Logs whose floor is kept, at most (about 100 bytes each); when full, every floor is
@@ -117,77 +102,24 @@ impl DeletionFloors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::storage::{MemoryStorage, Record};
-    use crate::persistence::journal::acceptor::{accept, merge_record, read};
-    use crate::persistence::journal::entry::Ballot;
+    use crate::kv::storage::MemoryStorage;
+    use crate::persistence::journal::acceptor::{
+        accept, merge_record, parse_key, read, KIND_SNAPSHOT,
+    };
+    use crate::persistence::journal::entry::{Ballot, Entry};
     use crate::persistence::journal::message::JournalMessage;
     use crate::persistence::journal::state_cache::StateCache;
+    use crate::persistence::journal::test_storage::TurnStorage;
 
-    /// A memory storage that notes the first slot of every range read of entries, and can
-    /// fail its next commit (dropping the turn's writes, as the LSM tree does).
-    #[derive(Default)]
-    struct Noting {
-        inner: MemoryStorage,
-        /// The turn's writes, applied at the commit (`None`: a removal).
-        pending: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
-        starts: Vec<u64>,
-        fail_next_commit: bool,
-    }
-
-    impl KvStorage for Noting {
-        fn get(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-            if let Some((_, _, v)) = self
-                .pending
-                .iter()
-                .rev()
-                .find(|(t, k, _)| *t == table && k == key)
-            {
-                return Ok(v.clone());
-            }
-            self.inner.get(table, key)
-        }
-        fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-            self.pending
-                .push((table, key.to_vec(), Some(value.to_vec())));
-            Ok(())
-        }
-        fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
-            self.pending.push((table, key.to_vec(), None));
-            Ok(())
-        }
-        fn range(
-            &mut self,
-            table: Table,
-            start: &[u8],
-            end: &[u8],
-            limit: usize,
-        ) -> Result<Vec<Record>, StorageError> {
-            if let Some((_, _, KIND_ENTRY, slot)) = parse_key(start) {
-                self.starts.push(slot);
-            }
-            // The turn's writes first, so that the range sees them.
-            self.apply();
-            self.inner.range(table, start, end, limit)
-        }
-        fn commit(&mut self) -> Result<(), StorageError> {
-            if std::mem::take(&mut self.fail_next_commit) {
-                self.pending.clear();
-                return Err(StorageError("disk full".into()));
-            }
-            self.apply();
-            self.inner.commit()
-        }
-    }
-
-    impl Noting {
-        fn apply(&mut self) {
-            for (t, k, v) in std::mem::take(&mut self.pending) {
-                match v {
-                    Some(v) => self.inner.put(t, &k, &v).unwrap(),
-                    None => self.inner.remove(t, &k).unwrap(),
-                }
-            }
-        }
+    /// The first slot of every range read of `log`'s entries since the last call.
+    fn starts(st: &mut StateCache<TurnStorage>, log: &str) -> Vec<u64> {
+        std::mem::take(&mut st.inner_mut().range_starts)
+            .iter()
+            .filter_map(|k| match parse_key(k) {
+                Some((_, l, KIND_ENTRY, slot)) if l == log => Some(slot),
+                _ => None,
+            })
+            .collect()
     }
 
     fn entry(first: u64) -> Entry {
@@ -220,23 +152,23 @@ mod tests {
 
     #[test]
     fn a_deletion_looks_from_where_the_last_one_left_off() {
-        let mut st = StateCache::new(Noting::default(), 100);
+        let mut st = StateCache::new(TurnStorage::default(), 100);
         write(&mut st, "elog", 1..=30);
         st.delete_to("elog", 10).unwrap();
         st.commit().unwrap();
         assert_eq!(slots(&mut st, "elog"), (11..=30).collect::<Vec<_>>());
-        st.inner_mut().starts.clear();
+        starts(&mut st, "elog");
         st.delete_to("elog", 20).unwrap();
         st.commit().unwrap();
-        assert_eq!(st.inner_mut().starts, vec![11], "not from slot 1");
+        assert_eq!(starts(&mut st, "elog"), vec![11], "not from slot 1");
         assert_eq!(slots(&mut st, "elog"), (21..=30).collect::<Vec<_>>());
         // Another log has no floor: it is looked at from slot 1.
         write(&mut st, "other", 1..=3);
-        st.inner_mut().starts.clear();
+        starts(&mut st, "other");
         st.delete_to("other", 2).unwrap();
-        assert_eq!(st.inner_mut().starts, vec![1]);
+        assert_eq!(starts(&mut st, "other"), vec![1]);
         // Without a cache (or a floor) the same deletions happen from slot 1.
-        let mut plain = Noting::default();
+        let mut plain = TurnStorage::default();
         write(&mut plain, "elog", 1..=30);
         assert_eq!(delete_from(&mut plain, "elog", 1, 10).unwrap(), 11);
         assert_eq!(
@@ -249,7 +181,7 @@ mod tests {
 
     #[test]
     fn an_entry_written_below_the_floor_is_deleted_by_the_next_deletion() {
-        let mut st = StateCache::new(Noting::default(), 100);
+        let mut st = StateCache::new(TurnStorage::default(), 100);
         write(&mut st, "elog", 1..=30);
         st.delete_to("elog", 20).unwrap();
         st.commit().unwrap();
@@ -275,16 +207,16 @@ mod tests {
 
     #[test]
     fn a_failed_commit_forgets_the_floors() {
-        let mut st = StateCache::new(Noting::default(), 100);
+        let mut st = StateCache::new(TurnStorage::default(), 100);
         write(&mut st, "elog", 1..=30);
         st.delete_to("elog", 20).unwrap();
         st.inner_mut().fail_next_commit = true;
         assert!(st.commit().is_err());
         // The removals were dropped: the entries are there again, and found.
         assert_eq!(slots(&mut st, "elog")[0], 1);
-        st.inner_mut().starts.clear();
+        starts(&mut st, "elog");
         st.delete_to("elog", 10).unwrap();
-        assert_eq!(st.inner_mut().starts[0], 1);
+        assert_eq!(starts(&mut st, "elog"), vec![1]);
         st.commit().unwrap();
         assert_eq!(slots(&mut st, "elog")[0], 11);
     }

@@ -57,6 +57,8 @@ pub mod stream;
 mod stream_query;
 #[cfg(test)]
 mod test_history;
+#[cfg(test)]
+mod test_storage;
 pub mod unable;
 pub mod wait;
 

@@ -329,58 +329,7 @@ mod tests {
     use super::*;
     use crate::kv::storage::MemoryStorage;
     use crate::persistence::journal::acceptor::{log_state, put_state, LogState};
-
-    /// A storage that counts its point reads and can drop its uncommitted writes when a
-    /// commit fails (as the LSM tree does).
-    #[derive(Default)]
-    struct Counting {
-        committed: std::collections::BTreeMap<(Table, Vec<u8>), Vec<u8>>,
-        pending: std::collections::BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>,
-        gets: u64,
-        fail_next_commit: bool,
-    }
-
-    impl KvStorage for Counting {
-        fn get(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-            self.gets += 1;
-            let k = (table, key.to_vec());
-            Ok(match self.pending.get(&k) {
-                Some(v) => v.clone(),
-                None => self.committed.get(&k).cloned(),
-            })
-        }
-        fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-            self.pending
-                .insert((table, key.to_vec()), Some(value.to_vec()));
-            Ok(())
-        }
-        fn remove(&mut self, table: Table, key: &[u8]) -> Result<(), StorageError> {
-            self.pending.insert((table, key.to_vec()), None);
-            Ok(())
-        }
-        fn range(
-            &mut self,
-            _: Table,
-            _: &[u8],
-            _: &[u8],
-            _: usize,
-        ) -> Result<Vec<Record>, StorageError> {
-            Ok(Vec::new())
-        }
-        fn commit(&mut self) -> Result<(), StorageError> {
-            let pending = std::mem::take(&mut self.pending);
-            if std::mem::take(&mut self.fail_next_commit) {
-                return Err(StorageError("disk full".into()));
-            }
-            for (k, v) in pending {
-                match v {
-                    Some(v) => self.committed.insert(k, v),
-                    None => self.committed.remove(&k),
-                };
-            }
-            Ok(())
-        }
-    }
+    use crate::persistence::journal::test_storage::TurnStorage;
 
     fn state(promised_round: u64, committed: u64) -> LogState {
         LogState {
@@ -395,7 +344,7 @@ mod tests {
 
     #[test]
     fn a_state_read_twice_is_read_from_the_storage_once() {
-        let mut c = StateCache::new(Counting::default(), 10);
+        let mut c = StateCache::new(TurnStorage::default(), 10);
         put_state(&mut c, "log-a", &state(1, 3)).unwrap();
         c.commit().unwrap();
         assert_eq!(log_state(&mut c, "log-a").unwrap(), state(1, 3));
@@ -423,7 +372,7 @@ mod tests {
 
     #[test]
     fn an_entry_written_is_read_back_from_memory_until_removed_or_dropped() {
-        let mut c = StateCache::new(Counting::default(), 10);
+        let mut c = StateCache::new(TurnStorage::default(), 10);
         let k = super::super::acceptor::key("log", super::super::acceptor::KIND_ENTRY, 4);
         c.put(Table::Journal, &k, b"entry").unwrap();
         c.commit().unwrap();
@@ -465,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_failed_commit_forgets_what_the_storage_dropped() {
-        let mut c = StateCache::new(Counting::default(), 10);
+        let mut c = StateCache::new(TurnStorage::default(), 10);
         put_state(&mut c, "log", &state(1, 1)).unwrap();
         c.commit().unwrap();
         put_state(&mut c, "log", &state(2, 5)).unwrap();
